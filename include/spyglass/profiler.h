@@ -1,0 +1,96 @@
+// Spyglass: the public C++ API, with the semantics of jax.profiler.
+//
+//   #include <spyglass/profiler.h>
+//   namespace prof = spyglass::profiler;
+//   if (auto s = prof::start_trace("/tmp/logs"); !s.ok()) ...;
+//   { prof::StepTraceAnnotation step("train", i); ... }
+//   prof::stop_trace();   // writes plugins/profile/<run>/<host>.xplane.pb, .trace.json.gz
+//
+// Thread safety: every function here may be called from any thread. Only one
+// session runs at a time in a process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spyglass/annotation.h"
+#include "spyglass/options.h"
+#include "spyglass/status.h"
+
+namespace spyglass {
+
+// "0.1.0"
+const char* version();
+
+namespace profiler {
+
+// Starts a session that records annotations until stop_trace. Fails with
+// FailedPrecondition "Profile has already been started. Only one profile may
+// be run at a time." if one runs, and with InvalidArgument (naming the key)
+// for bad options, before anything starts.
+Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
+
+// Stops the session and writes its files under log_dir (see README). Fails
+// with FailedPrecondition "No profile started" without a session. If writing
+// fails, the session is still stopped and its data kept: export_last_trace
+// can write it elsewhere.
+Status stop_trace();
+
+// Writes the last stopped session's data again, into another log dir.
+Status export_last_trace(const std::string& log_dir, const TraceOptions& options = {});
+
+// Where the last stop_trace/export_last_trace wrote (empty if nothing yet).
+struct TraceFiles {
+  std::string run_dir;
+  std::string xplane_path;
+  std::string trace_json_path;
+  std::string perfetto_trace_path;  // empty unless requested
+};
+TraceFiles last_trace_files();
+
+// What the last stopped session recorded and dropped.
+struct TraceStats {
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;     // buffer bounds reached
+  uint64_t incomplete_events = 0;  // still open at stop; closed at stop time
+  uint64_t threads = 0;
+};
+TraceStats last_trace_stats();
+
+// RAII form of start_trace/stop_trace: stops at scope exit.
+class [[nodiscard]] TraceScope {
+ public:
+  TraceScope(const std::string& log_dir, const TraceOptions& options = {});
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+  // The start's status; if not ok, the destructor does nothing.
+  const Status& status() const { return start_status_; }
+  bool ok() const { return start_status_.ok(); }
+  // Stops now and returns the stop's status (the destructor then does nothing;
+  // a failed stop in the destructor is printed to stderr).
+  Status stop();
+
+ private:
+  Status start_status_;
+  bool running_ = false;
+};
+
+inline TraceScope trace(const std::string& log_dir, const TraceOptions& options = {}) {
+  return TraceScope(log_dir, options);
+}
+
+// Names shown for threads and the process in the outputs. By default the OS
+// thread name (pthread_getname_np) and the program name are used.
+void set_thread_name(std::string_view name);
+void set_process_name(std::string_view name);
+
+// Profiler metadata recorded in the /host:metadata plane (jax's set_metadata).
+void set_metadata(const std::string& key, const std::string& value);
+void clear_metadata();
+
+}  // namespace profiler
+}  // namespace spyglass

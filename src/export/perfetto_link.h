@@ -1,0 +1,33 @@
+// The one-shot local HTTP server behind JAX's `create_perfetto_link=True`
+// (FORMATS.md section (d)): it serves one perfetto_trace.json.gz on port 9001
+// so that https://ui.perfetto.dev can fetch it cross-origin.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "spyglass/status.h"
+
+namespace spyglass::exporter {
+
+struct PerfettoLinkOptions {
+  std::string bind_address = "127.0.0.1";  // loopback only unless the caller says otherwise
+  int port = 9001;              // ui.perfetto.dev expects 9001; 0 picks a free port (tests)
+  int timeout_s = 0;            // 0: wait until fetched (as JAX); >0: DeadlineExceeded after that
+  std::ostream* out = nullptr;  // where the link line is printed; nullptr: std::cout
+  // Called once the socket listens, with the actual port (useful with port 0).
+  std::function<void(int port)> on_listening;
+};
+
+// Serves `trace_path` (a perfetto_trace.json.gz) once for https://ui.perfetto.dev:
+// prints "Open URL in browser: https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/<basename>"
+// and blocks until a GET of exactly "/<basename>" was answered in full.
+// Errors: NotFound (file missing or unreadable, checked before binding),
+// InvalidArgument (bad port or bind_address), Unavailable (port in use or not
+// bindable), DeadlineExceeded (timeout_s passed), Cancelled (Ctrl-C while
+// waiting; SIGINT is caught only for the duration of the call), Internal.
+// Never throws.
+Status ServePerfettoTrace(const std::string& trace_path, const PerfettoLinkOptions& options = {});
+
+}  // namespace spyglass::exporter

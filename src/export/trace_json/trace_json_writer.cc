@@ -1,0 +1,307 @@
+#include "export/trace_json/trace_json_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <map>
+
+namespace spyglass::exporter {
+namespace {
+
+// Stats that tsl's exporter treats as internal and hides from args.
+bool IsInternalStat(std::string_view name) {
+  return name == "_r" || name == "_p" || name == "_pt" || name == "_c" || name == "_ct" || name == "flops" ||
+         name == "program_id" || name == "symbol_id";
+}
+
+// Which planes go into the JSON: the host plane and the device planes of one
+// kind (GPU, else TPU, else custom), as tsl does; the memory counter planes
+// ride with the host.
+std::vector<const model::Plane*> ExportedPlanes(const model::Space& space) {
+  std::vector<const model::Plane*> out;
+  if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) out.push_back(host);
+  for (std::string_view prefix : {model::kGpuPlanePrefix, model::kTpuPlanePrefix, model::kCustomPlanePrefix}) {
+    size_t before = out.size();
+    for (const model::Plane& p : space.planes)
+      if (p.name.rfind(prefix, 0) == 0) out.push_back(&p);
+    if (out.size() > before) break;
+  }
+  return out;
+}
+
+// Output buffer that hands full blocks to a sink (gzip file or string).
+class JsonOut {
+ public:
+  explicit JsonOut(std::function<bool(const char*, size_t)> sink) : sink_(std::move(sink)) { buf_.reserve(kBlock + 8192); }
+
+  void raw(std::string_view s) {
+    buf_.append(s);
+    maybe_flush();
+  }
+  void ch(char c) { buf_.push_back(c); }
+  void u64(uint64_t v) {
+    char tmp[24];
+    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+  }
+  void i64(int64_t v) {
+    char tmp[24];
+    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+  }
+  // Picoseconds as exact decimal microseconds ("12.345678"); no rounding.
+  void micros_from_ps(int64_t ps) {
+    if (ps < 0) {
+      ch('-');
+      ps = -ps;
+    }
+    u64(static_cast<uint64_t>(ps / 1000000));
+    int64_t frac = ps % 1000000;
+    if (frac == 0) return;
+    char digits[7];
+    for (int i = 5; i >= 0; --i) {
+      digits[i] = static_cast<char>('0' + frac % 10);
+      frac /= 10;
+    }
+    int n = 6;
+    while (digits[n - 1] == '0') --n;
+    ch('.');
+    buf_.append(digits, n);
+  }
+  // A JSON string literal; invalid UTF-8 becomes U+FFFD so the file always parses.
+  void str(std::string_view s) {
+    ch('"');
+    for (size_t i = 0; i < s.size(); ++i) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c == '"' || c == '\\') {
+        ch('\\');
+        ch(static_cast<char>(c));
+      } else if (c < 0x20) {
+        static const char* hex = "0123456789abcdef";
+        buf_.append("\\u00");
+        ch(hex[c >> 4]);
+        ch(hex[c & 15]);
+      } else if (c < 0x80) {
+        ch(static_cast<char>(c));
+      } else {
+        size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+        bool valid = len != 0 && c < 0xf5 && i + len <= s.size();
+        for (size_t k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+        if (valid) {
+          buf_.append(s.substr(i, len));
+          i += len - 1;
+        } else {
+          buf_.append("\\ufffd");
+        }
+      }
+    }
+    ch('"');
+    maybe_flush();
+  }
+  bool finish() { return flush() && ok_; }
+
+ private:
+  static constexpr size_t kBlock = 1 << 20;
+  void maybe_flush() {
+    if (buf_.size() >= kBlock) flush();
+  }
+  bool flush() {
+    if (!buf_.empty() && ok_) ok_ = sink_(buf_.data(), buf_.size());
+    buf_.clear();
+    return ok_;
+  }
+  std::function<bool(const char*, size_t)> sink_;
+  std::string buf_;
+  bool ok_ = true;
+};
+
+void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata& md,
+               const std::vector<model::Stat>* stats) {
+  if (md.stats.empty() && (stats == nullptr || stats->empty())) return;
+  // Keys sorted; event stats override metadata stats of the same name.
+  std::map<std::string_view, std::string> args;
+  auto add = [&](const model::Stat& s) {
+    const std::string& key = plane.stat_name(s);
+    if (!IsInternalStat(key)) args[key] = plane.stat_text(s);
+  };
+  for (const model::Stat& s : md.stats) add(s);
+  if (stats)
+    for (const model::Stat& s : *stats) add(s);
+  if (args.empty()) return;
+  o.raw(",\"args\":{");
+  bool first = true;
+  for (const auto& [k, v] : args) {
+    if (!first) o.ch(',');
+    first = false;
+    o.str(k);
+    o.ch(':');
+    o.str(v);
+  }
+  o.ch('}');
+}
+
+void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonOut& o) {
+  o.raw("{\"displayTimeUnit\":\"ns\",");
+  if (!options.perfetto) o.raw("\"metadata\":{\"highres-ticks\":true},");
+  o.raw("\"traceEvents\":[");
+  std::vector<const model::Plane*> planes = ExportedPlanes(space);
+  auto pid_of = [](const model::Plane& p) {
+    return p.name == model::kHostPlaneName ? int64_t{kHostPid} : 1 + p.id;
+  };
+  // Metadata events: process and thread names and sort order.
+  for (const model::Plane* p : planes) {
+    int64_t pid = pid_of(*p);
+    if (!p->name.empty()) {
+      o.raw("{\"ph\":\"M\",\"pid\":");
+      o.i64(pid);
+      o.raw(",\"name\":\"process_name\",\"args\":{\"name\":");
+      o.str(p->name);
+      o.raw("}},");
+    }
+    for (const model::Stat& s : p->stats) {
+      if (s.kind == model::StatKind::kString && p->stat_name(s) == "process_name") {
+        // Perfetto and chrome://tracing show labels beside the process name.
+        o.raw("{\"ph\":\"M\",\"pid\":");
+        o.i64(pid);
+        o.raw(",\"name\":\"process_labels\",\"args\":{\"labels\":");
+        o.str(s.str + " (pid " + std::to_string(getpid()) + ")");
+        o.raw("}},");
+      }
+    }
+    o.raw("{\"ph\":\"M\",\"pid\":");
+    o.i64(pid);
+    o.raw(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+    o.i64(pid);
+    o.raw("}},");
+    int64_t sort_index = 0;
+    for (const model::Line& l : p->lines) {
+      uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
+      const std::string& name = l.display_name.empty() ? l.name : l.display_name;
+      ++sort_index;
+      if (!name.empty()) {
+        o.raw("{\"ph\":\"M\",\"pid\":");
+        o.i64(pid);
+        o.raw(",\"tid\":");
+        o.u64(tid);
+        o.raw(",\"name\":\"thread_name\",\"args\":{\"name\":");
+        o.str(name);
+        o.raw("}},");
+      }
+      o.raw("{\"ph\":\"M\",\"pid\":");
+      o.i64(pid);
+      o.raw(",\"tid\":");
+      o.u64(tid);
+      o.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+      o.i64(p->name == model::kHostPlaneName ? sort_index : int64_t{tid});
+      o.raw("}},");
+    }
+  }
+  // Complete events.
+  for (const model::Plane* p : planes) {
+    int64_t pid = pid_of(*p);
+    const auto& metadata = p->event_metadata();
+    for (const model::Line& l : p->lines) {
+      uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
+      int64_t line_ps = l.timestamp_ns * 1000;
+      for (const model::Event& e : l.events) {
+        const model::EventMetadata& md = metadata[e.metadata_id];
+        o.raw("{\"ph\":\"X\",\"pid\":");
+        o.i64(pid);
+        o.raw(",\"tid\":");
+        o.u64(tid);
+        o.raw(",\"ts\":");
+        o.micros_from_ps(line_ps + e.offset_ps);
+        o.raw(",\"dur\":");
+        o.micros_from_ps(std::max<int64_t>(e.duration_ps, 1));
+        o.raw(",\"name\":");
+        o.str(md.display_name.empty() ? md.name : md.display_name);
+        WriteArgs(o, *p, md, l.stats_of(e));
+        o.raw("},");
+      }
+    }
+  }
+  // What the recorder dropped is shown on the timeline, not only in a log.
+  if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) {
+    for (const model::Stat& s : host->stats) {
+      if (host->stat_name(s) == "dropped_events" && s.u64 > 0) {
+        o.raw("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
+        o.i64(kHostPid);
+        o.raw(",\"tid\":0,\"ts\":0,\"name\":");
+        o.str("spyglass: " + std::to_string(s.u64) + " events dropped (buffer bound reached)");
+        o.raw("},");
+      }
+    }
+  }
+  o.raw("{}]}");
+}
+
+}  // namespace
+
+std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& options) {
+  std::string out;
+  JsonOut o([&](const char* p, size_t n) {
+    out.append(p, n);
+    return true;
+  });
+  WriteJson(space, options, o);
+  o.finish();
+  return out;
+}
+
+Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
+  z_stream z{};
+  // windowBits 15 + 16: gzip framing.
+  if (deflateInit2(&z, options.gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    ::close(fd);
+    return InternalError("zlib init failed");
+  }
+  std::string zbuf(1 << 18, '\0');
+  int write_errno = 0;
+  auto drain = [&](int flush) {
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(zbuf.data());
+      z.avail_out = static_cast<uInt>(zbuf.size());
+      deflate(&z, flush);
+      size_t have = zbuf.size() - z.avail_out;
+      const char* p = zbuf.data();
+      while (have > 0) {
+        ssize_t w = ::write(fd, p, have);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          write_errno = errno;
+          return false;
+        }
+        p += w;
+        have -= static_cast<size_t>(w);
+      }
+    } while (z.avail_out == 0);
+    return true;
+  };
+  JsonOut o([&](const char* p, size_t n) {
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
+    z.avail_in = static_cast<uInt>(n);
+    return drain(Z_NO_FLUSH);
+  });
+  WriteJson(space, options, o);
+  bool ok = o.finish();
+  if (ok) {
+    z.next_in = nullptr;
+    z.avail_in = 0;
+    ok = drain(Z_FINISH);
+  }
+  deflateEnd(&z);
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    write_errno = errno;
+  }
+  if (!ok) return InternalError("cannot write " + path + ": " + std::strerror(write_errno ? write_errno : EIO));
+  return Status::Ok();
+}
+
+}  // namespace spyglass::exporter

@@ -1,0 +1,128 @@
+#include "model/xspace.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace spyglass::model {
+
+void Line::sort_events() {
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    if (a.offset_ps != b.offset_ps) return a.offset_ps < b.offset_ps;
+    return a.duration_ps > b.duration_ps;
+  });
+}
+
+uint32_t Plane::intern_event(std::string_view name) {
+  auto it = event_ids_.find(std::string(name));
+  if (it != event_ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(event_metadata_.size());
+  event_metadata_.push_back(EventMetadata{id, std::string(name), {}, {}});
+  event_ids_.emplace(std::string(name), id);
+  return id;
+}
+
+uint32_t Plane::intern_stat(std::string_view name) {
+  auto it = stat_ids_.find(std::string(name));
+  if (it != stat_ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(stat_metadata_.size());
+  stat_metadata_.push_back(StatMetadata{id, std::string(name), {}});
+  stat_ids_.emplace(std::string(name), id);
+  return id;
+}
+
+const StatMetadata* Plane::find_stat_metadata(std::string_view name) const {
+  auto it = stat_ids_.find(std::string(name));
+  return it == stat_ids_.end() ? nullptr : &stat_metadata_[it->second];
+}
+
+Stat Plane::int_stat(std::string_view key, int64_t v) {
+  Stat s;
+  s.metadata_id = intern_stat(key);
+  s.kind = StatKind::kInt64;
+  s.i64 = v;
+  return s;
+}
+
+Stat Plane::uint_stat(std::string_view key, uint64_t v) {
+  Stat s;
+  s.metadata_id = intern_stat(key);
+  s.kind = StatKind::kUint64;
+  s.u64 = v;
+  return s;
+}
+
+Stat Plane::double_stat(std::string_view key, double v) {
+  Stat s;
+  s.metadata_id = intern_stat(key);
+  s.kind = StatKind::kDouble;
+  s.f64 = v;
+  return s;
+}
+
+Stat Plane::str_stat(std::string_view key, std::string v) {
+  Stat s;
+  s.metadata_id = intern_stat(key);
+  s.kind = StatKind::kString;
+  s.str = std::move(v);
+  return s;
+}
+
+Stat Plane::ref_stat(std::string_view key, std::string_view value) {
+  Stat s;
+  s.metadata_id = intern_stat(key);
+  s.kind = StatKind::kRef;
+  s.ref = intern_stat(value);
+  return s;
+}
+
+Stat Plane::bytes_stat(std::string_view key, std::string v) {
+  Stat s = str_stat(key, std::move(v));
+  s.kind = StatKind::kBytes;
+  return s;
+}
+
+std::string Plane::stat_text(const Stat& s) const {
+  char buf[64];
+  switch (s.kind) {
+    case StatKind::kInt64: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.i64).ptr);
+    case StatKind::kUint64: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.u64).ptr);
+    case StatKind::kDouble: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.f64).ptr);
+    case StatKind::kString: return s.str;
+    case StatKind::kBytes: return "<opaque bytes>";
+    case StatKind::kRef: return s.ref < stat_metadata_.size() ? stat_metadata_[s.ref].name : std::string();
+  }
+  return {};
+}
+
+Line& Plane::line_with_id(int64_t id) {
+  for (Line& l : lines)
+    if (l.id == id) return l;
+  lines.emplace_back().id = id;
+  return lines.back();
+}
+
+Plane* Space::find_plane(std::string_view name) {
+  for (Plane& p : planes)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const Plane* Space::find_plane(std::string_view name) const {
+  return const_cast<Space*>(this)->find_plane(name);
+}
+
+Plane& Space::plane(std::string_view name) {
+  if (Plane* p = find_plane(name)) return *p;
+  planes.emplace_back().name = std::string(name);
+  planes.back().id = static_cast<int64_t>(planes.size() - 1);
+  return planes.back();
+}
+
+uint64_t Space::event_count() const {
+  uint64_t n = 0;
+  for (const Plane& p : planes)
+    for (const Line& l : p.lines) n += l.events.size();
+  return n;
+}
+
+}  // namespace spyglass::model

@@ -1,0 +1,128 @@
+// The profile model in the middle: collectors write it, converters read it.
+//
+// It mirrors the XSpace schema (proto/xplane.proto), the interchange format
+// with XProf, but keeps events compact (24 bytes without stats) so that a
+// profile of tens of millions of events fits in memory next to its export.
+// Metadata ids are dense indexes starting at 1 (0 unused), as the reference
+// builder assigns them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace spyglass::model {
+
+enum class StatKind : uint8_t { kInt64, kUint64, kDouble, kString, kBytes, kRef };
+
+struct Stat {
+  uint32_t metadata_id = 0;
+  StatKind kind = StatKind::kInt64;
+  union {
+    int64_t i64 = 0;
+    uint64_t u64;
+    double f64;
+    uint64_t ref;  // id of the XStatMetadata whose name is the string value
+  };
+  std::string str;  // kString / kBytes only
+};
+
+inline constexpr uint32_t kNoStats = UINT32_MAX;
+
+struct Event {
+  int64_t offset_ps = 0;    // from Line::timestamp_ns
+  int64_t duration_ps = 0;
+  uint32_t metadata_id = 0;
+  uint32_t stats = kNoStats;  // index into Line::stat_lists
+};
+
+struct Line {
+  int64_t id = 0;
+  int64_t display_id = 0;
+  std::string name;
+  std::string display_name;
+  int64_t timestamp_ns = 0;
+  int64_t duration_ps = 0;
+  std::vector<Event> events;
+  std::vector<std::vector<Stat>> stat_lists;
+
+  const std::vector<Stat>* stats_of(const Event& e) const {
+    return e.stats == kNoStats ? nullptr : &stat_lists[e.stats];
+  }
+  // Sorts by (start ascending, duration descending): parents before children.
+  void sort_events();
+};
+
+struct EventMetadata {
+  int64_t id = 0;
+  std::string name;
+  std::string display_name;
+  std::vector<Stat> stats;
+};
+
+struct StatMetadata {
+  int64_t id = 0;
+  std::string name;
+  std::string description;
+};
+
+class Plane {
+ public:
+  int64_t id = 0;
+  std::string name;
+  std::vector<Line> lines;
+  std::vector<Stat> stats;
+
+  // Dense by id; index 0 is unused.
+  const std::vector<EventMetadata>& event_metadata() const { return event_metadata_; }
+  const std::vector<StatMetadata>& stat_metadata() const { return stat_metadata_; }
+  EventMetadata& event_metadata_at(uint32_t id) { return event_metadata_[id]; }
+
+  // Interning: the same name always maps to the same id in a plane.
+  uint32_t intern_event(std::string_view name);
+  uint32_t intern_stat(std::string_view name);
+
+  // Builders of stats whose key is interned here.
+  Stat int_stat(std::string_view key, int64_t v);
+  Stat uint_stat(std::string_view key, uint64_t v);
+  Stat double_stat(std::string_view key, double v);
+  Stat str_stat(std::string_view key, std::string v);
+  Stat ref_stat(std::string_view key, std::string_view value);  // interned string value
+  Stat bytes_stat(std::string_view key, std::string v);
+
+  // The stat value as text (ref values resolved).
+  std::string stat_text(const Stat& s) const;
+  const std::string& stat_name(const Stat& s) const { return stat_metadata_[s.metadata_id].name; }
+  const StatMetadata* find_stat_metadata(std::string_view name) const;
+  Line& line_with_id(int64_t id);  // finds or appends
+
+ private:
+  std::vector<EventMetadata> event_metadata_{EventMetadata{}};
+  std::vector<StatMetadata> stat_metadata_{StatMetadata{}};
+  std::unordered_map<std::string, uint32_t> event_ids_;
+  std::unordered_map<std::string, uint32_t> stat_ids_;
+};
+
+struct Space {
+  std::vector<Plane> planes;
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+  std::vector<std::string> hostnames;
+
+  Plane* find_plane(std::string_view name);
+  const Plane* find_plane(std::string_view name) const;
+  Plane& plane(std::string_view name);  // finds or appends
+  uint64_t event_count() const;
+};
+
+// Plane and stat names with a meaning to XProf (spec FORMATS.md).
+inline constexpr std::string_view kHostPlaneName = "/host:CPU";
+inline constexpr std::string_view kMetadataPlaneName = "/host:metadata";
+inline constexpr std::string_view kTaskEnvPlaneName = "Task Environment";
+inline constexpr std::string_view kGpuPlanePrefix = "/device:GPU:";
+inline constexpr std::string_view kTpuPlanePrefix = "/device:TPU:";
+inline constexpr std::string_view kCustomPlanePrefix = "/device:CUSTOM:";
+
+}  // namespace spyglass::model

@@ -1,0 +1,100 @@
+// Validation of ProfileOptions: levels and advanced_configuration keys.
+#include <string_view>
+
+#include "spyglass/options.h"
+
+namespace spyglass::profiler {
+namespace {
+
+enum class ValueType { kBool, kInt, kString };
+
+struct KnownKey {
+  std::string_view name;
+  ValueType type;
+};
+
+// advanced_configuration keys known to the JAX/XProf stack (spec PROTOCOL.md
+// §3) and Spyglass's own. Device-specific keys are accepted on every host so
+// that one capture request works across a mixed job.
+constexpr KnownKey kKnownKeys[] = {
+    {"profile_subprocesses", ValueType::kBool},
+    {"override_hostname", ValueType::kString},
+    {"override_hostnames", ValueType::kString},
+    {"tpu_trace_mode", ValueType::kString},
+    {"tpu_num_sparse_cores_to_trace", ValueType::kInt},
+    {"tpu_num_sparse_core_tiles_to_trace", ValueType::kInt},
+    {"tpu_num_chips_to_profile_per_task", ValueType::kInt},
+    {"tpu_perf_counters", ValueType::kBool},
+    {"tpu_circular_buffer_tracing", ValueType::kBool},
+    {"tracemark_lower", ValueType::kInt},
+    {"tracemark_upper", ValueType::kInt},
+    {"tpu_watched_sync_flag_number", ValueType::kInt},
+    {"tpu_watched_sync_flag_mask", ValueType::kInt},
+    {"gpu_max_callback_api_events", ValueType::kInt},
+    {"gpu_max_activity_api_events", ValueType::kInt},
+    {"gpu_max_annotation_strings", ValueType::kInt},
+    {"gpu_enable_nvtx_tracking", ValueType::kBool},
+    {"gpu_enable_cupti_activity_graph_trace", ValueType::kBool},
+    {"gpu_dump_graph_node_mapping", ValueType::kBool},
+    {"gpu_pm_sample_counters", ValueType::kString},
+    {"gpu_pm_sample_interval_us", ValueType::kInt},
+    {"gpu_pm_sample_buffer_size_per_gpu_mb", ValueType::kInt},
+    {"gpu_num_chips_to_profile_per_task", ValueType::kInt},
+    {"spyglass_buffer_bytes_per_thread", ValueType::kInt},
+    {"spyglass_buffer_bytes_total", ValueType::kInt},
+};
+
+const char* TypeName(ValueType t) {
+  switch (t) {
+    case ValueType::kBool: return "bool";
+    case ValueType::kInt: return "int";
+    case ValueType::kString: return "string";
+  }
+  return "?";
+}
+
+bool Matches(const AdvancedValue& v, ValueType t) {
+  return (t == ValueType::kBool && v.is_bool()) || (t == ValueType::kInt && v.is_int()) ||
+         (t == ValueType::kString && v.is_string());
+}
+
+Status CheckLevel(const char* name, int value, int max) {
+  if (value < 0 || value > max)
+    return InvalidArgumentError(std::string(name) + " must be between 0 and " + std::to_string(max) + ", got " +
+                                std::to_string(value));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateOptions(const ProfileOptions& o) {
+  if (Status s = CheckLevel("host_tracer_level", o.host_tracer_level, 3); !s.ok()) return s;
+  if (Status s = CheckLevel("device_tracer_level", o.device_tracer_level, 1); !s.ok()) return s;
+  if (Status s = CheckLevel("python_tracer_level", o.python_tracer_level, 1); !s.ok()) return s;
+  for (const auto& [key, value] : o.advanced_configuration) {
+    const KnownKey* known = nullptr;
+    for (const KnownKey& k : kKnownKeys)
+      if (k.name == key) known = &k;
+    if (known == nullptr) {
+      std::string list;
+      for (const KnownKey& k : kKnownKeys) list += (list.empty() ? "" : ", ") + std::string(k.name);
+      return InvalidArgumentError("unknown advanced_configuration key '" + key + "' (known keys: " + list + ")");
+    }
+    if (!Matches(value, known->type))
+      return InvalidArgumentError("advanced_configuration key '" + key + "' takes a " + TypeName(known->type) +
+                                  " value");
+    if (known->type == ValueType::kInt && value.as_int() < 0)
+      return InvalidArgumentError("advanced_configuration key '" + key + "' must not be negative");
+    if (key == "tpu_trace_mode") {
+      const std::string& m = value.as_string();
+      if (m != "TRACE_ONLY_HOST" && m != "TRACE_ONLY_XLA" && m != "TRACE_COMPUTE" && m != "TRACE_COMPUTE_AND_SYNC")
+        return InvalidArgumentError("advanced_configuration key 'tpu_trace_mode' must be one of TRACE_ONLY_HOST, "
+                                    "TRACE_ONLY_XLA, TRACE_COMPUTE, TRACE_COMPUTE_AND_SYNC; got '" + m + "'");
+    }
+  }
+  if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)
+    return InvalidArgumentError("buffer bounds must be positive");
+  return Status::Ok();
+}
+
+}  // namespace spyglass::profiler

@@ -1,0 +1,152 @@
+// start_trace / stop_trace / trace: the programmatic session, with the
+// semantics of jax.profiler, over session::Session and the exporters.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <mutex>
+
+#include "export/log_dir.h"
+#include "export/perfetto_link.h"
+#include "export/trace_json/trace_json_writer.h"
+#include "export/xplane/xplane_writer.h"
+#include "session/session.h"
+#include "spyglass/profiler.h"
+#include "trace/recorder.h"
+
+namespace spyglass::profiler {
+namespace {
+
+constexpr char kAlreadyStarted[] = "Profile has already been started. Only one profile may be run at a time.";
+
+struct ApiState {
+  std::mutex mu;
+  std::unique_ptr<session::Session> session;
+  std::string log_dir;
+  TraceOptions options;
+  // The last stopped session, kept so a failed write can be retried.
+  std::shared_ptr<const model::Space> last_space;
+  TraceFiles last_files;
+  TraceStats last_stats;
+};
+
+ApiState& state() {
+  static auto* s = new ApiState;
+  return *s;
+}
+
+Status Export(const model::Space& space, const std::string& log_dir, const TraceOptions& options,
+              TraceFiles* files) {
+  std::string run_dir;
+  if (Status s = exporter::MakeRunDir(log_dir, options.profiler_options.session_id, &run_dir); !s.ok()) return s;
+  std::string stem = run_dir + "/" + exporter::SanitizeHostForFile(session::Hostname());
+  TraceFiles out;
+  out.run_dir = run_dir;
+  out.xplane_path = stem + ".xplane.pb";
+  out.trace_json_path = stem + ".trace.json.gz";
+  if (Status s = exporter::WriteXSpaceFile(space, out.xplane_path); !s.ok()) return s;
+  if (Status s = exporter::WriteTraceJsonGz(space, out.trace_json_path); !s.ok()) return s;
+  if (options.create_perfetto_trace || options.create_perfetto_link) {
+    out.perfetto_trace_path = run_dir + "/perfetto_trace.json.gz";
+    exporter::TraceJsonOptions json;
+    json.perfetto = true;
+    json.gzip_level = 6;
+    if (Status s = exporter::WriteTraceJsonGz(space, out.perfetto_trace_path, json); !s.ok()) return s;
+  }
+  *files = out;
+  return Status::Ok();
+}
+
+Status ServeLinkIfAsked(const TraceOptions& options, const TraceFiles& files) {
+  if (!options.create_perfetto_link) return Status::Ok();
+  exporter::PerfettoLinkOptions link;
+  link.timeout_s = options.perfetto_link_timeout_s;
+  return exporter::ServePerfettoTrace(files.perfetto_trace_path, link);
+}
+
+}  // namespace
+
+Status start_trace(const std::string& log_dir, const TraceOptions& options) {
+  ApiState& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.session) return FailedPreconditionError(kAlreadyStarted);
+  if (log_dir.empty()) return InvalidArgumentError("log_dir is empty");
+  session::ClearMetadata();
+  std::unique_ptr<session::Session> s;
+  // A remote capture holds the same process-wide lock.
+  if (Status status = session::Session::Create(options.profiler_options, kAlreadyStarted, &s); !status.ok())
+    return status;
+  st.session = std::move(s);
+  st.log_dir = log_dir;
+  st.options = options;
+  return Status::Ok();
+}
+
+Status stop_trace() {
+  ApiState& st = state();
+  TraceOptions options;
+  TraceFiles files;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.session) return FailedPreconditionError("No profile started");
+    auto space = std::make_shared<model::Space>();
+    session::SessionSummary summary;
+    Status collect = st.session->Stop(space.get(), &summary);
+    st.session.reset();
+    session::ClearMetadata();
+    st.last_space = space;
+    st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads};
+    options = st.options;
+    if (Status s = Export(*space, st.log_dir, options, &files); !s.ok())
+      return InternalError(s.message() + " (the trace is kept in memory: call export_last_trace with another log_dir)");
+    st.last_files = files;
+    if (!collect.ok()) return collect;
+  }
+  // Outside the lock: the link server blocks until the browser fetched it.
+  return ServeLinkIfAsked(options, files);
+}
+
+Status export_last_trace(const std::string& log_dir, const TraceOptions& options) {
+  ApiState& st = state();
+  TraceFiles files;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.last_space) return FailedPreconditionError("no stopped trace to export");
+    if (Status s = Export(*st.last_space, log_dir, options, &files); !s.ok()) return s;
+    st.last_files = files;
+  }
+  return ServeLinkIfAsked(options, files);
+}
+
+TraceFiles last_trace_files() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().last_files;
+}
+
+TraceStats last_trace_stats() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().last_stats;
+}
+
+TraceScope::TraceScope(const std::string& log_dir, const TraceOptions& options)
+    : start_status_(start_trace(log_dir, options)), running_(start_status_.ok()) {}
+
+TraceScope::~TraceScope() {
+  if (!running_) return;
+  Status s = stop();
+  if (!s.ok()) std::fprintf(stderr, "spyglass: stop_trace failed: %s\n", s.ToString().c_str());
+}
+
+Status TraceScope::stop() {
+  if (!running_) return FailedPreconditionError("trace scope is not running");
+  running_ = false;
+  return stop_trace();
+}
+
+void set_thread_name(std::string_view name) { internal::recorder_set_thread_name(std::string(name)); }
+
+void set_process_name(std::string_view name) { session::SetProcessName(std::string(name)); }
+
+void set_metadata(const std::string& key, const std::string& value) { session::SetMetadata(key, value); }
+void clear_metadata() { session::ClearMetadata(); }
+
+}  // namespace spyglass::profiler

@@ -1,0 +1,62 @@
+// A profiling session: owns the tracers of one capture. The same code serves
+// start_trace/stop_trace, a remote capture, and a subprocess's part of one.
+// Only one session runs in a process at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/xspace.h"
+#include "session/tracer.h"
+#include "spyglass/options.h"
+#include "spyglass/status.h"
+
+namespace spyglass::session {
+
+struct SessionSummary {
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;
+  uint64_t incomplete_events = 0;
+  uint64_t threads = 0;
+};
+
+class Session {
+ public:
+  // Validates options, takes the process-wide profiler lock and starts every
+  // tracer. Fails with FailedPrecondition `busy_message` if a session runs.
+  static Status Create(const profiler::ProfileOptions& options, const std::string& busy_message,
+                       std::unique_ptr<Session>* out);
+  ~Session();  // stops (discarding data) if Stop was not called
+
+  // Stops the tracers and builds the post-processed XSpace model (host plane,
+  // metadata, Task Environment, process_id on every plane, hostnames).
+  Status Stop(model::Space* space, SessionSummary* summary);
+
+  const profiler::ProfileOptions& options() const { return options_; }
+  uint64_t start_wall_ns() const { return start_wall_ns_; }
+
+ private:
+  Session() = default;
+  profiler::ProfileOptions options_;
+  std::vector<std::unique_ptr<Tracer>> tracers_;
+  uint64_t start_wall_ns_ = 0;
+  uint64_t start_ticks_ = 0;
+  uint64_t recorder_word_ = 0;
+  bool stopped_ = false;
+};
+
+// Whether a session runs now (any kind).
+bool SessionActive();
+
+// Profiler metadata (jax set_metadata), recorded on /host:metadata.
+void SetMetadata(const std::string& key, const std::string& value);
+void ClearMetadata();
+
+std::string Hostname();
+
+// The name shown for this process (default: /proc/self/comm).
+void SetProcessName(const std::string& name);
+std::string ProcessName();
+
+}  // namespace spyglass::session

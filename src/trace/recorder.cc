@@ -1,0 +1,328 @@
+#include "trace/recorder.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+
+namespace spyglass::internal {
+
+GlobalState g_state;
+constinit thread_local ThreadSlot t_slot __attribute__((tls_model("initial-exec"))) = {nullptr, false};
+
+namespace {
+
+constexpr size_t kChunkWords = kChunkBytes / 8;
+// Words at the end of each chunk that only end records may use, so that an
+// event whose begin fit can almost always be closed after the bound is hit.
+constexpr size_t kEndReserveWords = 256;
+// Free chunks kept for reuse between sessions (beyond this they are unmapped).
+constexpr size_t kMaxCachedChunks = 512;
+// Chunks faulted in at session start, so that first events do not page-fault.
+constexpr size_t kPrefaultChunks = 16;
+
+uint64_t g_empty_chunk[1];
+
+int64_t current_tid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
+// Bounded pool of chunks shared by all threads; touched only on slow paths.
+class ChunkPool {
+ public:
+  uint64_t* acquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_use_bytes_ + kChunkBytes > limit_bytes_) return nullptr;
+    uint64_t* chunk = nullptr;
+    if (!free_.empty()) {
+      chunk = free_.back();
+      free_.pop_back();
+    } else {
+      chunk = map_chunk();
+      if (chunk == nullptr) return nullptr;
+    }
+    in_use_bytes_ += kChunkBytes;
+    return chunk;
+  }
+
+  void release(uint64_t* chunk) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_bytes_ -= kChunkBytes;
+    if (free_.size() < kMaxCachedChunks) free_.push_back(chunk);
+    else munmap(chunk, kChunkBytes);
+  }
+
+  // Sets the total bound and faults in a few chunks ahead of use.
+  void configure(uint64_t limit_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_bytes_ = limit_bytes;
+    size_t want = std::min<size_t>(kPrefaultChunks, limit_bytes / kChunkBytes);
+    while (free_.size() < want) {
+      uint64_t* c = map_chunk();
+      if (c == nullptr) break;
+      free_.push_back(c);
+    }
+  }
+
+ private:
+  static uint64_t* map_chunk() {
+    void* p = mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<uint64_t*>(p);
+  }
+
+  std::mutex mu_;
+  std::vector<uint64_t*> free_;
+  uint64_t in_use_bytes_ = 0;
+  uint64_t limit_bytes_ = 0;
+};
+
+struct ChunkUse {
+  uint64_t* begin;
+  uint64_t* end;  // valid for all but the current (last) chunk
+};
+
+struct ThreadBufferImpl : ThreadBuffer {
+  std::mutex mu;                // guards chunks, bound_word writes, name
+  std::vector<ChunkUse> chunks;
+  uint64_t bytes = 0;
+  bool full = false;            // the bound was hit this session: drop begins fast
+  std::atomic<uint64_t> dropped{0};
+  int64_t tid = 0;
+  std::string name;
+  bool name_overridden = false;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::vector<ThreadBufferImpl*> live;
+  std::vector<ThreadBufferImpl*> retired;  // threads that exited, kept until collected
+  ChunkPool pool;
+  std::atomic<uint64_t> bytes_per_thread{0};
+  std::atomic<uint64_t> dropped_after_exit{0};
+  uint64_t generation = 0;
+};
+
+// Leaked on purpose: annotations may run in static destructors and at exit.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+std::string os_thread_name() {
+  char buf[64] = {0};
+  if (pthread_getname_np(pthread_self(), buf, sizeof buf) != 0) return {};
+  return buf;
+}
+
+void release_chunks(Registry& r, ThreadBufferImpl* tb, size_t keep) {
+  while (tb->chunks.size() > keep) {
+    r.pool.release(tb->chunks.back().begin);
+    tb->chunks.pop_back();
+    tb->bytes -= kChunkBytes;
+  }
+}
+
+void point_at(ThreadBufferImpl* tb, uint64_t* chunk) {
+  tb->cursor.store(chunk, std::memory_order_relaxed);
+  tb->soft_limit = chunk + kChunkWords - kEndReserveWords;
+  tb->hard_limit = chunk + kChunkWords;
+}
+
+void point_at_nothing(ThreadBufferImpl* tb) {
+  tb->cursor.store(g_empty_chunk, std::memory_order_relaxed);
+  tb->soft_limit = g_empty_chunk;
+  tb->hard_limit = g_empty_chunk;
+}
+
+// Runs at the thread's exit: hand the buffer to the collector and stop
+// recording on this thread.
+struct ThreadExitHook {
+  ~ThreadExitHook() {
+    auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
+    // The main thread's buffer stays: static destructors may still annotate.
+    if (tb == nullptr || tb->tid == static_cast<int64_t>(getpid())) return;
+    t_slot.buffer = nullptr;
+    t_slot.exited = true;
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.erase(std::find(r.live.begin(), r.live.end(), tb));
+    bool keep;
+    {
+      std::lock_guard<std::mutex> tlock(tb->mu);
+      // Events of the current (or just stopped) session must survive the thread.
+      keep = tb->bound_word != 0 && (tb->bound_word >> 8) == r.generation;
+      if (!keep) release_chunks(r, tb, 0);
+    }
+    if (keep) r.retired.push_back(tb);
+    else delete tb;
+  }
+};
+
+ThreadBufferImpl* create_buffer() {
+  auto* tb = new ThreadBufferImpl;
+  tb->tid = current_tid();
+  tb->name = os_thread_name();
+  point_at_nothing(tb);
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.push_back(tb);
+  }
+  static thread_local ThreadExitHook hook;
+  (void)&hook;
+  t_slot.buffer = tb;
+  return tb;
+}
+
+}  // namespace
+
+ThreadBuffer* bind_slow(uint64_t word) {
+  if (t_slot.exited) {
+    registry().dropped_after_exit.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
+  if (tb == nullptr) tb = create_buffer();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(tb->mu);
+  // The previous session was collected before this one started, so the old
+  // chunks are free to overwrite. Keep one to avoid a pool round trip.
+  release_chunks(r, tb, 1);
+  tb->full = false;
+  tb->dropped.store(0, std::memory_order_relaxed);
+  if (!tb->name_overridden) tb->name = os_thread_name();
+  if (tb->chunks.empty()) {
+    if (uint64_t* c = r.pool.acquire()) {
+      tb->chunks.push_back({c, c});
+      tb->bytes += kChunkBytes;
+    }
+  }
+  if (tb->chunks.empty()) point_at_nothing(tb);
+  else point_at(tb, tb->chunks.front().begin);
+  tb->bound_word = word;
+  return tb;
+}
+
+uint64_t* grow_slow(ThreadBuffer* base, uint32_t words, bool is_end) {
+  auto* tb = static_cast<ThreadBufferImpl*>(base);
+  if (tb->full && !is_end) {
+    tb->dropped.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(tb->mu);
+  uint64_t* chunk = nullptr;
+  if (tb->bytes + kChunkBytes <= r.bytes_per_thread.load(std::memory_order_relaxed)) chunk = r.pool.acquire();
+  if (chunk == nullptr) {
+    tb->full = true;
+    tb->dropped.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  if (!tb->chunks.empty()) tb->chunks.back().end = tb->cursor.load(std::memory_order_relaxed);
+  tb->chunks.push_back({chunk, chunk});
+  tb->bytes += kChunkBytes;
+  point_at(tb, chunk);
+  (void)words;  // a record never exceeds a chunk (names are truncated)
+  return chunk;
+}
+
+void add_arg(uint64_t word, std::string_view key, ArgType type, uint64_t bits, std::string_view str) {
+  if (word == 0) return;
+  ThreadBuffer* tb = t_slot.buffer;
+  if (tb == nullptr || tb->bound_word != word) return;
+  size_t klen = std::min<size_t>(key.size(), 255);
+  size_t vlen = type == ArgType::kString ? std::min<size_t>(str.size(), kMaxStringBytes) : 8;
+  uint32_t words = static_cast<uint32_t>(1 + words_for(klen) + words_for(vlen));
+  uint64_t* c = reserve(tb, words);
+  if (c == nullptr) return;
+  c[0] = (kTagArg << 56) | (uint64_t(type) << 48) | (uint64_t(klen) << 32) | vlen;
+  uint64_t* k = c + 1;
+  k[words_for(klen) - (klen ? 1 : 0)] = 0;
+  std::memcpy(k, key.data(), klen);
+  uint64_t* v = k + words_for(klen);
+  if (type == ArgType::kString) {
+    if (vlen) v[words_for(vlen) - 1] = 0;
+    std::memcpy(v, str.data(), vlen);
+  } else {
+    v[0] = bits;
+  }
+  publish(tb, c + words);
+}
+
+uint64_t recorder_start(int level, const RecorderLimits& limits) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  // Exited threads' buffers from an earlier, collected session.
+  for (ThreadBufferImpl* tb : r.retired) {
+    release_chunks(r, tb, 0);
+    delete tb;
+  }
+  r.retired.clear();
+  r.bytes_per_thread.store(limits.bytes_per_thread, std::memory_order_relaxed);
+  r.pool.configure(limits.bytes_total);
+  ++r.generation;
+  uint64_t word = (r.generation << 8) | static_cast<uint64_t>(level & 0xff);
+  g_state.session_word.store(word, std::memory_order_release);
+  return word;
+}
+
+void recorder_stop() {
+  uint64_t word = g_state.session_word.load(std::memory_order_relaxed);
+  g_state.session_word.store(word & ~uint64_t{0xff}, std::memory_order_release);
+}
+
+std::vector<RawThread> recorder_collect(uint64_t word) {
+  Registry& r = registry();
+  std::vector<RawThread> out;
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto take = [&](ThreadBufferImpl* tb) {
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word != word || tb->chunks.empty()) {
+      if (tb->bound_word == word && tb->dropped.load(std::memory_order_relaxed) > 0)
+        out.push_back({tb->tid, tb->name, {}, tb->dropped.load(std::memory_order_relaxed)});
+      return;
+    }
+    RawThread t;
+    t.tid = tb->tid;
+    t.name = tb->name;
+    t.dropped = tb->dropped.load(std::memory_order_relaxed);
+    for (size_t i = 0; i + 1 < tb->chunks.size(); ++i) t.spans.emplace_back(tb->chunks[i].begin, tb->chunks[i].end);
+    t.spans.emplace_back(tb->chunks.back().begin, tb->cursor.load(std::memory_order_acquire));
+    out.push_back(std::move(t));
+  };
+  for (ThreadBufferImpl* tb : r.live) take(tb);
+  for (ThreadBufferImpl* tb : r.retired) take(tb);
+  return out;
+}
+
+void recorder_release(uint64_t word) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (ThreadBufferImpl* tb : r.retired) {
+    (void)word;
+    release_chunks(r, tb, 0);
+    delete tb;
+  }
+  r.retired.clear();
+}
+
+void recorder_set_thread_name(std::string name) {
+  auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
+  if (tb == nullptr) {
+    if (t_slot.exited) return;
+    tb = create_buffer();
+  }
+  std::lock_guard<std::mutex> lock(tb->mu);
+  tb->name = std::move(name);
+  tb->name_overridden = true;
+}
+
+uint64_t recorder_dropped_after_exit() {
+  return registry().dropped_after_exit.load(std::memory_order_relaxed);
+}
+
+}  // namespace spyglass::internal
