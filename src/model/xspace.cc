@@ -5,6 +5,38 @@
 
 namespace spyglass::model {
 
+namespace {
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+  if (len == 0 || c >= 0xf5 || i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  // Overlong 3/4-byte forms and UTF-16 surrogates are invalid too.
+  unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90))
+    return 0;
+  return len;
+}
+}  // namespace
+
+std::string ValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t len = Utf8SequenceLength(s, i);
+    if (len == 0) {
+      out += "\xef\xbf\xbd";
+      ++i;
+    } else {
+      out.append(s.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
+}
+
 void Line::sort_events() {
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.offset_ps != b.offset_ps) return a.offset_ps < b.offset_ps;
@@ -13,20 +45,22 @@ void Line::sort_events() {
 }
 
 uint32_t Plane::intern_event(std::string_view name) {
-  auto it = event_ids_.find(std::string(name));
+  std::string key(name);
+  auto it = event_ids_.find(key);
   if (it != event_ids_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(event_metadata_.size());
-  event_metadata_.push_back(EventMetadata{id, std::string(name), {}, {}});
-  event_ids_.emplace(std::string(name), id);
+  event_metadata_.push_back(EventMetadata{id, ValidUtf8(name), {}, {}});
+  event_ids_.emplace(std::move(key), id);
   return id;
 }
 
 uint32_t Plane::intern_stat(std::string_view name) {
-  auto it = stat_ids_.find(std::string(name));
+  std::string key(name);
+  auto it = stat_ids_.find(key);
   if (it != stat_ids_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(stat_metadata_.size());
-  stat_metadata_.push_back(StatMetadata{id, std::string(name), {}});
-  stat_ids_.emplace(std::string(name), id);
+  stat_metadata_.push_back(StatMetadata{id, ValidUtf8(name), {}});
+  stat_ids_.emplace(std::move(key), id);
   return id;
 }
 
@@ -63,7 +97,7 @@ Stat Plane::str_stat(std::string_view key, std::string v) {
   Stat s;
   s.metadata_id = intern_stat(key);
   s.kind = StatKind::kString;
-  s.str = std::move(v);
+  s.str = ValidUtf8(v);
   return s;
 }
 
@@ -76,8 +110,10 @@ Stat Plane::ref_stat(std::string_view key, std::string_view value) {
 }
 
 Stat Plane::bytes_stat(std::string_view key, std::string v) {
-  Stat s = str_stat(key, std::move(v));
+  Stat s;
+  s.metadata_id = intern_stat(key);
   s.kind = StatKind::kBytes;
+  s.str = std::move(v);
   return s;
 }
 

@@ -105,6 +105,10 @@ class Plane {
   std::unordered_map<std::string, uint32_t> stat_ids_;
 };
 
+// `s` with invalid UTF-8 sequences replaced by U+FFFD: protobuf rejects
+// string fields that are not UTF-8, so every name entering the model is valid.
+std::string ValidUtf8(std::string_view s);
+
 struct Space {
   std::vector<Plane> planes;
   std::vector<std::string> errors;

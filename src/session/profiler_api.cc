@@ -1,9 +1,12 @@
 // start_trace / stop_trace / trace: the programmatic session, with the
 // semantics of jax.profiler, over session::Session and the exporters.
+#include <pthread.h>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <new>
 
 #include "export/log_dir.h"
 #include "export/perfetto_link.h"
@@ -33,6 +36,17 @@ ApiState& state() {
   static auto* s = new ApiState;
   return *s;
 }
+
+// A forked child starts with no session: the parent's session object is
+// abandoned there (its destructor would act on the parent's behalf).
+void AfterForkChild() {
+  ApiState& st = state();
+  new (&st.mu) std::mutex;
+  (void)st.session.release();
+  session::ResetAfterForkChild();
+}
+
+[[maybe_unused]] const int g_atfork_registered = pthread_atfork(nullptr, nullptr, AfterForkChild);
 
 Status Export(const model::Space& space, const std::string& log_dir, const TraceOptions& options,
               TraceFiles* files) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -112,6 +113,14 @@ class HostTracer : public Tracer {
 void RegisterTracerFactory(TracerFactory factory) {
   std::lock_guard<std::mutex> lock(factories_mu());
   factories().push_back(std::move(factory));
+}
+
+void ResetAfterForkChild() {
+  internal::recorder_after_fork_child();
+  g_session_active.store(false);
+  new (&factories_mu()) std::mutex;
+  new (&metadata_mu()) std::mutex;
+  new (&process_name_mu()) std::mutex;
 }
 
 bool SessionActive() { return g_session_active.load(); }

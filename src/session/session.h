@@ -46,6 +46,9 @@ class Session {
   bool stopped_ = false;
 };
 
+// In a forked child: no session runs (the parent's belongs to the parent).
+void ResetAfterForkChild();
+
 // Whether a session runs now (any kind).
 bool SessionActive();
 

@@ -109,8 +109,8 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
     ++stats.threads;
     model::Line& line = plane->line_with_id(t.tid);
     if (line.name.empty()) {
-      line.name = t.name;
-      line.display_name = t.name;
+      line.name = model::ValidUtf8(t.name);
+      line.display_name = line.name;
     }
     std::vector<OpenEvent> open;
     auto stats_for = [&](model::Event& e) -> std::vector<model::Stat>& {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <new>
 
 namespace spyglass::internal {
 
@@ -33,6 +34,9 @@ int64_t current_tid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
 // Bounded pool of chunks shared by all threads; touched only on slow paths.
 class ChunkPool {
  public:
+  // In a forked child: the lock may have been held by a thread that is gone.
+  void reset_lock_after_fork() { new (&mu_) std::mutex; }
+
   uint64_t* acquire() {
     std::lock_guard<std::mutex> lock(mu_);
     if (in_use_bytes_ + kChunkBytes > limit_bytes_) return nullptr;
@@ -319,6 +323,25 @@ void recorder_set_thread_name(std::string name) {
   std::lock_guard<std::mutex> lock(tb->mu);
   tb->name = std::move(name);
   tb->name_overridden = true;
+}
+
+void recorder_after_fork_child() {
+  // The child does not take part in the parent's session.
+  uint64_t word = g_state.session_word.load(std::memory_order_relaxed);
+  g_state.session_word.store(word & ~uint64_t{0xff}, std::memory_order_relaxed);
+  Registry& r = registry();
+  new (&r.mu) std::mutex;
+  r.pool.reset_lock_after_fork();
+  // Only the forking thread exists in the child; the other buffers (and
+  // their possibly held locks) are abandoned, not touched.
+  auto* self = static_cast<ThreadBufferImpl*>(t_slot.buffer);
+  r.live.clear();
+  r.retired.clear();
+  if (self != nullptr) {
+    new (&self->mu) std::mutex;
+    self->tid = current_tid();
+    r.live.push_back(self);
+  }
 }
 
 uint64_t recorder_dropped_after_exit() {

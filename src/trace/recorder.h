@@ -39,6 +39,10 @@ void recorder_release(uint64_t word);
 // Names a thread in the outputs (the calling thread).
 void recorder_set_thread_name(std::string name);
 
+// Called in a forked child (pthread_atfork): stops recording there and
+// forgets the parent's other threads.
+void recorder_after_fork_child();
+
 // Events dropped because their thread had already run its exit handlers.
 uint64_t recorder_dropped_after_exit();
 
