@@ -15,6 +15,7 @@
 // prints the ratios the goals are stated in.
 #include <benchmark/benchmark.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <barrier>
 #include <chrono>
@@ -304,6 +305,7 @@ BENCHMARK(BM_Naive_MutexVector)->Threads(1)->Threads(2);
 
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
+  explicit SummaryReporter(OutputOptions opts) : ConsoleReporter(opts) {}
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.error_occurred || r.iterations == 0) continue;
@@ -341,7 +343,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  SummaryReporter reporter;
+  // Color only on a terminal (a custom reporter does not get --benchmark_color).
+  SummaryReporter reporter(isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_Defaults
+                                                 : benchmark::ConsoleReporter::OO_Tabular);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "spyglass/annotation.h"
+#include "spyglass/memory.h"
 #include "spyglass/options.h"
+#include "spyglass/server.h"
 #include "spyglass/status.h"
 
 namespace spyglass {

@@ -1,19 +1,24 @@
 // The spyglass command-line tool. Subcommands are thin clients over the library.
-#include <CLI/CLI.hpp>
-
 #include <iostream>
 
+#include "commands.h"
 #include "spyglass/profiler.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"spyglass: where does the time go, who holds the memory"};
   app.set_version_flag("--version", std::string("spyglass ") + spyglass::version());
-  app.require_subcommand(0);
+  app.require_subcommand(0, 1);
   app.footer(
       "Traces are written by programs linked with libspyglass (spyglass::profiler::start_trace) to\n"
       "<log_dir>/plugins/profile/<run>/: open <host>.trace.json.gz or perfetto_trace.json.gz in\n"
       "https://ui.perfetto.dev, or run `xprof --logdir <log_dir>` for XProf.");
-  CLI11_PARSE(app, argc, argv);
-  if (argc == 1) std::cout << app.help();
+  spyglass::cli::AddCollectCommand(app);
+  spyglass::cli::AddMemoryCommands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (app.get_subcommands().empty()) std::cout << app.help();
   return 0;
 }

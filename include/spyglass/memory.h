@@ -1,0 +1,3 @@
+// Memory profiles: allocation tracking with stacks, pprof snapshots.
+// Implemented in src/memory/.
+#pragma once

@@ -1,0 +1,7 @@
+#include "commands.h"
+
+namespace spyglass::cli {
+
+void AddMemoryCommands(CLI::App& app) { (void)app; }
+
+}  // namespace spyglass::cli
