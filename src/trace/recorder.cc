@@ -185,6 +185,11 @@ ThreadBufferImpl* create_buffer() {
 }  // namespace
 
 ThreadBuffer* bind_slow(uint64_t word) {
+  // The hot path's load was relaxed; this acquire pairs with the release
+  // store of recorder_start, so the collector's reads of the last session
+  // happen before we overwrite its chunks.
+  word = g_state.session_word.load(std::memory_order_acquire);
+  if ((word & 0xff) == 0) return nullptr;
   if (t_slot.exited) {
     registry().dropped_after_exit.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
