@@ -10,6 +10,7 @@
 // reset before each step by writing "5" to /proc/self/clear_refs. "model" is
 // the RSS the model added when it was built.
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -45,6 +46,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// CPU time of the process (the exports are single-threaded): less sensitive
+// than wall time to other load on a shared machine.
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // kB fields of /proc/self/status.
 int64_t status_kb(const char* key) {
@@ -244,6 +252,7 @@ struct Row {
   std::string what;
   uint64_t events;
   double seconds;
+  double cpu;
   int64_t out_bytes;
   int64_t rss_before;
   int64_t hwm;
@@ -254,16 +263,19 @@ template <class F>
 Row measure(const std::string& what, uint64_t events, const std::string& path, F&& f) {
   reset_hwm();
   int64_t before = rss_bytes();
+  double c0 = cpu_seconds();
   auto t0 = Clock::now();
   f();
   double s = seconds_since(t0);
+  double cpu = cpu_seconds() - c0;
   int64_t hwm = hwm_bytes();
   std::error_code ec;
   int64_t size = path.empty() ? -1 : static_cast<int64_t>(fs::file_size(path, ec));
-  Row r{what, events, s, size, before, hwm};
+  Row r{what, events, s, cpu, size, before, hwm};
   g_rows.push_back(r);
-  std::printf("  %-40s %7.3f s  %6.2f M events/s  out %8.1f MiB  RSS before %7.1f MiB  peak %7.1f MiB (+%.1f)\n",
-              what.c_str(), s, static_cast<double>(events) / s / 1e6, size < 0 ? 0.0 : mib(size), mib(before),
+  std::printf("  %-36s %7.3f s (cpu %7.3f s)  %6.2f M events/s  out %7.1f MiB  RSS before %7.1f MiB  peak %7.1f MiB "
+              "(+%.1f)\n",
+              what.c_str(), s, cpu, static_cast<double>(events) / s / 1e6, size < 0 ? 0.0 : mib(size), mib(before),
               mib(hwm), mib(hwm - before));
   std::fflush(stdout);
   return r;
@@ -378,7 +390,7 @@ int main(int argc, char** argv) {
       proto->SerializeToCodedStream(&co);
     }
     int64_t naive_peak = std::max(nb.hwm, ns.hwm);
-    std::printf("  %-40s %7.3f s  %6.2f M events/s  peak +%.1f MiB over the model\n", "naive: build + serialize",
+    std::printf("  %-36s %7.3f s  %6.2f M events/s  peak +%.1f MiB over the model\n", "naive: build + serialize",
                 nb.seconds + ns.seconds, static_cast<double>(n) / (nb.seconds + ns.seconds) / 1e6,
                 mib(naive_peak - naive_before));
     delete proto;
@@ -446,8 +458,8 @@ int main(int argc, char** argv) {
   std::printf("\nGoals (model = %.1f MiB, peak ratio = (peak RSS - RSS before the model) / model):\n", mib(model_rss));
   std::printf("  .xplane.pb: %.3f s for %" PRIu64 " events (%.2f s per 10M), goal < 3 s per 10M: %s\n", xr.seconds, n,
               x_for_10m, x_for_10m < 3 ? "MET" : "NOT MET");
-  std::printf("  .trace.json.gz: %.2f M events/s, goal >= 1.5 M/s: %s\n", j_rate / 1e6,
-              j_rate >= 1.5e6 ? "MET" : "NOT MET");
+  std::printf("  .trace.json.gz: %.2f M events/s (%.2f M per CPU second), goal >= 1.5 M/s: %s\n", j_rate / 1e6,
+              static_cast<double>(n) / jr.cpu / 1e6, j_rate >= 1.5e6 ? "MET" : "NOT MET");
   std::printf("  peak during .xplane.pb export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",
               peak_ratio(xr), mib(xr.hwm - xr.rss_before), peak_ratio(xr) <= 2 ? "MET" : "NOT MET");
   std::printf("  peak during .trace.json.gz export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",

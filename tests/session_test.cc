@@ -1,6 +1,9 @@
 // Session semantics: one at a time, errors, options validation, outputs and
 // their layout, bounded buffers, export retry.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,6 +182,50 @@ TEST(Session, PerfettoTraceOnRequest) {
   std::string json = ReadGzip(files.perfetto_trace_path);
   EXPECT_EQ(json.find("\"metadata\""), std::string::npos);
   EXPECT_NE(json.find("for_perfetto"), std::string::npos);
+}
+
+// HTTP GET against the Perfetto link server; returns the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+      (void)!write(fd, req.data(), req.size());
+      std::string resp;
+      char buf[65536];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, n);
+      close(fd);
+      return resp;
+    }
+    close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return {};
+}
+
+TEST(Session, PerfettoLinkServesTheTraceOnceThenReturns) {
+  std::string dir = MakeTempDir();
+  prof::TraceOptions t;
+  t.create_perfetto_link = true;
+  t.perfetto_link_timeout_s = 30;
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("served_event"); }
+  spyglass::Status stopped;
+  std::thread stopper([&] { stopped = prof::stop_trace(); });
+  std::string other = HttpGet(9001, "/../../etc/passwd");
+  EXPECT_NE(other.find(" 404 "), std::string::npos);
+  std::string resp = HttpGet(9001, "/perfetto_trace.json.gz");
+  stopper.join();
+  EXPECT_TRUE(stopped.ok()) << stopped.ToString();
+  EXPECT_NE(resp.find(" 200 "), std::string::npos);
+  EXPECT_NE(resp.find("Access-Control-Allow-Origin: *"), std::string::npos);
+  std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
+  EXPECT_EQ(body, spyglass::testing::ReadFile(prof::last_trace_files().perfetto_trace_path));
 }
 
 TEST(Session, UnwritableLogDirFailsAndDataCanBeExportedAgain) {

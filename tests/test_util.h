@@ -4,6 +4,8 @@
 
 #include <zlib.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +19,28 @@ namespace spyglass::testing {
 
 namespace fs = std::filesystem;
 
+// Temporary directories of this test process, removed when it exits.
+inline std::vector<std::string>& TempDirs() {
+  static auto* dirs = new std::vector<std::string>;
+  return *dirs;
+}
+
 inline std::string MakeTempDir(const std::string& prefix = "spyglass-test") {
   std::string tmpl = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
   char* p = mkdtemp(tmpl.data());
-  return p ? std::string(p) : std::string();
+  if (p == nullptr) return {};
+  static const pid_t owner = getpid();
+  if (TempDirs().empty())
+    atexit([] {
+      if (getpid() != owner) return;  // a forked child must not remove the parent's dirs
+      std::error_code ec;
+      for (const auto& d : TempDirs()) {
+        fs::permissions(d, fs::perms::owner_all, fs::perm_options::add, ec);
+        fs::remove_all(d, ec);
+      }
+    });
+  TempDirs().push_back(p);
+  return p;
 }
 
 inline std::string ReadFile(const std::string& path) {

@@ -9,7 +9,11 @@
 #include <charconv>
 #include <cstring>
 #include <functional>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <thread>
 
 namespace spyglass::exporter {
 namespace {
@@ -252,50 +256,133 @@ std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& o
   return out;
 }
 
-Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
-  z_stream z{};
-  // windowBits 15 + 16: gzip framing.
-  if (deflateInit2(&z, options.gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    ::close(fd);
-    return InternalError("zlib init failed");
+namespace {
+
+// Compresses and writes blocks on its own thread, so that formatting JSON
+// and deflating it (the two halves of the export's cost) run in parallel.
+// At most kMaxQueued blocks wait, so memory stays bounded.
+class GzipFileWriter {
+ public:
+  GzipFileWriter(int fd, int level) : fd_(fd) {
+    // windowBits 15 + 16: gzip framing.
+    ok_ = deflateInit2(&z_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;
+    initialized_ = ok_;
+    if (ok_) worker_ = std::thread([this] { Run(); });
   }
-  std::string zbuf(1 << 18, '\0');
-  int write_errno = 0;
-  auto drain = [&](int flush) {
+  ~GzipFileWriter() {
+    Finish();
+    if (initialized_) deflateEnd(&z_);
+  }
+
+  bool Push(const char* p, size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_cv_.wait(lock, [&] { return queue_.size() < kMaxQueued || !ok_; });
+    if (!ok_) return false;
+    std::string block;
+    if (!free_.empty()) {
+      block = std::move(free_.back());
+      free_.pop_back();
+    }
+    block.assign(p, n);
+    queue_.push_back(std::move(block));
+    data_cv_.notify_one();
+    return true;
+  }
+
+  // Flushes the stream; returns false (with errno_) on any failure.
+  bool Finish() {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_ = true;
+      }
+      data_cv_.notify_one();
+      worker_.join();
+    }
+    return ok_;
+  }
+  int error() const { return errno_; }
+
+ private:
+  static constexpr size_t kMaxQueued = 4;
+
+  void Run() {
+    std::string out(1 << 18, '\0');
+    for (;;) {
+      std::string block;
+      bool last = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        data_cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) last = true;
+        else {
+          block = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      space_cv_.notify_one();
+      bool ok = Deflate(block, last ? Z_FINISH : Z_NO_FLUSH, out);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!last) free_.push_back(std::move(block));
+        if (!ok) ok_ = false;
+      }
+      if (!ok) space_cv_.notify_all();
+      if (last || !ok) return;
+    }
+  }
+
+  bool Deflate(const std::string& in, int flush, std::string& out) {
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    z_.avail_in = static_cast<uInt>(in.size());
     do {
-      z.next_out = reinterpret_cast<Bytef*>(zbuf.data());
-      z.avail_out = static_cast<uInt>(zbuf.size());
-      deflate(&z, flush);
-      size_t have = zbuf.size() - z.avail_out;
-      const char* p = zbuf.data();
+      z_.next_out = reinterpret_cast<Bytef*>(out.data());
+      z_.avail_out = static_cast<uInt>(out.size());
+      deflate(&z_, flush);
+      size_t have = out.size() - z_.avail_out;
+      const char* p = out.data();
       while (have > 0) {
-        ssize_t w = ::write(fd, p, have);
+        ssize_t w = ::write(fd_, p, have);
         if (w < 0) {
           if (errno == EINTR) continue;
-          write_errno = errno;
+          errno_ = errno;
           return false;
         }
         p += w;
         have -= static_cast<size_t>(w);
       }
-    } while (z.avail_out == 0);
+    } while (z_.avail_out == 0);
     return true;
-  };
-  JsonOut o([&](const char* p, size_t n) {
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
-    z.avail_in = static_cast<uInt>(n);
-    return drain(Z_NO_FLUSH);
-  });
-  WriteJson(space, options, o);
-  bool ok = o.finish();
-  if (ok) {
-    z.next_in = nullptr;
-    z.avail_in = 0;
-    ok = drain(Z_FINISH);
   }
-  deflateEnd(&z);
+
+  int fd_;
+  z_stream z_{};
+  bool initialized_ = false;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable data_cv_, space_cv_;
+  std::deque<std::string> queue_;
+  std::vector<std::string> free_;
+  bool done_ = false;
+  bool ok_ = false;
+  int errno_ = 0;
+};
+
+}  // namespace
+
+Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
+  bool ok;
+  int write_errno = 0;
+  {
+    GzipFileWriter gz(fd, options.gzip_level);
+    JsonOut o([&](const char* p, size_t n) { return gz.Push(p, n); });
+    WriteJson(space, options, o);
+    ok = o.finish();
+    ok = gz.Finish() && ok;
+    write_errno = gz.error();
+  }
   if (::close(fd) != 0 && ok) {
     ok = false;
     write_errno = errno;
