@@ -67,6 +67,17 @@ TEST(Reliability, ThreadsThatExitBeforeStopKeepTheirEvents) {
   EXPECT_EQ(n, 16);
 }
 
+TEST(Reliability, ManyShortLivedThreadsDoNotEachPinAChunk) {
+  // 1000 threads x one 128 KiB chunk would be 125 MiB; the bound is 16 MiB.
+  prof::TraceOptions o;
+  o.profiler_options.buffer_bytes_total = 16 << 20;
+  ASSERT_TRUE(prof::start_trace(MakeTempDir(), o).ok());
+  for (int i = 0; i < 1000; ++i) std::thread([] { prof::TraceAnnotation a("short_thread"); }).join();
+  ASSERT_TRUE(prof::stop_trace().ok());
+  EXPECT_EQ(prof::last_trace_stats().dropped_events, 0u);
+  EXPECT_EQ(prof::last_trace_stats().events, 1000u);
+}
+
 TEST(Reliability, ThreadsCreatedDuringASessionAreRecorded) {
   ASSERT_TRUE(prof::start_trace(MakeTempDir()).ok());
   std::atomic<bool> stop{false};

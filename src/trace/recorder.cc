@@ -52,6 +52,16 @@ class ChunkPool {
     return chunk;
   }
 
+  // Accounts memory held outside chunks (compacted buffers of exited threads).
+  void charge(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_bytes_ += bytes;
+  }
+  void uncharge(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_bytes_ -= bytes;
+  }
+
   void release(uint64_t* chunk) {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_bytes_ -= kChunkBytes;
@@ -93,6 +103,9 @@ struct ThreadBufferImpl : ThreadBuffer {
   std::mutex mu;                // guards chunks, bound_word writes, name
   std::vector<ChunkUse> chunks;
   uint64_t bytes = 0;
+  // After the thread exited: its records, copied out of the chunks so that
+  // many short-lived threads do not each pin a whole chunk.
+  std::vector<uint64_t> compacted;
   bool full = false;            // the bound was hit this session: drop begins fast
   std::atomic<uint64_t> dropped{0};
   int64_t tid = 0;
@@ -108,6 +121,7 @@ struct Registry {
   std::atomic<uint64_t> bytes_per_thread{0};
   std::atomic<uint64_t> dropped_after_exit{0};
   uint64_t generation = 0;
+  bool collecting = false;  // between recorder_collect and recorder_release
 };
 
 // Leaked on purpose: annotations may run in static destructors and at exit.
@@ -122,7 +136,30 @@ std::string os_thread_name() {
   return buf;
 }
 
+// Moves an exited thread's records out of its chunks into one right-sized
+// block, and returns the chunks to the pool.
+void compact(Registry& r, ThreadBufferImpl* tb) {
+  uint64_t* cursor = tb->cursor.load(std::memory_order_relaxed);
+  if (!tb->chunks.empty()) tb->chunks.back().end = cursor;
+  size_t words = 0;
+  for (const ChunkUse& c : tb->chunks) words += static_cast<size_t>(c.end - c.begin);
+  tb->compacted.reserve(words);
+  for (const ChunkUse& c : tb->chunks) tb->compacted.insert(tb->compacted.end(), c.begin, c.end);
+  while (!tb->chunks.empty()) {
+    r.pool.release(tb->chunks.back().begin);
+    tb->chunks.pop_back();
+  }
+  tb->bytes = words * 8;
+  r.pool.charge(tb->bytes);
+}
+
 void release_chunks(Registry& r, ThreadBufferImpl* tb, size_t keep) {
+  if (!tb->compacted.empty()) {
+    r.pool.uncharge(tb->bytes);
+    tb->compacted = {};
+    tb->bytes = 0;
+    return;
+  }
   while (tb->chunks.size() > keep) {
     r.pool.release(tb->chunks.back().begin);
     tb->chunks.pop_back();
@@ -159,7 +196,9 @@ struct ThreadExitHook {
       std::lock_guard<std::mutex> tlock(tb->mu);
       // Events of the current (or just stopped) session must survive the thread.
       keep = tb->bound_word != 0 && (tb->bound_word >> 8) == r.generation;
-      if (!keep) release_chunks(r, tb, 0);
+      // While a collector parses the chunks, they must stay where they are.
+      if (keep && !r.collecting) compact(r, tb);
+      else if (!keep) release_chunks(r, tb, 0);
     }
     if (keep) r.retired.push_back(tb);
     else delete tb;
@@ -288,8 +327,14 @@ std::vector<RawThread> recorder_collect(uint64_t word) {
   Registry& r = registry();
   std::vector<RawThread> out;
   std::lock_guard<std::mutex> lock(r.mu);
+  r.collecting = true;
   auto take = [&](ThreadBufferImpl* tb) {
     std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word == word && !tb->compacted.empty()) {
+      const uint64_t* b = tb->compacted.data();
+      out.push_back({tb->tid, tb->name, {{b, b + tb->compacted.size()}}, tb->dropped.load(std::memory_order_relaxed)});
+      return;
+    }
     if (tb->bound_word != word || tb->chunks.empty()) {
       if (tb->bound_word == word && tb->dropped.load(std::memory_order_relaxed) > 0)
         out.push_back({tb->tid, tb->name, {}, tb->dropped.load(std::memory_order_relaxed)});
@@ -311,6 +356,7 @@ std::vector<RawThread> recorder_collect(uint64_t word) {
 void recorder_release(uint64_t word) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.collecting = false;
   for (ThreadBufferImpl* tb : r.retired) {
     (void)word;
     release_chunks(r, tb, 0);
