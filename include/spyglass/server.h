@@ -1,3 +1,96 @@
-// The profiler server (remote capture) and subprocess registration.
+// The profiler server (on-demand remote capture) and subprocess registration,
+// as jax.profiler.start_server / stop_server / register_subprocess.
 // Implemented in src/server/.
+//
+// The server speaks gRPC service tensorflow.ProfilerService (the one of
+// JAX/TSL), so `python -m jax.collect_profile`, XProf's CAPTURE PROFILE
+// button and `spyglass collect` can all capture a program that called
+// start_server.
+//
+// Thread-safety: every function here may be called from any thread. One
+// server runs per process. A capture through the server takes the same
+// process-wide lock as start_trace: while one runs, the other fails with a
+// FailedPrecondition "already profiling" error.
 #pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "spyglass/status.h"
+
+namespace spyglass::profiler {
+
+struct ServerOptions {
+  // The address the server listens on. The default accepts connections from
+  // this machine only. "0.0.0.0" or "::" listen on every interface: then
+  // anyone who can reach the port can start a capture (there is no
+  // authentication in the protocol) and make this process write
+  // <dir>/plugins/profile/<run>/<host>.xplane.pb files to any directory the
+  // request may name (see allowed_log_root).
+  std::string bind_address = "127.0.0.1";
+  // Longest capture a request may ask for; longer ones are rejected with
+  // InvalidArgument. (The subprocess protocol's "until Terminate" duration,
+  // UINT64_MAX, is always accepted: such a capture ends on Terminate or when
+  // the client disconnects.)
+  uint64_t max_duration_ms = 3600000;
+  // Where a request may make this process write. Requests name a
+  // repository_root that must be an absolute path ending in
+  // "plugins/profile", without "..", "." or symbolic links in any existing
+  // component. When this is set, repository_root must also lie inside it.
+  // Empty (default): any directory that satisfies those rules.
+  std::string allowed_log_root;
+};
+
+// Starts the server on `port` (1..65535; 0 picks a free port, see
+// server_port()). Errors: FailedPrecondition if one is already running,
+// InvalidArgument for a bad port/address, Unavailable if the port is in use
+// or cannot be bound.
+Status start_server(int port, const ServerOptions& options = {});
+// Stops the server; waits for in-flight requests (a running capture is
+// cancelled). FailedPrecondition if none runs.
+Status stop_server();
+// The port the running server listens on, or 0.
+int server_port();
+
+// The unregister handle of register_subprocess: unregisters when destroyed,
+// or earlier with unregister() / operator(). Move-only; calling it twice is
+// harmless.
+class SubprocessRegistration {
+ public:
+  SubprocessRegistration() = default;
+  ~SubprocessRegistration() { unregister(); }
+  SubprocessRegistration(SubprocessRegistration&& other) noexcept : pid_(other.pid_) { other.pid_ = 0; }
+  SubprocessRegistration& operator=(SubprocessRegistration&& other) noexcept {
+    if (this != &other) {
+      unregister();
+      pid_ = other.pid_;
+      other.pid_ = 0;
+    }
+    return *this;
+  }
+  SubprocessRegistration(const SubprocessRegistration&) = delete;
+  SubprocessRegistration& operator=(const SubprocessRegistration&) = delete;
+
+  void unregister();
+  void operator()() { unregister(); }
+  bool registered() const { return pid_ != 0; }
+  int pid() const { return pid_; }
+
+ private:
+  friend Status register_subprocess(int, int, SubprocessRegistration*, int);
+  int pid_ = 0;
+};
+
+// Registers the profiler server of child process `pid`, listening on
+// 127.0.0.1:`port`. While registered, every capture of this process (remote
+// through start_server, or start_trace) also captures the child, unless its
+// options set the advanced key "profile_subprocesses" to false: the child's
+// planes are merged into this process's output as "<plane> [<pid>]", on this
+// process's time base. A child that died or does not answer leaves a warning
+// naming it in the output; the capture still succeeds.
+// Waits up to `connect_timeout_ms` for the child's server to accept a
+// connection. Errors: InvalidArgument (own pid, bad pid or port),
+// AlreadyExists (pid already registered), DeadlineExceeded (not reachable).
+Status register_subprocess(int pid, int port, SubprocessRegistration* out, int connect_timeout_ms = 30000);
+
+}  // namespace spyglass::profiler

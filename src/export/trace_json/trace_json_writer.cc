@@ -24,12 +24,26 @@ bool IsInternalStat(std::string_view name) {
          name == "program_id" || name == "symbol_id";
 }
 
+// The pid of a host plane merged from another process, "/host:CPU [<pid>]"; 0 otherwise.
+int64_t MergedHostPid(const model::Plane& p) {
+  constexpr std::string_view prefix = "/host:CPU [";
+  if (p.name.size() <= prefix.size() + 1 || p.name.compare(0, prefix.size(), prefix) != 0 || p.name.back() != ']')
+    return 0;
+  int64_t pid = 0;
+  const char* b = p.name.data() + prefix.size();
+  auto r = std::from_chars(b, p.name.data() + p.name.size(), pid);
+  return r.ec == std::errc() && *r.ptr == ']' && pid > 0 ? pid : 0;
+}
+
 // Which planes go into the JSON: the host plane and the device planes of one
 // kind (GPU, else TPU, else custom), as tsl does; the memory counter planes
 // ride with the host.
 std::vector<const model::Plane*> ExportedPlanes(const model::Space& space) {
   std::vector<const model::Plane*> out;
   if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) out.push_back(host);
+  // Host planes merged from other processes ("/host:CPU [<pid>]", subprocesses and multi-host captures).
+  for (const model::Plane& p : space.planes)
+    if (MergedHostPid(p) != 0) out.push_back(&p);
   for (std::string_view prefix : {model::kGpuPlanePrefix, model::kTpuPlanePrefix, model::kCustomPlanePrefix}) {
     size_t before = out.size();
     for (const model::Plane& p : space.planes)
@@ -148,13 +162,45 @@ void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata
   o.ch('}');
 }
 
+// Events on a counter line (XSpace's "_counters_", e.g. the memory tracer's
+// live bytes per device) become Chrome counter events: {"ph":"C","name":
+// <event name>,"args":{<stat>: <number>}}; Perfetto shows a counter track.
+constexpr std::string_view kCounterLineName = "_counters_";
+void WriteCounters(JsonOut& o, const model::Plane& plane, int64_t pid, const model::Line& l, int64_t line_ps) {
+  for (const model::Event& e : l.events) {
+    const model::EventMetadata& md = plane.event_metadata()[e.metadata_id];
+    o.raw("{\"ph\":\"C\",\"pid\":");
+    o.i64(pid);
+    o.raw(",\"ts\":");
+    o.micros_from_ps(line_ps + e.offset_ps);
+    o.raw(",\"name\":");
+    o.str(md.display_name.empty() ? md.name : md.display_name);
+    o.raw(",\"args\":{");
+    bool first = true;
+    if (const auto* stats = l.stats_of(e)) {
+      for (const model::Stat& st : *stats) {
+        if (st.kind != model::StatKind::kInt64 && st.kind != model::StatKind::kUint64 && st.kind != model::StatKind::kDouble)
+          continue;
+        if (!first) o.ch(',');
+        first = false;
+        o.str(plane.stat_name(st));
+        o.ch(':');
+        o.raw(plane.stat_text(st));
+      }
+    }
+    o.raw("}},");
+  }
+}
+
 void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonOut& o) {
   o.raw("{\"displayTimeUnit\":\"ns\",");
   if (!options.perfetto) o.raw("\"metadata\":{\"highres-ticks\":true},");
   o.raw("\"traceEvents\":[");
   std::vector<const model::Plane*> planes = ExportedPlanes(space);
   auto pid_of = [](const model::Plane& p) {
-    return p.name == model::kHostPlaneName ? int64_t{kHostPid} : 1 + p.id;
+    if (p.name == model::kHostPlaneName) return int64_t{kHostPid};
+    if (int64_t merged = MergedHostPid(p)) return merged;
+    return 1 + p.id;
   };
   // Metadata events: process and thread names and sort order.
   for (const model::Plane* p : planes) {
@@ -172,7 +218,8 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
         o.raw("{\"ph\":\"M\",\"pid\":");
         o.i64(pid);
         o.raw(",\"name\":\"process_labels\",\"args\":{\"labels\":");
-        o.str(s.str + " (pid " + std::to_string(getpid()) + ")");
+        int64_t os_pid = MergedHostPid(*p) ? MergedHostPid(*p) : int64_t{getpid()};
+        o.str(s.str + " (pid " + std::to_string(os_pid) + ")");
         o.raw("}},");
       }
     }
@@ -183,6 +230,7 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
     o.raw("}},");
     int64_t sort_index = 0;
     for (const model::Line& l : p->lines) {
+      if (l.name == kCounterLineName) continue;  // counters are process-level tracks, not threads
       uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
       const std::string& name = l.display_name.empty() ? l.name : l.display_name;
       ++sort_index;
@@ -200,7 +248,7 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
       o.raw(",\"tid\":");
       o.u64(tid);
       o.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
-      o.i64(p->name == model::kHostPlaneName ? sort_index : int64_t{tid});
+      o.i64(p->name == model::kHostPlaneName || MergedHostPid(*p) ? sort_index : int64_t{tid});
       o.raw("}},");
     }
   }
@@ -211,6 +259,10 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
     for (const model::Line& l : p->lines) {
       uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
       int64_t line_ps = l.timestamp_ns * 1000;
+      if (l.name == kCounterLineName) {
+        WriteCounters(o, *p, pid, l, line_ps);
+        continue;
+      }
       for (const model::Event& e : l.events) {
         const model::EventMetadata& md = metadata[e.metadata_id];
         o.raw("{\"ph\":\"X\",\"pid\":");

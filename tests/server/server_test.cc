@@ -1,0 +1,528 @@
+// The profiler server, the capture client and subprocess propagation, in
+// process and against child processes (tests/server/annotating_server.cc).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "profiler_service.grpc.pb.h"
+#include "server/client.h"
+#include "session/session.h"
+#include "spyglass/annotation.h"
+#include "spyglass/profiler.h"
+#include "spyglass/server.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace spyglass {
+namespace {
+
+namespace fs = std::filesystem;
+namespace prof = spyglass::profiler;
+using namespace std::chrono_literals;
+using spyglass::testing::Events;
+using spyglass::testing::FindPlane;
+using spyglass::testing::MakeTempDir;
+using spyglass::testing::ReadGzip;
+using spyglass::testing::ReadXSpace;
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Annotates on a thread while alive.
+class Annotator {
+ public:
+  explicit Annotator(const char* name = "server_test_step") : name_(name) {
+    t_ = std::thread([this] {
+      while (!stop_) {
+        prof::TraceAnnotation a{std::string_view(name_)};
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  ~Annotator() {
+    stop_ = true;
+    t_.join();
+  }
+
+ private:
+  const char* name_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+// A child process running annotating_server; killed on destruction.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> extra = {}) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<std::string> args = {ANNOTATING_SERVER, "0", "--seconds", "60"};
+    for (auto& e : extra) args.push_back(e);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, ANNOTATING_SERVER, &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    std::string out;
+    char c;
+    while (read(fds[0], &c, 1) == 1 && c != '\n') out.push_back(c);
+    close(fds[0]);
+    if (out.rfind("PORT ", 0) == 0) port_ = std::stoi(out.substr(5));
+    EXPECT_GT(port_, 0) << "child said: " << out;
+  }
+  ~Child() { Kill(); }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = 0;
+    }
+  }
+  int pid() const { return pid_; }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+// A listening TCP socket on a free loopback port.
+int ListenSocket(int* port, int backlog = 16) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(listen(fd, backlog), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(prof::start_server(0).ok());
+    port_ = prof::server_port();
+    ASSERT_GT(port_, 0);
+    address_ = "127.0.0.1:" + std::to_string(port_);
+    auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    stub_ = tensorflow::ProfilerService::NewStub(channel);
+  }
+  void TearDown() override { (void)prof::stop_server(); }
+
+  tensorflow::ProfileRequest Request(uint64_t duration_ms, const std::string& root, const std::string& session,
+                                     const std::string& host) {
+    tensorflow::ProfileRequest r;
+    r.mutable_opts()->set_version(1);
+    r.mutable_opts()->set_host_tracer_level(2);
+    r.mutable_opts()->set_duration_ms(duration_ms);
+    r.set_duration_ms(duration_ms);
+    r.set_repository_root(root);
+    r.set_session_id(session);
+    r.set_host_name(host);
+    return r;
+  }
+  grpc::Status Call(const tensorflow::ProfileRequest& r, tensorflow::ProfileResponse* resp = nullptr,
+                    std::chrono::milliseconds deadline = 20s) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    tensorflow::ProfileResponse local;
+    return stub_->Profile(&ctx, r, resp ? resp : &local);
+  }
+
+  int port_ = 0;
+  std::string address_;
+  std::unique_ptr<tensorflow::ProfilerService::Stub> stub_;
+};
+
+TEST_F(ServerTest, StartStopErrors) {
+  Status again = prof::start_server(0);
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_EQ(prof::start_server(70000).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(prof::stop_server().ok());
+  EXPECT_EQ(prof::stop_server().code(), StatusCode::kFailedPrecondition);
+  // A port in use fails clearly.
+  int busy_port = 0;
+  int fd = ListenSocket(&busy_port);
+  Status in_use = prof::start_server(busy_port);
+  EXPECT_EQ(in_use.code(), StatusCode::kUnavailable) << in_use.ToString();
+  EXPECT_NE(in_use.message().find("in use"), std::string::npos) << in_use.message();
+  close(fd);
+  ASSERT_TRUE(prof::start_server(0).ok());  // for TearDown
+}
+
+TEST_F(ServerTest, CaptureWritesLocalLayoutWithAnnotations) {
+  Annotator a("captured_annotation");
+  std::string dir = MakeTempDir();
+  server::CaptureOptions o;
+  o.duration_ms = 300;
+  o.create_perfetto_trace = true;
+  server::CaptureResult r;
+  Status s = server::Capture({address_}, o, dir, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(r.hosts.size(), 1u);
+  std::string stem = "127.0.0.1_" + std::to_string(port_);
+  EXPECT_EQ(r.hosts[0].xplane_path, r.run_dir + "/" + stem + ".xplane.pb");
+  EXPECT_EQ(fs::path(r.run_dir).parent_path(), fs::path(dir) / "plugins" / "profile");
+  auto space = ReadXSpace(r.hosts[0].xplane_path);
+  const auto* host = FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  int n = 0;
+  for (const auto& e : Events(*host)) n += e.name == "captured_annotation";
+  EXPECT_GT(n, 50);
+  EXPECT_NE(FindPlane(space, "Task Environment"), nullptr);
+  EXPECT_NE(ReadGzip(r.hosts[0].trace_json_path).find("captured_annotation"), std::string::npos);
+  EXPECT_NE(ReadGzip(r.perfetto_trace_path).find("captured_annotation"), std::string::npos);
+}
+
+TEST_F(ServerTest, ServerWritesFileWhenNotEmittingXSpace) {
+  Annotator a;
+  std::string dir = MakeTempDir();
+  tensorflow::ProfileResponse resp;
+  grpc::Status g = Call(Request(100, dir + "/plugins/profile", "run1", "myhost:1234"), &resp);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_FALSE(resp.empty_trace());
+  EXPECT_FALSE(resp.has_xspace());
+  EXPECT_TRUE(fs::is_regular_file(dir + "/plugins/profile/run1/myhost_1234.xplane.pb"));
+}
+
+TEST_F(ServerTest, EmptyTraceIsReported) {
+  tensorflow::ProfileRequest r = Request(50, "", "e", "h");
+  r.set_emit_xspace(true);
+  tensorflow::ProfileResponse resp;
+  ASSERT_TRUE(Call(r, &resp).ok());
+  EXPECT_TRUE(resp.empty_trace());
+  EXPECT_TRUE(resp.has_xspace());
+}
+
+TEST_F(ServerTest, RejectsPathTricks) {
+  std::string dir = MakeTempDir();
+  std::string outside = MakeTempDir("spyglass-outside");
+  fs::create_directories(dir + "/real/plugins");
+  fs::create_symlink(outside, dir + "/real/plugins/profile");       // the root itself is a link
+  fs::create_directories(dir + "/ok/plugins/profile");
+  fs::create_symlink(outside, dir + "/ok/plugins/profile/linked");  // session dir is a link
+  fs::create_symlink(outside, dir + "/linkdir");                    // a parent is a link
+  fs::create_directories(outside + "/plugins/profile");
+  struct Case {
+    std::string root, session, host, expect;
+  } cases[] = {
+      {"relative/plugins/profile", "s", "h", "absolute"},
+      {dir + "/plugins/profile/../../../etc/plugins/profile", "s", "h", "'..'"},
+      {dir + "/x/./plugins/profile", "s", "h", "'.'"},
+      {dir + "/not_profile", "s", "h", "plugins/profile"},
+      {"/etc", "s", "h", "plugins/profile"},
+      {dir + "/ok/plugins/profile", "..", "h", "session_id"},
+      {dir + "/ok/plugins/profile", "../../x", "h", "session_id"},
+      {dir + "/ok/plugins/profile", "/abs", "h", "session_id"},
+      {dir + "/ok/plugins/profile", "s", "../../../etc/passwd", "host name"},
+      {dir + "/ok/plugins/profile", "s", "..", "host name"},
+      {dir + "/ok/plugins/profile", "linked", "h", "symbolic link"},
+      {dir + "/real/plugins/profile", "s", "h", "symbolic link"},
+      {dir + "/linkdir/plugins/profile", "s", "h", "symbolic link"},
+      {"", "s", "h", "empty"},
+  };
+  for (const Case& c : cases) {
+    grpc::Status g = Call(Request(20, c.root, c.session, c.host));
+    EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.root << " " << c.session << " " << c.host;
+    EXPECT_NE(g.error_message().find(c.expect), std::string::npos) << g.error_message();
+  }
+  // Nothing was written outside, nor through the links.
+  EXPECT_TRUE(fs::is_empty(outside + "/plugins/profile"));
+  size_t entries = 0;
+  for (auto it = fs::recursive_directory_iterator(outside); it != fs::recursive_directory_iterator(); ++it) ++entries;
+  EXPECT_EQ(entries, 2u);  // plugins, plugins/profile
+  EXPECT_FALSE(fs::exists(dir + "/ok/plugins/profile/s"));
+}
+
+TEST_F(ServerTest, AllowedLogRootConfinesWrites) {
+  ASSERT_TRUE(prof::stop_server().ok());
+  std::string allowed = MakeTempDir();
+  prof::ServerOptions o;
+  o.allowed_log_root = allowed;
+  ASSERT_TRUE(prof::start_server(port_, o).ok());
+  std::string other = MakeTempDir();
+  grpc::Status g = Call(Request(20, other + "/plugins/profile", "s", "h"));
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.error_message().find("outside"), std::string::npos) << g.error_message();
+  g = Call(Request(20, allowed + "/logs/plugins/profile", "s", "h"));
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  EXPECT_TRUE(fs::exists(allowed + "/logs/plugins/profile/s/h.xplane.pb"));
+}
+
+TEST_F(ServerTest, BadDurations) {
+  auto r = Request(0, "", "s", "h");
+  r.set_emit_xspace(true);
+  grpc::Status g = Call(r);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.error_message().find("duration"), std::string::npos);
+  r = Request(2 * 3600 * 1000, "", "s", "h");
+  r.set_emit_xspace(true);
+  g = Call(r);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.error_message().find("limit"), std::string::npos);
+  // Client side: zero and absurd durations never reach a server.
+  server::CaptureOptions o;
+  server::CaptureResult res;
+  std::string dir = MakeTempDir();
+  EXPECT_EQ(server::Capture({address_}, o, dir, &res).code(), StatusCode::kInvalidArgument);
+  o.duration_ms = 5 * 3600 * 1000ull;
+  EXPECT_EQ(server::Capture({address_}, o, dir, &res).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server::Capture({"nonsense"}, o, dir, &res).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServerTest, SecondCaptureIsRejectedFirstUndisturbed) {
+  Annotator a("first_capture");
+  auto r1 = Request(600, "", "first", "h");
+  r1.set_emit_xspace(true);
+  tensorflow::ProfileResponse resp1;
+  grpc::Status g1;
+  std::thread first([&] { g1 = Call(r1, &resp1); });
+  std::this_thread::sleep_for(200ms);
+  auto r2 = Request(100, "", "second", "h");
+  r2.set_emit_xspace(true);
+  grpc::Status g2 = Call(r2);
+  EXPECT_EQ(g2.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(g2.error_message().find("already profiling"), std::string::npos) << g2.error_message();
+  // start_trace meanwhile fails too.
+  EXPECT_EQ(prof::start_trace(MakeTempDir()).code(), StatusCode::kFailedPrecondition);
+  first.join();
+  ASSERT_TRUE(g1.ok()) << g1.error_message();
+  EXPECT_FALSE(resp1.empty_trace());
+  // And a capture while start_trace runs.
+  ASSERT_TRUE(prof::start_trace(MakeTempDir()).ok());
+  g2 = Call(r2);
+  EXPECT_EQ(g2.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(prof::stop_trace().ok());
+}
+
+TEST_F(ServerTest, ClientDisconnectStopsRecording) {
+  auto r = Request(30000, "", "long", "h");
+  r.set_emit_xspace(true);
+  auto t0 = std::chrono::steady_clock::now();
+  grpc::Status g = Call(r, nullptr, 300ms);  // the client gives up after 300 ms
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  while (session::SessionActive() && SecondsSince(t0) < 5) std::this_thread::sleep_for(5ms);
+  EXPECT_FALSE(session::SessionActive());
+  EXPECT_LT(SecondsSince(t0), 2.0);
+}
+
+TEST_F(ServerTest, TerminateEndsUntilTerminateCapture) {
+  Annotator a;
+  auto r = Request(std::numeric_limits<uint64_t>::max(), "", "sub_1", "h");
+  r.set_emit_xspace(true);
+  tensorflow::ProfileResponse resp;
+  grpc::Status g;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread t([&] { g = Call(r, &resp); });
+  std::this_thread::sleep_for(200ms);
+  grpc::ClientContext ctx;
+  tensorflow::TerminateRequest tr;
+  tr.set_session_id("sub_1");
+  tensorflow::TerminateResponse tresp;
+  EXPECT_TRUE(stub_->Terminate(&ctx, tr, &tresp).ok());
+  t.join();
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  EXPECT_TRUE(resp.has_xspace());
+  EXPECT_FALSE(resp.empty_trace());
+  EXPECT_LT(SecondsSince(t0), 3.0);
+}
+
+TEST_F(ServerTest, MonitorIsUnimplemented) {
+  grpc::ClientContext ctx;
+  tensorflow::MonitorRequest r;
+  tensorflow::MonitorResponse resp;
+  EXPECT_EQ(stub_->Monitor(&ctx, r, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST(ClientTest, DeadPeersFailQuicklyAndClearly) {
+  std::string dir = MakeTempDir();
+  server::CaptureOptions o;
+  o.duration_ms = 100;
+  o.connect_timeout_ms = 1500;
+  server::CaptureResult res;
+  // Closed port.
+  int port = 0;
+  close(ListenSocket(&port));
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = server::Capture({"127.0.0.1:" + std::to_string(port)}, o, dir, &res);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot connect"), std::string::npos) << s.ToString();
+  EXPECT_LT(SecondsSince(t0), 3.0);
+  // A listener that never answers (accepts at the kernel level, never speaks).
+  int silent = ListenSocket(&port);
+  t0 = std::chrono::steady_clock::now();
+  s = server::Capture({"127.0.0.1:" + std::to_string(port)}, o, dir, &res);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable) << s.ToString();
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  close(silent);
+  // A server that is not a profiler server: answers with HTTP/1.1 garbage.
+  int http = ListenSocket(&port);
+  std::thread responder([http] {
+    for (int i = 0; i < 8; ++i) {
+      int c = accept(http, nullptr, nullptr);
+      if (c < 0) return;
+      const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      (void)!write(c, reply, sizeof reply - 1);
+      close(c);
+    }
+  });
+  t0 = std::chrono::steady_clock::now();
+  s = server::Capture({"127.0.0.1:" + std::to_string(port)}, o, dir, &res);
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  shutdown(http, SHUT_RDWR);
+  close(http);
+  responder.join();
+}
+
+TEST(ClientTest, CliFailsWithNonZeroExitOnClosedPort) {
+  int port = 0;
+  close(ListenSocket(&port));
+  std::string cmd = std::string(SPYGLASS_CLI) + " collect " + std::to_string(port) +
+                    " 200 --no_perfetto_link --connect_timeout_ms 1500 --log_dir " + MakeTempDir() + " 2>&1";
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int rc = pclose(p);
+  EXPECT_NE(WEXITSTATUS(rc), 0) << out;
+  EXPECT_NE(out.find("cannot connect"), std::string::npos) << out;
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  // Bad durations.
+  for (const char* d : {"0", "-5", "99999999999"}) {
+    std::string c2 = std::string(SPYGLASS_CLI) + " collect " + std::to_string(port) + " " + d +
+                     " --no_perfetto_link 2>&1";
+    p = popen(c2.c_str(), "r");
+    out.clear();
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_NE(WEXITSTATUS(pclose(p)), 0) << d << ": " << out;
+    EXPECT_NE(out.find("duration"), std::string::npos) << out;
+  }
+}
+
+TEST(SubprocessTest, RegistrationErrors) {
+  prof::SubprocessRegistration r;
+  EXPECT_EQ(prof::register_subprocess(getpid(), 1234, &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(prof::register_subprocess(12345, 0, &r).code(), StatusCode::kInvalidArgument);
+  int port = 0;
+  close(ListenSocket(&port));
+  Status s = prof::register_subprocess(999999, port, &r, 300);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  Child child;
+  ASSERT_TRUE(prof::register_subprocess(child.pid(), child.port(), &r, 5000).ok());
+  prof::SubprocessRegistration r2;
+  EXPECT_EQ(prof::register_subprocess(child.pid(), child.port(), &r2, 5000).code(), StatusCode::kAlreadyExists);
+  r();  // unregister
+  EXPECT_FALSE(r.registered());
+  EXPECT_TRUE(prof::register_subprocess(child.pid(), child.port(), &r2, 5000).ok());
+}
+
+TEST(SubprocessTest, CaptureMergesChildrenAndSurvivesADeadOne) {
+  Child a({"--name", "child_a_step"});
+  Child b({"--name", "child_b_step"});
+  prof::SubprocessRegistration ra, rb;
+  ASSERT_TRUE(prof::register_subprocess(a.pid(), a.port(), &ra, 5000).ok());
+  ASSERT_TRUE(prof::register_subprocess(b.pid(), b.port(), &rb, 5000).ok());
+  ASSERT_TRUE(prof::start_server(0).ok());
+  std::string address = "127.0.0.1:" + std::to_string(prof::server_port());
+  Annotator parent("parent_step");
+  std::string dir = MakeTempDir();
+  server::CaptureOptions o;
+  o.duration_ms = 400;
+  server::CaptureResult res;
+  Status s = server::Capture({address}, o, dir, &res);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto space = ReadXSpace(res.hosts[0].xplane_path);
+  for (auto [child, name] : {std::pair{&a, "child_a_step"}, std::pair{&b, "child_b_step"}}) {
+    std::string plane = "/host:CPU [" + std::to_string(child->pid()) + "]";
+    const auto* p = FindPlane(space, plane);
+    ASSERT_NE(p, nullptr) << plane;
+    int n = 0;
+    for (const auto& e : Events(*p)) {
+      if (e.name != name) continue;
+      ++n;
+      // One time base: the child's events lie within the parent's window.
+      EXPECT_GE(e.start_ps, -50'000'000'000) << name;
+      EXPECT_LE(e.start_ps, 2'000'000'000'000) << name;
+    }
+    EXPECT_GT(n, 20) << plane;
+    EXPECT_NE(FindPlane(space, "Task Environment [" + std::to_string(child->pid()) + "]"), nullptr);
+  }
+  std::string json = ReadGzip(res.hosts[0].trace_json_path);
+  EXPECT_NE(json.find("child_a_step"), std::string::npos);
+  EXPECT_NE(json.find("\"pid\":" + std::to_string(b.pid())), std::string::npos);
+  EXPECT_NE(json.find("parent_step"), std::string::npos);
+
+  // A dead child: the capture finishes with the others and names it.
+  int dead = b.pid();
+  b.Kill();
+  auto t0 = std::chrono::steady_clock::now();
+  s = server::Capture({address}, o, dir, &res);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(SecondsSince(t0), 10.0);
+  space = ReadXSpace(res.hosts[0].xplane_path);
+  bool named = false;
+  for (const auto& w : space.warnings()) named |= w.find(std::to_string(dead)) != std::string::npos;
+  EXPECT_TRUE(named);
+  EXPECT_NE(FindPlane(space, "/host:CPU [" + std::to_string(a.pid()) + "]"), nullptr);
+  EXPECT_EQ(FindPlane(space, "/host:CPU [" + std::to_string(dead) + "]"), nullptr);
+
+  // A child that does not answer (stopped): bounded, named, parent data kept.
+  kill(a.pid(), SIGSTOP);
+  t0 = std::chrono::steady_clock::now();
+  s = server::Capture({address}, o, dir, &res);
+  kill(a.pid(), SIGCONT);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(SecondsSince(t0), 10.0);
+  space = ReadXSpace(res.hosts[0].xplane_path);
+  named = false;
+  for (const auto& w : space.warnings()) named |= w.find(std::to_string(a.pid())) != std::string::npos;
+  EXPECT_TRUE(named);
+  EXPECT_NE(FindPlane(space, "/host:CPU"), nullptr);
+
+  // start_trace propagates too; profile_subprocesses=false turns it off.
+  prof::TraceOptions t;
+  t.profiler_options.advanced_configuration.insert_or_assign("profile_subprocesses", false);
+  rb.unregister();
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(prof::stop_trace().ok());
+  space = ReadXSpace(prof::last_trace_files().xplane_path);
+  EXPECT_EQ(FindPlane(space, "/host:CPU [" + std::to_string(a.pid()) + "]"), nullptr);
+  ASSERT_TRUE(prof::start_trace(dir).ok());
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(prof::stop_trace().ok());
+  space = ReadXSpace(prof::last_trace_files().xplane_path);
+  EXPECT_NE(FindPlane(space, "/host:CPU [" + std::to_string(a.pid()) + "]"), nullptr);
+  (void)prof::stop_server();
+}
+
+}  // namespace
+}  // namespace spyglass
