@@ -9,5 +9,6 @@ jobs=${JOBS:-2}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+bash scripts/python_test.sh   # the Python package: venv, pip install ., pytest tests/python
 bash scripts/sanitizers.sh
 echo "All tests passed."

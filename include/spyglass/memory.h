@@ -1,3 +1,118 @@
-// Memory profiles: allocation tracking with stacks, pprof snapshots.
-// Implemented in src/memory/.
+// Memory profiles: which allocations are alive now, and which code made them.
+//
+//   spyglass::memory::record_allocation(ptr, bytes, "gpu:0", "buffer");
+//   ...
+//   spyglass::memory::record_free(ptr);
+//   std::string prof;
+//   if (auto s = spyglass::profiler::device_memory_profile(&prof); s.ok()) ...   // gzipped pprof
+//   spyglass::profiler::save_device_memory_profile("/tmp/memory.prof");          // go tool pprof -top
+//
+// Host heap memory (malloc/free, new/delete) is tracked by preloading or
+// linking libspyglass_heap.so (`LD_PRELOAD=.../libspyglass_heap.so ./prog`,
+// or `spyglass run --memory -- ./prog`).
+//
+// Thread safety: every function here may be called from any thread at any
+// time, also from a signal handler and during thread exit (a call made while
+// the same thread is already inside the tracker, e.g. from a signal handler,
+// is skipped and counted). Tracking takes no global lock: the live table is
+// sharded (a short spinlock per shard) and stacks are deduplicated in a
+// lock-free table. Bad input (unknown pointer, double free) is counted, never
+// fatal. Implemented in src/memory/.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "spyglass/status.h"
+
+namespace spyglass::memory {
+
+// Records that `bytes` at `ptr` are now held on `device` ("cpu:0", "gpu:1",
+// any text up to 63 bytes) for `kind` ("buffer", "executable" as in JAX, or
+// any other word). The calling stack is captured. Recording the same pointer
+// again replaces the old record (counted as `replaced`).
+void record_allocation(const void* ptr, size_t bytes, std::string_view device = "cpu:0",
+                       std::string_view kind = "buffer");
+// Records that the allocation at `ptr` is gone. Unknown pointers and double
+// frees are counted (TrackingStats), not fatal. nullptr is ignored.
+void record_free(const void* ptr);
+
+// RAII form: records at construction, frees at destruction. Move-only.
+class TrackedAllocation {
+ public:
+  TrackedAllocation() = default;
+  TrackedAllocation(const void* ptr, size_t bytes, std::string_view device = "cpu:0",
+                    std::string_view kind = "buffer")
+      : ptr_(ptr) {
+    record_allocation(ptr, bytes, device, kind);
+  }
+  TrackedAllocation(TrackedAllocation&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = nullptr; }
+  TrackedAllocation& operator=(TrackedAllocation&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = o.ptr_;
+      o.ptr_ = nullptr;
+    }
+    return *this;
+  }
+  TrackedAllocation(const TrackedAllocation&) = delete;
+  TrackedAllocation& operator=(const TrackedAllocation&) = delete;
+  ~TrackedAllocation() { reset(); }
+  // Records the free now (idempotent).
+  void reset() {
+    if (ptr_) record_free(ptr_);
+    ptr_ = nullptr;
+  }
+  // Stops owning the record without freeing it.
+  const void* release() {
+    const void* p = ptr_;
+    ptr_ = nullptr;
+    return p;
+  }
+  const void* get() const { return ptr_; }
+
+ private:
+  const void* ptr_ = nullptr;
+};
+
+// Turns recording by the explicit API on or off (default on). Records made
+// while on stay until freed. The heap hook has its own switch
+// (SPYGLASS_HEAP=0 in the environment).
+void set_tracking_enabled(bool enabled);
+bool tracking_enabled();
+
+// What the tracker counted since the process started (or forked).
+struct TrackingStats {
+  uint64_t allocations = 0;       // recorded
+  uint64_t frees = 0;             // matched a live record
+  uint64_t live_allocations = 0;  // now
+  uint64_t live_bytes = 0;        // now
+  uint64_t unknown_frees = 0;     // free of a pointer never recorded (or dropped)
+  uint64_t double_frees = 0;      // free of a pointer freed a moment ago
+  uint64_t replaced = 0;          // allocation over a live record of the same pointer
+  uint64_t reentrant_skipped = 0; // calls made from inside the tracker (signal handler, own allocations)
+  uint64_t dropped_table_full = 0;  // not recorded: live-table bound reached
+  uint64_t dropped_stacks = 0;      // recorded without a stack: stack-table bound reached
+  uint64_t counter_events_dropped = 0;  // trace counter samples over the session's bound
+  uint64_t distinct_stacks = 0;
+  uint64_t table_bytes = 0;       // memory of the live table
+  uint64_t stack_bytes = 0;       // memory of the shared stacks
+  uint64_t sample_interval_bytes = 0;  // heap hook sampling (0: every allocation)
+};
+TrackingStats tracking_stats();
+
+}  // namespace spyglass::memory
+
+namespace spyglass::profiler {
+
+// jax.profiler.device_memory_profile: a snapshot of what is alive now, as
+// gzipped pprof bytes (sample types allocations/count and space/bytes; labels
+// kind and device). `backend` selects devices: "" = all, "gpu" = every
+// "gpu:N", "gpu:1" = that device only. Always available, no session needed.
+Status device_memory_profile(std::string* out, std::string_view backend = "");
+// The same bytes written to `path` (overwritten).
+Status save_device_memory_profile(const std::string& path, std::string_view backend = "");
+
+}  // namespace spyglass::profiler

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Spyglass's Python package next to jax.profiler (and viztracer), in one run.
+
+  python3 bench/python_bench.py [--quick] [--json OUT.json]
+
+Needs `spyglass` importable (pip install .), and for the comparisons
+`pip install jax viztracer` (a missing one is reported as n/a). Each figure is
+measured in its own fresh interpreter, one after the other, and printed as a
+Markdown table (the BENCHMARKS.md "## Python" section):
+
+1. `with TraceAnnotation("x"): pass` in a Python loop, ns per iteration above
+   the empty loop: no trace running, and a trace running (python tracer off,
+   so only the annotation is recorded). Best of several repeats.
+2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
+   methods, builtins) timed bare, then under Spyglass (python_tracer_level=1),
+   jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare.
+3. stop_trace time after 1,000,000 annotations (export of the files).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CHILD_ANNOTATION = r"""
+import json, sys, tempfile, timeit
+impl, n, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if impl == "spyglass":
+    import spyglass.profiler as profiler
+else:
+    import jax.profiler as profiler
+TA = profiler.TraceAnnotation
+def annotated():
+    for _ in range(n):
+        with TA("x"):
+            pass
+def empty():
+    for _ in range(n):
+        pass
+def best(f):
+    return min(timeit.repeat(f, number=1, repeat=repeat)) / n * 1e9
+out = {}
+base = best(empty)
+out["idle_ns"] = best(annotated) - base
+o = profiler.ProfileOptions()
+o.python_tracer_level = 0
+profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
+try:
+    out["tracing_ns"] = best(annotated) - base
+finally:
+    profiler.stop_trace()
+print(json.dumps(out))
+"""
+
+CHILD_TRACER = r"""
+import json, sys, tempfile, time
+impl, scale = sys.argv[1], int(sys.argv[2])
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+class Acc:
+    def __init__(self):
+        self.total = 0
+    def add(self, v):
+        self.total += v
+        return self
+
+def workload():
+    for _ in range(scale):
+        fib(18)
+        acc = Acc()
+        for i in range(2000):
+            acc.add(abs(i - 1000))
+        sorted(range(500), key=lambda v: -v)
+    return acc.total
+
+def timed():
+    t = time.perf_counter()
+    workload()
+    return time.perf_counter() - t
+
+# Calls per run, counted with a plain profile hook.
+calls = [0]
+def count(frame, event, arg):
+    if event in ("call", "c_call"):
+        calls[0] += 1
+sys.setprofile(count); workload(); sys.setprofile(None)
+
+timed()  # warm-up
+bare = min(timed() for _ in range(3))
+runs = []
+for _ in range(3):
+    if impl == "spyglass":
+        import spyglass.profiler as profiler
+        o = profiler.ProfileOptions(); o.python_tracer_level = 1
+        profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
+        runs.append(timed())
+        profiler.stop_trace()
+    elif impl == "jax":
+        import jax.profiler as profiler
+        o = profiler.ProfileOptions(); o.python_tracer_level = 1
+        profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
+        runs.append(timed())
+        profiler.stop_trace()
+    elif impl == "viztracer":
+        from viztracer import VizTracer
+        tracer = VizTracer(tracer_entries=5_000_000, verbose=0)
+        tracer.start()
+        runs.append(timed())
+        tracer.stop()
+        tracer.clear()
+traced = min(runs)
+print(json.dumps({"bare_s": bare, "traced_s": traced, "slowdown": traced / bare, "calls": calls[0]}))
+"""
+
+CHILD_EXPORT = r"""
+import json, sys, tempfile, time
+impl, n = sys.argv[1], int(sys.argv[2])
+if impl == "spyglass":
+    import spyglass.profiler as profiler
+else:
+    import jax.profiler as profiler
+TA = profiler.TraceAnnotation
+o = profiler.ProfileOptions()
+o.python_tracer_level = 0
+d = tempfile.mkdtemp()
+profiler.start_trace(d, profiler_options=o)
+for _ in range(n):
+    with TA("x"):
+        pass
+t = time.perf_counter()
+profiler.stop_trace()
+print(json.dumps({"stop_s": time.perf_counter() - t}))
+"""
+
+
+def have(module):
+  return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def child(code, *args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
+  if p.returncode != 0:
+    sys.stderr.write(p.stderr[-3000:])
+    return None
+  return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+  ap.add_argument("--json", help="also write the figures to this file")
+  args = ap.parse_args()
+  n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
+  scale = 5 if args.quick else 40
+  n_export = 100_000 if args.quick else 1_000_000
+
+  impls = ["spyglass"] + (["jax"] if have("jax.profiler") else [])
+  results = {"annotation": {}, "tracer": {}, "export": {}}
+  for impl in impls:
+    results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
+  for impl in impls + (["viztracer"] if have("viztracer") else []):
+    results["tracer"][impl] = child(CHILD_TRACER, impl, scale)
+  for impl in impls:
+    results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
+
+  def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+  a = results["annotation"]
+  s, j = a.get("spyglass") or {}, a.get("jax") or {}
+  print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; loop of {n_loop:,}, best of {repeat}\n")
+  print("| `with TraceAnnotation(\"x\"): pass` | Spyglass | jax.profiler | Spyglass / JAX |")
+  print("|---|---|---|---|")
+  for key, label in [("idle_ns", "no trace running"), ("tracing_ns", "trace running")]:
+    ratio = s[key] / j[key] if s.get(key) and j.get(key) else None
+    print(f"| {label} (ns per iteration) | {fmt(s.get(key), '.1f')} | {fmt(j.get(key), '.1f')} | "
+          f"{fmt(ratio, '.2f')} |")
+
+  t = results["tracer"]
+  calls = next((v["calls"] for v in t.values() if v), None)
+  print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
+  print("| tracer | bare (ms) | traced (ms) | slowdown |")
+  print("|---|---|---|---|")
+  for impl, label in [("spyglass", "Spyglass python_tracer_level=1"), ("jax", "jax.profiler python_tracer_level=1"),
+                      ("viztracer", "viztracer")]:
+    r = t.get(impl)
+    if impl in t:
+      print(f"| {label} | {fmt(r and r['bare_s'] * 1e3, '.1f')} | {fmt(r and r['traced_s'] * 1e3, '.1f')} | "
+            f"{fmt(r and r['slowdown'], '.2f')}x |")
+
+  e = results["export"]
+  print(f"\nstop_trace after {n_export:,} annotations\n")
+  print("| | Spyglass | jax.profiler |")
+  print("|---|---|---|")
+  print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
+        f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()

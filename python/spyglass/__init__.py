@@ -1,0 +1,22 @@
+"""Spyglass: a profiler with jax.profiler's API, without JAX.
+
+    import spyglass.profiler as profiler      # where you had: import jax.profiler as profiler
+    with profiler.trace("/tmp/logs"):
+        with profiler.TraceAnnotation("work", batch=64):
+            ...
+
+See spyglass.profiler for the API, and `python -m spyglass.collect_profile`.
+"""
+import os as _os
+
+from . import _spyglass
+from ._spyglass import InvalidArgumentError
+
+__version__ = _spyglass.__version__
+
+# A forked child does not inherit the parent's session (the C++ core drops it);
+# the Python tracer's hooks must go too.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_spyglass._after_fork_child)
+
+__all__ = ["InvalidArgumentError", "profiler", "__version__"]

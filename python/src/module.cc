@@ -1,0 +1,216 @@
+// spyglass._spyglass: the binding of the C++ core. The Python-facing API with
+// JAX's names lives in python/spyglass/profiler.py; the annotation types are
+// raw CPython types (annotation_type.cc) and the Python tracer is a
+// session::Tracer (python_tracer.cc).
+//
+// Errors: a Status becomes an exception at this boundary:
+//   FailedPrecondition ("Profile has already been started..." / "No profile
+//   started"), Internal, Unavailable, ...  -> RuntimeError (as JAX)
+//   InvalidArgument (bad options)          -> spyglass.InvalidArgumentError,
+//                                             a ValueError
+// Every call into the core that may take the core's locks releases the GIL
+// first (the Python tracer's start/stop take the GIL under those locks).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "annotation_type.h"
+#include "export/perfetto_link.h"
+#include "python_tracer.h"
+#include "server_memory.h"
+#include "spyglass/profiler.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spyglass::python {
+namespace {
+
+PyObject* g_invalid_argument = nullptr;
+
+[[noreturn]] void Raise(const Status& s) {
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError;
+  PyErr_SetString(type, s.message().c_str());
+  throw nb::python_error();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+nb::dict AdvancedToDict(const profiler::ProfileOptions& o) {
+  nb::dict d;
+  for (const auto& [k, v] : o.advanced_configuration) {
+    if (v.is_bool()) d[nb::str(k.c_str())] = nb::bool_(v.as_bool());
+    else if (v.is_int()) d[nb::str(k.c_str())] = nb::int_(v.as_int());
+    else d[nb::str(k.c_str())] = nb::str(v.as_string().c_str());
+  }
+  return d;
+}
+
+void AdvancedFromDict(profiler::ProfileOptions& o, nb::handle h) {
+  if (!PyDict_Check(h.ptr())) {
+    PyErr_Format(PyExc_TypeError, "advanced_configuration must be a dict, not %.100s", Py_TYPE(h.ptr())->tp_name);
+    throw nb::python_error();
+  }
+  std::map<std::string, profiler::AdvancedValue> out;
+  for (auto [k, v] : nb::borrow<nb::dict>(h)) {
+    if (!PyUnicode_Check(k.ptr())) {
+      PyErr_Format(PyExc_TypeError, "advanced_configuration keys must be str, not %.100s", Py_TYPE(k.ptr())->tp_name);
+      throw nb::python_error();
+    }
+    std::string key = nb::cast<std::string>(k);
+    if (PyBool_Check(v.ptr())) {
+      out.insert_or_assign(key, profiler::AdvancedValue(v.ptr() == Py_True));
+    } else if (PyLong_Check(v.ptr())) {
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+      if (overflow != 0) {
+        PyErr_Format(g_invalid_argument, "advanced_configuration['%s']: %S does not fit in int64", key.c_str(),
+                     v.ptr());
+        throw nb::python_error();
+      }
+      out.insert_or_assign(key, profiler::AdvancedValue(static_cast<int64_t>(x)));
+    } else if (PyUnicode_Check(v.ptr())) {
+      out.insert_or_assign(key, profiler::AdvancedValue(nb::cast<std::string>(v)));
+    } else {
+      PyErr_Format(PyExc_TypeError, "advanced_configuration['%s'] must be a bool, int or str, not %.100s",
+                   key.c_str(), Py_TYPE(v.ptr())->tp_name);
+      throw nb::python_error();
+    }
+  }
+  o.advanced_configuration = std::move(out);
+}
+
+void StartTrace(const std::string& log_dir, bool create_perfetto_link, bool create_perfetto_trace,
+                const profiler::ProfileOptions* options, int perfetto_link_timeout_s) {
+  profiler::TraceOptions t;
+  t.create_perfetto_link = create_perfetto_link;
+  t.create_perfetto_trace = create_perfetto_trace || create_perfetto_link;
+  if (options != nullptr) t.profiler_options = *options;
+  t.perfetto_link_timeout_s = perfetto_link_timeout_s;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = profiler::start_trace(log_dir, t);
+  }
+  Check(s);
+}
+
+void StopTrace() {
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = profiler::stop_trace();
+  }
+  Check(s);
+}
+
+nb::dict LastTraceFiles() {
+  profiler::TraceFiles f;
+  {
+    nb::gil_scoped_release release;
+    f = profiler::last_trace_files();
+  }
+  nb::dict d;
+  d["run_dir"] = f.run_dir;
+  d["xplane_path"] = f.xplane_path;
+  d["trace_json_path"] = f.trace_json_path;
+  d["perfetto_trace_path"] = f.perfetto_trace_path;
+  return d;
+}
+
+nb::dict LastTraceStats() {
+  profiler::TraceStats st;
+  {
+    nb::gil_scoped_release release;
+    st = profiler::last_trace_stats();
+  }
+  nb::dict d;
+  d["events"] = st.events;
+  d["dropped_events"] = st.dropped_events;
+  d["incomplete_events"] = st.incomplete_events;
+  d["threads"] = st.threads;
+  return d;
+}
+
+}  // namespace
+}  // namespace spyglass::python
+
+NB_MODULE(_spyglass, m) {
+  using namespace spyglass;
+  using namespace spyglass::python;
+  m.doc() = "Spyglass's C++ core (use spyglass.profiler)";
+
+  g_invalid_argument = PyErr_NewExceptionWithDoc(
+      "spyglass.InvalidArgumentError",
+      "Bad profiler options (an unknown advanced_configuration key, a wrong value type, a bad level). A ValueError.",
+      PyExc_ValueError, nullptr);
+  m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
+
+  if (!AddAnnotationTypes(m.ptr())) throw nb::python_error();
+  if (!RegisterPythonTracer(m.ptr())) throw nb::python_error();
+  BindServerAndMemory(m);
+
+  nb::class_<profiler::ProfileOptions>(m, "ProfileOptions",
+                                       "Options of a profiling session (jax.profiler.ProfileOptions's fields).")
+      .def(nb::init<>())
+      .def_rw("include_dataset_ops", &profiler::ProfileOptions::include_dataset_ops)
+      .def_rw("host_tracer_level", &profiler::ProfileOptions::host_tracer_level,
+              "0: no host events, 1: user annotations, 2 (default): + runtime details, 3: + verbose")
+      .def_rw("python_tracer_level", &profiler::ProfileOptions::python_tracer_level,
+              "1: record Python function calls and returns, 0: do not")
+      .def_rw("device_tracer_level", &profiler::ProfileOptions::device_tracer_level)
+      .def_rw("enable_hlo_proto", &profiler::ProfileOptions::enable_hlo_proto)
+      .def_rw("start_timestamp_ns", &profiler::ProfileOptions::start_timestamp_ns)
+      .def_rw("duration_ms", &profiler::ProfileOptions::duration_ms)
+      .def_rw("repository_path", &profiler::ProfileOptions::repository_path)
+      .def_rw("raise_error_on_start_failure", &profiler::ProfileOptions::raise_error_on_start_failure)
+      .def_rw("session_id", &profiler::ProfileOptions::session_id)
+      .def_rw("buffer_bytes_per_thread", &profiler::ProfileOptions::buffer_bytes_per_thread,
+              "Spyglass: bound of one thread's event buffers (bytes)")
+      .def_rw("buffer_bytes_total", &profiler::ProfileOptions::buffer_bytes_total,
+              "Spyglass: bound of all event buffers (bytes)")
+      .def_prop_rw(
+          "advanced_configuration", [](const profiler::ProfileOptions& o) { return AdvancedToDict(o); },
+          [](profiler::ProfileOptions& o, nb::handle d) { AdvancedFromDict(o, d); },
+          "dict[str, bool | int | str]; unknown keys fail start_trace with InvalidArgumentError");
+
+  m.def("start_trace", &StartTrace, "log_dir"_a, "create_perfetto_link"_a = false, "create_perfetto_trace"_a = false,
+        "profiler_options"_a = nb::none(), "perfetto_link_timeout_s"_a = 0);
+  m.def("stop_trace", &StopTrace);
+  m.def("export_last_trace", [](const std::string& log_dir, bool create_perfetto_trace) {
+    profiler::TraceOptions t;
+    t.create_perfetto_trace = create_perfetto_trace;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = profiler::export_last_trace(log_dir, t);
+    }
+    Check(s);
+  }, "log_dir"_a, "create_perfetto_trace"_a = false);
+  m.def("last_trace_files", &LastTraceFiles);
+  m.def("last_trace_stats", &LastTraceStats);
+  m.def("set_metadata", [](const std::string& k, const std::string& v) { profiler::set_metadata(k, v); });
+  m.def("clear_metadata", [] { profiler::clear_metadata(); });
+  m.def("set_thread_name", [](const std::string& n) { profiler::set_thread_name(n); });
+  m.def("set_process_name", [](const std::string& n) { profiler::set_process_name(n); });
+  m.def("serve_perfetto_trace", [](const std::string& path, int timeout_s) {
+    exporter::PerfettoLinkOptions o;
+    o.timeout_s = timeout_s;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = exporter::ServePerfettoTrace(path, o);
+    }
+    Check(s);
+  }, "path"_a, "timeout_s"_a = 0);
+  m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
+  m.attr("__version__") = spyglass::version();
+}

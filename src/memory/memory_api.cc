@@ -1,0 +1,191 @@
+// The public memory API (include/spyglass/memory.h) and the snapshot to pprof.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "memory/pprof.h"
+#include "memory/symbolize.h"
+#include "memory/tracker.h"
+#include "memory/unwind.h"
+#include "spyglass/memory.h"
+#include "trace/clock.h"
+
+namespace spyglass::memory {
+
+using namespace internal;  // NOLINT
+
+// Frames captured per allocation (more are cut).
+constexpr int kApiFrames = 64;
+
+void record_allocation(const void* ptr, size_t bytes, std::string_view device, std::string_view kind) {
+  if (ptr == nullptr || !g_api_enabled.load(std::memory_order_relaxed)) return;
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return;
+  }
+  uintptr_t frames[kMaxFrames];
+  int n = SPYGLASS_CAPTURE_STACK(frames, kApiFrames);
+  Record(reinterpret_cast<uintptr_t>(ptr), bytes, InternClass(device, kind), frames, n);
+  Guard::Leave();
+}
+
+void record_free(const void* ptr) {
+  if (ptr == nullptr) return;
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return;
+  }
+  Remove(reinterpret_cast<uintptr_t>(ptr));
+  Guard::Leave();
+}
+
+void set_tracking_enabled(bool enabled) { g_api_enabled.store(enabled); }
+bool tracking_enabled() { return g_api_enabled.load(); }
+
+TrackingStats tracking_stats() {
+  ScopedUntracked untracked;
+  TrackingStats s;
+  s.allocations = CounterValue(kAllocations);
+  s.frees = CounterValue(kFrees);
+  s.unknown_frees = CounterValue(kUnknownFrees);
+  s.double_frees = CounterValue(kDoubleFrees);
+  s.replaced = CounterValue(kReplaced);
+  s.reentrant_skipped = CounterValue(kReentrant);
+  s.dropped_table_full = CounterValue(kDroppedTable);
+  s.dropped_stacks = CounterValue(kDroppedStacks);
+  s.counter_events_dropped = CounterValue(kCounterDropped);
+  s.live_allocations = LiveCount();
+  int64_t bytes = 0;
+  for (int64_t b : LiveBytesByClass()) bytes += b;
+  s.live_bytes = static_cast<uint64_t>(bytes);
+  s.distinct_stacks = SiteCount();
+  s.table_bytes = TableBytes();
+  s.stack_bytes = SiteBytes();
+  s.sample_interval_bytes = SampleInterval();
+  return s;
+}
+
+namespace {
+
+bool DeviceMatches(std::string_view device, std::string_view backend) {
+  if (backend.empty() || device == backend) return true;
+  // "gpu" selects "gpu:0", "gpu:1", ...
+  return device.size() > backend.size() && device.substr(0, backend.size()) == backend && device[backend.size()] == ':';
+}
+
+}  // namespace
+
+Status SnapshotPprof(std::string_view backend, std::string* out) {
+  ScopedUntracked untracked;
+  const uint32_t nclasses = ClassCount();
+  std::vector<char> match(kMaxClasses + 1, 0), sampled(kMaxClasses + 1, 0);
+  const double interval = static_cast<double>(SampleInterval());
+  for (uint32_t c = 1; c <= nclasses; ++c) {
+    match[c] = DeviceMatches(ClassDevice(c), backend);
+    sampled[c] = interval > 0 && ClassKind(c) == "heap";
+  }
+  struct Agg {
+    double count = 0, bytes = 0;
+  };
+  std::unordered_map<uint32_t, Agg> by_site;
+  ForEachLive([&](const LiveRecord& r) {
+    uint32_t cls = SiteClass(r.site);
+    if (!match[cls]) return;
+    Agg& a = by_site[r.site];
+    double w = 1;
+    if (sampled[cls]) {
+      // Unbiased estimate of a Poisson-sampled allocation (as tcmalloc's heap profiles).
+      double size = static_cast<double>(r.size ? r.size : 1);
+      w = 1.0 / (1.0 - std::exp(-size / interval));
+    }
+    a.count += w;
+    a.bytes += w * static_cast<double>(r.size);
+  });
+
+  // Distinct addresses, symbolized once each.
+  std::unordered_map<uintptr_t, uint64_t> loc_of_pc;
+  std::vector<uintptr_t> pcs;
+  for (const auto& [site, agg] : by_site)
+    if (const Site* s = GetSite(site))
+      for (uint32_t i = 0; i < s->depth; ++i)
+        if (loc_of_pc.emplace(s->frames[i], 0).second) pcs.push_back(s->frames[i]);
+  auto syms = Symbolize(pcs);
+
+  ProfileData data;
+  std::unordered_map<std::string, uint64_t> fn_ids;
+  for (uintptr_t pc : pcs) {
+    const SymLocation& sl = syms[pc];
+    ProfileLocation loc;
+    loc.address = sl.rel_address;
+    for (const SymFrame& f : sl.frames) {
+      std::string key = f.function + '\0' + f.system_name + '\0' + f.file;
+      auto [it, inserted] = fn_ids.emplace(key, data.functions.size() + 1);
+      if (inserted) data.functions.push_back({f.function, f.system_name, f.file, f.start_line});
+      loc.lines.push_back({it->second, f.line});
+    }
+    data.locations.push_back(std::move(loc));
+    loc_of_pc[pc] = data.locations.size();
+  }
+  for (const auto& [site, agg] : by_site) {
+    ProfileSample s;
+    if (const Site* st = GetSite(site))
+      for (uint32_t i = 0; i < st->depth; ++i) s.location_ids.push_back(loc_of_pc[st->frames[i]]);
+    uint32_t cls = SiteClass(site);
+    s.count = std::llround(agg.count);
+    s.bytes = std::llround(agg.bytes);
+    s.kind = std::string(ClassKind(cls));
+    // As JAX: executables carry no device label.
+    if (s.kind != "executable") s.device = std::string(ClassDevice(cls));
+    data.samples.push_back(std::move(s));
+  }
+  data.time_nanos = static_cast<int64_t>(spyglass::internal::wall_ns());
+  auto note = [&](const char* what, Counter c) {
+    if (uint64_t v = CounterValue(c)) data.comments.push_back(std::string("spyglass: ") + what + "=" + std::to_string(v));
+  };
+  note("unknown_frees", kUnknownFrees);
+  note("double_frees", kDoubleFrees);
+  note("dropped_table_full", kDroppedTable);
+  note("dropped_stacks", kDroppedStacks);
+  note("reentrant_skipped", kReentrant);
+  if (interval > 0) data.comments.push_back("spyglass: heap sampled every " + std::to_string(SampleInterval()) + " bytes");
+  *out = EncodePprofGz(data);
+  return Status::Ok();
+}
+
+}  // namespace spyglass::memory
+
+namespace spyglass::profiler {
+
+Status device_memory_profile(std::string* out, std::string_view backend) {
+  if (out == nullptr) return InvalidArgumentError("device_memory_profile: out is null");
+  return memory::SnapshotPprof(backend, out);
+}
+
+Status save_device_memory_profile(const std::string& path, std::string_view backend) {
+  memory::internal::ScopedUntracked untracked;
+  std::string bytes;
+  if (Status s = device_memory_profile(&bytes, backend); !s.ok()) return s;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t w = ::write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return InternalError("cannot write " + path + ": " + std::strerror(e));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0) return InternalError("cannot write " + path + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+}  // namespace spyglass::profiler

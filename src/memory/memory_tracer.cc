@@ -1,0 +1,148 @@
+// The memory tracer: while a trace session runs, every tracked allocation and
+// free is appended (timestamp, device/kind, +-bytes) to a bounded lock-free
+// buffer (memory/tracker.cc); at stop it becomes a per-device live-bytes
+// counter: events "memory <device>" with the stat live_bytes on a line named
+// "_counters_" of the /host:CPU plane (the XSpace counter-line convention;
+// the trace JSON exporter writes them as "ph":"C" counter events).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "memory/tracker.h"
+#include "model/xspace.h"
+#include "session/tracer.h"
+#include "spyglass/internal/recorder.h"
+#include "trace/clock.h"
+
+namespace spyglass::memory {
+namespace {
+
+using namespace internal;  // NOLINT
+
+constexpr uint64_t kMaxOutputSamples = 500000;  // per session, all devices
+
+class MemoryTracer : public session::Tracer {
+ public:
+  explicit MemoryTracer(uint64_t capacity) : capacity_(capacity) {}
+  Status Start() override {
+    ScopedUntracked untracked;
+    base_ = LiveBytesByClass();
+    start_ticks_ = spyglass::internal::now_ticks();
+    started_ = CounterStart(capacity_);
+    return Status::Ok();
+  }
+  Status Stop() override {
+    if (!started_) return Status::Ok();
+    stop_ticks_ = spyglass::internal::now_ticks();
+    CounterStop(&events_, &n_, &dropped_);
+    return Status::Ok();
+  }
+  Status CollectData(model::Space* space) override {
+    if (!started_) return Status::Ok();
+    ScopedUntracked untracked;
+    spyglass::internal::TickConverter clock = spyglass::internal::TickConverter::Calibrate();
+    struct Ev {
+      uint64_t ticks;
+      int64_t delta;
+      uint32_t cls;
+    };
+    std::vector<Ev> evs;
+    evs.reserve(n_);
+    for (uint64_t i = 0; i < n_; ++i) {
+      uint64_t t = __atomic_load_n(&events_[i].ticks, __ATOMIC_ACQUIRE);
+      if (t == 0 || t < start_ticks_) continue;  // unfinished, or a straggler from before
+      int64_t v = __atomic_load_n(&events_[i].delta_and_class, __ATOMIC_RELAXED);
+      evs.push_back({t, v >> 8, static_cast<uint32_t>(v & 0xff)});
+    }
+    CounterRelease();
+    std::sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.ticks < b.ticks; });
+    // Per device (kinds summed).
+    std::map<std::string, int64_t> live;
+    std::vector<std::string> device_of(kMaxClasses + 1);
+    for (uint32_t c = 1; c <= ClassCount(); ++c) device_of[c] = std::string(ClassDevice(c));
+    std::map<std::string, bool> active;
+    for (uint32_t c = 1; c < base_.size(); ++c)
+      if (base_[c] != 0) {
+        live[device_of[c]] += base_[c];
+        active[device_of[c]] = true;
+      }
+    for (const Ev& e : evs) active[device_of[e.cls]] = true;
+    if (active.empty() && dropped_ == 0) return Status::Ok();
+
+    model::Plane& host = space->plane(model::kHostPlaneName);
+    model::Line& line = host.line_with_id(INT64_MAX);
+    line.name = line.display_name = "_counters_";
+    line.timestamp_ns = 0;
+    auto to_ps = [&](uint64_t t) { return t <= start_ticks_ ? int64_t{0} : clock.ns_between(start_ticks_, t) * 1000; };
+    int64_t end_ps = to_ps(stop_ticks_);
+    std::map<std::string, uint32_t> md;
+    for (const auto& [dev, on] : active) md[dev] = host.intern_event("memory " + dev);
+    auto emit = [&](const std::string& dev, int64_t ps, int64_t value) {
+      model::Event e;
+      e.offset_ps = ps;
+      e.metadata_id = md[dev];
+      e.stats = static_cast<uint32_t>(line.stat_lists.size());
+      line.stat_lists.push_back({host.int_stat("live_bytes", value)});
+      line.events.push_back(e);
+    };
+    for (const auto& [dev, on] : active) emit(dev, 0, live[dev]);
+    // Coalesce: per device and grid step at most two samples, the step's peak
+    // and its last value (peaks are what memory tracks are read for).
+    int64_t grid_ps = std::max<int64_t>(
+        1000000, end_ps / static_cast<int64_t>(kMaxOutputSamples / 2 / std::max<size_t>(1, active.size())));
+    struct Pending {
+      int64_t slot = -1, peak_ps = 0, peak = 0, last_ps = 0, last = 0;
+    };
+    auto flush = [&](const std::string& dev, const Pending& p) {
+      if (p.slot < 0) return;
+      emit(dev, p.peak_ps, p.peak);
+      if (p.last_ps != p.peak_ps || p.last != p.peak) emit(dev, std::max(p.last_ps, p.peak_ps), p.last);
+    };
+    std::map<std::string, Pending> pending;
+    for (const Ev& ev : evs) {
+      const std::string& dev = device_of[ev.cls];
+      int64_t v = live[dev] += ev.delta;
+      int64_t ps = to_ps(ev.ticks);
+      Pending& p = pending[dev];
+      if (p.slot != ps / grid_ps) {
+        flush(dev, p);
+        p = {ps / grid_ps, ps, v, ps, v};
+      } else {
+        if (v > p.peak) p.peak_ps = ps, p.peak = v;
+        p.last_ps = ps, p.last = v;
+      }
+    }
+    for (const auto& [dev, p] : pending) flush(dev, p);
+    for (const auto& [dev, on] : active) emit(dev, end_ps, live[dev]);
+    line.sort_events();
+    host.stats.push_back(host.uint_stat("memory_counter_events_dropped", dropped_));
+    if (dropped_ > 0) {
+      std::string w = "spyglass: " + std::to_string(dropped_) +
+                      " memory counter samples were dropped (bound reached); the live-bytes track is incomplete";
+      space->warnings.push_back(w);
+      std::fprintf(stderr, "%s\n", w.c_str());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  uint64_t capacity_;
+  std::vector<int64_t> base_;
+  uint64_t start_ticks_ = 0, stop_ticks_ = 0;
+  bool started_ = false;
+  const CounterEvent* events_ = nullptr;
+  uint64_t n_ = 0, dropped_ = 0;
+};
+
+struct Registrar {
+  Registrar() {
+    session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
+      uint64_t bytes = o.buffer_bytes_total ? o.buffer_bytes_total / 8 : (64ull << 20);
+      return std::make_unique<MemoryTracer>(std::max<uint64_t>(1024, bytes / sizeof(CounterEvent)));
+    });
+  }
+};
+Registrar g_registrar;
+
+}  // namespace
+}  // namespace spyglass::memory

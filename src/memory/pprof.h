@@ -1,0 +1,80 @@
+// pprof profiles (perftools.profiles.Profile, field numbers of
+// google/pprof proto/profile.proto; spec PPROF.md): the writer of our
+// snapshots, a validating reader, and the memtop / memdiff reports.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spyglass/status.h"
+
+namespace spyglass::memory {
+
+// ---- writing ----------------------------------------------------------------
+struct ProfileFunction {
+  std::string name, system_name, filename;
+  int64_t start_line = 0;
+};
+struct ProfileLine {
+  uint64_t function_id;  // 1-based index into functions
+  int64_t line;
+};
+struct ProfileLocation {
+  uint64_t address = 0;
+  std::vector<ProfileLine> lines;  // innermost first
+};
+struct ProfileSample {
+  std::vector<uint64_t> location_ids;  // 1-based, leaf first
+  int64_t count = 0;
+  int64_t bytes = 0;
+  std::string kind, device;  // labels ("" = no label)
+};
+struct ProfileData {
+  std::vector<ProfileFunction> functions;
+  std::vector<ProfileLocation> locations;
+  std::vector<ProfileSample> samples;
+  int64_t time_nanos = 0;
+  std::vector<std::string> comments;
+};
+// Serialized, gzipped Profile with sample types allocations/count, space/bytes.
+std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
+
+// A snapshot of the tracker now (devices matching `backend`), gzipped pprof.
+Status SnapshotPprof(std::string_view backend, std::string* out);
+
+// ---- reading ----------------------------------------------------------------
+struct PprofFrame {
+  std::string function, file;
+  int64_t line = 0;
+};
+struct PprofSample {
+  std::vector<PprofFrame> frames;  // innermost first (inlined frames expanded)
+  std::vector<int64_t> values;
+  std::map<std::string, std::string> labels;
+};
+struct PprofProfile {
+  std::vector<std::pair<std::string, std::string>> sample_types;  // (type, unit)
+  std::vector<PprofSample> samples;
+  int64_t time_nanos = 0;
+  int count_index = -1, bytes_index = -1;  // of allocations/count and space/bytes
+};
+// Accepts gzipped or plain serialized profiles; any inconsistency is an
+// InvalidArgument error naming what is wrong (truncated, not gzip, bad ids).
+Status ParsePprof(std::string_view bytes, PprofProfile* out);
+Status ReadPprofFile(const std::string& path, PprofProfile* out);
+
+// ---- reports ----------------------------------------------------------------
+// Where a sample's memory was allocated from: the first frame that is not
+// allocator plumbing (malloc, operator new, std:: containers, our API).
+std::string CallSite(const PprofSample& s);
+
+std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top);
+std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, const std::string& base_name,
+                          const std::string& cur_name, size_t top);
+
+std::string HumanBytes(int64_t bytes);  // "12.3 MiB"
+
+}  // namespace spyglass::memory

@@ -1,0 +1,202 @@
+#include "memory/symbolize.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#ifdef SPYGLASS_HAVE_LIBDW
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#endif
+
+namespace spyglass::memory::internal {
+
+std::string Demangle(const char* name) {
+  if (name == nullptr) return "";
+  if (name[0] == '_' && name[1] == 'Z') {
+    int status = 0;
+    char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    if (d && status == 0) {
+      std::string out(d);
+      std::free(d);
+      return out;
+    }
+    std::free(d);
+  }
+  return name;
+}
+
+namespace {
+
+std::mutex g_mu;
+std::unordered_map<uintptr_t, SymLocation>* g_cache = nullptr;
+
+std::string Basename(const char* path) {
+  const char* s = std::strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+// Fallback: the dynamic symbol table.
+SymLocation ViaDladdr(uintptr_t pc) {
+  SymLocation loc;
+  Dl_info info{};
+  SymFrame f;
+  if (dladdr(reinterpret_cast<void*>(pc - 1), &info) != 0) {
+    loc.rel_address = pc - reinterpret_cast<uintptr_t>(info.dli_fbase);
+    if (info.dli_sname) {
+      f.system_name = info.dli_sname;
+      f.function = Demangle(info.dli_sname);
+    } else {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(loc.rel_address));
+      f.function = Basename(info.dli_fname ? info.dli_fname : "?") + buf;
+      f.system_name = f.function;
+    }
+    if (info.dli_fname) f.file = info.dli_fname;  // the module, when no source file is known
+  } else {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(pc));
+    f.function = f.system_name = buf;
+    loc.rel_address = pc;
+  }
+  loc.frames.push_back(std::move(f));
+  return loc;
+}
+
+#ifdef SPYGLASS_HAVE_LIBDW
+const char* DieLinkageName(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) || dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr))
+    return dwarf_formstring(&attr);
+  return nullptr;
+}
+
+std::string DieName(Dwarf_Die* die, std::string* system_name) {
+  if (const char* l = DieLinkageName(die)) {
+    *system_name = l;
+    return Demangle(l);
+  }
+  const char* n = dwarf_diename(die);
+  if (!n) {
+    Dwarf_Attribute attr;
+    if (dwarf_attr_integrate(die, DW_AT_name, &attr)) n = dwarf_formstring(&attr);
+  }
+  *system_name = n ? n : "??";
+  return *system_name;
+}
+
+int64_t DeclLine(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  Dwarf_Word v = 0;
+  if (dwarf_attr_integrate(die, DW_AT_decl_line, &attr) && dwarf_formudata(&attr, &v) == 0) return static_cast<int64_t>(v);
+  return 0;
+}
+
+class DwarfSymbolizer {
+ public:
+  DwarfSymbolizer() {
+    callbacks_.find_elf = dwfl_linux_proc_find_elf;
+    callbacks_.find_debuginfo = dwfl_standard_find_debuginfo;
+    callbacks_.debuginfo_path = nullptr;
+    dwfl_ = dwfl_begin(&callbacks_);
+    if (dwfl_ && dwfl_linux_proc_report(dwfl_, getpid()) != 0) {
+      dwfl_end(dwfl_);
+      dwfl_ = nullptr;
+    }
+    if (dwfl_) dwfl_report_end(dwfl_, nullptr, nullptr);
+  }
+  ~DwarfSymbolizer() {
+    if (dwfl_) dwfl_end(dwfl_);
+  }
+
+  bool Lookup(uintptr_t pc, SymLocation* loc) {
+    if (!dwfl_) return false;
+    Dwarf_Addr addr = pc - 1;
+    Dwfl_Module* mod = dwfl_addrmodule(dwfl_, addr);
+    if (!mod) return false;
+    Dwarf_Addr mod_start = 0;
+    dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
+    loc->rel_address = pc - mod_start;
+    Dwarf_Addr bias = 0;
+    Dwarf_Die* cu = dwfl_module_addrdie(mod, addr, &bias);
+    if (!cu) return false;
+    Dwarf_Die* scopes = nullptr;
+    int n = dwarf_getscopes(cu, addr - bias, &scopes);
+    if (n <= 0) return false;
+    // Source position of the innermost frame from the line table.
+    const char* file = nullptr;
+    int line = 0;
+    if (Dwfl_Line* l = dwfl_module_getsrc(mod, addr)) file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr);
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    dwarf_getsrcfiles(cu, &files, &nfiles);
+    std::string cur_file = file ? file : "";
+    int64_t cur_line = line;
+    for (int i = 0; i < n; ++i) {
+      Dwarf_Die* d = &scopes[i];
+      int tag = dwarf_tag(d);
+      if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram) continue;
+      SymFrame f;
+      f.function = DieName(d, &f.system_name);
+      f.file = cur_file;
+      f.line = cur_line;
+      f.start_line = DeclLine(d);
+      loc->frames.push_back(std::move(f));
+      if (tag == DW_TAG_subprogram) break;
+      // The call site of this inlined body is the position in the enclosing function.
+      Dwarf_Attribute attr;
+      Dwarf_Word v = 0;
+      cur_line = (dwarf_attr(d, DW_AT_call_line, &attr) && dwarf_formudata(&attr, &v) == 0) ? static_cast<int64_t>(v) : 0;
+      cur_file.clear();
+      if (files && dwarf_attr(d, DW_AT_call_file, &attr) && dwarf_formudata(&attr, &v) == 0 && v < nfiles)
+        if (const char* fn = dwarf_filesrc(files, v, nullptr, nullptr)) cur_file = fn;
+    }
+    std::free(scopes);
+    return !loc->frames.empty();
+  }
+
+ private:
+  Dwfl_Callbacks callbacks_{};
+  Dwfl* dwfl_ = nullptr;
+};
+#endif
+
+}  // namespace
+
+std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t>& pcs) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_cache) g_cache = new std::unordered_map<uintptr_t, SymLocation>;
+  std::unordered_map<uintptr_t, SymLocation> out;
+  std::vector<uintptr_t> todo;
+  for (uintptr_t pc : pcs) {
+    auto it = g_cache->find(pc);
+    if (it != g_cache->end())
+      out.emplace(pc, it->second);
+    else
+      todo.push_back(pc);
+  }
+  if (todo.empty()) return out;
+#ifdef SPYGLASS_HAVE_LIBDW
+  // One reporting of the process's modules per snapshot (libraries may have been loaded since).
+  DwarfSymbolizer dwarf;
+#endif
+  for (uintptr_t pc : todo) {
+    SymLocation loc;
+    bool ok = false;
+#ifdef SPYGLASS_HAVE_LIBDW
+    ok = dwarf.Lookup(pc, &loc);
+#endif
+    if (!ok) loc = ViaDladdr(pc);
+    (*g_cache)[pc] = loc;
+    out.emplace(pc, std::move(loc));
+  }
+  return out;
+}
+
+}  // namespace spyglass::memory::internal

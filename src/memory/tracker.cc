@@ -1,0 +1,536 @@
+#include "memory/tracker.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+namespace spyglass::memory::internal {
+namespace {
+
+void* MapBytes(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+class SpinLock {
+ public:
+  void lock() {
+    for (int spins = 0; v_.exchange(1, std::memory_order_acquire) != 0;) {
+      while (v_.load(std::memory_order_relaxed) != 0) {
+        if (++spins < 64) {
+#if defined(__x86_64__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          sched_yield();
+        }
+      }
+    }
+  }
+  void unlock() { v_.store(0, std::memory_order_release); }
+  void reset() { v_.store(0, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint32_t> v_{0};
+};
+
+struct LockGuard {
+  explicit LockGuard(SpinLock& l) : l_(l) { l_.lock(); }
+  ~LockGuard() { l_.unlock(); }
+  SpinLock& l_;
+};
+
+constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
+
+std::atomic<uint64_t> g_counters[kNumCounters];
+
+// ---- classes -------------------------------------------------------------
+constexpr size_t kDeviceChars = 64, kKindChars = 32;
+struct ClassNames {
+  char device[kMaxClasses + 1][kDeviceChars];
+  char kind[kMaxClasses + 1][kKindChars];
+  uint8_t device_len[kMaxClasses + 1];
+  uint8_t kind_len[kMaxClasses + 1];
+};
+constinit ClassNames g_classes{};
+std::atomic<uint32_t> g_class_count{0};
+SpinLock g_class_lock;
+
+// ---- live table ------------------------------------------------------------
+// Slot: ptr (0 = empty), meta = size << 24 | site.
+struct Slot {
+  uint64_t ptr;
+  uint64_t meta;
+};
+constexpr int kShardBits = 8;
+constexpr int kShards = 1 << kShardBits;
+constexpr int kRecent = 8;
+constexpr uint64_t kDefaultMaxLive = 1ull << 26;
+
+struct alignas(64) Shard {
+  SpinLock lock;
+  uint32_t recent_pos = 0;
+  Slot* slots = nullptr;
+  uint64_t cap = 0;
+  std::atomic<uint64_t> count{0};
+  std::atomic<int64_t> bytes{0};
+  uint64_t recent[kRecent] = {};  // pointers freed a moment ago (double-free detection)
+};
+Shard g_shards[kShards];
+uint64_t g_max_per_shard = kDefaultMaxLive / kShards;
+
+inline uint64_t Mix(uint64_t x) {
+  x *= 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return x;
+}
+inline uint64_t Home(uint64_t h, uint64_t cap) {
+  return static_cast<uint64_t>((static_cast<__uint128_t>(h << kShardBits) * cap) >> 64);
+}
+
+// Caller holds the shard lock. Returns the slot index of ptr or the empty slot where it goes.
+inline uint64_t Find(const Shard& s, uint64_t ptr, uint64_t h, bool* found) {
+  uint64_t i = Home(h, s.cap);
+  while (true) {
+    uint64_t p = s.slots[i].ptr;
+    if (p == ptr) {
+      *found = true;
+      return i;
+    }
+    if (p == 0) {
+      *found = false;
+      return i;
+    }
+    if (++i == s.cap) i = 0;
+  }
+}
+
+bool Grow(Shard& s) {
+  uint64_t ncap = s.cap == 0 ? 64 : s.cap + s.cap / 2;
+  Slot* ns = static_cast<Slot*>(MapBytes(ncap * sizeof(Slot)));
+  if (ns == nullptr) return false;
+  for (uint64_t i = 0; i < s.cap; ++i) {
+    uint64_t p = s.slots[i].ptr;
+    if (p == 0) continue;
+    uint64_t j = Home(Mix(p), ncap);
+    while (ns[j].ptr != 0)
+      if (++j == ncap) j = 0;
+    ns[j] = s.slots[i];
+  }
+  if (s.slots) munmap(s.slots, s.cap * sizeof(Slot));
+  s.slots = ns;
+  s.cap = ncap;
+  return true;
+}
+
+// Backward-shift deletion (no tombstones).
+void EraseAt(Shard& s, uint64_t i) {
+  uint64_t j = i;
+  while (true) {
+    if (++j == s.cap) j = 0;
+    uint64_t p = s.slots[j].ptr;
+    if (p == 0) break;
+    uint64_t k = Home(Mix(p), s.cap);
+    bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+    if (stays) continue;
+    s.slots[i] = s.slots[j];
+    i = j;
+  }
+  s.slots[i].ptr = 0;
+  s.slots[i].meta = 0;
+}
+
+// ---- sampled-mode filter ---------------------------------------------------
+constexpr uint64_t kFilterSize = 1ull << 22;
+std::atomic<uint8_t*> g_filter{nullptr};
+std::atomic<uint64_t> g_sample_interval{0};
+
+inline uint64_t FilterIndex(uintptr_t ptr) { return Mix(ptr ^ 0x5bd1e995u) & (kFilterSize - 1); }
+void FilterAdd(uintptr_t ptr) {
+  uint8_t* f = g_filter.load(std::memory_order_acquire);
+  if (!f) return;
+  uint8_t* c = &f[FilterIndex(ptr)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && !__atomic_compare_exchange_n(c, &v, uint8_t(v + 1), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+void FilterRemove(uintptr_t ptr) {
+  uint8_t* f = g_filter.load(std::memory_order_acquire);
+  if (!f) return;
+  uint8_t* c = &f[FilterIndex(ptr)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && v != 0 &&
+         !__atomic_compare_exchange_n(c, &v, uint8_t(v - 1), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+// ---- sites -----------------------------------------------------------------
+constexpr uint64_t kSiteSlots = 1ull << 23;          // hash slots (64 MiB virtual)
+constexpr uint32_t kMaxSites = (1u << 22);           // ids (24-bit field; 4M by default)
+constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only, no stack"
+constexpr uint64_t kArenaBytes = 512ull << 20;       // shared stacks bound
+std::atomic<std::atomic<uint64_t>*> g_site_slots{nullptr};
+std::atomic<std::atomic<const Site*>*> g_site_ptrs{nullptr};
+std::atomic<char*> g_arena{nullptr};
+std::atomic<uint64_t> g_arena_used{0};
+std::atomic<uint32_t> g_next_site{kFirstSite};
+
+template <typename T>
+T* LazyMap(std::atomic<T*>& slot, size_t bytes) {
+  T* p = slot.load(std::memory_order_acquire);
+  if (p) return p;
+  T* fresh = static_cast<T*>(MapBytes(bytes));
+  if (!fresh) return nullptr;
+  if (slot.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return fresh;
+  munmap(fresh, bytes);
+  return p;
+}
+
+uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
+  auto* slots = LazyMap(g_site_slots, kSiteSlots * sizeof(uint64_t));
+  auto* ptrs = LazyMap(g_site_ptrs, kMaxSites * sizeof(void*));
+  char* arena = LazyMap(g_arena, kArenaBytes);
+  if (!slots || !ptrs || !arena) return cls;
+  uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
+  for (int i = 0; i < depth; ++i) h = Mix(h ^ frames[i]);
+  uint64_t tag = (h >> 24) | 1;  // 40 bits, non-zero
+  uint32_t mine = 0;
+  uint64_t i = h & (kSiteSlots - 1);
+  for (int probes = 0; probes < 4096; ++probes, i = (i + 1) & (kSiteSlots - 1)) {
+    uint64_t v = slots[i].load(std::memory_order_acquire);
+    if (v == 0) {
+      if (mine == 0) {
+        size_t bytes = (sizeof(Site) + sizeof(uintptr_t) * depth + 7) & ~size_t{7};
+        uint64_t off = g_arena_used.fetch_add(bytes, std::memory_order_relaxed);
+        uint32_t id = g_next_site.fetch_add(1, std::memory_order_relaxed);
+        if (off + bytes > kArenaBytes || id >= kMaxSites) {
+          Count(kDroppedStacks);
+          return cls;
+        }
+        Site* s = reinterpret_cast<Site*>(arena + off);
+        s->hash = h;
+        s->cls = cls;
+        s->depth = static_cast<uint32_t>(depth);
+        std::memcpy(s->frames, frames, sizeof(uintptr_t) * depth);
+        ptrs[id].store(s, std::memory_order_release);
+        mine = id;
+      }
+      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) return mine;
+    }
+    if ((v >> 24) == tag) {
+      uint32_t id = static_cast<uint32_t>(v & 0xffffff);
+      const Site* s = ptrs[id].load(std::memory_order_acquire);
+      if (s && s->cls == cls && s->depth == static_cast<uint32_t>(depth) &&
+          std::memcmp(s->frames, frames, sizeof(uintptr_t) * depth) == 0)
+        return id;  // (a record of ours, if any, stays unused)
+    }
+  }
+  Count(kDroppedStacks);
+  return cls;
+}
+
+// ---- counter events --------------------------------------------------------
+constexpr uint64_t kMaxCounterEvents = 8ull << 20;
+struct AtomicCounterEvent {
+  std::atomic<uint64_t> ticks;
+  std::atomic<int64_t> delta_and_class;
+};
+std::atomic<AtomicCounterEvent*> g_counter_buf{nullptr};
+std::atomic<uint64_t> g_counter_idx{0};
+uint64_t g_counter_cap = 0;
+
+inline uint64_t Ticks() {
+#if defined(__x86_64__)
+  return __builtin_ia32_rdtsc();
+#else
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+#endif
+}
+
+void CounterAppend(uint32_t cls, int64_t delta) {
+  AtomicCounterEvent* buf = g_counter_buf.load(std::memory_order_acquire);
+  if (!buf) return;
+  uint64_t i = g_counter_idx.fetch_add(1, std::memory_order_relaxed);
+  if (i >= g_counter_cap) {
+    Count(kCounterDropped);
+    return;
+  }
+  buf[i].delta_and_class.store(delta * 256 + cls, std::memory_order_relaxed);
+  buf[i].ticks.store(Ticks() | 1, std::memory_order_release);
+}
+
+}  // namespace
+
+std::atomic<bool> g_counter_on{false};
+std::atomic<bool> g_api_enabled{true};
+
+void Count(Counter c, uint64_t n) { g_counters[c].fetch_add(n, std::memory_order_relaxed); }
+uint64_t CounterValue(Counter c) { return g_counters[c].load(std::memory_order_relaxed); }
+
+bool Guard::Enter() {
+  if (t_guard) return false;
+  t_guard = 1;
+  return true;
+}
+void Guard::Leave() { t_guard = 0; }
+bool Guard::Inside() { return t_guard != 0; }
+bool Guard::EnterOwn() {
+  if (t_guard) return false;
+  t_guard = 2;
+  return true;
+}
+bool Guard::InsideTracking() { return t_guard == 1; }
+
+uint32_t InternClass(std::string_view device, std::string_view kind) {
+  device = device.substr(0, kDeviceChars - 1);
+  kind = kind.substr(0, kKindChars - 1);
+  auto find = [&](uint32_t n) -> uint32_t {
+    for (uint32_t i = 1; i <= n; ++i)
+      if (g_classes.device_len[i] == device.size() && g_classes.kind_len[i] == kind.size() &&
+          std::memcmp(g_classes.device[i], device.data(), device.size()) == 0 &&
+          std::memcmp(g_classes.kind[i], kind.data(), kind.size()) == 0)
+        return i;
+    return 0;
+  };
+  if (uint32_t c = find(g_class_count.load(std::memory_order_acquire))) return c;
+  LockGuard lock(g_class_lock);
+  uint32_t n = g_class_count.load(std::memory_order_relaxed);
+  if (uint32_t c = find(n)) return c;
+  if (n >= kMaxClasses) {
+    // Over the bound: everything else shares the last class ("other").
+    return kMaxClasses;
+  }
+  uint32_t c = n + 1;
+  std::memcpy(g_classes.device[c], device.data(), device.size());
+  g_classes.device_len[c] = static_cast<uint8_t>(device.size());
+  std::memcpy(g_classes.kind[c], kind.data(), kind.size());
+  g_classes.kind_len[c] = static_cast<uint8_t>(kind.size());
+  if (c == kMaxClasses) {
+    std::memcpy(g_classes.device[c], "other", 5);
+    g_classes.device_len[c] = 5;
+    std::memcpy(g_classes.kind[c], "other", 5);
+    g_classes.kind_len[c] = 5;
+  }
+  g_class_count.store(c, std::memory_order_release);
+  return c;
+}
+std::string_view ClassDevice(uint32_t c) {
+  if (c == 0 || c > g_class_count.load(std::memory_order_acquire)) return "unknown";
+  return {g_classes.device[c], g_classes.device_len[c]};
+}
+std::string_view ClassKind(uint32_t c) {
+  if (c == 0 || c > g_class_count.load(std::memory_order_acquire)) return "unknown";
+  return {g_classes.kind[c], g_classes.kind_len[c]};
+}
+uint32_t ClassCount() { return g_class_count.load(std::memory_order_acquire); }
+
+void SetSampleInterval(uint64_t bytes) {
+  if (bytes > 0) LazyMap(g_filter, kFilterSize);
+  g_sample_interval.store(bytes, std::memory_order_release);
+}
+uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_relaxed); }
+bool MaybeTracked(uintptr_t ptr) {
+  uint8_t* f = g_filter.load(std::memory_order_relaxed);
+  return !f || __atomic_load_n(&f[FilterIndex(ptr)], __ATOMIC_RELAXED) != 0;
+}
+
+void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
+  if (ptr == 0) return;
+  if (size > kMaxSize) size = kMaxSize;
+  uint32_t site = depth > 0 ? InternSite(cls, frames, depth) : cls;
+  uint64_t h = Mix(ptr);
+  Shard& s = g_shards[h >> (64 - kShardBits)];
+  int64_t old_size = -1;
+  uint32_t old_site = 0;
+  {
+    LockGuard lock(s.lock);
+    uint64_t count = s.count.load(std::memory_order_relaxed);
+    if ((count + 1) * 5 > s.cap * 4) {
+      if (count >= g_max_per_shard || !Grow(s)) {
+        Count(kDroppedTable);
+        return;
+      }
+    }
+    bool found;
+    uint64_t i = Find(s, ptr, h, &found);
+    if (found) {
+      old_size = static_cast<int64_t>(s.slots[i].meta >> 24);
+      old_site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+    } else {
+      s.slots[i].ptr = ptr;
+      s.count.store(count + 1, std::memory_order_relaxed);
+    }
+    s.slots[i].meta = (size << 24) | site;
+    s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? old_size : 0),
+                  std::memory_order_relaxed);
+    for (uint64_t& r : s.recent)
+      if (r == ptr) r = 0;
+  }
+  if (old_size >= 0) {
+    Count(kReplaced);
+    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(old_site), -old_size);
+  } else if (g_filter.load(std::memory_order_relaxed)) {
+    FilterAdd(ptr);
+  }
+  Count(kAllocations);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
+}
+
+void Remove(uintptr_t ptr) {
+  if (ptr == 0) return;
+  uint64_t h = Mix(ptr);
+  Shard& s = g_shards[h >> (64 - kShardBits)];
+  int64_t size = -1;
+  uint32_t site = 0;
+  bool double_free = false;
+  {
+    LockGuard lock(s.lock);
+    bool found = false;
+    uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
+    if (found) {
+      size = static_cast<int64_t>(s.slots[i].meta >> 24);
+      site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+      EraseAt(s, i);
+      s.count.store(s.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+      s.bytes.store(s.bytes.load(std::memory_order_relaxed) - size, std::memory_order_relaxed);
+      s.recent[s.recent_pos++ % kRecent] = ptr;
+    } else {
+      for (uint64_t r : s.recent) double_free |= (r == ptr);
+    }
+  }
+  if (size < 0) {
+    Count(double_free ? kDoubleFrees : kUnknownFrees);
+    return;
+  }
+  if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
+  Count(kFrees);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+}
+
+void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
+  std::vector<LiveRecord> batch;
+  for (Shard& s : g_shards) {
+    batch.clear();
+    {
+      // Copy under the lock, call f outside it (f may take other locks).
+      s.lock.lock();
+      uint64_t n = s.count.load(std::memory_order_relaxed);
+      s.lock.unlock();
+      batch.reserve(n + 16);
+      LockGuard lock(s.lock);
+      for (uint64_t i = 0; i < s.cap; ++i) {
+        const Slot& sl = s.slots[i];
+        if (sl.ptr == 0) continue;
+        if (batch.size() == batch.capacity()) break;  // grew meanwhile: keep what fits (no allocation under lock)
+        batch.push_back({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)});
+      }
+    }
+    for (const LiveRecord& r : batch) f(r);
+  }
+}
+
+uint64_t LiveCount() {
+  uint64_t n = 0;
+  for (const Shard& s : g_shards) n += s.count.load(std::memory_order_relaxed);
+  return n;
+}
+uint64_t TableBytes() {
+  uint64_t n = 0;
+  for (Shard& s : g_shards) {
+    LockGuard lock(s.lock);
+    n += s.cap * sizeof(Slot);
+  }
+  return n;
+}
+
+const Site* GetSite(uint32_t id) {
+  if (id < kFirstSite || id >= kMaxSites) return nullptr;
+  auto* ptrs = g_site_ptrs.load(std::memory_order_acquire);
+  return ptrs ? ptrs[id].load(std::memory_order_acquire) : nullptr;
+}
+uint32_t SiteClass(uint32_t id) {
+  if (id < kFirstSite) return id;
+  const Site* s = GetSite(id);
+  return s ? s->cls : 0;
+}
+uint64_t SiteCount() {
+  uint32_t n = g_next_site.load(std::memory_order_relaxed);
+  return n > kMaxSites ? kMaxSites - kFirstSite : n - kFirstSite;
+}
+uint64_t SiteBytes() {
+  uint64_t n = g_arena_used.load(std::memory_order_relaxed);
+  return n > kArenaBytes ? kArenaBytes : n;
+}
+
+std::vector<int64_t> LiveBytesByClass() {
+  std::vector<int64_t> out(kMaxClasses + 1, 0);
+  ForEachLive([&](const LiveRecord& r) { out[SiteClass(r.site)] += static_cast<int64_t>(r.size); });
+  return out;
+}
+
+bool CounterStart(uint64_t capacity) {
+  AtomicCounterEvent* buf = LazyMap(g_counter_buf, kMaxCounterEvents * sizeof(AtomicCounterEvent));
+  if (!buf || g_counter_on.load()) return false;
+  g_counter_cap = capacity < kMaxCounterEvents ? capacity : kMaxCounterEvents;
+  g_counter_idx.store(0, std::memory_order_relaxed);
+  g_counter_on.store(true, std::memory_order_release);
+  return true;
+}
+
+void CounterStop(const CounterEvent** events, uint64_t* n, uint64_t* dropped) {
+  g_counter_on.store(false, std::memory_order_release);
+  uint64_t idx = g_counter_idx.load(std::memory_order_acquire);
+  *n = idx < g_counter_cap ? idx : g_counter_cap;
+  *dropped = idx > g_counter_cap ? idx - g_counter_cap : 0;
+  // Same layout; entries whose ticks are still 0 were not finished and are skipped by the reader.
+  *events = reinterpret_cast<const CounterEvent*>(g_counter_buf.load(std::memory_order_acquire));
+}
+
+void CounterRelease() {
+  AtomicCounterEvent* buf = g_counter_buf.load(std::memory_order_acquire);
+  if (!buf) return;
+  // Zero (and give back) the pages used; the mapping stays so a late writer never faults.
+  uint64_t used = g_counter_idx.load(std::memory_order_relaxed);
+  if (used > g_counter_cap) used = g_counter_cap;
+  size_t bytes = ((used * sizeof(AtomicCounterEvent)) + 4095) & ~size_t{4095};
+  if (bytes) madvise(buf, bytes, MADV_DONTNEED);
+  g_counter_idx.store(0, std::memory_order_relaxed);
+}
+
+namespace {
+void PrepareFork() {
+  Guard::Enter();
+  g_class_lock.lock();
+  for (Shard& s : g_shards) s.lock.lock();
+}
+void ParentFork() {
+  for (Shard& s : g_shards) s.lock.unlock();
+  g_class_lock.unlock();
+  Guard::Leave();
+}
+void ChildFork() {
+  for (Shard& s : g_shards) s.lock.reset();
+  g_class_lock.reset();
+  g_counter_on.store(false);  // the parent's session is not the child's
+  Guard::Leave();
+}
+std::atomic<bool> g_fork_installed{false};
+}  // namespace
+
+void InstallForkHandlers() {
+  if (g_fork_installed.exchange(true)) return;
+  pthread_atfork(PrepareFork, ParentFork, ChildFork);
+}
+
+__attribute__((constructor)) static void InstallForkHandlersAtLoad() {
+  ScopedUntracked untracked;
+  InstallForkHandlers();
+}
+
+}  // namespace spyglass::memory::internal

@@ -1,0 +1,360 @@
+// The tracking core through the explicit API (also run under TSan and ASan):
+// snapshots as pprof, labels, backends, bad input, threads, fork, signals,
+// thread exit, the trace counter track, the pprof reader and the reports.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "memory/pprof.h"
+#include "memory/tracker.h"
+#include "memory/unwind.h"
+#include "spyglass/memory.h"
+#include "spyglass/profiler.h"
+#include "test_util.h"
+
+namespace mem = spyglass::memory;
+namespace prof = spyglass::profiler;
+using spyglass::testing::MakeTempDir;
+using spyglass::testing::ReadGzip;
+
+namespace {
+
+// Fake addresses (never dereferenced), distinct per test.
+uintptr_t Addr(uintptr_t base, uintptr_t i) { return (base << 32) + i * 64; }
+const void* P(uintptr_t base, uintptr_t i) { return reinterpret_cast<const void*>(Addr(base, i)); }
+
+__attribute__((noinline)) void AllocateModelWeights(uintptr_t base, int n) {
+  for (int i = 0; i < n; ++i) mem::record_allocation(P(base, i), 1000, "gpu:0", "buffer");
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void CompileProgram(uintptr_t base) {
+  mem::record_allocation(P(base, 0), 4096, "cpu:0", "executable");
+  asm volatile("" ::: "memory");
+}
+
+mem::PprofProfile Snapshot(std::string_view backend = "") {
+  std::string bytes;
+  EXPECT_TRUE(prof::device_memory_profile(&bytes, backend).ok());
+  mem::PprofProfile p;
+  spyglass::Status s = mem::ParsePprof(bytes, &p);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return p;
+}
+
+bool HasFunction(const mem::PprofSample& s, const std::string& name) {
+  for (const auto& f : s.frames)
+    if (f.function.find(name) != std::string::npos) return true;
+  return false;
+}
+
+// Sums (count, bytes) of samples with a frame named `fn` and the labels given.
+std::pair<int64_t, int64_t> Sum(const mem::PprofProfile& p, const std::string& fn, const std::string& device = "",
+                                const std::string& kind = "") {
+  int64_t c = 0, b = 0;
+  for (const auto& s : p.samples) {
+    if (!fn.empty() && !HasFunction(s, fn)) continue;
+    if (!device.empty() && (s.labels.count("device") == 0 || s.labels.at("device") != device)) continue;
+    if (!kind.empty() && s.labels.at("kind") != kind) continue;
+    c += s.values[0];
+    b += s.values[1];
+  }
+  return {c, b};
+}
+
+void FreeAll(uintptr_t base, int n) {
+  for (int i = 0; i < n; ++i) mem::record_free(P(base, i));
+}
+
+}  // namespace
+
+TEST(MemoryProfile, SnapshotHasJaxSampleTypesLabelsAndStacks) {
+  AllocateModelWeights(1, 3);
+  CompileProgram(2);
+  mem::PprofProfile p = Snapshot();
+  ASSERT_EQ(p.sample_types.size(), 2u);
+  EXPECT_EQ(p.sample_types[0], (std::pair<std::string, std::string>{"allocations", "count"}));
+  EXPECT_EQ(p.sample_types[1], (std::pair<std::string, std::string>{"space", "bytes"}));
+  EXPECT_EQ(Sum(p, "AllocateModelWeights", "gpu:0", "buffer"), (std::pair<int64_t, int64_t>{3, 3000}));
+  auto exe = Sum(p, "CompileProgram", "", "executable");
+  EXPECT_EQ(exe, (std::pair<int64_t, int64_t>{1, 4096}));
+  for (const auto& s : p.samples)
+    if (s.labels.at("kind") == "executable") EXPECT_EQ(s.labels.count("device"), 0u);  // as JAX
+  // The call site line of the caller is known (debug info) and the test body is on the stack.
+  for (const auto& s : p.samples)
+    if (HasFunction(s, "AllocateModelWeights")) {
+      EXPECT_TRUE(HasFunction(s, "SnapshotHasJaxSampleTypesLabelsAndStacks")) << mem::CallSite(s);
+      EXPECT_NE(mem::CallSite(s).find("memory_core_test.cc"), std::string::npos) << mem::CallSite(s);
+    }
+  FreeAll(1, 3);
+  FreeAll(2, 1);
+  EXPECT_EQ(Sum(Snapshot(), "AllocateModelWeights").first, 0);
+}
+
+TEST(MemoryProfile, BackendSelectsDevices) {
+  mem::record_allocation(P(3, 0), 10, "gpu:0");
+  mem::record_allocation(P(3, 1), 20, "gpu:1");
+  mem::record_allocation(P(3, 2), 40, "cpu:0");
+  auto devices = [](const mem::PprofProfile& p) {
+    std::map<std::string, int64_t> out;
+    for (const auto& s : p.samples)
+      if (s.labels.count("device")) out[s.labels.at("device")] += s.values[1];
+    return out;
+  };
+  auto all = devices(Snapshot());
+  EXPECT_GE(all["gpu:0"], 10);
+  EXPECT_GE(all["cpu:0"], 40);
+  auto gpu = devices(Snapshot("gpu"));
+  EXPECT_EQ(gpu.count("cpu:0"), 0u);
+  EXPECT_GE(gpu["gpu:1"], 20);
+  auto one = devices(Snapshot("gpu:1"));
+  EXPECT_EQ(one.size(), 1u);
+  EXPECT_EQ(one["gpu:1"], 20);
+  FreeAll(3, 3);
+}
+
+TEST(MemoryProfile, UnknownAndDoubleFreesAreCounted) {
+  auto before = mem::tracking_stats();
+  mem::record_free(P(4, 999));  // never recorded
+  mem::record_allocation(P(4, 1), 8);
+  mem::record_free(P(4, 1));
+  mem::record_free(P(4, 1));  // again
+  mem::record_free(nullptr);  // ignored
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.unknown_frees - before.unknown_frees, 1u);
+  EXPECT_EQ(after.double_frees - before.double_frees, 1u);
+  EXPECT_EQ(after.frees - before.frees, 1u);
+  // A pointer reused after its free is a new allocation, not a double free.
+  mem::record_allocation(P(4, 1), 8);
+  mem::record_free(P(4, 1));
+  EXPECT_EQ(mem::tracking_stats().double_frees, after.double_frees);
+}
+
+TEST(MemoryProfile, TrackedAllocationIsRaii) {
+  uint64_t live = mem::tracking_stats().live_allocations;
+  {
+    mem::TrackedAllocation a(P(5, 0), 100, "gpu:0", "buffer");
+    mem::TrackedAllocation b = std::move(a);
+    EXPECT_EQ(mem::tracking_stats().live_allocations, live + 1);
+  }
+  EXPECT_EQ(mem::tracking_stats().live_allocations, live);
+}
+
+TEST(MemoryProfile, ManyThreadsAllocateAtOnce) {
+  auto before = mem::tracking_stats();
+  constexpr int kThreads = 8, kOps = 20000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < kOps; ++i) {
+        mem::record_allocation(P(100 + t, i), 16 + i % 100, t % 2 ? "gpu:0" : "cpu:0");
+        if (i >= 10) mem::record_free(P(100 + t, i - 10));
+      }
+    });
+  for (auto& th : threads) th.join();
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.live_allocations - before.live_allocations, uint64_t{kThreads} * 10);
+  EXPECT_EQ(after.unknown_frees, before.unknown_frees);
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = kOps - 10; i < kOps; ++i) mem::record_free(P(100 + t, i));
+  EXPECT_EQ(mem::tracking_stats().live_allocations, before.live_allocations);
+}
+
+TEST(MemoryProfile, ForkedChildKeepsWorking) {
+  mem::record_allocation(P(6, 0), 123, "gpu:0");
+  // Threads hammering the tracker while forking: the child must not deadlock.
+  std::atomic<bool> stop{false};
+  std::thread hammer([&] {
+    for (int i = 0; !stop; ++i) {
+      mem::record_allocation(P(7, i % 1000), 8);
+      mem::record_free(P(7, i % 1000));
+    }
+  });
+  for (int k = 0; k < 5; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      mem::record_allocation(P(6, 1), 7, "gpu:0");
+      std::string bytes;
+      bool ok = prof::device_memory_profile(&bytes).ok() && !bytes.empty();
+      mem::record_free(P(6, 1));
+      _exit(ok ? 0 : 1);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  stop = true;
+  hammer.join();
+  mem::record_free(P(6, 0));
+}
+
+namespace {
+std::atomic<int> g_in_handler{0};
+void Handler(int) {
+  mem::record_allocation(P(8, 1 + g_in_handler.fetch_add(1)), 5, "cpu:0", "signal");
+}
+}  // namespace
+
+TEST(MemoryProfile, AllocationFromSignalHandler) {
+  struct sigaction sa {}, old{};
+  sa.sa_handler = Handler;
+  sigaction(SIGUSR1, &sa, &old);
+  pthread_t main_thread = pthread_self();
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    while (!stop) {
+      pthread_kill(main_thread, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300); ++i) {
+    mem::record_allocation(P(9, i % 512), 32);
+    mem::record_free(P(9, i % 512));
+  }
+  stop = true;
+  sender.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  int n = g_in_handler.load();
+  EXPECT_GT(n, 0);
+  // Every handler call was either recorded or counted as reentrant: nothing lost silently, no deadlock.
+  auto p = Snapshot();
+  int64_t recorded = Sum(p, "", "", "signal").first;
+  EXPECT_LE(recorded, n);
+  EXPECT_EQ(recorded + static_cast<int64_t>(mem::tracking_stats().reentrant_skipped) >= n, true);
+  for (int i = 1; i <= n; ++i) mem::record_free(P(8, i));
+}
+
+namespace {
+struct ExitRecorder {
+  ~ExitRecorder() {
+    mem::record_allocation(P(10, 1), 1, "cpu:0", "at-exit");
+    mem::record_free(P(10, 0));
+    mem::record_free(P(10, 1));
+  }
+};
+}  // namespace
+
+TEST(MemoryProfile, RecordingDuringThreadExit) {
+  auto before = mem::tracking_stats();
+  std::thread([] {
+    thread_local ExitRecorder r;
+    mem::record_allocation(P(10, 0), 1, "cpu:0", "at-exit");
+    (void)&r;
+  }).join();
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.frees - before.frees, 2u);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+}
+
+TEST(MemoryProfile, EveryUnwinderFindsTheCaller) {
+  using mem::internal::Unwinder;
+  for (Unwinder u : {Unwinder::kFramePointer, Unwinder::kLibunwind, Unwinder::kGlibc}) {
+    mem::internal::SetUnwinder(u);
+    AllocateModelWeights(11, 1);
+    auto p = Snapshot("gpu:0");
+    EXPECT_EQ(Sum(p, "AllocateModelWeights").first, 1) << "unwinder " << int(u);
+    FreeAll(11, 1);
+  }
+  mem::internal::SetUnwinder(Unwinder::kFramePointer);
+}
+
+TEST(MemoryProfile, CounterTrackInTrace) {
+  std::string dir = MakeTempDir();
+  ASSERT_TRUE(prof::start_trace(dir).ok());
+  for (int i = 0; i < 100; ++i) mem::record_allocation(P(12, i), 1 << 20, "gpu:3");
+  for (int i = 0; i < 50; ++i) mem::record_free(P(12, i));
+  ASSERT_TRUE(prof::stop_trace().ok());
+  std::string json = ReadGzip(prof::last_trace_files().trace_json_path);
+  EXPECT_NE(json.find("\"ph\":\"C\""), std::string::npos);
+  EXPECT_NE(json.find("\"name\":\"memory gpu:3\""), std::string::npos);
+  EXPECT_NE(json.find("\"live_bytes\":104857600"), std::string::npos);  // the peak: 100 MiB
+  EXPECT_NE(json.find("\"live_bytes\":52428800"), std::string::npos);   // after the frees
+  auto space = spyglass::testing::ReadXSpace(prof::last_trace_files().xplane_path);
+  const auto* host = spyglass::testing::FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  bool counters = false;
+  for (const auto& l : host->lines()) counters |= l.name() == "_counters_" && l.events_size() > 0;
+  EXPECT_TRUE(counters);
+  FreeAll(12, 100);
+}
+
+TEST(MemoryProfile, SnapshotOfAMillionLiveAllocations) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "timing only in plain builds";
+#endif
+  constexpr int kN = 1000000;
+  for (int i = 0; i < kN; ++i) mem::record_allocation(P(13, i), 64, "gpu:7");
+  auto t0 = std::chrono::steady_clock::now();
+  std::string bytes;
+  ASSERT_TRUE(prof::device_memory_profile(&bytes, "gpu:7").ok());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("snapshot of %d live allocations: %.3f s, %zu bytes\n", kN, s, bytes.size());
+  EXPECT_LT(s, 1.0);
+  mem::PprofProfile p;
+  ASSERT_TRUE(mem::ParsePprof(bytes, &p).ok());
+  EXPECT_EQ(Sum(p, "").first, kN);
+  auto st = mem::tracking_stats();
+  // At most 32 bytes of table per live allocation (stacks are shared).
+  EXPECT_LE(static_cast<double>(st.table_bytes) / static_cast<double>(st.live_allocations), 32.0);
+  FreeAll(13, kN);
+}
+
+TEST(Pprof, CorruptAndTruncatedFilesAreClearErrors) {
+  mem::record_allocation(P(14, 0), 1);
+  std::string good;
+  ASSERT_TRUE(prof::device_memory_profile(&good).ok());
+  mem::record_free(P(14, 0));
+  mem::PprofProfile p;
+  auto err = [&](std::string_view bytes) {
+    spyglass::Status s = mem::ParsePprof(bytes, &p);
+    EXPECT_FALSE(s.ok());
+    return s.message();
+  };
+  EXPECT_NE(err(good.substr(0, good.size() / 2)).find("truncated"), std::string::npos);
+  EXPECT_NE(err("").find("empty"), std::string::npos);
+  EXPECT_NE(err("hello, I am not a profile at all").find("not a valid pprof profile"), std::string::npos);
+  std::string corrupt = good;
+  for (size_t i = 12; i < corrupt.size() - 8; i += 7) corrupt[i] ^= 0x5a;
+  EXPECT_NE(err(corrupt).find("not a valid pprof profile"), std::string::npos);
+  EXPECT_TRUE(mem::ParsePprof(good, &p).ok());
+  EXPECT_EQ(mem::ReadPprofFile("/nonexistent/x.prof", &p).code(), spyglass::StatusCode::kNotFound);
+}
+
+TEST(Pprof, ReportsNameTheCallSites) {
+  // Each site: leaf "operator new" (plumbing) called from the function named.
+  auto profile = [](std::vector<std::tuple<std::string, int64_t, int64_t>> sites) {
+    mem::ProfileData d;
+    for (size_t i = 0; i < sites.size(); ++i) {
+      auto& [fn, count, bytes] = sites[i];
+      d.functions.push_back({fn, fn, "/src/app.cc", 1});                        // id 2i+1
+      d.functions.push_back({"operator new(unsigned long)", "_Znwm", "", 0});  // id 2i+2
+      d.locations.push_back({0x10, {{2 * i + 2, 0}}});                         // id 2i+1
+      d.locations.push_back({0x20, {{2 * i + 1, 42}}});                        // id 2i+2
+      d.samples.push_back({{2 * i + 1, 2 * i + 2}, count, bytes, "heap", "cpu:0"});
+    }
+    mem::PprofProfile p;
+    EXPECT_TRUE(mem::ParsePprof(mem::EncodePprofGz(d), &p).ok());
+    return p;
+  };
+  auto early = profile({{"Cache::Insert", 10, 1000}, {"LoadConfig", 1, 500}});
+  auto late = profile({{"Cache::Insert", 90, 9000}, {"LoadConfig", 1, 500}, {"Session::Open", 2, 64}});
+  std::string top = mem::MemTopReport(late, "late.prof", 10);
+  EXPECT_NE(top.find("Cache::Insert  app.cc:42"), std::string::npos) << top;
+  EXPECT_NE(top.find("8.8 KiB"), std::string::npos) << top;
+  EXPECT_EQ(top.find("operator new"), std::string::npos) << top;  // plumbing skipped
+  std::string diff = mem::MemDiffReport(early, late, "early.prof", "late.prof", 10);
+  size_t grew = diff.find("Grew");
+  size_t cache = diff.find("+7.8 KiB");
+  ASSERT_NE(grew, std::string::npos) << diff;
+  ASSERT_NE(cache, std::string::npos) << diff;
+  EXPECT_NE(diff.find("+80"), std::string::npos) << diff;
+  EXPECT_LT(cache, diff.find("Session::Open")) << diff;  // largest growth first
+  EXPECT_EQ(diff.find("LoadConfig"), std::string::npos) << diff;  // unchanged sites are not growth
+}

@@ -1,0 +1,73 @@
+"""Helpers for the Python package's tests: read what a trace wrote."""
+import gzip
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="session")
+def xplane_pb2():
+  """xplane_pb2 generated from the repository's proto/xplane.proto (needs protoc)."""
+  protoc = shutil.which("protoc")
+  if protoc is None:
+    pytest.skip("protoc not installed")
+  out = tempfile.mkdtemp(prefix="sg_pb2_")
+  subprocess.run([protoc, f"--python_out={out}", f"-I{REPO}/proto", f"{REPO}/proto/xplane.proto"], check=True)
+  sys.path.insert(0, out)
+  try:
+    return importlib.import_module("xplane_pb2")
+  finally:
+    sys.path.remove(out)
+
+
+def read_xspace(xplane_pb2, path):
+  space = xplane_pb2.XSpace()
+  with open(path, "rb") as f:
+    space.ParseFromString(f.read())
+  return space
+
+
+def stat_value(plane, stat):
+  kind = stat.WhichOneof("value")
+  if kind == "ref_value":
+    return plane.stat_metadata[stat.ref_value].name
+  return getattr(stat, kind)
+
+
+def host_events(xplane_pb2, path):
+  """[("<tid>:<line name>", event_name, start_ps, end_ps, {stat: typed value})] of /host:CPU."""
+  space = read_xspace(xplane_pb2, path)
+  plane = next(p for p in space.planes if p.name == "/host:CPU")
+  out = []
+  for line in plane.lines:
+    for e in line.events:
+      stats = {plane.stat_metadata[s.metadata_id].name: stat_value(plane, s) for s in e.stats}
+      out.append((f"{line.id}:{line.name}", plane.event_metadata[e.metadata_id].name, e.offset_ps,
+                  e.offset_ps + e.duration_ps, stats))
+  return out
+
+
+def json_events(path):
+  """Complete ('X') events of a trace.json.gz."""
+  with gzip.open(path, "rt") as f:
+    data = json.load(f)
+  return [e for e in data["traceEvents"] if e.get("ph") == "X"]
+
+
+def run_python(code, *args, env=None, timeout=120):
+  """Runs `code` in a fresh interpreter; returns the CompletedProcess (checked)."""
+  full_env = dict(os.environ)
+  if env:
+    full_env.update(env)
+  p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                     env=full_env, timeout=timeout)
+  assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+  return p
