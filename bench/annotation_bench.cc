@@ -201,6 +201,21 @@ void BM_Session_Static(benchmark::State& state) {
 }
 BENCHMARK(BM_Session_Static)->Threads(1)->Threads(2);
 
+// A name of typical length (longer than std::string's 15-byte inline buffer):
+// free for us (a pointer), a heap allocation for the naive baseline.
+constexpr char kLongName[] = "train_step/forward/matmul";
+
+void BM_Session_StaticLongName(benchmark::State& state) {
+  session_setup(state);
+  int64_t n = 0;
+  for (auto _ : state) {
+    { prof::TraceAnnotation a(kLongName); }
+    maybe_restart(state, n);
+  }
+  session_teardown(state);
+}
+BENCHMARK(BM_Session_StaticLongName)->Threads(1)->Threads(2);
+
 void BM_Session_Dynamic(benchmark::State& state) {
   session_setup(state);
   std::string name = "dynamic_name_42";
@@ -275,6 +290,7 @@ class NaiveAnnotation {
   size_t index_;
 };
 
+template <const char* kName>
 void BM_Naive_MutexVector(benchmark::State& state) {
   if (state.thread_index() == 0) {
     g_naive = new NaiveRecorder;
@@ -283,7 +299,7 @@ void BM_Naive_MutexVector(benchmark::State& state) {
   }
   int64_t n = 0;
   for (auto _ : state) {
-    { NaiveAnnotation a("name"); }
+    { NaiveAnnotation a(kName); }
     if (++n == kRestartEvery) {  // same pause-and-drain as the sessions
       n = 0;
       state.PauseTiming();
@@ -299,7 +315,9 @@ void BM_Naive_MutexVector(benchmark::State& state) {
     g_naive_barrier.reset();
   }
 }
-BENCHMARK(BM_Naive_MutexVector)->Threads(1)->Threads(2);
+constexpr char kShortName[] = "name";
+BENCHMARK_TEMPLATE(BM_Naive_MutexVector, kShortName)->Name("BM_Naive_MutexVector")->Threads(1)->Threads(2);
+BENCHMARK_TEMPLATE(BM_Naive_MutexVector, kLongName)->Name("BM_Naive_MutexVector_LongName")->Threads(1)->Threads(2);
 
 // ---- summary: the ratios of the goals ------------------------------------------------
 
@@ -321,6 +339,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double st2 = get("BM_Session_Static/threads:2");
     double nv1 = get("BM_Naive_MutexVector/threads:1");
     double nv2 = get("BM_Naive_MutexVector/threads:2");
+    double sl1 = get("BM_Session_StaticLongName/threads:1");
+    double sl2 = get("BM_Session_StaticLongName/threads:2");
+    double nl1 = get("BM_Naive_MutexVector_LongName/threads:1");
+    double nl2 = get("BM_Naive_MutexVector_LongName/threads:2");
     double ns_static = get("BM_NoSession_Static");
     double ns_dyn = get("BM_NoSession_Dynamic");
     std::printf("\nSummary (CPU ns per event):\n");
@@ -331,6 +353,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::printf("  ratio session static / floor         %7.2f   (goal <= 1.5)\n", st1 / floor);
     std::printf("  ratio naive / session static         %7.2f   (goal >= 5), with 2 threads %.2f\n", nv1 / st1,
                 nv2 / st2);
+    std::printf("  long name (25 chars): session %.2f / %.2f, naive %.2f / %.2f (1 / 2 threads)\n", sl1, sl2, nl1, nl2);
+    std::printf("  ratio naive / session, long name     %7.2f   (goal >= 5), with 2 threads %.2f\n", nl1 / sl1,
+                nl2 / sl2);
     std::printf("  ratio session static 2 thr / 1 thr   %7.2f   (goal <= 1: per-event cost not worse)\n", st2 / st1);
   }
 
