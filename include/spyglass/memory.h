@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,21 @@ namespace spyglass::memory {
 // again replaces the old record (counted as `replaced`).
 void record_allocation(const void* ptr, size_t bytes, std::string_view device = "cpu:0",
                        std::string_view kind = "buffer");
+// A frame of a stack given by the caller (a Python frame, an interpreter's
+// call site, ...) instead of a captured native one. The strings are copied
+// (interned once per distinct (function, file) pair).
+struct Frame {
+  std::string_view function;  // "train_step"
+  std::string_view file;      // "/src/model.py"
+  int line = 0;               // 0: unknown
+};
+// record_allocation with an explicit stack, innermost frame first (at most 64
+// kept). Such stacks are deduplicated like captured ones; in the profile each
+// frame is a Function(function, file) with a Location at `line`, so
+// `go tool pprof -top` names the function and `-lines` gives file:line.
+void record_allocation_with_frames(const void* ptr, size_t bytes, std::string_view device, std::string_view kind,
+                                   std::span<const Frame> frames);
+
 // Records that the allocation at `ptr` is gone. Unknown pointers and double
 // frees are counted (TrackingStats), not fatal. nullptr is ignored.
 void record_free(const void* ptr);
@@ -100,6 +116,8 @@ struct TrackingStats {
   uint64_t table_bytes = 0;       // memory of the live table
   uint64_t stack_bytes = 0;       // memory of the shared stacks
   uint64_t sample_interval_bytes = 0;  // heap hook sampling (0: every allocation)
+  uint64_t distinct_functions = 0;  // (function, file) pairs of explicit frames
+  uint64_t dropped_functions = 0;   // explicit frames recorded as "<unknown>": function-table bound reached
 };
 TrackingStats tracking_stats();
 

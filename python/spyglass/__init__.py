@@ -19,4 +19,8 @@ __version__ = _spyglass.__version__
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_spyglass._after_fork_child)
 
-__all__ = ["InvalidArgumentError", "profiler", "__version__"]
+# SPYGLASS_TRACK_NUMPY=1: record numpy arrays from the start (spyglass.memory.track_numpy).
+if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
+  _spyglass.track_numpy(True)
+
+__all__ = ["InvalidArgumentError", "memory", "profiler", "__version__"]

@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 
 from . import _spyglass
 from ._spyglass import InvalidArgumentError, StepTraceAnnotation, TraceAnnotation
+from .memory import record_allocation, record_free, track_numpy
 
 __all__ = [
     "ProfileOptions",
@@ -56,6 +57,9 @@ __all__ = [
     "last_trace_stats",
     "set_metadata",
     "clear_metadata",
+    "record_allocation",
+    "record_free",
+    "track_numpy",
 ]
 
 
@@ -241,7 +245,11 @@ def register_subprocess(pid: int, port: int) -> Callable[[], None]:
 
 
 def device_memory_profile(backend: Optional[str] = None) -> bytes:
-  """A snapshot of the tracked live allocations as gzipped pprof bytes."""
+  """A snapshot of the tracked live allocations as gzipped pprof bytes.
+
+  Allocations recorded from Python (``record_allocation``, numpy arrays after
+  ``track_numpy()``) carry their Python stacks, as in JAX's profiles.
+  """
   if not _HAVE_MEMORY:
     _missing("device_memory_profile", "include/spyglass/memory.h")
   try:

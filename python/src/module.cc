@@ -22,6 +22,7 @@
 
 #include "annotation_type.h"
 #include "export/perfetto_link.h"
+#include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
 #include "spyglass/profiler.h"
@@ -157,6 +158,7 @@ NB_MODULE(_spyglass, m) {
   if (!AddAnnotationTypes(m.ptr())) throw nb::python_error();
   if (!RegisterPythonTracer(m.ptr())) throw nb::python_error();
   BindServerAndMemory(m);
+  if (!AddPythonMemory(m.ptr())) throw nb::python_error();
 
   nb::class_<profiler::ProfileOptions>(m, "ProfileOptions",
                                        "Options of a profiling session (jax.profiler.ProfileOptions's fields).")

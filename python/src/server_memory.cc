@@ -94,10 +94,7 @@ void BindServerAndMemory(nb::module_& m) {
     CheckCode(s);
     return nb::bytes(out.data(), out.size());
   }, "backend"_a = "");
-  m.def("record_allocation", [](uintptr_t ptr, size_t bytes, const std::string& device, const std::string& kind) {
-    memory::record_allocation(reinterpret_cast<const void*>(ptr), bytes, device, kind);
-  }, "ptr"_a, "bytes"_a, "device"_a = "cpu:0", "kind"_a = "buffer");
-  m.def("record_free", [](uintptr_t ptr) { memory::record_free(reinterpret_cast<const void*>(ptr)); });
+  // record_allocation / record_free (with Python stacks) and numpy tracking: python_memory.cc.
 
   m.def("capture", [](const std::vector<std::string>& addresses, uint64_t duration_ms, const std::string& log_dir,
                       int host_tracer_level, int device_tracer_level, int python_tracer_level, uint64_t delay_ms,

@@ -33,6 +33,23 @@ void record_allocation(const void* ptr, size_t bytes, std::string_view device, s
   Guard::Leave();
 }
 
+void record_allocation_with_frames(const void* ptr, size_t bytes, std::string_view device, std::string_view kind,
+                                   std::span<const Frame> frames) {
+  if (ptr == nullptr || !g_api_enabled.load(std::memory_order_relaxed)) return;
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return;
+  }
+  uintptr_t words[kApiFrames];
+  int n = 0;
+  for (const Frame& f : frames) {
+    if (n == kApiFrames) break;
+    words[n++] = SymbolicFrame(InternFunction(f.function, f.file), f.line);
+  }
+  Record(reinterpret_cast<uintptr_t>(ptr), bytes, InternClass(device, kind), words, n);
+  Guard::Leave();
+}
+
 void record_free(const void* ptr) {
   if (ptr == nullptr) return;
   if (!Guard::Enter()) {
@@ -66,6 +83,8 @@ TrackingStats tracking_stats() {
   s.table_bytes = TableBytes();
   s.stack_bytes = SiteBytes();
   s.sample_interval_bytes = SampleInterval();
+  s.distinct_functions = FunctionCount();
+  s.dropped_functions = CounterValue(kDroppedFunctions);
   return s;
 }
 
@@ -106,29 +125,48 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     a.bytes += w * static_cast<double>(r.size);
   });
 
-  // Distinct addresses, symbolized once each.
+  // Distinct stack words: return addresses are symbolized once each;
+  // symbolic frames (explicit stacks) become a location of their function.
   std::unordered_map<uintptr_t, uint64_t> loc_of_pc;
-  std::vector<uintptr_t> pcs;
+  std::vector<uintptr_t> pcs, symbolic;
   for (const auto& [site, agg] : by_site)
     if (const Site* s = GetSite(site))
       for (uint32_t i = 0; i < s->depth; ++i)
-        if (loc_of_pc.emplace(s->frames[i], 0).second) pcs.push_back(s->frames[i]);
+        if (loc_of_pc.emplace(s->frames[i], 0).second)
+          (IsSymbolicFrame(s->frames[i]) ? symbolic : pcs).push_back(s->frames[i]);
   auto syms = Symbolize(pcs);
 
   ProfileData data;
   std::unordered_map<std::string, uint64_t> fn_ids;
+  auto function_id = [&](const std::string& name, const std::string& system_name, const std::string& file,
+                         int64_t start_line) {
+    std::string key = name + '\0' + system_name + '\0' + file;
+    auto [it, inserted] = fn_ids.emplace(key, data.functions.size() + 1);
+    if (inserted) data.functions.push_back({name, system_name, file, start_line});
+    return it->second;
+  };
   for (uintptr_t pc : pcs) {
     const SymLocation& sl = syms[pc];
     ProfileLocation loc;
     loc.address = sl.rel_address;
-    for (const SymFrame& f : sl.frames) {
-      std::string key = f.function + '\0' + f.system_name + '\0' + f.file;
-      auto [it, inserted] = fn_ids.emplace(key, data.functions.size() + 1);
-      if (inserted) data.functions.push_back({f.function, f.system_name, f.file, f.start_line});
-      loc.lines.push_back({it->second, f.line});
-    }
+    for (const SymFrame& f : sl.frames)
+      loc.lines.push_back({function_id(f.function, f.system_name, f.file, f.start_line), f.line});
     data.locations.push_back(std::move(loc));
     loc_of_pc[pc] = data.locations.size();
+  }
+  // As JAX's Python frames: no address, one line; name = system_name.
+  std::unordered_map<uint32_t, uint64_t> fn_of_symbolic;
+  for (uintptr_t w : symbolic) {
+    uint32_t id = SymbolicFunction(w);
+    auto [it, inserted] = fn_of_symbolic.emplace(id, 0);
+    if (inserted) {
+      std::string_view name, file;
+      if (!FunctionNames(id, &name, &file)) name = "<unknown>";
+      std::string n(name);
+      it->second = function_id(n, n, std::string(file), 0);
+    }
+    data.locations.push_back({0, {{it->second, SymbolicLine(w)}}});
+    loc_of_pc[w] = data.locations.size();
   }
   for (const auto& [site, agg] : by_site) {
     ProfileSample s;
@@ -151,6 +189,7 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
   note("dropped_table_full", kDroppedTable);
   note("dropped_stacks", kDroppedStacks);
   note("reentrant_skipped", kReentrant);
+  note("dropped_functions", kDroppedFunctions);
   if (interval > 0) data.comments.push_back("spyglass: heap sampled every " + std::to_string(SampleInterval()) + " bytes");
   *out = EncodePprofGz(data);
   return Status::Ok();

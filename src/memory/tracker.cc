@@ -178,6 +178,7 @@ std::atomic<std::atomic<const Site*>*> g_site_ptrs{nullptr};
 std::atomic<char*> g_arena{nullptr};
 std::atomic<uint64_t> g_arena_used{0};
 std::atomic<uint32_t> g_next_site{kFirstSite};
+std::atomic<uint64_t> g_sites_published{0};  // distinct (an id lost in a race is not one)
 
 template <typename T>
 T* LazyMap(std::atomic<T*>& slot, size_t bytes) {
@@ -219,7 +220,10 @@ uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
         ptrs[id].store(s, std::memory_order_release);
         mine = id;
       }
-      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) return mine;
+      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) {
+        g_sites_published.fetch_add(1, std::memory_order_relaxed);
+        return mine;
+      }
     }
     if ((v >> 24) == tag) {
       uint32_t id = static_cast<uint32_t>(v & 0xffffff);
@@ -232,6 +236,101 @@ uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
   Count(kDroppedStacks);
   return cls;
 }
+
+// ---- functions (symbolic frames) ---------------------------------------------
+// (name, file) pairs, interned once: a lock-free insert-only hash table of
+// ids, records in an mmap'd arena. Same scheme as the sites above.
+constexpr uint64_t kFunctionSlots = 1ull << 21;   // hash slots (16 MiB virtual)
+constexpr uint64_t kFunctionArenaBytes = 64ull << 20;
+struct FunctionRecord {
+  uint64_t hash;
+  uint32_t name_len, file_len;
+  char chars[];  // name, then file
+};
+std::atomic<std::atomic<uint64_t>*> g_fn_slots{nullptr};
+std::atomic<std::atomic<const FunctionRecord*>*> g_fn_ptrs{nullptr};
+std::atomic<char*> g_fn_arena{nullptr};
+std::atomic<uint64_t> g_fn_arena_used{0};
+std::atomic<uint32_t> g_next_fn{1};
+std::atomic<uint64_t> g_fns_published{0};
+
+inline uint64_t HashChars(uint64_t h, std::string_view s) {
+  // FNV-1a over the bytes, mixed per 8 bytes: cheap and good enough for names.
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return Mix(h ^ s.size());
+}
+
+}  // namespace
+
+uint32_t InternFunction(std::string_view name, std::string_view file) {
+  name = name.substr(0, kMaxFunctionChars);
+  file = file.substr(0, kMaxFunctionChars);
+  auto* slots = LazyMap(g_fn_slots, kFunctionSlots * sizeof(uint64_t));
+  auto* ptrs = LazyMap(g_fn_ptrs, kMaxFunctions * sizeof(void*));
+  char* arena = LazyMap(g_fn_arena, kFunctionArenaBytes);
+  if (!slots || !ptrs || !arena) {
+    Count(kDroppedFunctions);
+    return 0;
+  }
+  uint64_t h = HashChars(HashChars(0xcbf29ce484222325ull, name), file);
+  uint64_t tag = (h >> 24) | 1;  // 40 bits, non-zero
+  uint32_t mine = 0;
+  uint64_t i = h & (kFunctionSlots - 1);
+  auto same = [&](const FunctionRecord* r) {
+    return r && r->hash == h && r->name_len == name.size() && r->file_len == file.size() &&
+           std::memcmp(r->chars, name.data(), name.size()) == 0 &&
+           std::memcmp(r->chars + name.size(), file.data(), file.size()) == 0;
+  };
+  for (int probes = 0; probes < 4096; ++probes, i = (i + 1) & (kFunctionSlots - 1)) {
+    uint64_t v = slots[i].load(std::memory_order_acquire);
+    if (v == 0) {
+      if (mine == 0) {
+        size_t bytes = (sizeof(FunctionRecord) + name.size() + file.size() + 7) & ~size_t{7};
+        uint64_t off = g_fn_arena_used.fetch_add(bytes, std::memory_order_relaxed);
+        uint32_t id = g_next_fn.fetch_add(1, std::memory_order_relaxed);
+        if (off + bytes > kFunctionArenaBytes || id >= kMaxFunctions) {
+          Count(kDroppedFunctions);
+          return 0;
+        }
+        auto* r = reinterpret_cast<FunctionRecord*>(arena + off);
+        r->hash = h;
+        r->name_len = static_cast<uint32_t>(name.size());
+        r->file_len = static_cast<uint32_t>(file.size());
+        std::memcpy(r->chars, name.data(), name.size());
+        std::memcpy(r->chars + name.size(), file.data(), file.size());
+        ptrs[id].store(r, std::memory_order_release);
+        mine = id;
+      }
+      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) {
+        g_fns_published.fetch_add(1, std::memory_order_relaxed);
+        return mine;
+      }
+    }
+    if ((v >> 24) == tag) {
+      uint32_t id = static_cast<uint32_t>(v & 0xffffff);
+      if (same(ptrs[id].load(std::memory_order_acquire))) return id;  // (a record of ours, if any, stays unused)
+    }
+  }
+  Count(kDroppedFunctions);
+  return 0;
+}
+
+bool FunctionNames(uint32_t id, std::string_view* name, std::string_view* file) {
+  if (id == 0 || id >= kMaxFunctions) return false;
+  auto* ptrs = g_fn_ptrs.load(std::memory_order_acquire);
+  const FunctionRecord* r = ptrs ? ptrs[id].load(std::memory_order_acquire) : nullptr;
+  if (!r) return false;
+  *name = {r->chars, r->name_len};
+  *file = {r->chars + r->name_len, r->file_len};
+  return true;
+}
+uint64_t FunctionCount() { return g_fns_published.load(std::memory_order_relaxed); }
+uint64_t FunctionBytes() {
+  uint64_t n = g_fn_arena_used.load(std::memory_order_relaxed);
+  return n > kFunctionArenaBytes ? kFunctionArenaBytes : n;
+}
+
+namespace {
 
 // ---- counter events --------------------------------------------------------
 constexpr uint64_t kMaxCounterEvents = 8ull << 20;
@@ -382,8 +481,11 @@ void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames,
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 
-void Remove(uintptr_t ptr) {
-  if (ptr == 0) return;
+namespace {
+// Erases `ptr`; returns whether it was tracked. `quiet`: an untracked pointer
+// is not counted (no unknown/double free).
+bool Erase(uintptr_t ptr, bool quiet) {
+  if (ptr == 0) return false;
   uint64_t h = Mix(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;
@@ -400,18 +502,23 @@ void Remove(uintptr_t ptr) {
       s.count.store(s.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       s.bytes.store(s.bytes.load(std::memory_order_relaxed) - size, std::memory_order_relaxed);
       s.recent[s.recent_pos++ % kRecent] = ptr;
-    } else {
+    } else if (!quiet) {
       for (uint64_t r : s.recent) double_free |= (r == ptr);
     }
   }
   if (size < 0) {
-    Count(double_free ? kDoubleFrees : kUnknownFrees);
-    return;
+    if (!quiet) Count(double_free ? kDoubleFrees : kUnknownFrees);
+    return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
   Count(kFrees);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+  return true;
 }
+}  // namespace
+
+void Remove(uintptr_t ptr) { Erase(ptr, false); }
+bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
 
 void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
   std::vector<LiveRecord> batch;
@@ -459,10 +566,7 @@ uint32_t SiteClass(uint32_t id) {
   const Site* s = GetSite(id);
   return s ? s->cls : 0;
 }
-uint64_t SiteCount() {
-  uint32_t n = g_next_site.load(std::memory_order_relaxed);
-  return n > kMaxSites ? kMaxSites - kFirstSite : n - kFirstSite;
-}
+uint64_t SiteCount() { return g_sites_published.load(std::memory_order_relaxed); }
 uint64_t SiteBytes() {
   uint64_t n = g_arena_used.load(std::memory_order_relaxed);
   return n > kArenaBytes ? kArenaBytes : n;

@@ -65,15 +65,44 @@ class ScopedUntracked {
 SPYGLASS_MEM_EXPORT void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth);
 // Removes `ptr`; counts unknown/double frees. Caller holds the guard.
 SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
+// Removes `ptr` if it is tracked; returns whether it was. Counts nothing when
+// it is not (for hooks that see frees of memory allocated before they were
+// installed). Caller holds the guard.
+SPYGLASS_MEM_EXPORT bool RemoveIfTracked(uintptr_t ptr);
 // Sampled mode: a quick test whether `ptr` may be tracked (no false negatives).
 SPYGLASS_MEM_EXPORT bool MaybeTracked(uintptr_t ptr);
 SPYGLASS_MEM_EXPORT void SetSampleInterval(uint64_t bytes);
 SPYGLASS_MEM_EXPORT uint64_t SampleInterval();
 
+// ---- symbolic frames ---------------------------------------------------------
+// A stack word is either a return address or a symbolic frame: bit 63 set,
+// bits 32..62 a function id (InternFunction), bits 0..31 the line. Sites hold
+// both kinds alike (deduplicated, compared as words); the snapshot turns a
+// symbolic frame into a pprof Location(line) of a Function(name, filename)
+// instead of symbolizing it. User-space return addresses never have bit 63 set.
+inline constexpr uintptr_t kSymbolicBit = uintptr_t{1} << 63;
+inline constexpr uint32_t kMaxFunctions = 1u << 20;  // distinct (function, file) pairs
+inline constexpr size_t kMaxFunctionChars = 1024;    // longer names/files are cut
+inline uintptr_t SymbolicFrame(uint32_t function, int64_t line) {
+  uint32_t l = line < 0 ? 0u : line > 0xffffffffll ? 0xffffffffu : static_cast<uint32_t>(line);
+  return kSymbolicBit | (static_cast<uintptr_t>(function & 0x7fffffffu) << 32) | l;
+}
+inline bool IsSymbolicFrame(uintptr_t w) { return (w & kSymbolicBit) != 0; }
+inline uint32_t SymbolicFunction(uintptr_t w) { return static_cast<uint32_t>((w >> 32) & 0x7fffffffu); }
+inline int64_t SymbolicLine(uintptr_t w) { return static_cast<int64_t>(w & 0xffffffffu); }
+// Interns (function name, file) once; returns its id (>= 1), or 0 when the
+// function table is full (counted: kDroppedFunctions; the frame then reads
+// "<unknown>"). Lock-free, allocation-free (mmap), safe inside the guard.
+SPYGLASS_MEM_EXPORT uint32_t InternFunction(std::string_view name, std::string_view file);
+// The names of function `id`; false for 0 or an unknown id.
+SPYGLASS_MEM_EXPORT bool FunctionNames(uint32_t id, std::string_view* name, std::string_view* file);
+SPYGLASS_MEM_EXPORT uint64_t FunctionCount();
+SPYGLASS_MEM_EXPORT uint64_t FunctionBytes();
+
 // Counted events (relaxed counters).
 enum Counter : int {
   kAllocations, kFrees, kUnknownFrees, kDoubleFrees, kReplaced, kReentrant, kDroppedTable, kDroppedStacks,
-  kCounterDropped, kNumCounters
+  kCounterDropped, kDroppedFunctions, kNumCounters
 };
 SPYGLASS_MEM_EXPORT void Count(Counter c, uint64_t n = 1);
 SPYGLASS_MEM_EXPORT uint64_t CounterValue(Counter c);
@@ -94,7 +123,7 @@ struct Site {
   uint64_t hash;
   uint32_t cls;
   uint32_t depth;
-  uintptr_t frames[];  // innermost first
+  uintptr_t frames[];  // innermost first: return addresses or symbolic frames
 };
 // nullptr for id 0 (no stack) or an id being published.
 SPYGLASS_MEM_EXPORT const Site* GetSite(uint32_t id);

@@ -358,3 +358,102 @@ TEST(Pprof, ReportsNameTheCallSites) {
   EXPECT_LT(cache, diff.find("Session::Open")) << diff;  // largest growth first
   EXPECT_EQ(diff.find("LoadConfig"), std::string::npos) << diff;  // unchanged sites are not growth
 }
+
+// Explicit (symbolic) stacks, as the Python binding records them: each frame
+// becomes Function(name, file) + Location(line), leaf first, deduplicated.
+TEST(MemoryProfile, ExplicitFramesBecomeFunctionsAndLines) {
+  const mem::Frame grow[] = {{"make_arrays", "/src/model.py", 12}, {"train", "/src/model.py", 30},
+                             {"<module>", "/src/run.py", 3}};
+  const mem::Frame other[] = {{"make_arrays", "/src/model.py", 14}, {"train", "/src/model.py", 30},
+                              {"<module>", "/src/run.py", 3}};
+  auto before = mem::tracking_stats();
+  for (int i = 0; i < 3; ++i) mem::record_allocation_with_frames(P(20, i), 1000, "cpu:0", "buffer", grow);
+  mem::record_allocation_with_frames(P(20, 3), 500, "cpu:0", "buffer", other);
+  mem::record_allocation_with_frames(P(20, 4), 7, "cpu:0", "buffer", {});  // no stack
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.distinct_stacks - before.distinct_stacks, 2u);       // deduplicated
+  EXPECT_EQ(after.distinct_functions - before.distinct_functions, 3u);  // interned once each
+  EXPECT_EQ(after.dropped_functions, before.dropped_functions);
+
+  mem::PprofProfile p = Snapshot("cpu:0");
+  int seen = 0;
+  for (const auto& s : p.samples) {
+    if (s.frames.empty() || s.frames[0].function != "make_arrays") continue;
+    ASSERT_EQ(s.frames.size(), 3u);  // exactly the given frames, nothing native
+    EXPECT_EQ(s.frames[0].file, "/src/model.py");
+    EXPECT_EQ(s.frames[1].function, "train");
+    EXPECT_EQ(s.frames[1].line, 30);
+    EXPECT_EQ(s.frames[2].function, "<module>");
+    EXPECT_EQ(s.frames[2].file, "/src/run.py");
+    EXPECT_EQ(s.labels.at("kind"), "buffer");
+    EXPECT_EQ(s.labels.at("device"), "cpu:0");
+    if (s.frames[0].line == 12) {
+      EXPECT_EQ(s.values, (std::vector<int64_t>{3, 3000}));
+      EXPECT_EQ(mem::CallSite(s), "make_arrays  model.py:12");
+    } else {
+      EXPECT_EQ(s.frames[0].line, 14);
+      EXPECT_EQ(s.values, (std::vector<int64_t>{1, 500}));
+    }
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2);
+  FreeAll(20, 5);
+  for (const auto& s : Snapshot("cpu:0").samples)
+    for (const auto& f : s.frames) EXPECT_NE(f.function, "make_arrays");
+}
+
+TEST(MemoryProfile, ExplicitFramesAreBoundedAndThreadSafe) {
+  // Long names are cut, deep stacks keep 64 frames, lines clamp at 0.
+  std::string long_name(5000, 'f');
+  std::vector<mem::Frame> deep(100, mem::Frame{"recurse", "/src/deep.py", -5});
+  deep[0] = {long_name, "/src/deep.py", 1};
+  mem::record_allocation_with_frames(P(21, 0), 64, "cpu:0", "buffer", deep);
+  bool found = false;
+  for (const auto& s : Snapshot("cpu:0").samples) {
+    if (s.frames.empty() || s.frames[0].function.rfind("fff", 0) != 0) continue;
+    found = true;
+    EXPECT_EQ(s.frames[0].function.size(), 1024u);
+    EXPECT_EQ(s.frames.size(), 64u);
+    EXPECT_EQ(s.frames[1].line, 0);
+  }
+  EXPECT_TRUE(found);
+  mem::record_free(P(21, 0));
+
+  // Threads interning the same functions at once get one id per function.
+  auto before = mem::tracking_stats();
+  constexpr int kThreads = 8, kOps = 5000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < kOps; ++i) {
+        std::string fn = "worker_fn_" + std::to_string(i % 50);
+        mem::Frame frames[] = {{fn, "/src/threads.py", i % 7}, {"run", "/usr/lib/python3/threading.py", 975}};
+        mem::record_allocation_with_frames(P(200 + t, i), 32, "cpu:0", "buffer", frames);
+        if (i >= 10) mem::record_free(P(200 + t, i - 10));
+      }
+    });
+  for (auto& th : threads) th.join();
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.distinct_functions - before.distinct_functions, 51u);
+  EXPECT_LE(after.distinct_stacks - before.distinct_stacks, 50u * 7);
+  EXPECT_EQ(after.live_allocations - before.live_allocations, uint64_t{kThreads} * 10);
+  EXPECT_EQ(after.unknown_frees, before.unknown_frees);
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = kOps - 10; i < kOps; ++i) mem::record_free(P(200 + t, i));
+}
+
+TEST(MemoryProfile, RemoveIfTrackedCountsNoUnknownFrees) {
+  namespace in = spyglass::memory::internal;
+  auto before = mem::tracking_stats();
+  in::Guard::Enter();
+  EXPECT_FALSE(in::RemoveIfTracked(Addr(22, 0)));
+  in::Guard::Leave();
+  mem::record_allocation(P(22, 1), 10);
+  in::Guard::Enter();
+  EXPECT_TRUE(in::RemoveIfTracked(Addr(22, 1)));
+  in::Guard::Leave();
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.unknown_frees, before.unknown_frees);
+  EXPECT_EQ(after.frees - before.frees, 1u);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+}
