@@ -110,29 +110,39 @@ inline bool Sampled(size_t n) {
   return true;
 }
 
+// The recording half, out of line: the inline fast path of every hooked call
+// stays a few instructions (no 512-byte frame array, no stack protector).
+__attribute__((noinline)) void TrackSlow(void* p, size_t n) {
+  if (Guard::Enter()) {
+    uintptr_t frames[kHeapFrames];
+    int depth = SPYGLASS_CAPTURE_STACK(frames, kHeapFrames);
+    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    Guard::Leave();
+  } else if (Guard::InsideTracking()) {
+    Count(kReentrant);
+  }
+}
+
 #define SPYGLASS_TRACK(p, n)                                   \
   do {                                                         \
-    if ((p) && HeapOn() && Sampled(n)) {                       \
-      if (Guard::Enter()) {                                    \
-        uintptr_t frames_[kHeapFrames];                        \
-        int depth_ = SPYGLASS_CAPTURE_STACK(frames_, kHeapFrames); \
-        Record(reinterpret_cast<uintptr_t>(p), (n), HeapClass(), frames_, depth_); \
-        Guard::Leave();                                        \
-      } else if (Guard::InsideTracking()) {                    \
-        Count(kReentrant);                                     \
-      }                                                        \
-    }                                                          \
+    if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n));    \
   } while (0)
 
-inline void Untrack(void* p) {
-  if (!p || !HeapOn()) return;
-  if (g_interval && !MaybeTracked(reinterpret_cast<uintptr_t>(p))) return;
+__attribute__((noinline)) void UntrackSlow(void* p) {
   if (Guard::Enter()) {
     Remove(reinterpret_cast<uintptr_t>(p));
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);
   }
+}
+
+inline void Untrack(void* p) {
+  if (!p || !HeapOn()) return;
+  // Sampled mode: most freed blocks were never sampled; the filter says so
+  // without leaving this library.
+  if (g_interval && !MaybeTrackedInline(reinterpret_cast<uintptr_t>(p))) return;
+  UntrackSlow(p);
 }
 
 void* NewOrThrow(size_t n, bool nothrow) {

@@ -7,6 +7,9 @@
 #include <cstring>
 
 namespace spyglass::memory::internal {
+
+std::atomic<uint8_t*> g_filter{nullptr};
+
 namespace {
 
 void* MapBytes(size_t n) {
@@ -81,13 +84,6 @@ struct alignas(64) Shard {
 Shard g_shards[kShards];
 uint64_t g_max_per_shard = kDefaultMaxLive / kShards;
 
-inline uint64_t Mix(uint64_t x) {
-  x *= 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 32;
-  return x;
-}
 inline uint64_t Home(uint64_t h, uint64_t cap) {
   return static_cast<uint64_t>((static_cast<__uint128_t>(h << kShardBits) * cap) >> 64);
 }
@@ -145,11 +141,8 @@ void EraseAt(Shard& s, uint64_t i) {
 }
 
 // ---- sampled-mode filter ---------------------------------------------------
-constexpr uint64_t kFilterSize = 1ull << 22;
-std::atomic<uint8_t*> g_filter{nullptr};
 std::atomic<uint64_t> g_sample_interval{0};
 
-inline uint64_t FilterIndex(uintptr_t ptr) { return Mix(ptr ^ 0x5bd1e995u) & (kFilterSize - 1); }
 void FilterAdd(uintptr_t ptr) {
   uint8_t* f = g_filter.load(std::memory_order_acquire);
   if (!f) return;
@@ -434,10 +427,7 @@ void SetSampleInterval(uint64_t bytes) {
   g_sample_interval.store(bytes, std::memory_order_release);
 }
 uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_relaxed); }
-bool MaybeTracked(uintptr_t ptr) {
-  uint8_t* f = g_filter.load(std::memory_order_relaxed);
-  return !f || __atomic_load_n(&f[FilterIndex(ptr)], __ATOMIC_RELAXED) != 0;
-}
+bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;

@@ -71,6 +71,25 @@ SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
 SPYGLASS_MEM_EXPORT bool RemoveIfTracked(uintptr_t ptr);
 // Sampled mode: a quick test whether `ptr` may be tracked (no false negatives).
 SPYGLASS_MEM_EXPORT bool MaybeTracked(uintptr_t ptr);
+
+// The sampled-mode filter: a counting filter of the sampled live pointers,
+// mapped when sampling is turned on. Inline so that the heap hook's free()
+// decides "never sampled" without a call into this library.
+inline constexpr uint64_t kFilterSize = 1ull << 22;
+SPYGLASS_MEM_EXPORT extern std::atomic<uint8_t*> g_filter;
+inline uint64_t Mix(uint64_t x) {
+  x *= 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return x;
+}
+// Heap blocks are 16-byte aligned and spread out: the address bits are index enough.
+inline uint64_t FilterIndex(uintptr_t ptr) { return (ptr >> 4) & (kFilterSize - 1); }
+inline bool MaybeTrackedInline(uintptr_t ptr) {
+  uint8_t* f = g_filter.load(std::memory_order_relaxed);
+  return !f || __atomic_load_n(&f[FilterIndex(ptr)], __ATOMIC_RELAXED) != 0;
+}
 SPYGLASS_MEM_EXPORT void SetSampleInterval(uint64_t bytes);
 SPYGLASS_MEM_EXPORT uint64_t SampleInterval();
 
