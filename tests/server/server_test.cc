@@ -9,11 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <limits>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -425,6 +428,170 @@ TEST(ClientTest, CliFailsWithNonZeroExitOnClosedPort) {
     EXPECT_NE(WEXITSTATUS(pclose(p)), 0) << d << ": " << out;
     EXPECT_NE(out.find("duration"), std::string::npos) << out;
   }
+}
+
+// Runs a shell command; returns its exit status and its stdout+stderr in *out.
+int RunCommand(const std::string& cmd, std::string* out) {
+  out->clear();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out->append(buf, n);
+  int rc = pclose(p);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+// The run directories under <log_dir>/plugins/profile.
+std::vector<fs::path> RunDirs(const std::string& log_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(log_dir) / "plugins" / "profile", ec))
+    if (e.is_directory()) out.push_back(e.path());
+  return out;
+}
+
+// File names in a directory ending in `suffix`, sorted.
+std::vector<std::string> FilesEndingIn(const fs::path& dir, const std::string& suffix) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Task Environment's [profile_start_time, profile_stop_time] (wall ns), {0,0} if absent.
+std::pair<uint64_t, uint64_t> ProfileWindow(const tensorflow::profiler::XSpace& space) {
+  const auto* env = FindPlane(space, "Task Environment");
+  if (env == nullptr) return {0, 0};
+  auto stats = spyglass::testing::PlaneStats(*env);
+  if (!stats.count("profile_start_time") || !stats.count("profile_stop_time")) return {0, 0};
+  return {std::stoull(stats["profile_start_time"]), std::stoull(stats["profile_stop_time"])};
+}
+
+// `spyglass collect a,b`: two processes captured in the same window, one file
+// per address in one run directory, each with that process's own events.
+TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
+  Child a({"--name", "multi_a_step"});
+  Child b({"--name", "multi_b_step"});
+  ASSERT_GT(a.port(), 0);
+  ASSERT_GT(b.port(), 0);
+  std::string dir = MakeTempDir();
+  std::string addr_a = "127.0.0.1:" + std::to_string(a.port());
+  std::string addr_b = "127.0.0.1:" + std::to_string(b.port());
+  std::string out;
+  int rc = RunCommand(std::string(SPYGLASS_CLI) + " collect " + addr_a + "," + addr_b +
+                          " 500 --no_perfetto_link --log_dir " + dir,
+                      &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 servers"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+
+  auto runs = RunDirs(dir);
+  ASSERT_EQ(runs.size(), 1u) << out;
+  const fs::path& run = runs[0];
+  std::string stem_a = "127.0.0.1_" + std::to_string(a.port());
+  std::string stem_b = "127.0.0.1_" + std::to_string(b.port());
+  std::vector<std::string> expected = {stem_a + ".xplane.pb", stem_b + ".xplane.pb"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(FilesEndingIn(run, ".xplane.pb"), expected);
+  std::vector<std::string> expected_json = {stem_a + ".trace.json.gz", stem_b + ".trace.json.gz"};
+  std::sort(expected_json.begin(), expected_json.end());
+  EXPECT_EQ(FilesEndingIn(run, ".trace.json.gz"), expected_json);
+  EXPECT_FALSE(fs::exists(run / "perfetto_trace.json.gz"));  // --no_perfetto_link
+
+  struct Host {
+    const Child* child;
+    std::string stem, own, other;
+  } hosts[] = {{&a, stem_a, "multi_a_step", "multi_b_step"}, {&b, stem_b, "multi_b_step", "multi_a_step"}};
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (const Host& h : hosts) {
+    SCOPED_TRACE(h.stem);
+    auto space = ReadXSpace((run / (h.stem + ".xplane.pb")).string());
+    EXPECT_EQ(space.errors_size(), 0) << space.errors(0);
+    const auto* host = FindPlane(space, "/host:CPU");
+    ASSERT_NE(host, nullptr);
+    // The file of this address holds this process: its pid, its annotation, not the other's.
+    EXPECT_EQ(spyglass::testing::PlaneStats(*host)["process_id"], std::to_string(h.child->pid()));
+    int own = 0, other = 0;
+    for (const auto& e : Events(*host)) {
+      own += e.name == h.own;
+      other += e.name == h.other;
+    }
+    EXPECT_GT(own, 20);
+    EXPECT_EQ(other, 0);
+    std::string json = ReadGzip((run / (h.stem + ".trace.json.gz")).string());
+    EXPECT_NE(json.find(h.own), std::string::npos);
+    EXPECT_EQ(json.find(h.other), std::string::npos);
+    auto w = ProfileWindow(space);
+    ASSERT_GT(w.first, 0u);
+    EXPECT_GT(w.second, w.first);
+    // About the requested 500 ms.
+    EXPECT_GE(w.second - w.first, 400'000'000u);
+    EXPECT_LE(w.second - w.first, 5'000'000'000u);
+    windows.push_back(w);
+  }
+  ASSERT_EQ(windows.size(), 2u);
+  // Same window: the two recordings overlap, for most of the duration.
+  uint64_t lo = std::max(windows[0].first, windows[1].first);
+  uint64_t hi = std::min(windows[0].second, windows[1].second);
+  ASSERT_LT(lo, hi) << "captures do not overlap: [" << windows[0].first << ", " << windows[0].second << "] vs ["
+                    << windows[1].first << ", " << windows[1].second << "]";
+  EXPECT_GE(hi - lo, 250'000'000u) << "overlap of only " << (hi - lo) / 1000000 << " ms";
+}
+
+// One live and one dead address: the live one is written, the dead one named,
+// exit 0 (README: non-zero only when no server returned events). Both dead: non-zero.
+TEST(ClientTest, CliWithOneDeadHostWritesTheLiveOne) {
+  Child live({"--name", "live_host_step"});
+  ASSERT_GT(live.port(), 0);
+  int dead_port = 0;
+  close(ListenSocket(&dead_port));
+  std::string addr_live = "127.0.0.1:" + std::to_string(live.port());
+  std::string addr_dead = "127.0.0.1:" + std::to_string(dead_port);
+  std::string dir = MakeTempDir();
+  std::string out;
+  auto t0 = std::chrono::steady_clock::now();
+  int rc = RunCommand(std::string(SPYGLASS_CLI) + " collect " + addr_dead + "," + addr_live +
+                          " 300 --no_perfetto_link --connect_timeout_ms 1500 --log_dir " + dir,
+                      &out);
+  EXPECT_LT(SecondsSince(t0), 10.0);
+  EXPECT_EQ(rc, 0) << out;
+  // The dead one is named, with the reason.
+  EXPECT_NE(out.find("warning: capture from " + addr_dead + " failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot connect to " + addr_dead), std::string::npos) << out;
+  EXPECT_EQ(out.find("capture from " + addr_live + " failed"), std::string::npos) << out;
+
+  auto runs = RunDirs(dir);
+  ASSERT_EQ(runs.size(), 1u) << out;
+  std::string stem_live = "127.0.0.1_" + std::to_string(live.port());
+  std::string stem_dead = "127.0.0.1_" + std::to_string(dead_port);
+  EXPECT_EQ(FilesEndingIn(runs[0], ".xplane.pb"), std::vector<std::string>{stem_live + ".xplane.pb"});
+  EXPECT_FALSE(fs::exists(runs[0] / (stem_dead + ".trace.json.gz")));
+  EXPECT_NE(out.find((runs[0] / (stem_live + ".xplane.pb")).string()), std::string::npos) << out;
+  auto space = ReadXSpace((runs[0] / (stem_live + ".xplane.pb")).string());
+  const auto* host = FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(spyglass::testing::PlaneStats(*host)["process_id"], std::to_string(live.pid()));
+  int n = 0;
+  for (const auto& e : Events(*host)) n += e.name == "live_host_step";
+  EXPECT_GT(n, 20);
+
+  // Both dead: non-zero, with a message naming each.
+  int dead_port2 = 0;
+  close(ListenSocket(&dead_port2));
+  std::string addr_dead2 = "127.0.0.1:" + std::to_string(dead_port2);
+  t0 = std::chrono::steady_clock::now();
+  rc = RunCommand(std::string(SPYGLASS_CLI) + " collect " + addr_dead + "," + addr_dead2 +
+                      " 300 --no_perfetto_link --connect_timeout_ms 1500 --log_dir " + MakeTempDir(),
+                  &out);
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("No trace event was collected"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot connect to " + addr_dead), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot connect to " + addr_dead2), std::string::npos) << out;
 }
 
 TEST(SubprocessTest, RegistrationErrors) {
