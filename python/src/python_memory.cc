@@ -24,6 +24,7 @@
 // pass-through (state "draining": frees still remove their records, so the
 // profile never keeps a freed array) until a later track_numpy(False) finds
 // none left.
+#include "code_extra.h"
 #include "python_memory.h"
 
 #include <frameobject.h>
@@ -43,15 +44,6 @@ namespace {
 
 namespace mi = ::spyglass::memory::internal;
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define SG_GET_EXTRA PyUnstable_Code_GetExtra
-#define SG_SET_EXTRA PyUnstable_Code_SetExtra
-#define SG_REQUEST_EXTRA PyUnstable_Eval_RequestCodeExtraIndex
-#else
-#define SG_GET_EXTRA _PyCode_GetExtra
-#define SG_SET_EXTRA _PyCode_SetExtra
-#define SG_REQUEST_EXTRA _PyEval_RequestCodeExtraIndex
-#endif
 
 constexpr int kMaxPythonFrames = 64;
 

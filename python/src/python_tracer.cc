@@ -17,6 +17,7 @@
 // A name is built once per code object (cached in the code object's extra
 // slot) or per C method definition, and interned for the life of the process:
 // the recorder keeps a pointer to it until the trace is exported.
+#include "code_extra.h"
 #include "python_tracer.h"
 
 #include <Python.h>
@@ -40,15 +41,6 @@ namespace in = ::spyglass::internal;
 
 constexpr int kLevel = 1;
 
-#if PY_VERSION_HEX >= 0x030C0000
-#define SG_GET_EXTRA PyUnstable_Code_GetExtra
-#define SG_SET_EXTRA PyUnstable_Code_SetExtra
-#define SG_REQUEST_EXTRA PyUnstable_Eval_RequestCodeExtraIndex
-#else
-#define SG_GET_EXTRA _PyCode_GetExtra
-#define SG_SET_EXTRA _PyCode_SetExtra
-#define SG_REQUEST_EXTRA _PyEval_RequestCodeExtraIndex
-#endif
 
 #if PY_VERSION_HEX >= 0x030D0000
 #define SG_IS_FINALIZING() Py_IsFinalizing()

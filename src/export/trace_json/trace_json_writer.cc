@@ -1,6 +1,7 @@
 #include "export/trace_json/trace_json_writer.h"
 
-#include <fcntl.h>
+#include "export/output_file.h"
+
 #include <unistd.h>
 #include <zlib.h>
 
@@ -423,24 +424,14 @@ class GzipFileWriter {
 }  // namespace
 
 Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
-  bool ok;
-  int write_errno = 0;
-  {
+  return WriteOutputFile(path, [&](int fd) {
     GzipFileWriter gz(fd, options.gzip_level);
     JsonOut o([&](const char* p, size_t n) { return gz.Push(p, n); });
     WriteJson(space, options, o);
-    ok = o.finish();
+    bool ok = o.finish();
     ok = gz.Finish() && ok;
-    write_errno = gz.error();
-  }
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    write_errno = errno;
-  }
-  if (!ok) return InternalError("cannot write " + path + ": " + std::strerror(write_errno ? write_errno : EIO));
-  return Status::Ok();
+    return ok ? 0 : (gz.error() ? gz.error() : EIO);
+  });
 }
 
 }  // namespace spyglass::exporter

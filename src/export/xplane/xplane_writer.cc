@@ -1,7 +1,7 @@
 #include "export/xplane/xplane_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
+#include "export/output_file.h"
+
 
 #include <cerrno>
 #include <cstring>
@@ -200,26 +200,17 @@ std::string SerializeXSpace(const model::Space& space) {
 }
 
 Status WriteXSpaceFile(const model::Space& space, const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
-  bool ok;
-  int write_errno = 0;
-  {
+  return WriteOutputFile(path, [&](int fd) {
     google::protobuf::io::FileOutputStream stream(fd, 1 << 20);
+    bool ok;
     {
       CodedOutputStream o(&stream);
       WriteSpace(o, space);
       ok = !o.HadError();
     }
     ok = stream.Flush() && ok;
-    write_errno = stream.GetErrno();
-  }
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    write_errno = errno;
-  }
-  if (!ok) return InternalError("cannot write " + path + ": " + std::strerror(write_errno ? write_errno : EIO));
-  return Status::Ok();
+    return ok ? 0 : (stream.GetErrno() ? stream.GetErrno() : EIO);
+  });
 }
 
 }  // namespace spyglass::exporter
