@@ -176,6 +176,15 @@ _HAVE_MEMORY = hasattr(_spyglass, "device_memory_profile")
 _server_port = None
 
 
+def _forget_server_in_child():
+  # A forked child does not own its parent's server.
+  global _server_port
+  _server_port = None
+
+
+os.register_at_fork(after_in_child=_forget_server_in_child)
+
+
 def _missing(what: str, header: str):
   raise NotImplementedError(
       f"spyglass.profiler.{what} is not available: this build of the C++ core does not provide it "
@@ -207,7 +216,7 @@ def start_server(port: int, requires_backend: bool = True):
     _server_port = _spyglass.start_server(int(port))
   except RuntimeError as e:
     code, msg = _code_of(e)
-    if code == "FailedPrecondition":
+    if code == "FailedPrecondition" and msg.startswith("Only one profiler server"):
       raise ValueError("Only one profiler server can be active at a time.") from None
     if code == "InvalidArgument":
       raise InvalidArgumentError(msg) from None

@@ -87,6 +87,7 @@ int64_t ProcessIdOf(const model::Space& space) {
 Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& options, const std::string& log_dir,
                CaptureResult* result) {
   *result = CaptureResult{};
+  if (Status s = CheckGrpcUsable(); !s.ok()) return s;
   if (addresses.empty()) return InvalidArgumentError("no address to capture");
   for (const std::string& a : addresses)
     if (Status s = CheckAddress(a); !s.ok()) return s;

@@ -50,7 +50,16 @@ inline Status FromGrpc(const grpc::Status& g, const std::string& address) {
   }
 }
 
+// gRPC cannot run in a process forked after the parent used it (its threads
+// and pollers do not survive fork; its fork support hangs here). We note the
+// first use, and a forked child then gets a clear error instead of a server
+// that never answers.
+void NoteGrpcUsed();
+// Non-OK in a child forked after this process (or an ancestor) used gRPC.
+Status CheckGrpcUsable();
+
 inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  NoteGrpcUsed();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT_MAX);  // XSpaces in replies (emit_xspace) can be large
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

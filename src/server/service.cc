@@ -1,5 +1,9 @@
 #include "server/service.h"
 
+#include <pthread.h>
+
+#include <atomic>
+
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -129,12 +133,37 @@ ServerState& state() {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_grpc_used{false};
+std::atomic<bool> g_forked_after_grpc{false};
+void AfterForkChild() {
+  if (g_grpc_used.load()) g_forked_after_grpc.store(true);
+}
+}  // namespace
+
+void NoteGrpcUsed() {
+  static const int registered = pthread_atfork(nullptr, nullptr, AfterForkChild);
+  (void)registered;
+  g_grpc_used.store(true);
+}
+
+Status CheckGrpcUsable() {
+  if (g_forked_after_grpc.load())
+    return FailedPreconditionError(
+        "this process was forked after its parent used gRPC (a profiler server or a capture); gRPC cannot run "
+        "in such a child. Start the child with exec (subprocess, multiprocessing's 'spawn' or 'forkserver'), or "
+        "fork before the parent starts its server");
+  return Status::Ok();
+}
+
 }  // namespace spyglass::server
 
 namespace spyglass::profiler {
 
+
 Status start_server(int port, const ServerOptions& options) {
   using namespace spyglass::server;
+  if (Status s = CheckGrpcUsable(); !s.ok()) return s;
   if (port < 0 || port > 65535) return InvalidArgumentError("port must be between 0 and 65535, got " + std::to_string(port));
   if (options.bind_address.empty() || options.bind_address.find_first_of("/ ") != std::string::npos)
     return InvalidArgumentError("bad bind_address '" + options.bind_address + "'");
@@ -151,6 +180,7 @@ Status start_server(int port, const ServerOptions& options) {
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   std::string address = host + ":" + std::to_string(port);
   auto service = std::make_unique<ProfilerServiceImpl>(options);
+  NoteGrpcUsed();
   grpc::ServerBuilder builder;
   int selected = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);

@@ -235,6 +235,7 @@ void SubprocessRegistration::unregister() {
 }
 
 Status register_subprocess(int pid, int port, SubprocessRegistration* out, int connect_timeout_ms) {
+  if (Status s = server::CheckGrpcUsable(); !s.ok()) return s;
   using namespace spyglass::server;
   if (out == nullptr) return InvalidArgumentError("register_subprocess: out is null");
   if (pid <= 0) return InvalidArgumentError("bad pid " + std::to_string(pid));

@@ -18,7 +18,6 @@ from spyglass import _spyglass
 
 THIS = os.path.abspath(__file__)
 GO = shutil.which("go")
-needs_go = pytest.mark.skipif(GO is None, reason="go (go tool pprof) not installed")
 
 
 def line_of(marker):
@@ -134,6 +133,8 @@ def sample_of(samples, function):
 
 
 def pprof(*args):
+  # scripts/setup.sh installs go (golang-go); a missing one is a broken setup, not a skip.
+  assert GO is not None, "go (go tool pprof) not installed (run scripts/setup.sh)"
   p = subprocess.run([GO, "tool", "pprof", *args], capture_output=True, text=True, timeout=300,
                      env={**os.environ, "PPROF_TMPDIR": os.environ.get("TMPDIR", "/tmp")})
   assert p.returncode == 0, p.stderr
@@ -210,7 +211,6 @@ def test_numpy_arrays_have_python_stacks(tracking):
   assert memory.tracking_stats()["unknown_frees"] == unknown_before
 
 
-@needs_go
 def test_go_pprof_top_and_traces_show_python_frames(tracking, tmp_path):
   weights = allocate_weights(3)
   path = tmp_path / "memory.prof"
@@ -230,7 +230,6 @@ def test_go_pprof_top_and_traces_show_python_frames(tracking, tmp_path):
   assert "allocate_weights" not in pprof("-top", str(path2))
 
 
-@needs_go
 def test_diff_base_points_at_the_function_that_grew(tracking, tmp_path):
   cache = []
   stable = allocate_zeros(2)

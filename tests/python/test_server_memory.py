@@ -9,10 +9,7 @@ import time
 import pytest
 
 import spyglass.profiler as profiler
-from spyglass import _spyglass
 from conftest import host_events
-
-pytestmark = pytest.mark.skipif(not hasattr(_spyglass, "start_server"), reason="core built without the server")
 
 LOOP = r"""
 import sys, time

@@ -594,6 +594,25 @@ TEST(ClientTest, CliWithOneDeadHostWritesTheLiveOne) {
   EXPECT_NE(out.find("cannot connect to " + addr_dead2), std::string::npos) << out;
 }
 
+// gRPC does not survive fork: a child forked after the parent served gets a
+// clear error from start_server (not a port that never answers).
+TEST(SubprocessTest, ForkAfterGrpcUseFailsClearlyInTheChild) {
+  namespace prof = spyglass::profiler;
+  ASSERT_TRUE(prof::start_server(0).ok());
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    spyglass::Status s = prof::start_server(0);
+    bool ok = s.code() == spyglass::StatusCode::kFailedPrecondition &&
+              s.message().find("forked") != std::string::npos && s.message().find("spawn") != std::string::npos;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(prof::stop_server().ok());
+}
+
 TEST(SubprocessTest, RegistrationErrors) {
   prof::SubprocessRegistration r;
   EXPECT_EQ(prof::register_subprocess(getpid(), 1234, &r).code(), StatusCode::kInvalidArgument);
