@@ -112,10 +112,18 @@ inline bool Sampled(size_t n) {
 
 // The recording half, out of line: the inline fast path of every hooked call
 // stays a few instructions (no 512-byte frame array, no stack protector).
-__attribute__((noinline)) void TrackSlow(void* p, size_t n) {
+// `frame` is the hooked function's own frame, so the stack starts at its
+// caller whichever unwinder runs (libunwind/glibc skip themselves, this
+// function and the hook).
+__attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
     uintptr_t frames[kHeapFrames];
-    int depth = SPYGLASS_CAPTURE_STACK(frames, kHeapFrames);
+    int depth;
+    switch (CurrentUnwinder()) {
+      case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, frames, kHeapFrames); break;
+      case Unwinder::kLibunwind: depth = CaptureLibunwind(frames, kHeapFrames, 3); break;
+      default: depth = CaptureGlibc(frames, kHeapFrames, 3); break;
+    }
     Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
@@ -123,9 +131,9 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n) {
   }
 }
 
-#define SPYGLASS_TRACK(p, n)                                   \
-  do {                                                         \
-    if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n));    \
+#define SPYGLASS_TRACK(p, n)                                                      \
+  do {                                                                            \
+    if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n), __builtin_frame_address(0)); \
   } while (0)
 
 __attribute__((noinline)) void UntrackSlow(void* p) {

@@ -79,6 +79,10 @@ struct alignas(64) Shard {
   uint64_t cap = 0;
   std::atomic<uint64_t> count{0};
   std::atomic<int64_t> bytes{0};
+  // Totals kept per shard (under its lock) rather than in one global atomic,
+  // so that threads allocating at once do not all hit one cache line.
+  std::atomic<uint64_t> allocations{0};
+  std::atomic<uint64_t> frees{0};
   uint64_t recent[kRecent] = {};  // pointers freed a moment ago (double-free detection)
 };
 Shard g_shards[kShards];
@@ -363,7 +367,14 @@ std::atomic<bool> g_counter_on{false};
 std::atomic<bool> g_api_enabled{true};
 
 void Count(Counter c, uint64_t n) { g_counters[c].fetch_add(n, std::memory_order_relaxed); }
-uint64_t CounterValue(Counter c) { return g_counters[c].load(std::memory_order_relaxed); }
+uint64_t CounterValue(Counter c) {
+  if (c == kAllocations || c == kFrees) {
+    uint64_t n = g_counters[c].load(std::memory_order_relaxed);
+    for (const Shard& s : g_shards) n += (c == kAllocations ? s.allocations : s.frees).load(std::memory_order_relaxed);
+    return n;
+  }
+  return g_counters[c].load(std::memory_order_relaxed);
+}
 
 bool Guard::Enter() {
   if (t_guard) return false;
@@ -460,6 +471,7 @@ void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames,
                   std::memory_order_relaxed);
     for (uint64_t& r : s.recent)
       if (r == ptr) r = 0;
+    s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   if (old_size >= 0) {
     Count(kReplaced);
@@ -467,7 +479,6 @@ void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames,
   } else if (g_filter.load(std::memory_order_relaxed)) {
     FilterAdd(ptr);
   }
-  Count(kAllocations);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 
@@ -492,6 +503,7 @@ bool Erase(uintptr_t ptr, bool quiet) {
       s.count.store(s.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       s.bytes.store(s.bytes.load(std::memory_order_relaxed) - size, std::memory_order_relaxed);
       s.recent[s.recent_pos++ % kRecent] = ptr;
+      s.frees.store(s.frees.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     } else if (!quiet) {
       for (uint64_t r : s.recent) double_free |= (r == ptr);
     }
@@ -501,7 +513,6 @@ bool Erase(uintptr_t ptr, bool quiet) {
     return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
-  Count(kFrees);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
   return true;
 }
