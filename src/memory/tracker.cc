@@ -194,7 +194,13 @@ uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
   char* arena = LazyMap(g_arena, kArenaBytes);
   if (!slots || !ptrs || !arena) return cls;
   uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
-  for (int i = 0; i < depth; ++i) h = Mix(h ^ frames[i]);
+  // One multiply per frame (stacks are hashed on every recorded allocation),
+  // then a full mix.
+  for (int i = 0; i < depth; ++i) {
+    h = (h ^ frames[i]) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  h = Mix(h);
   uint64_t tag = (h >> 24) | 1;  // 40 bits, non-zero
   uint32_t mine = 0;
   uint64_t i = h & (kSiteSlots - 1);
