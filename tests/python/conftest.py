@@ -71,3 +71,14 @@ def run_python(code, *args, env=None, timeout=120):
                      env=full_env, timeout=timeout)
   assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
   return p
+
+
+@pytest.fixture(autouse=True)
+def no_trace_left():
+  """A test that fails mid-trace must not leave the next one "already started"."""
+  yield
+  import spyglass.profiler as profiler  # pylint: disable=g-import-not-at-top
+  try:
+    profiler.stop_trace()
+  except RuntimeError:
+    pass

@@ -16,15 +16,6 @@ JAX_NAMES = ["ProfileOptions", "StepTraceAnnotation", "TraceAnnotation", "annota
 ALREADY = "Profile has already been started. Only one profile may be run at a time."
 
 
-@pytest.fixture(autouse=True)
-def no_trace_left():
-  yield
-  try:
-    profiler.stop_trace()
-  except RuntimeError:
-    pass
-
-
 def no_python(**kw):
   o = profiler.ProfileOptions()
   o.python_tracer_level = 0

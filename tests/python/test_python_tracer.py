@@ -9,15 +9,6 @@ import spyglass.profiler as profiler
 from conftest import host_events, run_python
 
 
-@pytest.fixture(autouse=True)
-def no_trace_left():
-  yield
-  try:
-    profiler.stop_trace()
-  except RuntimeError:
-    pass
-
-
 def leaf(x):
   return x * 2
 
