@@ -342,7 +342,8 @@ __attribute__((constructor)) void HeapInit() {
 
 __attribute__((destructor)) void HeapFini() {
   ScopedUntracked untracked;
-  if (g_trace) {
+  const bool child = getpid() != g_pid;  // forked, no exec
+  if (g_trace && !child) {  // a forked child does not inherit the trace session
     g_trace = false;
     spyglass::Status s = spyglass::profiler::stop_trace();
     if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.ToString().c_str());
@@ -350,7 +351,7 @@ __attribute__((destructor)) void HeapFini() {
   // A forked child that did not exec shares the parent's profile name space
   // and history; a snapshot per child (symbolization included) made programs
   // that fork a lot 100x slower.
-  if (getpid() != g_pid && !g_follow_children) return;
+  if (child && !g_follow_children) return;
   WriteSnapshot("exit");
 }
 

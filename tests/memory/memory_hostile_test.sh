@@ -99,6 +99,9 @@ out=$(hooked "$T/follow" SPYGLASS_HEAP_FOLLOW_CHILDREN=1 -- fork 3)
 n=$(ls "$T"/follow/memory.*.exit.prof | wc -l)
 [ "$n" = 4 ] || fail "SPYGLASS_HEAP_FOLLOW_CHILDREN=1, 3 forks: $n profiles, expected 4"
 echo "ok: follow children, 3 forks, 4 profiles"
+err=$(hooked "$T/tracefork" SPYGLASS_TRACE_DIR="$T/trace" -- fork 3 2>&1 >/dev/null)
+[ -z "$err" ] || { echo "$err"; fail "forked children under SPYGLASS_TRACE_DIR complain at exit"; }
+echo "ok: forked children leave the parent's trace alone"
 
 # 17. An allocation from a library unloaded before exit keeps its function's name.
 out=$(hooked "$T/dl" -- dlopen "$dllib")
