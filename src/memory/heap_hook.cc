@@ -47,7 +47,6 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <vector>
 
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
@@ -414,10 +413,6 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   }
   return rc;
 }
-
-namespace {
-
-}  // namespace
 
 SPYGLASS_HOOK void* malloc(size_t n) {
   void* p = __libc_malloc(n);

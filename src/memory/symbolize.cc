@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
 
 #include "memory/tracker.h"
 
@@ -205,10 +206,16 @@ ModuleNames NamesBeforeUnload(uintptr_t lo, uintptr_t hi) {
   ModuleNames names;
   names.lo = lo;
   names.hi = hi;
+  // Only stacks of live blocks can appear in a later profile.
+  std::unordered_set<uint32_t> sites;
+  ForEachLive([&](const LiveRecord& r) { sites.insert(r.site); });
   std::vector<uintptr_t> pcs;
-  ForEachSiteFrame(lo, hi, [&](uintptr_t pc) {
-    if (names.symbolic.emplace(pc, 0).second) pcs.push_back(pc);
-  });
+  for (uint32_t id : sites)
+    if (const Site* s = GetSite(id))
+      for (uint32_t i = 0; i < s->depth; ++i) {
+        uintptr_t pc = s->frames[i];
+        if (!IsSymbolicFrame(pc) && pc >= lo && pc < hi && names.symbolic.emplace(pc, 0).second) pcs.push_back(pc);
+      }
   if (pcs.empty()) return names;
   for (const auto& [pc, loc] : Symbolize(pcs)) {
     if (loc.frames.empty()) continue;

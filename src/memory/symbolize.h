@@ -31,7 +31,7 @@ std::string Demangle(const char* name);
 
 // Unloaded modules (dlclose): their return addresses would no longer
 // symbolize. Before a module at [lo, hi) is unloaded, NamesBeforeUnload
-// symbolizes the addresses into it that stacks hold (to symbolic frames: the
+// symbolizes the addresses into it that live blocks' stacks hold (to symbolic frames: the
 // innermost function, its file and line); once it is gone, AfterUnload puts
 // them into those stacks and forgets the cached names of [lo, hi) (another
 // module may be loaded there next). Call both with ScopedUntracked.

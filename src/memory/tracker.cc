@@ -613,15 +613,6 @@ void ForEachSite(F f) {
 }
 }  // namespace
 
-void ForEachSiteFrame(uintptr_t lo, uintptr_t hi, const std::function<void(uintptr_t)>& f) {
-  ForEachSite([&](Site* s) {
-    for (uint32_t i = 0; i < s->depth; ++i) {
-      uintptr_t w = __atomic_load_n(&s->frames[i], __ATOMIC_RELAXED);
-      if (!IsSymbolicFrame(w) && w >= lo && w < hi) f(w);
-    }
-  });
-}
-
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
   ForEachSite([&](Site* s) {
     for (uint32_t i = 0; i < s->depth; ++i) {

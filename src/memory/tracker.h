@@ -163,9 +163,6 @@ SPYGLASS_MEM_EXPORT const Site* GetSite(uint32_t id);
 SPYGLASS_MEM_EXPORT uint32_t SiteClass(uint32_t id);
 SPYGLASS_MEM_EXPORT uint64_t SiteCount();
 SPYGLASS_MEM_EXPORT uint64_t SiteBytes();
-// Calls `f` with each return address in [lo, hi) that some site holds (once
-// per site and frame; duplicates across sites are possible).
-SPYGLASS_MEM_EXPORT void ForEachSiteFrame(uintptr_t lo, uintptr_t hi, const std::function<void(uintptr_t)>& f);
 // Replaces, in every site, the return addresses in [lo, hi) by `to(pc)` when
 // non-zero (a symbolic frame): a module about to go away keeps its names.
 // Sites stay where they are (a new allocation with the raw stack makes a new site).

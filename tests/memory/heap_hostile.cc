@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
     auto fn = reinterpret_cast<void* (*)(size_t)>(dlsym(h, "spyglass_test_lib_alloc"));
     if (!fn) return 1;
     g_sink = fn(12345);
+    // A second handle: the first dlclose does not unload the library.
+    void* h2 = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    if (!h2 || dlclose(h2) != 0 || !dlopen(argv[2], RTLD_NOW | RTLD_NOLOAD)) return 1;
+    if (dlclose(h) != 0) return 1;  // (the NOLOAD probe took a reference too)
     if (dlclose(h) != 0) return 1;
     // Unloaded for real (not kept by a NODELETE flag): the test relies on it.
     void* again = dlopen(argv[2], RTLD_NOW | RTLD_NOLOAD);
