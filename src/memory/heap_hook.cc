@@ -19,10 +19,13 @@
 //   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
 //                                    D/memory.<pid>.<n>.prof on each SIGUSR2
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
-//                                    their own exit profile too; by default only
-//                                    the process that loaded the hook does (a
-//                                    snapshot costs a symbolization: ~50 ms).
-//                                    A child that execs loads the hook afresh.
+//                                    their own exit profile too. By default a
+//                                    forked child writes one only once the process
+//                                    that loaded the hook is no longer its parent
+//                                    (a daemon: fork, parent exits); workers of a
+//                                    live parent do not (a snapshot costs a
+//                                    symbolization, ~50 ms). A child that execs
+//                                    loads the hook afresh.
 //   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
 //                                    (the trace shows a live-bytes counter track)
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
@@ -347,10 +350,10 @@ __attribute__((destructor)) void HeapFini() {
     spyglass::Status s = spyglass::profiler::stop_trace();
     if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.ToString().c_str());
   }
-  // A forked child that did not exec shares the parent's profile name space
-  // and history; a snapshot per child (symbolization included) made programs
-  // that fork a lot 100x slower.
-  if (child && !g_follow_children) return;
+  // A forked child that did not exec shares the parent's history; a snapshot
+  // per child (symbolization included) made programs that fork a lot 100x
+  // slower. A daemon's child (its parent gone) is the program: it writes one.
+  if (child && !g_follow_children && getppid() == g_pid) return;
   WriteSnapshot("exit");
 }
 

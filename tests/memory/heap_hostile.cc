@@ -6,6 +6,7 @@
 //                                 $SPYGLASS_HEAP_SAMPLE_BYTES, the estimate's sigma
 //   heap_hostile small T          T threads keep one 16-byte block each
 //   heap_hostile fork N           N children that exit(0) (destructors run)
+//   heap_hostile daemon           fork; the parent exits, the child exits later
 //   heap_hostile dlopen LIB       keeps a block allocated by LIB, dlcloses LIB
 #include <dlfcn.h>
 #include <errno.h>
@@ -133,6 +134,20 @@ int main(int argc, char** argv) {
     }
     std::printf("fork: %d children ok\n", n);
     return 0;
+  }
+  if (mode == "daemon") {
+    // fork, the parent exits at once, the child goes on and exits normally.
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid > 0) {
+      std::printf("daemon: %d\n", pid);
+      std::fflush(stdout);
+      _exit(0);
+    }
+    for (int i = 0; i < 1000 && getppid() == parent; ++i) usleep(10000);
+    g_sink = std::malloc(64);
+    std::exit(0);
   }
   if (mode == "dlopen" && argc > 2) {
     void* h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
