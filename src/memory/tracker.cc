@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace spyglass::memory::internal {
@@ -490,8 +491,10 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
                   std::memory_order_relaxed);
     for (uint64_t& r : s.recent)
       if (r == ptr) r = 0;
-    std::atomic<uint64_t>& total = restored ? s.frees : s.allocations;
-    total.store(total.load(std::memory_order_relaxed) + (restored ? -1 : 1), std::memory_order_relaxed);
+    if (restored)
+      s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    else
+      s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   if (old_size >= 0) {
     Count(kReplaced);
@@ -602,19 +605,12 @@ uint32_t SiteClass(uint32_t id) {
 }
 uint64_t SiteCount() { return g_sites_published.load(std::memory_order_relaxed); }
 
-namespace {
-// Each published site, writable (the arena is ours; only frame words change).
-template <typename F>
-void ForEachSite(F f) {
-  uint32_t end = g_next_site.load(std::memory_order_acquire);
-  if (end > kMaxSites) end = kMaxSites;
-  for (uint32_t id = kFirstSite; id < end; ++id)
-    if (const Site* s = GetSite(id)) f(const_cast<Site*>(s));
-}
-}  // namespace
-
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
-  ForEachSite([&](Site* s) {
+  uint32_t end = std::min(g_next_site.load(std::memory_order_acquire), kMaxSites);
+  for (uint32_t id = kFirstSite; id < end; ++id) {
+    // Sites are written once; only their frame words change here (the arena is ours).
+    Site* s = const_cast<Site*>(GetSite(id));
+    if (!s) continue;
     for (uint32_t i = 0; i < s->depth; ++i) {
       uintptr_t w = __atomic_load_n(&s->frames[i], __ATOMIC_RELAXED);
       if (IsSymbolicFrame(w) || w < lo || w >= hi) continue;
@@ -622,8 +618,9 @@ void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t
       // InternSite of the raw stack then just makes a new site.
       if (uintptr_t n = to(w)) __atomic_store_n(&s->frames[i], n, __ATOMIC_RELAXED);
     }
-  });
+  }
 }
+
 uint64_t SiteBytes() {
   uint64_t n = g_arena_used.load(std::memory_order_relaxed);
   return n > kArenaBytes ? kArenaBytes : n;
