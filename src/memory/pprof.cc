@@ -212,12 +212,13 @@ class Budget {
 Status Gunzip(std::string_view in, Budget& budget, std::string* out) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) return InternalError("zlib init failed");
-  // The gzip trailer's size (mod 2^32) as a first guess, never past the budget.
+  // The gzip trailer's size (mod 2^32) as a first guess; deflate expands at
+  // most ~1032x, so a lying trailer cannot make a small file reserve much.
   size_t cap = 1 << 16;
   if (in.size() >= 4) {
     uint32_t isize;
     std::memcpy(&isize, in.data() + in.size() - 4, 4);
-    cap = std::max(cap, static_cast<size_t>(isize) + 1);
+    cap = std::max(cap, std::min(static_cast<size_t>(isize) + 1, in.size() * 1032));
   }
   cap = std::min(cap, budget.left());
   out->resize(cap);
@@ -482,12 +483,23 @@ Status ParseOwned(std::string bytes, Budget& budget, PprofProfile* out) {
                  std::to_string(sample_types.size()) + " sample types");
     PprofSample s;
     s.values = std::move(rs.values);
+    // Frames are the expansion a small file can ask for (ids x lines): charged
+    // before they are made.
+    std::vector<const std::vector<RawLine>*> locs;
+    size_t frames = 0;
+    if (!budget.take(rs.locs.size() * sizeof(locs[0]))) return budget.exceeded("the expanded stacks");
+    locs.reserve(rs.locs.size());
     for (uint64_t id : rs.locs) {
       auto it = locations.find(id);
       if (it == locations.end()) return Bad("a sample refers to missing location " + std::to_string(id));
-      // Frames are the expansion a small file can ask for (ids x lines): charged.
-      if (!budget.take(it->second.size() * sizeof(PprofFrame))) return budget.exceeded("the expanded stacks");
-      for (const RawLine& l : it->second) {
+      locs.push_back(&it->second);
+      frames += it->second.size();
+      if (frames > budget.left() / sizeof(PprofFrame)) return budget.exceeded("the expanded stacks");
+    }
+    budget.take(frames * sizeof(PprofFrame));
+    s.frames.reserve(frames);
+    for (const std::vector<RawLine>* lines : locs) {
+      for (const RawLine& l : *lines) {
         auto f = functions.find(l.function_id);
         if (f == functions.end()) return Bad("a location refers to missing function " + std::to_string(l.function_id));
         PprofFrame fr;
