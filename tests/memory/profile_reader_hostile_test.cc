@@ -496,4 +496,58 @@ TEST(XSpaceReaderHostile, InputOverTheLimitIsRefused) {
   EXPECT_TRUE(spyglass::model::ImportXSpaceBytes(bytes, &space, opts).ok());
 }
 
+// What the import keeps: every stat kind, ref values resolved to their names,
+// unknown metadata ids as "(unknown event)", stats with unknown keys dropped.
+TEST(XSpaceReaderHostile, ImportKeepsStatsAndResolvesRefs) {
+  tp::XSpace in;
+  tp::XPlane* plane = in.add_planes();
+  plane->set_name("/host:CPU");
+  auto& sm = *plane->mutable_stat_metadata();
+  sm[10].set_name("i");
+  sm[11].set_name("u");
+  sm[12].set_name("d");
+  sm[13].set_name("s");
+  sm[14].set_name("r");
+  sm[15].set_name("the ref value");
+  auto& em = *plane->mutable_event_metadata();
+  em[5].set_name("op");
+  em[5].set_display_name("Op");
+  tp::XStat* ms = em[5].add_stats();
+  ms->set_metadata_id(14);
+  ms->set_ref_value(15);
+  plane->add_stats()->set_metadata_id(11);
+  plane->mutable_stats(0)->set_uint64_value(7);
+  tp::XLine* line = plane->add_lines();
+  tp::XEvent* e = line->add_events();
+  e->set_metadata_id(5);
+  auto add = [&](int64_t key) {
+    tp::XStat* s = e->add_stats();
+    s->set_metadata_id(key);
+    return s;
+  };
+  add(10)->set_int64_value(-3);
+  add(12)->set_double_value(0.5);
+  add(13)->set_str_value("text");
+  add(14)->set_ref_value(15);
+  add(14)->set_ref_value(99);   // no such metadata: dropped
+  add(77)->set_int64_value(1);  // no such key: dropped
+  line->add_events()->set_metadata_id(42);  // no such event metadata
+  spyglass::model::Space space;
+  ASSERT_TRUE(spyglass::model::ImportXSpaceBytes(in.SerializeAsString(), &space).ok());
+  const spyglass::model::Plane& p = space.planes.at(0);
+  const auto& events = p.lines.at(0).events;
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(p.event_metadata()[events[0].metadata_id].name, "op");
+  EXPECT_EQ(p.event_metadata()[events[0].metadata_id].display_name, "Op");
+  EXPECT_EQ(p.event_metadata()[events[1].metadata_id].name, "(unknown event)");
+  std::vector<std::string> got;
+  for (const auto& st : *p.lines[0].stats_of(events[0])) got.push_back(p.stat_name(st) + "=" + p.stat_text(st));
+  EXPECT_EQ(got, (std::vector<std::string>{"i=-3", "d=0.5", "s=text", "r=the ref value"}));
+  const auto& md_stats = p.event_metadata()[events[0].metadata_id].stats;
+  ASSERT_EQ(md_stats.size(), 1u);
+  EXPECT_EQ(p.stat_text(md_stats[0]), "the ref value");
+  ASSERT_EQ(p.stats.size(), 1u);
+  EXPECT_EQ(p.stat_name(p.stats[0]) + "=" + p.stat_text(p.stats[0]), "u=7");
+}
+
 }  // namespace
