@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -168,7 +169,12 @@ ChildResult InChild(const std::function<int()>& body) {
     dup2(e, 2);
     struct rlimit lim {kChildAddressSpace, kChildAddressSpace};
     setrlimit(RLIMIT_AS, &lim);
-    int rc = body();
+    int rc = 3;
+    try {
+      rc = body();
+    } catch (const std::exception& e) {  // never back into gtest from the child
+      std::fprintf(stderr, "uncaught exception: %s\n", e.what());
+    }
     std::fflush(nullptr);
     _exit(rc);
   }
