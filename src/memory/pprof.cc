@@ -259,7 +259,7 @@ Status Gunzip(std::string_view in, Budget& budget, std::string* out) {
   }
   inflateEnd(&z);
   out->resize(used);
-  out->shrink_to_fit();
+  if (out->capacity() - used > used / 4) out->shrink_to_fit();  // a copy: only when much is unused
   if (!budget.take(used)) return budget.exceeded("the decompressed data");
   return Status::Ok();
 }
