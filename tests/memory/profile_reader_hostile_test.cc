@@ -23,7 +23,6 @@
 
 #include <gtest/gtest.h>
 
-#include "export/trace_json/trace_json_writer.h"
 #include "memory/pprof.h"
 #include "model/xspace_import.h"
 #include "xplane.pb.h"
