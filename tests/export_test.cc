@@ -229,6 +229,18 @@ TEST(TraceJson, GzipIsOneMemberHoldingTheWholeJson) {
   }
 }
 
+TEST(TraceJson, EmptyModelIsValidJson) {
+  std::string dir = MakeTempDir();
+  ASSERT_TRUE(exporter::WriteTraceJsonGz(model::Space{}, dir + "/e.json.gz").ok());
+  std::string gz = spyglass::testing::ReadFile(dir + "/e.json.gz"), text;
+  EXPECT_TRUE(InflateOneMember(gz, &text));
+  EXPECT_EQ(text, exporter::TraceJsonString(model::Space{}));
+  EXPECT_TRUE(nlohmann::json::parse(text)["traceEvents"].empty());
+  // The one-member check itself: two members concatenated are refused.
+  std::string two;
+  EXPECT_FALSE(InflateOneMember(gz + gz, &two));
+}
+
 TEST(TraceJson, GzipWriteErrorsAreReported) {
   if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full";
   model::Space space = LargeSpace();
