@@ -188,13 +188,6 @@ class JsonOut {
   bool ok_ = true;
 };
 
-std::string QuotedJson(JsonOut& o, std::string& into, std::string_view s) {
-  into.clear();
-  o.str(s);
-  o.flush();
-  return std::move(into);
-}
-
 // Events on a counter line (XSpace's "_counters_", e.g. the memory tracer's
 // live bytes per device) become Chrome counter events.
 constexpr std::string_view kCounterLineName = "_counters_";
@@ -212,15 +205,17 @@ struct Doc {
   std::vector<PlaneInfo> planes;
 
   Doc(const model::Space& s, const TraceJsonOptions& o) : space(s), options(o) {
-    std::string quoted;
+    std::string* quoted = nullptr;
     JsonOut q(4096, [&](const char* p, size_t n) {
-      quoted.append(p, n);
+      quoted->append(p, n);
       return true;
     });
     for (const model::Plane* p : ExportedPlanes(space)) {
       PlaneInfo& info = planes.emplace_back(PlaneInfo{p, PidOf(*p), {}, {}});
       for (const model::EventMetadata& md : p->event_metadata()) {
-        info.names.push_back(QuotedJson(q, quoted, md.display_name.empty() ? md.name : md.display_name));
+        quoted = &info.names.emplace_back();
+        q.str(md.display_name.empty() ? md.name : md.display_name);
+        q.flush();
         info.cost.push_back(static_cast<uint32_t>(
             std::min<size_t>(kEventBytes + info.names.back().size() + StatsBytes(*p, md.stats), UINT32_MAX)));
       }
