@@ -238,7 +238,7 @@ struct Doc {
 
 // A slice of the document that formats on its own: the head (up to the
 // metadata events), events [begin, end) of one line, or the tail.
-struct Piece {
+struct Slice {
   enum Kind : uint8_t { kHead, kEvents, kCounters, kTail };
   Kind kind = kHead;
   bool first = false;  // no element of traceEvents comes before it
@@ -251,34 +251,34 @@ struct Piece {
 // fresh deflate state, a sync flush) vanish, small enough to bound memory.
 constexpr size_t kSliceBytes = 1 << 20;
 
-// Calls `emit` with each piece in document order until it returns false.
+// Calls `emit` with each slice in document order until it returns false.
 template <class Emit>
-void ForEachPiece(const Doc& doc, Emit&& emit) {
+void ForEachSlice(const Doc& doc, Emit&& emit) {
   // The head writes a process_sort_index element per plane.
   bool any_element = !doc.planes.empty();
-  if (!emit(Piece{Piece::kHead, true})) return;
+  if (!emit(Slice{Slice::kHead, true})) return;
   for (uint32_t pi = 0; pi < doc.planes.size(); ++pi) {
     const Doc::PlaneInfo& info = doc.planes[pi];
     for (size_t li = 0; li < info.plane->lines.size(); ++li) {
       const model::Line& l = info.plane->lines[li];
-      Piece piece{l.name == kCounterLineName ? Piece::kCounters : Piece::kEvents, !any_element, pi, li, 0, 0};
+      Slice slice{l.name == kCounterLineName ? Slice::kCounters : Slice::kEvents, !any_element, pi, li, 0, 0};
       size_t bytes = 0;
       for (size_t i = 0; i < l.events.size(); ++i) {
         const model::Event& e = l.events[i];
         bytes += info.cost[e.metadata_id];
         if (const auto* stats = l.stats_of(e)) bytes += Doc::StatsBytes(*info.plane, *stats);
         if (bytes >= kSliceBytes || i + 1 == l.events.size()) {
-          piece.end = i + 1;
-          if (!emit(piece)) return;
+          slice.end = i + 1;
+          if (!emit(slice)) return;
           any_element = true;
-          piece.first = false;
-          piece.begin = i + 1;
+          slice.first = false;
+          slice.begin = i + 1;
           bytes = 0;
         }
       }
     }
   }
-  emit(Piece{Piece::kTail, !any_element});
+  emit(Slice{Slice::kTail, !any_element});
 }
 
 // Per-thread scratch space of the formatter.
@@ -438,21 +438,21 @@ void WriteTail(JsonOut& o, const Doc& doc) {
   o.raw("]}");
 }
 
-void WritePiece(JsonOut& o, const Doc& doc, const Piece& piece, Scratch& scratch) {
-  o.set_first(piece.first);
-  switch (piece.kind) {
-    case Piece::kHead: WriteHead(o, doc); break;
-    case Piece::kEvents: {
-      const Doc::PlaneInfo& info = doc.planes[piece.plane];
-      WriteEvents(o, info, info.plane->lines[piece.line], piece.begin, piece.end, scratch);
+void WriteSlice(JsonOut& o, const Doc& doc, const Slice& slice, Scratch& scratch) {
+  o.set_first(slice.first);
+  switch (slice.kind) {
+    case Slice::kHead: WriteHead(o, doc); break;
+    case Slice::kEvents: {
+      const Doc::PlaneInfo& info = doc.planes[slice.plane];
+      WriteEvents(o, info, info.plane->lines[slice.line], slice.begin, slice.end, scratch);
       break;
     }
-    case Piece::kCounters: {
-      const Doc::PlaneInfo& info = doc.planes[piece.plane];
-      WriteCounters(o, info, info.plane->lines[piece.line], piece.begin, piece.end);
+    case Slice::kCounters: {
+      const Doc::PlaneInfo& info = doc.planes[slice.plane];
+      WriteCounters(o, info, info.plane->lines[slice.line], slice.begin, slice.end);
       break;
     }
-    case Piece::kTail: WriteTail(o, doc); break;
+    case Slice::kTail: WriteTail(o, doc); break;
   }
 }
 
@@ -561,7 +561,7 @@ int WriteAll(int fd, const uint8_t* p, size_t n) {
 // whatever the model's size. Returns 0 or the errno of the failure.
 int WriteGzipSlices(const Doc& doc, int fd, int threads) {
   struct Slot {
-    Piece piece;
+    Slice slice;
     Bytes z;             // the deflated slice
     uint32_t crc = 0;    // of the slice's JSON
     uint64_t bytes = 0;  // of JSON
@@ -599,7 +599,7 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
       slot->bytes = 0;
       ok = deflater.ok();
       deflater.Begin();
-      WritePiece(o, doc, slot->piece, scratch);
+      WriteSlice(o, doc, slot->slice, scratch);
       o.flush();
       ok = ok && deflater.Add(nullptr, 0, true, slot->z);
       {
@@ -646,12 +646,12 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
     return 0;
   };
   if (err == 0) {
-    ForEachPiece(doc, [&](const Piece& piece) {
+    ForEachSlice(doc, [&](const Slice& slice) {
       if (queued - written == n_slots && (err = write_oldest()) != 0) return false;
       Slot& s = slots[queued % n_slots];
       {
         std::lock_guard<std::mutex> lock(mu);
-        s.piece = piece;
+        s.slice = slice;
         s.done = false;
         ++queued;
       }
@@ -678,8 +678,8 @@ bool StreamTraceJson(const model::Space& space, const TraceJsonOptions& options,
   Doc doc(space, options);
   JsonOut o(1 << 20, [&](const char* p, size_t n) { return sink(std::string_view(p, n)); });
   Scratch scratch;
-  ForEachPiece(doc, [&](const Piece& piece) {
-    WritePiece(o, doc, piece, scratch);
+  ForEachSlice(doc, [&](const Slice& slice) {
+    WriteSlice(o, doc, slice, scratch);
     return true;
   });
   return o.flush();
