@@ -423,15 +423,27 @@ class GzipFileWriter {
 
 }  // namespace
 
+namespace {
+
+// 0 or the errno of the failure.
+int WriteTraceJsonGzFd(const model::Space& space, const TraceJsonOptions& options, int fd) {
+  GzipFileWriter gz(fd, options.gzip_level);
+  JsonOut o([&](const char* p, size_t n) { return gz.Push(p, n); });
+  WriteJson(space, options, o);
+  bool ok = o.finish();
+  ok = gz.Finish() && ok;
+  return ok ? 0 : (gz.error() ? gz.error() : EIO);
+}
+
+}  // namespace
+
 Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
-  return WriteOutputFile(path, [&](int fd) {
-    GzipFileWriter gz(fd, options.gzip_level);
-    JsonOut o([&](const char* p, size_t n) { return gz.Push(p, n); });
-    WriteJson(space, options, o);
-    bool ok = o.finish();
-    ok = gz.Finish() && ok;
-    return ok ? 0 : (gz.error() ? gz.error() : EIO);
-  });
+  return WriteOutputFile(path, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
+}
+
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options) {
+  return dir.Write(name, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
 }
 
 }  // namespace spyglass::exporter

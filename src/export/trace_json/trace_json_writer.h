@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "export/output_file.h"
 #include "model/xspace.h"
 #include "spyglass/status.h"
 
@@ -18,7 +19,10 @@ struct TraceJsonOptions {
 // The host plane is pid 701, as in tsl's exporter; device planes 1 + id.
 inline constexpr int kHostPid = 701;
 
+// Writes <path> (or `name` in `dir`) as every output is written (output_file.h).
 Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options = {});
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options = {});
 // Uncompressed, for tests.
 std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& options = {});
 
