@@ -22,6 +22,7 @@
 #include "export/trace_json/trace_json_writer.h"
 #include "model/xspace_import.h"
 #include "profiler_service.grpc.pb.h"
+#include "xplane.pb.h"
 #include "server/merge.h"
 #include "server/options_convert.h"
 #include "server/path_policy.h"
@@ -283,33 +284,41 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
     if (c.status.ok()) {
       if (c.response.has_xspace()) {
         bytes.swap(*c.response.mutable_xspace());
-        if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
       } else if (Status s = ReadLocalXPlane(dir, xplane, options.max_reply_bytes, &bytes); !s.ok()) {
         c.status = s.code() == StatusCode::kNotFound
                        ? UnavailableError(c.address + " returned no XSpace and wrote no " + dir.PathOf(xplane) +
                                           " (a server on another machine that does not support emit_xspace)")
                        : s;
       }
-      WriteToolFiles(c, dir, &taken, &result->warnings);
     }
     if (c.status.ok() && c.response.empty_trace()) {
       host.empty = true;
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
-    c.response.Clear();
+    // Parsed before anything is written (a reply that does not parse leaves
+    // no file), on an arena (no allocation per message), and the bytes are
+    // freed before the model is built: the peak is the larger of bytes + tree
+    // and tree + model, not their sum.
+    model::Space space;
     if (c.status.ok()) {
-      model::Space space;
-      Status s = model::ImportXSpaceBytes(bytes, &space);
-      std::string().swap(bytes);
-      if (!s.ok()) {
-        c.status = InternalError(c.address + ": " + s.message());
-      } else {
-        host.xplane_path = dir.PathOf(xplane);
-        host.trace_json_path = dir.PathOf(c.stem + ".trace.json.gz");
-        if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
-        if (!host.empty) spaces.push_back(std::move(space));
+      google::protobuf::Arena arena;
+      auto* tree = google::protobuf::Arena::CreateMessage<tensorflow::profiler::XSpace>(&arena);
+      if (!tree->ParseFromString(bytes))
+        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse");
+      if (c.status.ok() && c.response.has_xspace()) {
+        if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
       }
+      std::string().swap(bytes);
+      if (c.status.ok()) model::ImportXSpace(*tree, &space);
     }
+    if (c.status.ok()) {
+      WriteToolFiles(c, dir, &taken, &result->warnings);
+      host.xplane_path = dir.PathOf(xplane);
+      host.trace_json_path = dir.PathOf(c.stem + ".trace.json.gz");
+      if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
+      if (!host.empty) spaces.push_back(std::move(space));
+    }
+    c.response.Clear();
     if (!c.status.ok()) {
       host.error = c.status.message();
       failures.push_back(c.status.ToString());
