@@ -116,9 +116,14 @@ void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const Ca
     call->status = FromGrpc(g, call->address);
     return;
   }
+  if (!reply.Valid()) {
+    call->status = InternalError(call->address +
+                                 " ended the call without a reply (a broken server, or not a profiler server)");
+    return;
+  }
   size_t size = reply.Length();
-  bool parsed = false;
-  if (reply.Valid()) {
+  bool parsed;
+  {
     grpc::ProtoBufferReader reader(&reply);
     parsed = reader.status().ok() && call->response.ParseFromZeroCopyStream(&reader);
   }

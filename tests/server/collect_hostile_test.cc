@@ -37,6 +37,9 @@ namespace tp = tensorflow::profiler;
 using spyglass::testing::MakeTempDir;
 using spyglass::testing::ReadFile;
 
+// A reply that makes the server end the call OK without a message.
+const std::string kNoReply = "(no reply)";
+
 // A server that answers every call with `reply()` as the raw reply message.
 class HostileServer {
  public:
@@ -68,6 +71,10 @@ class HostileServer {
           return;
         }
         std::string bytes = reply_();
+        if (bytes == kNoReply) {
+          Finish(grpc::Status::OK);  // OK without a message
+          return;
+        }
         grpc::Slice slice(bytes);
         response_ = grpc::ByteBuffer(&slice, 1);
         StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
@@ -351,6 +358,7 @@ TEST(CollectHostile, GarbageRepliesAreReportedAsSuch) {
   } cases[] = {
       {std::string("\xff\xff\xff\xff\xff garbage", 14), "not a profiler reply"},
       {std::string(), ""},  // an empty reply is a valid empty ProfileResponse
+      {kNoReply, "without a reply"},
       {[] {
          std::string r;
          PutField(8, "\x0a\xff\xff\xff\x0f", &r);
