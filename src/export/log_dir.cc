@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
+#include <utility>
 
 namespace spyglass::exporter {
 namespace {
@@ -15,6 +17,8 @@ namespace {
 // Attempts per MakeRunDir call when other processes took the names; the next
 // call continues where this one stopped.
 constexpr uint64_t kRunNameTriesPerCall = 1 << 20;
+// Profile directories whose next suffix is remembered within one second.
+constexpr size_t kRememberedDirs = 1024;
 
 }  // namespace
 
@@ -42,20 +46,25 @@ Status MakeRunDir(const std::string& log_dir, const std::string& session_id, Run
     return InvalidArgumentError("session_id '" + session_id.substr(0, 80) + "' must be a plain directory name");
   OutputDir profile;
   if (Status s = OutputDir::OpenBelow(log_dir, {"plugins", "profile"}, &profile, &run->created); !s.ok()) return s;
-  if (!session_id.empty()) return OutputDir::OpenBelow(profile.path(), {session_id}, &run->dir, &run->created);
+  if (!session_id.empty()) return profile.OpenSubdir(session_id, &run->dir, &run->created);
 
-  // The suffix of the next run named `base` in this process: two runs in the
-  // same second (here or in another process) get distinct names, and many
-  // runs in one second do not retry every name taken before.
+  // The suffix of the next run named `base` in each profile directory this
+  // process used this second: two runs in the same second (here or in
+  // another process) get distinct names, and many runs in one second do not
+  // retry every name taken before. Forgotten when the second changes.
+  struct stat st;
+  if (::fstat(profile.fd(), &st) != 0)
+    return InternalError("cannot inspect " + profile.path() + ": " + std::strerror(errno));
   static std::mutex mu;
   static std::string last_base;
-  static uint64_t next = 0;
+  static std::map<std::pair<dev_t, ino_t>, uint64_t> next_suffix;
   std::lock_guard<std::mutex> lock(mu);
   std::string base = TimestampRunName();
-  if (base != last_base) {
+  if (base != last_base || next_suffix.size() >= kRememberedDirs) {
     last_base = base;
-    next = 0;
+    next_suffix.clear();
   }
+  uint64_t& next = next_suffix[{st.st_dev, st.st_ino}];
   for (uint64_t tries = 0; tries < kRunNameTriesPerCall; ++tries) {
     std::string name = next == 0 ? base : base + "_" + std::to_string(next);
     ++next;

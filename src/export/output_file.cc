@@ -79,24 +79,29 @@ Status OutputDir::OpenBelow(const std::string& base, const std::vector<std::stri
   OutputDir cur;
   if (Status s = Open(base, &cur); !s.ok()) return s;
   for (const std::string& name : below) {
-    std::string path = cur.PathOf(name);
-    if (!IsPlainComponent(name))
-      return InvalidArgumentError("refusing to make directory " + Quote(name) + " in " + cur.path_ +
-                                  ": not a plain file name");
-    bool made = ::mkdirat(cur.fd_, name.c_str(), 0755) == 0;
-    if (!made && errno != EEXIST) return InternalError("cannot create directory " + path + ": " + std::strerror(errno));
-    int next = ::openat(cur.fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (next < 0) {
-      int e = errno;
-      return e == ELOOP || e == ENOTDIR
-                 ? InvalidArgumentError("refusing to write through " + path +
-                                        ": it is a symbolic link or not a directory")
-                 : InternalError("cannot open directory " + path + ": " + std::strerror(e));
-    }
-    if (made && created) created->push_back(path);
-    cur = OutputDir(next, std::move(path));
+    OutputDir next;
+    if (Status s = cur.OpenSubdir(name, &next, created); !s.ok()) return s;
+    cur = std::move(next);
   }
   *dir = std::move(cur);
+  return Status::Ok();
+}
+
+Status OutputDir::OpenSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created) const {
+  if (!IsPlainComponent(name))
+    return InvalidArgumentError("refusing to make directory " + Quote(name) + " in " + path_ + ": not a plain file name");
+  std::string path = PathOf(name);
+  bool made = ::mkdirat(fd_, name.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) return InternalError("cannot create directory " + path + ": " + std::strerror(errno));
+  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return e == ELOOP || e == ENOTDIR
+               ? InvalidArgumentError("refusing to write through " + path + ": it is a symbolic link or not a directory")
+               : InternalError("cannot open directory " + path + ": " + std::strerror(e));
+  }
+  if (made && created) created->push_back(path);
+  *sub = OutputDir(fd, std::move(path));
   return Status::Ok();
 }
 

@@ -36,6 +36,11 @@ class OutputDir {
   static Status OpenBelow(const std::string& base, const std::vector<std::string>& below, OutputDir* dir,
                           std::vector<std::string>* created = nullptr);
 
+  // Opens subdirectory `name` (plain), made if missing (then its path is
+  // appended to `*created`, if given); InvalidArgument if it is a symbolic
+  // link or not a directory.
+  Status OpenSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created = nullptr) const;
+
   // Makes the new subdirectory `name` (plain) and opens it. AlreadyExists if
   // something is there already.
   Status MakeSubdir(const std::string& name, OutputDir* sub) const;
