@@ -20,9 +20,8 @@
 
 #include "export/log_dir.h"
 #include "export/trace_json/trace_json_writer.h"
-#include "model/xspace_import.h"
+#include "model/xspace_import_chunked.h"
 #include "profiler_service.grpc.pb.h"
-#include "xplane.pb.h"
 #include "server/merge.h"
 #include "server/options_convert.h"
 #include "server/path_policy.h"
@@ -300,22 +299,18 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       host.empty = true;
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
-    // Parsed before anything is written (a reply that does not parse leaves
-    // no file), on an arena (no allocation per message), and the bytes are
-    // freed before the model is built: the peak is the larger of bytes + tree
-    // and tree + model, not their sum.
+    // Imported before anything is written (a reply that does not parse
+    // leaves no file), in pieces: the peak is the bytes, the model and one
+    // piece's message tree.
     model::Space space;
     if (c.status.ok()) {
-      google::protobuf::Arena arena;
-      auto* tree = google::protobuf::Arena::CreateMessage<tensorflow::profiler::XSpace>(&arena);
-      if (!tree->ParseFromString(bytes))
-        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse");
-      if (c.status.ok() && c.response.has_xspace()) {
-        if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
-      }
-      std::string().swap(bytes);
-      if (c.status.ok()) model::ImportXSpace(*tree, &space);
+      if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())
+        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse: " + s.message());
     }
+    if (c.status.ok() && c.response.has_xspace()) {
+      if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
+    }
+    std::string().swap(bytes);
     if (c.status.ok()) {
       WriteToolFiles(c, dir, &taken, &result->warnings);
       host.xplane_path = dir.PathOf(xplane);

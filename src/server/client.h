@@ -27,7 +27,7 @@ struct CaptureOptions {
   uint64_t max_delay_ms = 3600000;
   // The largest reply accepted from one server (1 .. INT_MAX, gRPC's own
   // limit); a larger one fails that host. The client's peak memory is about
-  // 7x a reply (its bytes, then the parsed XSpace and the trace model).
+  // 3x a reply: its bytes and the trace model imported from them in pieces.
   uint64_t max_reply_bytes = 1024ull << 20;
   // Levels, session_id (run directory name) and advanced_configuration sent
   // to the servers. Defaults as jax.collect_profile: host 2, device 1, python 1.
