@@ -32,9 +32,14 @@ bool ReadVarint(std::string_view msg, size_t* pos, uint64_t* v) {
 
 enum class Next { kField, kEnd, kBad };
 
+// Groups nest at most this deep (protobuf's own recursion limit).
+constexpr int kMaxDepth = 100;
+
 // Reads the field at *pos: its number, wire type and, when length-delimited,
-// its payload.
-Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload) {
+// its payload. Groups (unknown fields only, in xplane.proto) are skipped
+// whole; an end-group tag is a field only inside one (depth > 0).
+Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
+               int depth = 0) {
   if (*pos == msg.size()) return Next::kEnd;
   uint64_t tag, v;
   if (!ReadVarint(msg, pos, &tag) || tag >> 3 == 0 || tag >> 3 > UINT32_MAX) return Next::kBad;
@@ -47,7 +52,16 @@ Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* ty
     case kLengthDelimited:
       if (!ReadVarint(msg, pos, &v)) return Next::kBad;
       break;
-    default: return Next::kBad;  // groups: not in xplane.proto
+    case 3:  // start group: up to its end-group tag of the same number
+      if (depth >= kMaxDepth) return Next::kBad;
+      while (true) {
+        uint32_t n, t;
+        std::string_view p;
+        if (NextField(msg, pos, &n, &t, &p, depth + 1) != Next::kField) return Next::kBad;
+        if (t == 4) return n == *number ? Next::kField : Next::kBad;
+      }
+    case 4: return depth > 0 ? Next::kField : Next::kBad;
+    default: return Next::kBad;
   }
   if (v > msg.size() - *pos) return Next::kBad;
   *payload = msg.substr(*pos, v);
