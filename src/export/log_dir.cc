@@ -68,11 +68,7 @@ Status MakeRunDir(const std::string& log_dir, const std::string& session_id, Run
   for (uint64_t tries = 0; tries < kRunNameTriesPerCall; ++tries) {
     std::string name = next == 0 ? base : base + "_" + std::to_string(next);
     ++next;
-    Status s = profile.MakeSubdir(name, &run->dir);
-    if (s.ok()) {
-      run->created.push_back(run->dir.path());
-      return s;
-    }
+    Status s = profile.MakeSubdir(name, &run->dir, &run->created);
     if (s.code() != StatusCode::kAlreadyExists) return s;
   }
   return InternalError("cannot name a new run " + base + "_<n> under " + profile.path() + ": " +

@@ -87,12 +87,14 @@ Status OutputDir::OpenBelow(const std::string& base, const std::vector<std::stri
   return Status::Ok();
 }
 
-Status OutputDir::OpenSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created) const {
+Status OutputDir::Subdir(const std::string& name, bool must_be_new, OutputDir* sub,
+                         std::vector<std::string>* created) const {
   if (!IsPlainComponent(name))
     return InvalidArgumentError("refusing to make directory " + Quote(name) + " in " + path_ + ": not a plain file name");
   std::string path = PathOf(name);
   bool made = ::mkdirat(fd_, name.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) return InternalError("cannot create directory " + path + ": " + std::strerror(errno));
+  if (!made && must_be_new) return Status(StatusCode::kAlreadyExists, path + " exists");
   int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -101,21 +103,6 @@ Status OutputDir::OpenSubdir(const std::string& name, OutputDir* sub, std::vecto
                : InternalError("cannot open directory " + path + ": " + std::strerror(e));
   }
   if (made && created) created->push_back(path);
-  *sub = OutputDir(fd, std::move(path));
-  return Status::Ok();
-}
-
-Status OutputDir::MakeSubdir(const std::string& name, OutputDir* sub) const {
-  if (!IsPlainComponent(name))
-    return InvalidArgumentError("refusing to make directory " + Quote(name) + " in " + path_ + ": not a plain file name");
-  std::string path = PathOf(name);
-  if (::mkdirat(fd_, name.c_str(), 0755) != 0) {
-    int e = errno;
-    if (e == EEXIST) return Status(StatusCode::kAlreadyExists, path + " exists");
-    return InternalError("cannot create directory " + path + ": " + std::strerror(e));
-  }
-  int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return InternalError("cannot open directory " + path + ": " + std::strerror(errno));
   *sub = OutputDir(fd, std::move(path));
   return Status::Ok();
 }

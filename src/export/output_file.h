@@ -39,11 +39,15 @@ class OutputDir {
   // Opens subdirectory `name` (plain), made if missing (then its path is
   // appended to `*created`, if given); InvalidArgument if it is a symbolic
   // link or not a directory.
-  Status OpenSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created = nullptr) const;
+  Status OpenSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created = nullptr) const {
+    return Subdir(name, /*must_be_new=*/false, sub, created);
+  }
 
-  // Makes the new subdirectory `name` (plain) and opens it. AlreadyExists if
-  // something is there already.
-  Status MakeSubdir(const std::string& name, OutputDir* sub) const;
+  // Makes the new subdirectory `name` (plain) and opens it, as OpenSubdir;
+  // AlreadyExists if something is there already.
+  Status MakeSubdir(const std::string& name, OutputDir* sub, std::vector<std::string>* created = nullptr) const {
+    return Subdir(name, /*must_be_new=*/true, sub, created);
+  }
 
   // Creates or replaces the regular file `name` (a plain component) with what
   // `write(fd)` writes; `write` returns 0 or the errno of its failure.
@@ -60,6 +64,7 @@ class OutputDir {
  private:
   friend Status WriteOutputFile(const std::string& path, const std::function<int(int fd)>& write);
   OutputDir(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Status Subdir(const std::string& name, bool must_be_new, OutputDir* sub, std::vector<std::string>* created) const;
   int fd_ = -1;
   std::string path_;
 };
