@@ -394,6 +394,15 @@ TEST(CollectHostile, FailedCaptureLeavesNoRunDir) {
   fs::create_directories(log + "/plugins/profile/old");
   EXPECT_FALSE(server::Capture({"127.0.0.1:" + std::to_string(port)}, o, log, &r).ok());
   EXPECT_EQ(Entries(log + "/plugins/profile"), std::vector<std::string>{"old"});
+  // The CLI without --log_dir: its temporary log dir goes too.
+  std::string tmp = MakeTempDir();
+  const char* old_tmp = std::getenv("TMPDIR");
+  std::string saved = old_tmp ? old_tmp : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  CliRun cli = RunCli({"collect", std::to_string(port), "50", "--no_perfetto_link", "--connect_timeout_ms", "1500"});
+  old_tmp ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
+  EXPECT_EQ(cli.rc, 1) << cli.out;
+  for (const std::string& e : Entries(tmp)) EXPECT_NE(e.rfind("spyglass-collect-", 0), 0u) << e << ": " << cli.out;
 }
 
 TEST(CollectHostile, HugeDelaysAreRefused) {
