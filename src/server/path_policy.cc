@@ -1,14 +1,13 @@
 #include "server/path_policy.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
-#include "export/log_dir.h"
+#include "export/output_file.h"
 
 namespace spyglass::server {
 namespace {
@@ -110,46 +109,14 @@ Status ResolveProfileFile(const std::string& repository_root, const std::string&
 Status WriteProfileFile(const ProfileTarget& target, const std::string& bytes) {
   std::vector<std::string> parts;
   std::string bad;
-  if (target.dir.empty() || target.dir[0] != '/' || !Components(target.dir, &parts, &bad))
+  if (target.dir.empty() || target.dir[0] != '/' || !Components(target.dir, &parts, &bad) ||
+      target.trusted > parts.size())
     return InvalidArgumentError("bad directory " + target.dir);
-  int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return InternalError(std::string("cannot open /: ") + std::strerror(errno));
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string& c = parts[i];
-    if (mkdirat(dfd, c.c_str(), 0755) != 0 && errno != EEXIST) {
-      int e = errno;
-      close(dfd);
-      return InternalError("cannot create directory " + Join(parts, i + 1) + ": " + std::strerror(e));
-    }
-    int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (i >= target.trusted ? O_NOFOLLOW : 0);
-    int next = openat(dfd, c.c_str(), flags);
-    int e = errno;
-    close(dfd);
-    if (next < 0)
-      return e == ELOOP || e == ENOTDIR
-                 ? InvalidArgumentError("refusing to write through " + Join(parts, i + 1) +
-                                        ": it is a symbolic link or not a directory")
-                 : InternalError("cannot open directory " + Join(parts, i + 1) + ": " + std::strerror(e));
-    dfd = next;
-  }
-  std::string base = target.file.substr(target.file.rfind('/') + 1);
-  int fd = openat(dfd, base.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  int open_errno = errno;
-  close(dfd);
-  if (fd < 0) return InternalError("cannot write " + target.file + ": " + std::strerror(open_errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      return InternalError("cannot write " + target.file + ": " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0) return InternalError("cannot write " + target.file + ": " + std::strerror(errno));
-  return Status::Ok();
+  // Links are followed only in the trusted prefix (allowed_log_root's).
+  std::vector<std::string> below(parts.begin() + static_cast<std::ptrdiff_t>(target.trusted), parts.end());
+  exporter::OutputDir dir;
+  if (Status s = exporter::OutputDir::OpenBelow(Join(parts, target.trusted), below, &dir); !s.ok()) return s;
+  return dir.WriteBytes(target.file.substr(target.file.rfind('/') + 1), bytes);
 }
 
 }  // namespace spyglass::server

@@ -23,7 +23,8 @@ Status ResolveProfileFile(const std::string& repository_root, const std::string&
 
 // Walks to target.dir component by component, creating what is missing and
 // refusing symbolic links (below the trusted prefix), then writes `bytes` to
-// target.file with O_NOFOLLOW.
+// target.file as every output is written (exporter::OutputDir: no link
+// followed, renamed into place when complete).
 Status WriteProfileFile(const ProfileTarget& target, const std::string& bytes);
 
 // A host name or address as a file stem: ':' becomes '_'; InvalidArgument if

@@ -694,11 +694,25 @@ std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& o
   return out;
 }
 
-Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+namespace {
+
+// 0 or the errno of the failure.
+int WriteTraceJsonGzFd(const model::Space& space, const TraceJsonOptions& options, int fd) {
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::clamp(threads, 1, kMaxTraceJsonThreads);
   Doc doc(space, options);
-  return WriteOutputFile(path, [&](int fd) { return WriteGzipSlices(doc, fd, threads); });
+  return WriteGzipSlices(doc, fd, threads);
+}
+
+}  // namespace
+
+Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+  return WriteOutputFile(path, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
+}
+
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options) {
+  return dir.Write(name, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
 }
 
 }  // namespace spyglass::exporter

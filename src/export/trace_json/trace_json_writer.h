@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "export/output_file.h"
 #include "model/xspace.h"
 #include "spyglass/status.h"
 
@@ -31,7 +32,10 @@ inline constexpr int kHostPid = 701;
 // One gzip member (one header, one deflate stream, one trailer: Perfetto's
 // importer stops at the end of the first member). Memory stays bounded: a
 // fixed number of ~1 MiB slices are in flight, written in document order.
+// Writes <path> (or `name` in `dir`) as every output is written (output_file.h).
 Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options = {});
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options = {});
 
 // The uncompressed JSON, in order, in blocks of about 1 MiB; stops when
 // `sink` returns false and returns false then.
