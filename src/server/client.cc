@@ -342,7 +342,6 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   if (options.create_perfetto_trace) {
     exporter::TraceJsonOptions json;
     json.perfetto = true;
-    json.gzip_level = 6;
     result->perfetto_trace_path = dir.PathOf(kPerfettoTraceName);
     if (spaces.size() == 1) {
       if (Status s = exporter::WriteTraceJsonGz(spaces[0], dir, kPerfettoTraceName, json); !s.ok()) return s;
