@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "spyglass/options.h"
 #include "spyglass/status.h"
 
 namespace spyglass::profiler {
@@ -39,6 +40,18 @@ struct ServerOptions {
   // component. When this is set, repository_root must also lie inside it.
   // Empty (default): any directory that satisfies those rules.
   std::string allowed_log_root;
+  // Latest start a request may ask for (opts.start_timestamp_ns), in ms from
+  // now; later ones are rejected with InvalidArgument. A request waits for
+  // its start without holding the profiler (start_trace and other captures
+  // run meanwhile); the wait ends early, with CANCELLED, when the client goes
+  // away, Terminate names its session id, or stop_server is called.
+  uint64_t max_start_delay_ms = 60000;
+  // Ceilings of the trace buffers a request may ask for (advanced keys
+  // "spyglass_buffer_bytes_per_thread" / "spyglass_buffer_bytes_total").
+  // Larger requests are clamped to these, with a warning in the capture's
+  // output. Default: the program's own defaults (ProfileOptions).
+  uint64_t max_buffer_bytes_per_thread = ProfileOptions{}.buffer_bytes_per_thread;
+  uint64_t max_buffer_bytes_total = ProfileOptions{}.buffer_bytes_total;
 };
 
 // Starts the server on `port` (1..65535; 0 picks a free port, see

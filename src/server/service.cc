@@ -1,15 +1,22 @@
 #include "server/service.h"
 
 #include <pthread.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
-
 #include <chrono>
 #include <cstdio>
 #include <limits>
 #include <memory>
 #include <thread>
+#include <vector>
 
+#include <google/protobuf/unknown_field_set.h>
+
+#include "common/quote.h"
 #include "export/log_dir.h"
 #include "export/xplane/xplane_writer.h"
 #include "server/options_convert.h"
@@ -25,19 +32,76 @@ constexpr uint64_t kUntilTerminate = std::numeric_limits<uint64_t>::max();
 constexpr char kBusy[] =
     "already profiling: another profiling session (a remote capture or start_trace) is running in this process; "
     "try again when it has finished";
+// Terminate ids kept for calls that have not consumed them yet (each at most
+// kMaxNameBytes): a Terminate may arrive just before its Profile call.
+constexpr size_t kMaxPendingTerminates = 256;
+
+// Lowers `o`'s buffer bound `field` and its advanced key `key` to `ceiling`;
+// a request above it gets a warning in its output.
+void ClampBuffer(profiler::ProfileOptions* o, uint64_t profiler::ProfileOptions::*field, const char* key,
+                 uint64_t ceiling, const char* option, std::vector<std::string>* warnings) {
+  o->*field = std::min(o->*field, ceiling);
+  auto it = o->advanced_configuration.find(key);
+  if (it == o->advanced_configuration.end() || !it->second.is_int() || it->second.as_int() < 0) return;
+  uint64_t asked = static_cast<uint64_t>(it->second.as_int());
+  if (asked <= ceiling) return;
+  uint64_t used = std::min<uint64_t>(ceiling, std::numeric_limits<int64_t>::max());
+  it->second = profiler::AdvancedValue(static_cast<int64_t>(used));
+  warnings->push_back("spyglass: the request asked for " + std::string(key) + " = " + std::to_string(asked) +
+                      " bytes; this server allows at most " + std::to_string(used) + " (ServerOptions::" + option +
+                      "), which was used");
+}
+
+// Gives the allocator's free memory back to the system: a capture's model
+// and reply are gone, and glibc would keep their pages otherwise.
+void ReleaseFreeMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace
 
-bool ProfilerServiceImpl::TakeTerminate(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return terminated_.erase(session_id) > 0;
+void ProfilerServiceImpl::BeginShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_.store(true);
+  }
+  cv_.notify_all();
+}
+
+ProfilerServiceImpl::WaitEnd ProfilerServiceImpl::Wait(grpc::ServerContext* ctx, const std::string& session_id,
+                                                       std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (shutting_down_.load()) return WaitEnd::kStopping;
+    auto t = std::find(terminated_.begin(), terminated_.end(), session_id);
+    if (t != terminated_.end()) {
+      terminated_.erase(t);
+      return WaitEnd::kTerminated;
+    }
+    if (ctx->IsCancelled()) return WaitEnd::kClientGone;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until) return WaitEnd::kTimeUp;
+    // Terminate and shutdown notify; a client leaving does not, so poll it.
+    cv_.wait_until(lock, std::min(until, now + std::chrono::milliseconds(5)));
+  }
 }
 
 grpc::Status ProfilerServiceImpl::Terminate(grpc::ServerContext*, const tensorflow::TerminateRequest* req,
                                             tensorflow::TerminateResponse*) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (terminated_.size() >= 1024) terminated_.clear();  // bounded: stale ids of calls that never came
-  terminated_.insert(req->session_id());
+  const std::string& id = req->session_id();
+  if (id.size() > kMaxNameBytes)
+    return ToGrpc(InvalidArgumentError("session_id " + QuoteInput(id) + " is longer than " +
+                                       std::to_string(kMaxNameBytes) + " bytes"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(terminated_.begin(), terminated_.end(), id) == terminated_.end()) {
+      if (terminated_.size() >= kMaxPendingTerminates) terminated_.pop_front();  // a stale id nobody consumed
+      terminated_.push_back(id);
+    }
+  }
+  cv_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -48,6 +112,7 @@ grpc::Status ProfilerServiceImpl::Monitor(grpc::ServerContext*, const tensorflow
 
 grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensorflow::ProfileRequest* req,
                                           tensorflow::ProfileResponse* resp) {
+  using Clock = std::chrono::steady_clock;
   if (shutting_down_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the profiler server is stopping");
   profiler::ProfileOptions options = FromProto(req->opts());
   // The session's duration: opts.duration_ms as the reference server, else the request's.
@@ -58,13 +123,31 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     return ToGrpc(InvalidArgumentError("duration_ms " + std::to_string(duration_ms) + " is over this server's limit of " +
                                        std::to_string(options_.max_duration_ms) +
                                        " ms (ServerOptions::max_duration_ms)"));
+  // A delayed start: bounded by its own limit, waited for below without the session.
   uint64_t now_ns = internal::wall_ns();
-  if (options.start_timestamp_ns > now_ns + options_.max_duration_ms * 1000000ull)
-    return ToGrpc(InvalidArgumentError("start_timestamp_ns is too far in the future"));
-  // session_id: the run directory; the request's, else the options', else a timestamp.
+  uint64_t delay_ns = options.start_timestamp_ns > now_ns ? options.start_timestamp_ns - now_ns : 0;
+  if (delay_ns / 1000000 > options_.max_start_delay_ms)
+    return ToGrpc(InvalidArgumentError("start_timestamp_ns is " + std::to_string(delay_ns / 1000000) +
+                                       " ms in the future, over this server's limit of " +
+                                       std::to_string(options_.max_start_delay_ms) +
+                                       " ms (ServerOptions::max_start_delay_ms)"));
+  Clock::time_point start_at = Clock::now() + std::chrono::nanoseconds(delay_ns);
+  options.start_timestamp_ns = 0;
+  // session_id: the run directory and what Terminate names; the request's,
+  // else the options', else a timestamp.
   std::string session_id = !req->session_id().empty() ? req->session_id() : options.session_id;
+  if (session_id.size() > kMaxNameBytes)
+    return ToGrpc(InvalidArgumentError("session_id " + QuoteInput(session_id) + " is longer than " +
+                                       std::to_string(kMaxNameBytes) + " bytes"));
   if (session_id.empty()) session_id = exporter::TimestampRunName();
   options.session_id.clear();  // not a directory of this process: the request says where to write
+
+  std::vector<std::string> warnings;
+  ClampBuffer(&options, &profiler::ProfileOptions::buffer_bytes_per_thread, "spyglass_buffer_bytes_per_thread",
+              options_.max_buffer_bytes_per_thread, "max_buffer_bytes_per_thread", &warnings);
+  ClampBuffer(&options, &profiler::ProfileOptions::buffer_bytes_total, "spyglass_buffer_bytes_total",
+              options_.max_buffer_bytes_total, "max_buffer_bytes_total", &warnings);
+  if (Status s = profiler::ValidateOptions(options); !s.ok()) return ToGrpc(s);
 
   ProfileTarget target;
   if (!req->emit_xspace()) {
@@ -78,41 +161,61 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
       return ToGrpc(s);
   }
 
+  if (delay_ns > 0) {
+    switch (Wait(ctx, session_id, start_at)) {
+      case WaitEnd::kTimeUp: break;
+      case WaitEnd::kTerminated:
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "Terminate named this session before its delayed start; nothing was recorded");
+      case WaitEnd::kClientGone:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away before the delayed start");
+      case WaitEnd::kStopping:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping");
+    }
+  }
+
   std::unique_ptr<session::Session> session;
   if (Status s = session::Session::Create(options, kBusy, &session); !s.ok()) return ToGrpc(s);
 
   // Record until the duration passed, Terminate(session_id), the client left
   // or the server stops.
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(
-                                                    duration_ms == kUntilTerminate ? int64_t{1} << 40 : duration_ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (ctx->IsCancelled()) {
+  auto end = Clock::now() + std::chrono::milliseconds(duration_ms == kUntilTerminate ? int64_t{1} << 40 : duration_ms);
+  switch (Wait(ctx, session_id, end)) {
+    case WaitEnd::kTimeUp:
+    case WaitEnd::kTerminated: break;
+    case WaitEnd::kClientGone:
       session.reset();  // stops and discards
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away; the capture was stopped");
-    }
-    if (shutting_down_.load()) {
+    case WaitEnd::kStopping:
       session.reset();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping; the capture was stopped");
-    }
-    if (TakeTerminate(session_id)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
-  model::Space space;
-  session::SessionSummary summary;
-  Status collect = session->Stop(&space, &summary);
-  session.reset();
-  if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
-  resp->set_empty_trace(space.event_count() == 0);
-
-  std::string bytes = exporter::SerializeXSpace(space);
+  std::string bytes;
+  {
+    model::Space space;
+    session::SessionSummary summary;
+    Status collect = session->Stop(&space, &summary);
+    session.reset();
+    if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
+    space.warnings.insert(space.warnings.end(), warnings.begin(), warnings.end());
+    resp->set_empty_trace(space.event_count() == 0);
+    bytes = exporter::SerializeXSpace(space);
+  }  // the model is freed before the reply exists
   if (req->emit_xspace()) {
-    if (!resp->mutable_xspace()->ParseFromString(bytes))
-      return ToGrpc(InternalError("could not build the XSpace reply"));
+    // The serialized XSpace goes out as field `xspace` without being parsed
+    // back into messages (a copy several times its size): as an unknown
+    // field, its wire bytes are those of a set xspace.
+    std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
+        tensorflow::ProfileResponse::kXspaceFieldNumber);
+    field->swap(bytes);
+    ReleaseFreeMemory();
     return grpc::Status::OK;
   }
-  if (Status s = WriteProfileFile(target, bytes); !s.ok()) return ToGrpc(s);
-  return grpc::Status::OK;
+  Status written = WriteProfileFile(target, bytes);
+  bytes = std::string();
+  ReleaseFreeMemory();
+  return ToGrpc(written);
 }
 
 // ---- start_server / stop_server ----------------------------------------------
@@ -166,12 +269,15 @@ Status start_server(int port, const ServerOptions& options) {
   if (Status s = CheckGrpcUsable(); !s.ok()) return s;
   if (port < 0 || port > 65535) return InvalidArgumentError("port must be between 0 and 65535, got " + std::to_string(port));
   if (options.bind_address.empty() || options.bind_address.find_first_of("/ ") != std::string::npos)
-    return InvalidArgumentError("bad bind_address '" + options.bind_address + "'");
+    return InvalidArgumentError("bad bind_address " + QuoteInput(options.bind_address));
   if (options.max_duration_ms == 0) return InvalidArgumentError("max_duration_ms must be > 0");
+  if (options.max_buffer_bytes_per_thread == 0 || options.max_buffer_bytes_total == 0)
+    return InvalidArgumentError("max_buffer_bytes_per_thread and max_buffer_bytes_total must be > 0");
   if (!options.allowed_log_root.empty() &&
       (options.allowed_log_root[0] != '/' || options.allowed_log_root.find("/..") != std::string::npos ||
        options.allowed_log_root.find("/./") != std::string::npos))
-    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got '" + options.allowed_log_root + "'");
+    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got " +
+                                QuoteInput(options.allowed_log_root));
   ServerState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.server) return FailedPreconditionError("Only one profiler server can be active at a time (it listens on port " +
