@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include "common/quote.h"
 #include "export/log_dir.h"
@@ -52,13 +54,26 @@ void ClampBuffer(profiler::ProfileOptions* o, uint64_t profiler::ProfileOptions:
                       "), which was used");
 }
 
-// Gives the allocator's free memory back to the system: a capture's model
-// and reply are gone, and glibc would keep their pages otherwise.
-void ReleaseFreeMemory() {
+// Gives the allocator's free memory back to the system when a Profile call
+// is over: its model and reply (gRPC copies the reply into 1 MiB blocks, freed
+// after sending) are gone, and glibc would keep their pages otherwise. The
+// call's interceptors are destroyed after the reply was sent and freed.
+class TrimAfterProfile : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override { methods->Proceed(); }
+  ~TrimAfterProfile() override {
 #ifdef __GLIBC__
-  malloc_trim(0);
+    malloc_trim(0);
 #endif
-}
+  }
+};
+
+class TrimAfterProfileFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return std::string_view(info->method()) == "/tensorflow.ProfilerService/Profile" ? new TrimAfterProfile : nullptr;
+  }
+};
 
 }  // namespace
 
@@ -209,13 +224,9 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
         tensorflow::ProfileResponse::kXspaceFieldNumber);
     field->swap(bytes);
-    ReleaseFreeMemory();
     return grpc::Status::OK;
   }
-  Status written = WriteProfileFile(target, bytes);
-  bytes = std::string();
-  ReleaseFreeMemory();
-  return ToGrpc(written);
+  return ToGrpc(WriteProfileFile(target, bytes));
 }
 
 // ---- start_server / stop_server ----------------------------------------------
@@ -292,6 +303,9 @@ Status start_server(int port, const ServerOptions& options) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use must fail, not be shared
   builder.RegisterService(service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<TrimAfterProfileFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || selected == 0)
     return UnavailableError("cannot start the profiler server on " + address +
