@@ -7,7 +7,8 @@ SUDO=""
 pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
       zlib1g-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-      python3 python3-pip libdw-dev libunwind-dev golang-go)
+      python3 python3-pip libdw-dev libunwind-dev golang-go
+      chromium nodejs)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -17,3 +18,9 @@ fi
 # The real peers that tests run: XProf's converter and capture route, JAX's
 # collect_profile and profiler server.
 python3 -c 'import xprof, jax' 2>/dev/null || python3 -m pip install -q xprof jax
+# npm comes with the machine's Node.js; Debian's own nodejs needs its npm package.
+command -v npm >/dev/null || { $SUDO apt-get update -q; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; }
+# Browser-side peers (speedscope's web app, playwright-core to drive Debian's
+# chromium), pinned by tests/browser/package-lock.json.
+[ -d tests/browser/node_modules/speedscope ] && [ -d tests/browser/node_modules/playwright-core ] ||
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "spyglass/profiler.h"
@@ -245,3 +247,39 @@ TEST(Annotation, LongNamesAreTruncatedNotCorrupted) {
 }
 
 }  // namespace
+
+// A name in a char buffer is copied when the annotation begins: the buffer
+// may be reused (here: overwritten and its stack frame left) before stop.
+__attribute__((noinline)) void AnnotateFromStackBuffer(int i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "from_buffer_%d", i);
+  prof::TraceAnnotation a(buf);
+  prof::StepTraceAnnotation s(buf, i);
+  std::memset(buf, 'x', sizeof buf - 1);
+}
+
+__attribute__((noinline)) void ClobberStack() {
+  volatile char junk[256];
+  for (auto& c : junk) c = 'y';
+}
+
+TEST(Annotation, CharBuffersAreCopiedNotKeptAsPointers) {
+  auto events = Record([] {
+    for (int i = 0; i < 3; ++i) {
+      AnnotateFromStackBuffer(i);
+      ClobberStack();
+    }
+  });
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Count(events, "from_buffer_" + std::to_string(i)), 2) << "names of annotation " << i;
+}
+
+TEST(Annotation, StaticNamesAreLiteralsAndStaticArrays) {
+  static const char kStaticArray[] = "static_array_name";
+  auto events = Record([] {
+    prof::TraceAnnotation a("literal_name");
+    prof::TraceAnnotation b(kStaticArray, {{"k", 1}});
+  });
+  EXPECT_EQ(Count(events, "literal_name"), 1);
+  EXPECT_EQ(Count(events, "static_array_name"), 1);
+}

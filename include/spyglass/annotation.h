@@ -53,6 +53,30 @@ class Arg {
 
 using Args = std::initializer_list<Arg>;
 
+// A name with static storage duration: a string literal, or a const char array
+// at namespace scope or declared static. Only its pointer is recorded. The
+// constructor is consteval, so a const array on the stack or in an object
+// (whose storage is reused after the annotation ends) does not compile as a
+// StaticName: pass it as std::string_view to have it copied.
+class StaticName {
+ public:
+  template <size_t N>
+  consteval StaticName(const char (&name)[N]) : name_(name) {}  // NOLINT: implicit on purpose
+  constexpr const char* get() const { return name_; }
+
+ private:
+  const char* name_;
+};
+
+namespace name_detail {
+// Names that are copied when recorded: strings, string views, char pointers
+// and mutable char arrays (a buffer the program may overwrite). Arrays of
+// const char are left to StaticName.
+template <class S, class A = std::remove_reference_t<S>>
+inline constexpr bool kCopiedName =
+    std::is_convertible_v<S, std::string_view> && !(std::is_array_v<A> && std::is_const_v<std::remove_extent_t<A>>);
+}  // namespace name_detail
+
 // Records a named event on the calling thread for its lifetime.
 //
 //   TraceAnnotation a("load");                       // literal: no copy
@@ -60,27 +84,26 @@ using Args = std::initializer_list<Arg>;
 //   TraceAnnotation c("batch", {{"size", 64}, {"lr", 0.1}, {"kind", "eval"}});
 //   TraceAnnotation d([&] { return "layer " + std::to_string(i); });  // lazy name
 //
-// The array overload takes string literals (static storage); pass any other
-// char buffer as std::string_view so that it is copied.
+// A string literal (any StaticName) is stored as a pointer; every other name
+// is copied, including a char buffer; a const char array that is not static
+// does not compile (see StaticName).
 class TraceAnnotation {
  public:
-  template <size_t N>
-  explicit TraceAnnotation(const char (&name)[N], int level = kLevelCritical)
-      : word_(internal::begin_static(name, level)) {}
+  explicit TraceAnnotation(StaticName name, int level = kLevelCritical)
+      : word_(internal::begin_static(name.get(), level)) {}
 
-  template <size_t N>
-  TraceAnnotation(const char (&name)[N], Args args, int level = kLevelCritical)
-      : word_(internal::begin_static(name, level)) {
+  TraceAnnotation(StaticName name, Args args, int level = kLevelCritical)
+      : word_(internal::begin_static(name.get(), level)) {
     if (SPYGLASS_UNLIKELY(word_ != 0)) record(args);
   }
 
-  explicit TraceAnnotation(std::string_view name, int level = kLevelCritical)
-      : word_(internal::begin_copied(name, level)) {}
-  explicit TraceAnnotation(const std::string& name, int level = kLevelCritical)
-      : TraceAnnotation(std::string_view(name), level) {}
+  template <class S, std::enable_if_t<name_detail::kCopiedName<S>, int> = 0>
+  explicit TraceAnnotation(S&& name, int level = kLevelCritical)
+      : word_(internal::begin_copied(std::string_view(name), level)) {}
 
-  TraceAnnotation(std::string_view name, Args args, int level = kLevelCritical)
-      : word_(internal::begin_copied(name, level)) {
+  template <class S, std::enable_if_t<name_detail::kCopiedName<S>, int> = 0>
+  TraceAnnotation(S&& name, Args args, int level = kLevelCritical)
+      : word_(internal::begin_copied(std::string_view(name), level)) {
     if (SPYGLASS_UNLIKELY(word_ != 0)) record(args);
   }
 
@@ -123,15 +146,13 @@ class TraceAnnotation {
 // the user's arguments, as jax.profiler.StepTraceAnnotation does.
 class StepTraceAnnotation : public TraceAnnotation {
  public:
-  template <size_t N>
-  StepTraceAnnotation(const char (&name)[N], int64_t step_num, Args args = {})
-      : TraceAnnotation(NoBegin{}) {
-    word_ = internal::begin_static(name, kLevelCritical);
+  StepTraceAnnotation(StaticName name, int64_t step_num, Args args = {}) : TraceAnnotation(NoBegin{}) {
+    word_ = internal::begin_static(name.get(), kLevelCritical);
     if (SPYGLASS_UNLIKELY(word_ != 0)) record_step(step_num, args);
   }
-  StepTraceAnnotation(std::string_view name, int64_t step_num, Args args = {})
-      : TraceAnnotation(NoBegin{}) {
-    word_ = internal::begin_copied(name, kLevelCritical);
+  template <class S, std::enable_if_t<name_detail::kCopiedName<S>, int> = 0>
+  StepTraceAnnotation(S&& name, int64_t step_num, Args args = {}) : TraceAnnotation(NoBegin{}) {
+    word_ = internal::begin_copied(std::string_view(name), kLevelCritical);
     if (SPYGLASS_UNLIKELY(word_ != 0)) record_step(step_num, args);
   }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -62,12 +63,20 @@ struct ProfileOptions {
 // Checks levels and advanced_configuration keys and value types.
 Status ValidateOptions(const ProfileOptions& options);
 
+// stop_trace with a Perfetto link never blocks longer than this by default.
+inline constexpr int kDefaultPerfettoLinkTimeoutS = 300;
+
 struct TraceOptions {
   bool create_perfetto_link = false;
   bool create_perfetto_trace = false;
   ProfileOptions profiler_options = {};
-  // How long the Perfetto link server waits for the browser; 0: forever (as JAX).
-  int perfetto_link_timeout_s = 0;
+  // How long the Perfetto link server waits for the browser before stop_trace
+  // returns DeadlineExceeded (the files are written by then); 0 waits until
+  // fetched, as JAX does.
+  int perfetto_link_timeout_s = kDefaultPerfettoLinkTimeoutS;
+  // Checked every 100 ms while the link waits; returning true ends the wait
+  // with Cancelled. No signal handler is installed for the wait.
+  std::function<bool()> perfetto_link_cancelled;
 };
 
 }  // namespace spyglass::profiler

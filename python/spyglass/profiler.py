@@ -88,12 +88,14 @@ class ProfileOptions(_spyglass.ProfileOptions):
 def start_trace(log_dir, create_perfetto_link: bool = False,
                 create_perfetto_trace: bool = False,
                 profiler_options: Optional[ProfileOptions] = None, *,
-                perfetto_link_timeout_s: int = 0) -> None:
+                perfetto_link_timeout_s: int = 300) -> None:
   """Starts a trace that stop_trace() writes under ``log_dir``.
 
   ``create_perfetto_link``: stop_trace also writes perfetto_trace.json.gz and
   serves it once on 127.0.0.1:9001 for ui.perfetto.dev, blocking until it was
-  fetched (``perfetto_link_timeout_s`` > 0 bounds the wait; a Spyglass extra).
+  fetched, for at most ``perfetto_link_timeout_s`` seconds (a Spyglass extra;
+  0 waits without a limit, as JAX). Ctrl-C ends the wait (KeyboardInterrupt);
+  the files are written before it starts.
   ``create_perfetto_trace``: write perfetto_trace.json.gz only.
   """
   options = ProfileOptions() if profiler_options is None else profiler_options
@@ -113,7 +115,7 @@ def stop_trace() -> None:
 
 @contextlib.contextmanager
 def trace(log_dir, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
-          profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 0):
+          profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
   """Context manager: start_trace(...) on entry, stop_trace() on exit (also on errors)."""
   start_trace(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
               perfetto_link_timeout_s=perfetto_link_timeout_s)

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "annotation_type.h"
-#include "export/perfetto_link.h"
+#include "sinks/perfetto_link.h"
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
@@ -89,6 +89,13 @@ void AdvancedFromDict(profiler::ProfileOptions& o, nb::handle h) {
   o.advanced_configuration = std::move(out);
 }
 
+// The Perfetto link's cancellation hook: Ctrl-C (or any signal whose Python
+// handler raises) ends the wait, and the exception is raised after it.
+bool CtrlCPressed() {
+  nb::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0;
+}
+
 void StartTrace(const std::string& log_dir, bool create_perfetto_link, bool create_perfetto_trace,
                 const profiler::ProfileOptions* options, int perfetto_link_timeout_s) {
   profiler::TraceOptions t;
@@ -96,6 +103,7 @@ void StartTrace(const std::string& log_dir, bool create_perfetto_link, bool crea
   t.create_perfetto_trace = create_perfetto_trace || create_perfetto_link;
   if (options != nullptr) t.profiler_options = *options;
   t.perfetto_link_timeout_s = perfetto_link_timeout_s;
+  t.perfetto_link_cancelled = CtrlCPressed;
   Status s;
   {
     nb::gil_scoped_release release;
@@ -110,6 +118,7 @@ void StopTrace() {
     nb::gil_scoped_release release;
     s = profiler::stop_trace();
   }
+  if (PyErr_Occurred()) throw nb::python_error();  // KeyboardInterrupt during the Perfetto link's wait
   Check(s);
 }
 
@@ -204,15 +213,17 @@ NB_MODULE(_spyglass, m) {
   m.def("set_thread_name", [](const std::string& n) { profiler::set_thread_name(n); });
   m.def("set_process_name", [](const std::string& n) { profiler::set_process_name(n); });
   m.def("serve_perfetto_trace", [](const std::string& path, int timeout_s) {
-    exporter::PerfettoLinkOptions o;
+    sinks::PerfettoLinkOptions o;
     o.timeout_s = timeout_s;
+    o.cancelled = CtrlCPressed;
     Status s;
     {
       nb::gil_scoped_release release;
-      s = exporter::ServePerfettoTrace(path, o);
+      s = sinks::ServePerfettoTrace(path, o);
     }
+    if (PyErr_Occurred()) throw nb::python_error();
     Check(s);
-  }, "path"_a, "timeout_s"_a = 0);
+  }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
   m.attr("__version__") = spyglass::version();
 }

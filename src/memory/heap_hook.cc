@@ -11,21 +11,36 @@
 // Environment:
 //   SPYGLASS_HEAP=0                  load but do not track
 //   SPYGLASS_HEAP_SAMPLE_BYTES=N     track one allocation per N bytes on average
-//                                    (Poisson, as tcmalloc; profiles are scaled back)
+//                                    (Poisson, as tcmalloc; profiles are scaled back).
+//                                    N: decimal digits, 0 (every allocation, the
+//                                    default) to 1073741824 (1 GiB). Any other value
+//                                    is reported on stderr and every allocation is
+//                                    tracked (exact profiles).
 //   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
 //                                    D/memory.<pid>.<n>.prof on each SIGUSR2
+//   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
+//                                    their own exit profile too. By default a
+//                                    forked child writes one only once the process
+//                                    that loaded the hook is no longer its parent
+//                                    (a daemon: fork, parent exits); workers of a
+//                                    live parent do not (a snapshot costs a
+//                                    symbolization, ~50 ms). A child that execs
+//                                    loads the hook afresh.
 //   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
 //                                    (the trace shows a live-bytes counter track)
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
 //
 // The hook is compiled with frame pointers; stacks are complete through
 // code that keeps them (see unwind.h).
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,6 +51,7 @@
 #include <new>
 #include <string>
 
+#include "memory/symbolize.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
@@ -65,12 +81,31 @@ uint64_t g_interval = 0;
 constinit thread_local int64_t t_until_sample __attribute__((tls_model("initial-exec"))) = 0;
 constinit thread_local uint64_t t_rng __attribute__((tls_model("initial-exec"))) = 0;
 
+// Inside malloc: no stdio (it allocates), one write.
+void WarnBadInterval(const char* value) {
+  char msg[160];
+  size_t n = 0;
+  auto put = [&](const char* t, size_t max) {
+    for (size_t i = 0; t[i] && i < max && n < sizeof msg - 1; ++i) msg[n++] = t[i];
+  };
+  put("spyglass: SPYGLASS_HEAP_SAMPLE_BYTES='", 64);
+  put(value, 32);  // a bounded prefix of the value
+  put("' is not an integer from 0 to 1073741824; tracking every allocation\n", 96);
+  ssize_t w = write(2, msg, n);
+  (void)w;
+}
+
 int InitState() {
   const char* e = getenv("SPYGLASS_HEAP");
   int s = (e && e[0] == '0') ? 2 : 1;
-  if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES")) {
-    g_interval = strtoull(iv, nullptr, 10);
-    if (g_interval > 0) SetSampleInterval(g_interval);
+  if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES"); iv && *iv) {
+    uint64_t v = 0;
+    if (ParseSampleBytes(iv, &v)) {
+      g_interval = v;
+      if (v > 0) SetSampleInterval(v);
+    } else if (s == 1) {
+      WarnBadInterval(iv);
+    }
   }
   g_heap_state.store(s, std::memory_order_release);
   return s;
@@ -93,7 +128,6 @@ uint32_t HeapClass() {
 
 // Exponential gap with mean g_interval (xorshift per thread).
 int64_t NextGap() {
-  if (t_rng == 0) t_rng = reinterpret_cast<uintptr_t>(&t_rng) * 0x9E3779B97F4A7C15ull | 1;
   t_rng ^= t_rng << 13;
   t_rng ^= t_rng >> 7;
   t_rng ^= t_rng << 17;
@@ -101,13 +135,40 @@ int64_t NextGap() {
   return static_cast<int64_t>(-std::log(u) * static_cast<double>(g_interval)) + 1;
 }
 
+// The countdown reached zero (or the thread's first allocation): whether
+// this allocation of n bytes is a sample. Each byte starts a sample with
+// probability 1/g_interval, independently (the gaps are exponential and drawn
+// afresh after each sample), so an allocation of n bytes is sampled with
+// probability 1 - exp(-n/interval), the weight the snapshot divides by.
+__attribute__((noinline)) bool SampledSlow() {
+  if (t_rng == 0) {
+    // First allocation of this thread (or after fork): seed from the thread,
+    // its TLS address and the clock, and start with a drawn gap; not a sample
+    // by default (that would weigh every thread's first block as 1/p).
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t_rng = Mix(reinterpret_cast<uintptr_t>(&t_rng) ^ static_cast<uint64_t>(pthread_self()) * 0x100000001b3ull ^
+                (static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec))) |
+            1;
+    t_until_sample += NextGap();  // it had gone from 0 to -n
+    if (t_until_sample > 0) return false;
+  }
+  t_until_sample = NextGap();
+  return true;
+}
+
 // Sampled mode: whether this allocation is one of the samples.
 inline bool Sampled(size_t n) {
   if (g_interval == 0) return true;
   t_until_sample -= static_cast<int64_t>(n);
   if (__builtin_expect(t_until_sample > 0, 1)) return false;
-  t_until_sample = NextGap();
-  return true;
+  return SampledSlow();
+}
+
+// A fresh seed in a forked child (else it draws the parent's samples).
+void ReseedChild() {
+  t_rng = 0;
+  t_until_sample = 0;
 }
 
 // The recording half, out of line: the inline fast path of every hooked call
@@ -153,6 +214,39 @@ inline void Untrack(void* p) {
   UntrackSlow(p);
 }
 
+__attribute__((noinline)) bool TakeSlow(void* p, LiveRecord* r) {
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return false;
+  }
+  bool taken = Take(reinterpret_cast<uintptr_t>(p), r);
+  Guard::Leave();
+  return taken;
+}
+
+__attribute__((noinline)) void RestoreSlow(const LiveRecord& r) {
+  if (!Guard::Enter()) return;
+  Restore(r);
+  Guard::Leave();
+}
+
+// realloc: the old record is taken out before the call (once the call
+// returns, the old address may already be another thread's new block) and
+// put back unchanged if the call fails: the block is still held, with its
+// size and stack. `frame`: the hooked function's frame (see TrackSlow).
+__attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* frame) {
+  LiveRecord rec{};
+  bool taken = old && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(old))) &&
+               TakeSlow(old, &rec);
+  void* p = __libc_realloc(old, n);
+  if (p == nullptr) {
+    if (taken && n != 0) RestoreSlow(rec);  // n == 0: glibc freed the block
+    return p;
+  }
+  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
+  return p;
+}
+
 void* NewOrThrow(size_t n, bool nothrow) {
   while (true) {
     void* p = __libc_malloc(n);
@@ -184,6 +278,8 @@ std::string* g_dir = nullptr;
 sem_t g_sem;
 std::atomic<int> g_snapshots{0};
 bool g_trace = false;
+pid_t g_pid = 0;                  // the process that loaded the hook
+bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
@@ -212,6 +308,10 @@ void OnSigusr2(int) {
 __attribute__((constructor)) void HeapInit() {
   ScopedUntracked untracked;
   HeapOn();
+  g_pid = getpid();
+  const char* follow = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
+  g_follow_children = follow && follow[0] == '1';
+  pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
     mkdir(d, 0755);  // the last component, if missing
@@ -244,17 +344,78 @@ __attribute__((constructor)) void HeapInit() {
 
 __attribute__((destructor)) void HeapFini() {
   ScopedUntracked untracked;
-  if (g_trace) {
+  const bool child = getpid() != g_pid;  // forked, no exec
+  if (g_trace && !child) {  // a forked child does not inherit the trace session
     g_trace = false;
     spyglass::Status s = spyglass::profiler::stop_trace();
     if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.ToString().c_str());
   }
+  // A forked child that did not exec shares the parent's history; a snapshot
+  // per child (symbolization included) made programs that fork a lot 100x
+  // slower. A daemon's child (its parent gone) is the program: it writes one.
+  if (child && !g_follow_children && getppid() == g_pid) return;
   WriteSnapshot("exit");
+}
+
+// ---- dlclose: names for stacks into a library about to be unloaded ---------
+struct ModuleRange {
+  uintptr_t base = 0, lo = 0, hi = 0;
+  const char* name = nullptr;
+  bool found = false;
+};
+
+int FindModule(dl_phdr_info* info, size_t, void* arg) {
+  auto* m = static_cast<ModuleRange*>(arg);
+  if (info->dlpi_addr != m->base || !info->dlpi_name || std::strcmp(info->dlpi_name, m->name) != 0) return 0;
+  m->found = true;
+  m->lo = UINTPTR_MAX;
+  m->hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    if (start < m->lo) m->lo = start;
+    if (start + ph.p_memsz > m->hi) m->hi = start + ph.p_memsz;
+  }
+  return 1;
+}
+
+bool ModuleLoaded(ModuleRange* m) {
+  m->found = false;
+  dl_iterate_phdr(FindModule, m);
+  return m->found && m->lo < m->hi;
 }
 
 }  // namespace
 
 #define SPYGLASS_HOOK extern "C" __attribute__((visibility("default"), noinline))
+
+SPYGLASS_HOOK int dlclose(void* handle) {
+  using DlcloseFn = int (*)(void*);
+  static DlcloseFn real = reinterpret_cast<DlcloseFn>(dlsym(RTLD_NEXT, "dlclose"));
+  if (!real) return -1;
+  link_map* lm = nullptr;
+  ModuleRange m;
+  // Our own work is untracked; the real dlclose is not (the library's destructors free).
+  if (!HeapOn() || !Guard::EnterOwn()) return real(handle);
+  ModuleNames* names = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0]) {
+    m.base = lm->l_addr;
+    m.name = lm->l_name;
+    if (ModuleLoaded(&m)) names = new ModuleNames(NamesBeforeUnload(m.lo, m.hi));
+  }
+  char name[4096];  // l_name goes away with the module (a copy on the stack: nothing to free untracked)
+  std::snprintf(name, sizeof name, "%s", m.name ? m.name : "");
+  m.name = name;
+  Guard::Leave();
+  int rc = real(handle);
+  if (names && Guard::EnterOwn()) {
+    if (rc == 0 && !ModuleLoaded(&m)) AfterUnload(*names);  // still loaded: other handles hold it
+    delete names;
+    Guard::Leave();
+  }
+  return rc;
+}
 
 SPYGLASS_HOOK void* malloc(size_t n) {
   void* p = __libc_malloc(n);
@@ -270,26 +431,14 @@ SPYGLASS_HOOK void* calloc(size_t n, size_t m) {
   SPYGLASS_TRACK(p, n * m);
   return p;
 }
-SPYGLASS_HOOK void* realloc(void* old, size_t n) {
-  Untrack(old);
-  void* p = __libc_realloc(old, n);
-  if (p == nullptr && n != 0 && old != nullptr) {
-    SPYGLASS_TRACK(old, n);  // still held (a best guess of its size)
-    return p;
-  }
-  SPYGLASS_TRACK(p, n);
-  return p;
-}
+SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
   size_t bytes;
   if (__builtin_mul_overflow(n, m, &bytes)) {
     errno = ENOMEM;
-    return nullptr;
+    return nullptr;  // the old block is untouched
   }
-  Untrack(old);
-  void* p = __libc_realloc(old, bytes);
-  SPYGLASS_TRACK(p, bytes);
-  return p;
+  return Realloc(old, bytes, __builtin_frame_address(0));
 }
 SPYGLASS_HOOK void* memalign(size_t align, size_t n) {
   void* p = __libc_memalign(align, n);

@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
+
+#include "memory/tracker.h"
 
 #ifdef SPYGLASS_HAVE_LIBDW
 #include <dwarf.h>
@@ -197,6 +200,42 @@ std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t
     out.emplace(pc, std::move(loc));
   }
   return out;
+}
+
+ModuleNames NamesBeforeUnload(uintptr_t lo, uintptr_t hi) {
+  ModuleNames names;
+  names.lo = lo;
+  names.hi = hi;
+  // Only stacks of live blocks can appear in a later profile.
+  std::unordered_set<uint32_t> sites;
+  ForEachLive([&](const LiveRecord& r) { sites.insert(r.site); });
+  std::vector<uintptr_t> pcs;
+  for (uint32_t id : sites)
+    if (const Site* s = GetSite(id))
+      for (uint32_t i = 0; i < s->depth; ++i) {
+        uintptr_t pc = s->frames[i];
+        if (!IsSymbolicFrame(pc) && pc >= lo && pc < hi && names.symbolic.emplace(pc, 0).second) pcs.push_back(pc);
+      }
+  if (pcs.empty()) return names;
+  for (const auto& [pc, loc] : Symbolize(pcs)) {
+    if (loc.frames.empty()) continue;
+    const SymFrame& f = loc.frames.front();  // innermost: the one frame a stack word can hold
+    if (uint32_t id = InternFunction(f.function, f.file)) names.symbolic[pc] = SymbolicFrame(id, f.line);
+  }
+  return names;
+}
+
+void AfterUnload(const ModuleNames& names) {
+  if (!names.symbolic.empty()) {
+    RewriteSiteFrames(names.lo, names.hi, [&](uintptr_t pc) {
+      auto it = names.symbolic.find(pc);
+      return it == names.symbolic.end() ? uintptr_t{0} : it->second;
+    });
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_cache) return;
+  for (auto it = g_cache->begin(); it != g_cache->end();)
+    it = (it->first >= names.lo && it->first < names.hi) ? g_cache->erase(it) : std::next(it);
 }
 
 }  // namespace spyglass::memory::internal

@@ -29,4 +29,17 @@ std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t
 
 std::string Demangle(const char* name);
 
+// Unloaded modules (dlclose): their return addresses would no longer
+// symbolize. Before a module at [lo, hi) is unloaded, NamesBeforeUnload
+// symbolizes the addresses into it that live blocks' stacks hold (to symbolic frames: the
+// innermost function, its file and line); once it is gone, AfterUnload puts
+// them into those stacks and forgets the cached names of [lo, hi) (another
+// module may be loaded there next). Call both with ScopedUntracked.
+struct ModuleNames {
+  uintptr_t lo = 0, hi = 0;
+  std::unordered_map<uintptr_t, uintptr_t> symbolic;  // return address -> symbolic frame
+};
+__attribute__((visibility("default"))) ModuleNames NamesBeforeUnload(uintptr_t lo, uintptr_t hi);
+__attribute__((visibility("default"))) void AfterUnload(const ModuleNames& names);
+
 }  // namespace spyglass::memory::internal

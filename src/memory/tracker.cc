@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace spyglass::memory::internal {
@@ -439,17 +440,30 @@ std::string_view ClassKind(uint32_t c) {
 }
 uint32_t ClassCount() { return g_class_count.load(std::memory_order_acquire); }
 
+bool ParseSampleBytes(const char* text, uint64_t* out) {
+  if (text == nullptr || *text == '\0') return false;
+  uint64_t v = 0;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(*c - '0');
+    if (v > kMaxSampleBytes) return false;  // before it could overflow
+  }
+  *out = v;
+  return true;
+}
+
 void SetSampleInterval(uint64_t bytes) {
+  if (bytes > kMaxSampleBytes) bytes = kMaxSampleBytes;
   if (bytes > 0) LazyMap(g_filter, kFilterSize);
   g_sample_interval.store(bytes, std::memory_order_release);
 }
 uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_relaxed); }
 bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
-void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
-  if (ptr == 0) return;
-  if (size > kMaxSize) size = kMaxSize;
-  uint32_t site = depth > 0 ? InternSite(cls, frames, depth) : cls;
+namespace {
+// Inserts (or replaces) the record of `ptr`. `restored`: a record Take
+// removed goes back (not a new allocation: the free is taken back instead).
+void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
   uint64_t h = Mix(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t old_size = -1;
@@ -477,7 +491,10 @@ void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames,
                   std::memory_order_relaxed);
     for (uint64_t& r : s.recent)
       if (r == ptr) r = 0;
-    s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (restored)
+      s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    else
+      s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   if (old_size >= 0) {
     Count(kReplaced);
@@ -487,11 +504,22 @@ void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames,
   }
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
+}  // namespace
+
+void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
+  if (ptr == 0) return;
+  if (size > kMaxSize) size = kMaxSize;
+  Insert(ptr, size, depth > 0 ? InternSite(cls, frames, depth) : cls, cls, false);
+}
+
+void Restore(const LiveRecord& r) {
+  if (r.ptr != 0) Insert(r.ptr, r.size, r.site, SiteClass(r.site), true);
+}
 
 namespace {
 // Erases `ptr`; returns whether it was tracked. `quiet`: an untracked pointer
-// is not counted (no unknown/double free).
-bool Erase(uintptr_t ptr, bool quiet) {
+// is not counted (no unknown/double free). `out`, if given, receives the record.
+bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   if (ptr == 0) return false;
   uint64_t h = Mix(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
@@ -520,12 +548,14 @@ bool Erase(uintptr_t ptr, bool quiet) {
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+  if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
 }
 }  // namespace
 
 void Remove(uintptr_t ptr) { Erase(ptr, false); }
 bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
+bool Take(uintptr_t ptr, LiveRecord* out) { return Erase(ptr, true, out); }
 
 void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
   std::vector<LiveRecord> batch;
@@ -574,6 +604,23 @@ uint32_t SiteClass(uint32_t id) {
   return s ? s->cls : 0;
 }
 uint64_t SiteCount() { return g_sites_published.load(std::memory_order_relaxed); }
+
+void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
+  uint32_t end = std::min(g_next_site.load(std::memory_order_acquire), kMaxSites);
+  for (uint32_t id = kFirstSite; id < end; ++id) {
+    // Sites are written once; only their frame words change here (the arena is ours).
+    Site* s = const_cast<Site*>(GetSite(id));
+    if (!s) continue;
+    for (uint32_t i = 0; i < s->depth; ++i) {
+      uintptr_t w = __atomic_load_n(&s->frames[i], __ATOMIC_RELAXED);
+      if (IsSymbolicFrame(w) || w < lo || w >= hi) continue;
+      // A reader sees the old word or the new one, both meaningful; a racing
+      // InternSite of the raw stack then just makes a new site.
+      if (uintptr_t n = to(w)) __atomic_store_n(&s->frames[i], n, __ATOMIC_RELAXED);
+    }
+  }
+}
+
 uint64_t SiteBytes() {
   uint64_t n = g_arena_used.load(std::memory_order_relaxed);
   return n > kArenaBytes ? kArenaBytes : n;

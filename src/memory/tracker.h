@@ -72,6 +72,19 @@ SPYGLASS_MEM_EXPORT bool RemoveIfTracked(uintptr_t ptr);
 // Sampled mode: a quick test whether `ptr` may be tracked (no false negatives).
 SPYGLASS_MEM_EXPORT bool MaybeTracked(uintptr_t ptr);
 
+// One live record, as a snapshot sees it.
+struct LiveRecord {
+  uintptr_t ptr;
+  uint64_t size;
+  uint32_t site;
+};
+// realloc: removes `ptr` if tracked and returns its record in `*out` (counts
+// nothing when it is not tracked), so that a failed call can put it back
+// unchanged with Restore (same size, same stack). Caller holds the guard.
+SPYGLASS_MEM_EXPORT bool Take(uintptr_t ptr, LiveRecord* out);
+// Puts back a record that Take returned (undoes its free count). Caller holds the guard.
+SPYGLASS_MEM_EXPORT void Restore(const LiveRecord& r);
+
 // The sampled-mode filter: a counting filter of the sampled live pointers,
 // mapped when sampling is turned on. Inline so that the heap hook's free()
 // decides "never sampled" without a call into this library.
@@ -90,8 +103,15 @@ inline bool MaybeTrackedInline(uintptr_t ptr) {
   uint8_t* f = g_filter.load(std::memory_order_relaxed);
   return !f || __atomic_load_n(&f[FilterIndex(ptr)], __ATOMIC_RELAXED) != 0;
 }
-SPYGLASS_MEM_EXPORT void SetSampleInterval(uint64_t bytes);
+// The sampling interval (bytes, mean of the exponential gaps): 0 = every
+// allocation, else at most kMaxSampleBytes (larger means one sample per
+// program: useless, and the weights lose precision).
+inline constexpr uint64_t kMaxSampleBytes = 1ull << 30;
+SPYGLASS_MEM_EXPORT void SetSampleInterval(uint64_t bytes);  // clamped to kMaxSampleBytes
 SPYGLASS_MEM_EXPORT uint64_t SampleInterval();
+// Parses a sampling interval: decimal digits only (no sign, no spaces), 0 to
+// kMaxSampleBytes. Allocation-free (the heap hook calls it inside malloc).
+SPYGLASS_MEM_EXPORT bool ParseSampleBytes(const char* text, uint64_t* out);
 
 // ---- symbolic frames ---------------------------------------------------------
 // A stack word is either a return address or a symbolic frame: bit 63 set,
@@ -126,12 +146,6 @@ enum Counter : int {
 SPYGLASS_MEM_EXPORT void Count(Counter c, uint64_t n = 1);
 SPYGLASS_MEM_EXPORT uint64_t CounterValue(Counter c);
 
-// One live record, as a snapshot sees it.
-struct LiveRecord {
-  uintptr_t ptr;
-  uint64_t size;
-  uint32_t site;
-};
 // Calls `f` for each live record, shard by shard (each shard locked while
 // read; `f` must not allocate through the tracker: call with ScopedUntracked).
 SPYGLASS_MEM_EXPORT void ForEachLive(const std::function<void(const LiveRecord&)>& f);
@@ -149,6 +163,10 @@ SPYGLASS_MEM_EXPORT const Site* GetSite(uint32_t id);
 SPYGLASS_MEM_EXPORT uint32_t SiteClass(uint32_t id);
 SPYGLASS_MEM_EXPORT uint64_t SiteCount();
 SPYGLASS_MEM_EXPORT uint64_t SiteBytes();
+// Replaces, in every site, the return addresses in [lo, hi) by `to(pc)` when
+// non-zero (a symbolic frame): a module about to go away keeps its names.
+// Sites stay where they are (a new allocation with the raw stack makes a new site).
+SPYGLASS_MEM_EXPORT void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to);
 
 // Trace counter samples: while a session runs, every record/remove appends
 // (ticks, class, delta) to a bounded buffer (lock-free: one fetch_add).

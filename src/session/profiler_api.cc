@@ -9,7 +9,7 @@
 #include <new>
 
 #include "export/log_dir.h"
-#include "export/perfetto_link.h"
+#include "sinks/perfetto_link.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "session/session.h"
@@ -72,9 +72,10 @@ Status Export(const model::Space& space, const std::string& log_dir, const Trace
 
 Status ServeLinkIfAsked(const TraceOptions& options, const TraceFiles& files) {
   if (!options.create_perfetto_link) return Status::Ok();
-  exporter::PerfettoLinkOptions link;
+  sinks::PerfettoLinkOptions link;
   link.timeout_s = options.perfetto_link_timeout_s;
-  return exporter::ServePerfettoTrace(files.perfetto_trace_path, link);
+  link.cancelled = options.perfetto_link_cancelled;
+  return sinks::ServePerfettoTrace(files.perfetto_trace_path, link);
 }
 
 }  // namespace

@@ -457,3 +457,46 @@ TEST(MemoryProfile, RemoveIfTrackedCountsNoUnknownFrees) {
   EXPECT_EQ(after.frees - before.frees, 1u);
   EXPECT_EQ(after.live_allocations, before.live_allocations);
 }
+
+namespace {
+__attribute__((noinline)) void AllocateBeforeRealloc(uintptr_t base) {
+  mem::record_allocation(P(base, 0), 777, "cpu:0", "heap");
+  asm volatile("" ::: "memory");
+}
+}  // namespace
+
+// A failed realloc puts back exactly what it took out: size, stack, counts.
+TEST(MemoryProfile, TakeAndRestoreKeepSizeAndStack) {
+  namespace in = spyglass::memory::internal;
+  AllocateBeforeRealloc(24);
+  auto before = mem::tracking_stats();
+  in::LiveRecord r{};
+  in::Guard::Enter();
+  ASSERT_TRUE(in::Take(Addr(24, 0), &r));
+  EXPECT_FALSE(in::Take(Addr(24, 1), &r));  // untracked: nothing taken, nothing counted
+  in::Guard::Leave();
+  EXPECT_EQ(r.size, 777u);
+  EXPECT_EQ(Sum(Snapshot(), "AllocateBeforeRealloc").second, 0);
+  in::Guard::Enter();
+  in::Restore(r);
+  in::Guard::Leave();
+  EXPECT_EQ(Sum(Snapshot(), "AllocateBeforeRealloc"), std::make_pair(int64_t{1}, int64_t{777}));
+  auto after = mem::tracking_stats();
+  EXPECT_EQ(after.frees, before.frees);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.unknown_frees, before.unknown_frees);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  mem::record_free(P(24, 0));
+}
+
+TEST(MemoryProfile, SampleBytesAreValidated) {
+  namespace in = spyglass::memory::internal;
+  uint64_t v = 99;
+  EXPECT_TRUE(in::ParseSampleBytes("0", &v) && v == 0);
+  EXPECT_TRUE(in::ParseSampleBytes("524288", &v) && v == 524288);
+  EXPECT_TRUE(in::ParseSampleBytes("1073741824", &v) && v == in::kMaxSampleBytes);
+  for (const char* bad : {"", "-5", "+5", " 5", "5 ", "1073741825", "18446744073709551615",
+                          "99999999999999999999999999", "0x10", "1e6", "12x"})
+    EXPECT_FALSE(in::ParseSampleBytes(bad, &v)) << bad;
+  EXPECT_FALSE(in::ParseSampleBytes(nullptr, &v));
+}

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "export/perfetto_link.h"
+#include "sinks/perfetto_link.h"
 #include "server/client.h"
 
 namespace spyglass::cli {
@@ -136,8 +136,8 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
     if (!h.xplane_path.empty()) std::cout << "  " << h.xplane_path << "\n  " << h.trace_json_path << "\n";
   std::cout.flush();
   if (!a.no_perfetto_link) {
-    exporter::PerfettoLinkOptions link;
-    if (Status ls = exporter::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
+    sinks::PerfettoLinkOptions link;
+    if (Status ls = sinks::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
       std::cerr << "spyglass collect: perfetto link: " << ls.ToString() << "\n";
       return 1;
     }

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "memory/pprof.h"
+#include "memory/tracker.h"
 
 namespace spyglass::cli {
 namespace {
@@ -155,16 +156,26 @@ void AddMemoryCommands(CLI::App& app) {
                                         "and on SIGUSR2, and a trace if asked");
   static bool memory = false;
   static std::string trace_dir, out_dir = ".";
-  static uint64_t sample_bytes = 0;
+  static std::string sample_bytes = "0";
   static std::vector<std::string> command;
   run->add_flag("--memory", memory, "track the heap (default when --trace is not given)");
   run->add_option("--trace", trace_dir, "also record a trace into this log dir (with a live-bytes counter track)");
   run->add_option("-o,--out", out_dir, "where memory.<pid>.exit.prof and memory.<pid>.<n>.prof go")->default_val(".");
   run->add_option("--sample-bytes", sample_bytes,
-                  "sample one allocation per N bytes on average (0 = every allocation)")->default_val(0);
+                  "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
+                      std::to_string(memory::internal::kMaxSampleBytes) + ")")
+      ->default_val("0");
   run->add_option("command", command, "the program and its arguments (after --)")->required();
   run->prefix_command();
-  run->callback([] { std::exit(Run(memory, trace_dir, out_dir, sample_bytes, command)); });
+  run->callback([] {
+    uint64_t bytes = 0;
+    if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
+      std::cerr << "spyglass run: --sample-bytes must be an integer from 0 to " << memory::internal::kMaxSampleBytes
+                << " (got '" << sample_bytes.substr(0, 32) << (sample_bytes.size() > 32 ? "...'" : "'") << ")\n";
+      std::exit(2);
+    }
+    std::exit(Run(memory, trace_dir, out_dir, bytes, command));
+  });
 }
 
 }  // namespace spyglass::cli

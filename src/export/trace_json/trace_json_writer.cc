@@ -64,6 +64,13 @@ class JsonOut {
     maybe_flush();
   }
   void ch(char c) { buf_.push_back(c); }
+  // Opens the next element of traceEvents: a comma goes before every element
+  // but the first, so the array needs no trailing `{}` (speedscope rejects one).
+  void event(std::string_view head) {
+    if (!first_event_) buf_.push_back(',');
+    first_event_ = false;
+    raw(head);
+  }
   void u64(uint64_t v) {
     char tmp[24];
     buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
@@ -134,6 +141,7 @@ class JsonOut {
     return ok_;
   }
   std::function<bool(const char*, size_t)> sink_;
+  bool first_event_ = true;
   std::string buf_;
   bool ok_ = true;
 };
@@ -170,7 +178,7 @@ constexpr std::string_view kCounterLineName = "_counters_";
 void WriteCounters(JsonOut& o, const model::Plane& plane, int64_t pid, const model::Line& l, int64_t line_ps) {
   for (const model::Event& e : l.events) {
     const model::EventMetadata& md = plane.event_metadata()[e.metadata_id];
-    o.raw("{\"ph\":\"C\",\"pid\":");
+    o.event("{\"ph\":\"C\",\"pid\":");
     o.i64(pid);
     o.raw(",\"ts\":");
     o.micros_from_ps(line_ps + e.offset_ps);
@@ -189,7 +197,7 @@ void WriteCounters(JsonOut& o, const model::Plane& plane, int64_t pid, const mod
         o.raw(plane.stat_text(st));
       }
     }
-    o.raw("}},");
+    o.raw("}}");
   }
 }
 
@@ -207,28 +215,28 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
   for (const model::Plane* p : planes) {
     int64_t pid = pid_of(*p);
     if (!p->name.empty()) {
-      o.raw("{\"ph\":\"M\",\"pid\":");
+      o.event("{\"ph\":\"M\",\"pid\":");
       o.i64(pid);
       o.raw(",\"name\":\"process_name\",\"args\":{\"name\":");
       o.str(p->name);
-      o.raw("}},");
+      o.raw("}}");
     }
     for (const model::Stat& s : p->stats) {
       if (s.kind == model::StatKind::kString && p->stat_name(s) == "process_name") {
         // Perfetto and chrome://tracing show labels beside the process name.
-        o.raw("{\"ph\":\"M\",\"pid\":");
+        o.event("{\"ph\":\"M\",\"pid\":");
         o.i64(pid);
         o.raw(",\"name\":\"process_labels\",\"args\":{\"labels\":");
         int64_t os_pid = MergedHostPid(*p) ? MergedHostPid(*p) : int64_t{getpid()};
         o.str(s.str + " (pid " + std::to_string(os_pid) + ")");
-        o.raw("}},");
+        o.raw("}}");
       }
     }
-    o.raw("{\"ph\":\"M\",\"pid\":");
+    o.event("{\"ph\":\"M\",\"pid\":");
     o.i64(pid);
     o.raw(",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
     o.i64(pid);
-    o.raw("}},");
+    o.raw("}}");
     int64_t sort_index = 0;
     for (const model::Line& l : p->lines) {
       if (l.name == kCounterLineName) continue;  // counters are process-level tracks, not threads
@@ -236,21 +244,21 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
       const std::string& name = l.display_name.empty() ? l.name : l.display_name;
       ++sort_index;
       if (!name.empty()) {
-        o.raw("{\"ph\":\"M\",\"pid\":");
+        o.event("{\"ph\":\"M\",\"pid\":");
         o.i64(pid);
         o.raw(",\"tid\":");
         o.u64(tid);
         o.raw(",\"name\":\"thread_name\",\"args\":{\"name\":");
         o.str(name);
-        o.raw("}},");
+        o.raw("}}");
       }
-      o.raw("{\"ph\":\"M\",\"pid\":");
+      o.event("{\"ph\":\"M\",\"pid\":");
       o.i64(pid);
       o.raw(",\"tid\":");
       o.u64(tid);
       o.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
       o.i64(p->name == model::kHostPlaneName || MergedHostPid(*p) ? sort_index : int64_t{tid});
-      o.raw("}},");
+      o.raw("}}");
     }
   }
   // Complete events.
@@ -266,7 +274,7 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
       }
       for (const model::Event& e : l.events) {
         const model::EventMetadata& md = metadata[e.metadata_id];
-        o.raw("{\"ph\":\"X\",\"pid\":");
+        o.event("{\"ph\":\"X\",\"pid\":");
         o.i64(pid);
         o.raw(",\"tid\":");
         o.u64(tid);
@@ -277,7 +285,7 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
         o.raw(",\"name\":");
         o.str(md.display_name.empty() ? md.name : md.display_name);
         WriteArgs(o, *p, md, l.stats_of(e));
-        o.raw("},");
+        o.raw("}");
       }
     }
   }
@@ -285,15 +293,15 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
   if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) {
     for (const model::Stat& s : host->stats) {
       if (host->stat_name(s) == "dropped_events" && s.u64 > 0) {
-        o.raw("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
+        o.event("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
         o.i64(kHostPid);
         o.raw(",\"tid\":0,\"ts\":0,\"name\":");
         o.str("spyglass: " + std::to_string(s.u64) + " events dropped (buffer bound reached)");
-        o.raw("},");
+        o.raw("}");
       }
     }
   }
-  o.raw("{}]}");
+  o.raw("]}");
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
-#include "export/perfetto_link.h"
+#include "sinks/perfetto_link.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,7 +19,7 @@
 #include <string_view>
 #include <thread>
 
-namespace spyglass::exporter {
+namespace spyglass::sinks {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -30,38 +29,6 @@ constexpr auto kStallTimeout = std::chrono::seconds(30);  // ... and must not st
 constexpr auto kLingerTimeout = std::chrono::seconds(1);  // draining the client after our response
 constexpr size_t kMaxHead = 8 * 1024;
 constexpr Clock::time_point kNever = Clock::time_point::max();
-
-// Set by the SIGINT handler. A lock-free atomic store is async-signal-safe.
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-void OnSigint(int) { g_interrupted.store(true, std::memory_order_relaxed); }
-
-// Catches SIGINT for its lifetime. Reference-counted so that concurrent
-// servers (other threads, other ports) put the original handler back once.
-class SigintScope {
- public:
-  SigintScope() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (depth_++ > 0) return;
-    g_interrupted.store(false);
-    struct sigaction sa {};
-    sa.sa_handler = OnSigint;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;  // no SA_RESTART: a poll() in the receiving thread wakes with EINTR
-    sigaction(SIGINT, &sa, &previous_);
-  }
-  ~SigintScope() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--depth_ == 0) sigaction(SIGINT, &previous_, nullptr);
-  }
-  SigintScope(const SigintScope&) = delete;
-  SigintScope& operator=(const SigintScope&) = delete;
-
- private:
-  static inline std::mutex mu_;
-  static inline int depth_ = 0;
-  static inline struct sigaction previous_ {};
-};
 
 class Fd {  // owns a file descriptor
  public:
@@ -84,12 +51,16 @@ struct Server {
   std::string name;  // basename of the trace file
   Clock::time_point deadline;
   int timeout_s;
+  const std::function<bool()>* cancelled;  // may be empty
 };
+
+// The cancellation hook of the call being served (one per thread).
+thread_local const std::function<bool()>* t_cancelled = nullptr;
 
 Status StopStatus(Step step, const Server& s) {
   switch (step) {
     case Step::kInterrupted:
-      return CancelledError("interrupted (Ctrl-C) while waiting for ui.perfetto.dev to fetch " + s.name);
+      return CancelledError("stopped waiting for ui.perfetto.dev to fetch " + s.name + " (cancelled)");
     case Step::kDeadline:
       return DeadlineExceededError(s.name + " was not fetched within the timeout of " +
                                    std::to_string(s.timeout_s) + " s");
@@ -100,11 +71,11 @@ Status StopStatus(Step step, const Server& s) {
   }
 }
 
-// Waits for `events` on `fd` until `until`, in ticks, so that Ctrl-C and the
-// call's deadline are seen even when the signal went to another thread.
+// Waits for `events` on `fd` until `until`, in ticks, so that the caller's
+// cancellation hook and the call's deadline are seen while nothing happens.
 Step WaitFor(int fd, short events, Clock::time_point until, Clock::time_point deadline) {
   for (;;) {
-    if (g_interrupted.load(std::memory_order_relaxed)) return Step::kInterrupted;
+    if (t_cancelled && *t_cancelled && (*t_cancelled)()) return Step::kInterrupted;
     const auto now = Clock::now();
     if (now >= deadline) return Step::kDeadline;
     if (now >= until) return Step::kDrop;
@@ -330,14 +301,21 @@ Status Serve(const std::string& trace_path, const PerfettoLinkOptions& o) {
   if (host == "0.0.0.0" || host == "::") host = "127.0.0.1";
   else if (addr.ss_family == AF_INET6) host = "[" + host + "]";
 
-  SigintScope sigint;
   std::ostream& out = o.out != nullptr ? *o.out : std::cout;
   out << "Open URL in browser: https://ui.perfetto.dev/#!/?url=http://" << host << ":" << port << "/"
       << PercentEncode(name) << std::endl;
+  out << "(served once; waiting "
+      << (o.timeout_s > 0 ? "up to " + std::to_string(o.timeout_s) + " s" : std::string("without a time limit"))
+      << " for the browser. The files are already written: stopping the wait or the program loses nothing.)"
+      << std::endl;
   if (o.on_listening) o.on_listening(port);
 
-  const Server server{file.get(), name,
-                      o.timeout_s > 0 ? start + std::chrono::seconds(o.timeout_s) : kNever, o.timeout_s};
+  const Server server{file.get(), name, o.timeout_s > 0 ? start + std::chrono::seconds(o.timeout_s) : kNever,
+                      o.timeout_s, &o.cancelled};
+  struct HookScope {  // this call's hook, for WaitFor
+    explicit HookScope(const std::function<bool()>* h) { t_cancelled = h; }
+    ~HookScope() { t_cancelled = nullptr; }
+  } hook(server.cancelled);
   for (;;) {  // one connection at a time, as Python's HTTPServer
     if (Step w = WaitFor(sock.get(), POLLIN, kNever, server.deadline); w != Step::kReady)
       return StopStatus(w, server);
@@ -369,4 +347,4 @@ Status ServePerfettoTrace(const std::string& trace_path, const PerfettoLinkOptio
   }
 }
 
-}  // namespace spyglass::exporter
+}  // namespace spyglass::sinks

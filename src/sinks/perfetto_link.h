@@ -7,17 +7,23 @@
 #include <ostream>
 #include <string>
 
+#include "spyglass/options.h"
 #include "spyglass/status.h"
 
-namespace spyglass::exporter {
+namespace spyglass::sinks {
 
 struct PerfettoLinkOptions {
   std::string bind_address = "127.0.0.1";  // loopback only unless the caller says otherwise
   int port = 9001;              // ui.perfetto.dev expects 9001; 0 picks a free port (tests)
-  int timeout_s = 0;            // 0: wait until fetched (as JAX); >0: DeadlineExceeded after that
+  // How long to wait for the browser; 0 waits until fetched (as JAX does).
+  int timeout_s = profiler::kDefaultPerfettoLinkTimeoutS;
   std::ostream* out = nullptr;  // where the link line is printed; nullptr: std::cout
   // Called once the socket listens, with the actual port (useful with port 0).
   std::function<void(int port)> on_listening;
+  // Checked every 100 ms while waiting; true stops the wait with Cancelled.
+  // (No signal handler is installed: the program's own Ctrl-C handling stays
+  // in force; the Python binding checks for KeyboardInterrupt here.)
+  std::function<bool()> cancelled;
 };
 
 // Serves `trace_path` (a perfetto_trace.json.gz) once for https://ui.perfetto.dev:
@@ -25,9 +31,9 @@ struct PerfettoLinkOptions {
 // and blocks until a GET of exactly "/<basename>" was answered in full.
 // Errors: NotFound (file missing or unreadable, checked before binding),
 // InvalidArgument (bad port or bind_address), Unavailable (port in use or not
-// bindable), DeadlineExceeded (timeout_s passed), Cancelled (Ctrl-C while
-// waiting; SIGINT is caught only for the duration of the call), Internal.
+// bindable), DeadlineExceeded (timeout_s passed), Cancelled (`cancelled`
+// returned true), Internal.
 // Never throws.
 Status ServePerfettoTrace(const std::string& trace_path, const PerfettoLinkOptions& options = {});
 
-}  // namespace spyglass::exporter
+}  // namespace spyglass::sinks
