@@ -23,6 +23,7 @@
 #include "export/xplane/xplane_writer.h"
 #include "server/options_convert.h"
 #include "server/path_policy.h"
+#include "server/request_policy.h"
 #include "server/rpc_util.h"
 #include "session/session.h"
 #include "trace/clock.h"
@@ -30,29 +31,12 @@
 namespace spyglass::server {
 namespace {
 
-constexpr uint64_t kUntilTerminate = std::numeric_limits<uint64_t>::max();
 constexpr char kBusy[] =
     "already profiling: another profiling session (a remote capture or start_trace) is running in this process; "
     "try again when it has finished";
 // Terminate ids kept for calls that have not consumed them yet (each at most
 // kMaxNameBytes): a Terminate may arrive just before its Profile call.
 constexpr size_t kMaxPendingTerminates = 256;
-
-// Lowers `o`'s buffer bound `field` and its advanced key `key` to `ceiling`;
-// a request above it gets a warning in its output.
-void ClampBuffer(profiler::ProfileOptions* o, uint64_t profiler::ProfileOptions::*field, const char* key,
-                 uint64_t ceiling, const char* option, std::vector<std::string>* warnings) {
-  o->*field = std::min(o->*field, ceiling);
-  auto it = o->advanced_configuration.find(key);
-  if (it == o->advanced_configuration.end() || !it->second.is_int() || it->second.as_int() < 0) return;
-  uint64_t asked = static_cast<uint64_t>(it->second.as_int());
-  if (asked <= ceiling) return;
-  uint64_t used = std::min<uint64_t>(ceiling, std::numeric_limits<int64_t>::max());
-  it->second = profiler::AdvancedValue(static_cast<int64_t>(used));
-  warnings->push_back("spyglass: the request asked for " + std::string(key) + " = " + std::to_string(asked) +
-                      " bytes; this server allows at most " + std::to_string(used) + " (ServerOptions::" + option +
-                      "), which was used");
-}
 
 // Gives the allocator's free memory back to the system when a Profile call
 // is over: its model and reply (gRPC copies the reply into 1 MiB blocks, freed
@@ -106,9 +90,7 @@ ProfilerServiceImpl::WaitEnd ProfilerServiceImpl::Wait(grpc::ServerContext* ctx,
 grpc::Status ProfilerServiceImpl::Terminate(grpc::ServerContext*, const tensorflow::TerminateRequest* req,
                                             tensorflow::TerminateResponse*) {
   const std::string& id = req->session_id();
-  if (id.size() > kMaxNameBytes)
-    return ToGrpc(InvalidArgumentError("session_id " + QuoteInput(id) + " is longer than " +
-                                       std::to_string(kMaxNameBytes) + " bytes"));
+  if (Status s = CheckTerminateId(id); !s.ok()) return ToGrpc(s);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (std::find(terminated_.begin(), terminated_.end(), id) == terminated_.end()) {
@@ -129,55 +111,11 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
                                           tensorflow::ProfileResponse* resp) {
   using Clock = std::chrono::steady_clock;
   if (shutting_down_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the profiler server is stopping");
-  profiler::ProfileOptions options = FromProto(req->opts());
-  // The session's duration: opts.duration_ms as the reference server, else the request's.
-  uint64_t duration_ms = options.duration_ms != 0 ? options.duration_ms : req->duration_ms();
-  if (duration_ms == 0)
-    return ToGrpc(InvalidArgumentError("duration_ms must be greater than 0 (got 0)"));
-  if (duration_ms != kUntilTerminate && duration_ms > options_.max_duration_ms)
-    return ToGrpc(InvalidArgumentError("duration_ms " + std::to_string(duration_ms) + " is over this server's limit of " +
-                                       std::to_string(options_.max_duration_ms) +
-                                       " ms (ServerOptions::max_duration_ms)"));
-  // A delayed start: bounded by its own limit, waited for below without the session.
-  uint64_t now_ns = internal::wall_ns();
-  uint64_t delay_ns = options.start_timestamp_ns > now_ns ? options.start_timestamp_ns - now_ns : 0;
-  if (delay_ns / 1000000 > options_.max_start_delay_ms)
-    return ToGrpc(InvalidArgumentError("start_timestamp_ns is " + std::to_string(delay_ns / 1000000) +
-                                       " ms in the future, over this server's limit of " +
-                                       std::to_string(options_.max_start_delay_ms) +
-                                       " ms (ServerOptions::max_start_delay_ms)"));
-  Clock::time_point start_at = Clock::now() + std::chrono::nanoseconds(delay_ns);
-  options.start_timestamp_ns = 0;
-  // session_id: the run directory and what Terminate names; the request's,
-  // else the options', else a timestamp.
-  std::string session_id = !req->session_id().empty() ? req->session_id() : options.session_id;
-  if (session_id.size() > kMaxNameBytes)
-    return ToGrpc(InvalidArgumentError("session_id " + QuoteInput(session_id) + " is longer than " +
-                                       std::to_string(kMaxNameBytes) + " bytes"));
-  if (session_id.empty()) session_id = exporter::TimestampRunName();
-  options.session_id.clear();  // not a directory of this process: the request says where to write
-
-  std::vector<std::string> warnings;
-  ClampBuffer(&options, &profiler::ProfileOptions::buffer_bytes_per_thread, "spyglass_buffer_bytes_per_thread",
-              options_.max_buffer_bytes_per_thread, "max_buffer_bytes_per_thread", &warnings);
-  ClampBuffer(&options, &profiler::ProfileOptions::buffer_bytes_total, "spyglass_buffer_bytes_total",
-              options_.max_buffer_bytes_total, "max_buffer_bytes_total", &warnings);
-  if (Status s = profiler::ValidateOptions(options); !s.ok()) return ToGrpc(s);
-
-  ProfileTarget target;
-  if (!req->emit_xspace()) {
-    std::string host = req->host_name();
-    auto o = options.advanced_configuration.find("override_hostname");
-    if (o != options.advanced_configuration.end() && o->second.is_string() && !o->second.as_string().empty())
-      host = o->second.as_string();
-    if (host.empty()) host = session::Hostname();
-    if (Status s = ResolveProfileFile(req->repository_root(), session_id, host, options_.allowed_log_root, &target);
-        !s.ok())
-      return ToGrpc(s);
-  }
-
-  if (delay_ns > 0) {
-    switch (Wait(ctx, session_id, start_at)) {
+  PreparedCapture p;
+  if (Status s = PrepareCapture(options_, *req, internal::wall_ns(), &p); !s.ok()) return ToGrpc(s);
+  const std::string& session_id = p.session_id;
+  if (p.delay_ns > 0) {
+    switch (Wait(ctx, session_id, Clock::now() + std::chrono::nanoseconds(p.delay_ns))) {
       case WaitEnd::kTimeUp: break;
       case WaitEnd::kTerminated:
         return grpc::Status(grpc::StatusCode::CANCELLED,
@@ -190,11 +128,12 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
   }
 
   std::unique_ptr<session::Session> session;
-  if (Status s = session::Session::Create(options, kBusy, &session); !s.ok()) return ToGrpc(s);
+  if (Status s = session::Session::Create(p.options, kBusy, &session); !s.ok()) return ToGrpc(s);
 
   // Record until the duration passed, Terminate(session_id), the client left
   // or the server stops.
-  auto end = Clock::now() + std::chrono::milliseconds(duration_ms == kUntilTerminate ? int64_t{1} << 40 : duration_ms);
+  auto end =
+      Clock::now() + std::chrono::milliseconds(p.duration_ms == kUntilTerminate ? int64_t{1} << 40 : p.duration_ms);
   switch (Wait(ctx, session_id, end)) {
     case WaitEnd::kTimeUp:
     case WaitEnd::kTerminated: break;
@@ -213,7 +152,7 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     Status collect = session->Stop(&space, &summary);
     session.reset();
     if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
-    space.warnings.insert(space.warnings.end(), warnings.begin(), warnings.end());
+    space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
     resp->set_empty_trace(space.event_count() == 0);
     bytes = exporter::SerializeXSpace(space);
   }  // the model is freed before the reply exists
@@ -226,7 +165,7 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     field->swap(bytes);
     return grpc::Status::OK;
   }
-  return ToGrpc(WriteProfileFile(target, bytes));
+  return ToGrpc(WriteProfileFile(p.target, bytes));
 }
 
 // ---- start_server / stop_server ----------------------------------------------
