@@ -53,7 +53,8 @@ struct ServerOptions {
   // now; later ones are rejected with InvalidArgument. A request waits for
   // its start without holding the profiler (start_trace and other captures
   // run meanwhile); the wait ends early, with CANCELLED, when the client goes
-  // away, Terminate names its session id, or stop_server is called.
+  // away, Terminate names its session id, or stop_server is called. At most
+  // 8 requests wait at once; more fail with Unavailable.
   uint64_t max_start_delay_ms = 60000;
   // Ceilings of the trace buffers a request may ask for (advanced keys
   // "spyglass_buffer_bytes_per_thread" / "spyglass_buffer_bytes_total").

@@ -37,6 +37,8 @@ constexpr char kBusy[] =
 // Terminate ids kept for calls that have not consumed them yet (each at most
 // kMaxNameBytes): a Terminate may arrive just before its Profile call.
 constexpr size_t kMaxPendingTerminates = 256;
+// Requests waiting for a delayed start at once (each holds a server thread).
+constexpr int kMaxDelayedStarts = 8;
 
 // Gives the allocator's free memory back to the system when a Profile call
 // is over: its model and reply (gRPC copies the reply into 1 MiB blocks, freed
@@ -115,7 +117,14 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
   if (Status s = PrepareCapture(options_, *req, internal::wall_ns(), &p); !s.ok()) return ToGrpc(s);
   const std::string& session_id = p.session_id;
   if (p.delay_ns > 0) {
-    switch (Wait(ctx, session_id, Clock::now() + std::chrono::nanoseconds(p.delay_ns))) {
+    if (delayed_starts_.fetch_add(1) >= kMaxDelayedStarts) {
+      delayed_starts_.fetch_sub(1);
+      return ToGrpc(UnavailableError("too many captures wait for a delayed start (at most " +
+                                     std::to_string(kMaxDelayedStarts) + "); try again later"));
+    }
+    WaitEnd waited = Wait(ctx, session_id, Clock::now() + std::chrono::nanoseconds(p.delay_ns));
+    delayed_starts_.fetch_sub(1);
+    switch (waited) {
       case WaitEnd::kTimeUp: break;
       case WaitEnd::kTerminated:
         return grpc::Status(grpc::StatusCode::CANCELLED,

@@ -37,6 +37,7 @@ class ProfilerServiceImpl final : public tensorflow::ProfilerService::Service {
 
   profiler::ServerOptions options_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> delayed_starts_{0};  // Profile calls waiting for their start time
   std::mutex mu_;
   std::condition_variable cv_;          // Terminate or shutdown happened
   std::deque<std::string> terminated_;  // session ids asked to end, oldest first (bounded)

@@ -67,12 +67,16 @@ size_t CountEntries(const std::string& dir) {
   return n;
 }
 
-// Annotates in a tight loop on a thread while alive (fills buffers fast).
+// Annotates on a thread while alive: in a tight loop (fills buffers fast),
+// or one event a millisecond.
 class BusyAnnotator {
  public:
-  BusyAnnotator() {
-    t_ = std::thread([this] {
-      for (int64_t n = 0; !stop_; ++n) prof::TraceAnnotation a("hostile_busy", {{"n", n}});
+  explicit BusyAnnotator(bool tight = true) {
+    t_ = std::thread([this, tight] {
+      for (int64_t n = 0; !stop_; ++n) {
+        prof::TraceAnnotation a("hostile_busy", {{"n", n}});
+        if (!tight) std::this_thread::sleep_for(1ms);
+      }
     });
   }
   ~BusyAnnotator() {
@@ -168,6 +172,32 @@ TEST_F(HostileServerTest, StopServerEndsADelayedStart) {
   EXPECT_FALSE(session::SessionActive());
 }
 
+TEST_F(HostileServerTest, DelayedStartsWaitingAtOnceAreBounded) {
+  constexpr int kWaiting = 8;  // the server's bound
+  std::vector<std::thread> threads;
+  std::vector<grpc::Status> results(kWaiting);
+  uint64_t start = WallNs() + 30'000'000'000ull;
+  for (int i = 0; i < kWaiting; ++i)
+    threads.emplace_back([&, i] {
+      auto r = Request(100, "wait_" + std::to_string(i));
+      r.mutable_opts()->set_start_timestamp_ns(start);
+      results[i] = Call(r, nullptr, 60s);
+    });
+  // One more is refused once the eight wait (until then it would wait too:
+  // its short deadline ends it, and we try again).
+  auto r = Request(100, "one_more");
+  r.mutable_opts()->set_start_timestamp_ns(start);
+  grpc::Status g;
+  for (int i = 0; i < 30 && g.error_code() != grpc::StatusCode::UNAVAILABLE; ++i) g = Call(r, nullptr, 1s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAVAILABLE) << g.error_message();
+  EXPECT_NE(g.error_message().find("delayed start"), std::string::npos) << g.error_message();
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(prof::stop_server().ok());
+  for (auto& t : threads) t.join();
+  EXPECT_LT(SecondsSince(t0), 10.0);
+  for (const auto& res : results) EXPECT_EQ(res.error_code(), grpc::StatusCode::CANCELLED) << res.error_message();
+}
+
 TEST_F(HostileServerTest, ClientGoneEndsADelayedStart) {
   auto r = Request(100, "delayed_gone");
   r.mutable_opts()->set_start_timestamp_ns(WallNs() + 30'000'000'000ull);
@@ -189,7 +219,7 @@ TEST_F(HostileServerTest, StartBeyondTheDelayLimitIsRejected) {
 }
 
 TEST_F(HostileServerTest, ShortDelayedStartStillCaptures) {
-  BusyAnnotator busy;
+  BusyAnnotator slow(/*tight=*/false);
   auto r = Request(100, "soon");
   r.mutable_opts()->set_start_timestamp_ns(WallNs() + 300'000'000ull);
   tensorflow::ProfileResponse resp;
@@ -208,7 +238,6 @@ std::string Warning(const tensorflow::ProfileResponse& resp, const std::string& 
 }
 
 TEST_F(HostileServerTest, RemoteBufferSizesAreClampedToTheProgramsDefaults) {
-  BusyAnnotator busy;
   auto r = Request(200, "big_buffers");
   auto& adv = *r.mutable_opts()->mutable_advanced_configuration();
   adv["spyglass_buffer_bytes_per_thread"].set_int64_value(3ll << 30);
