@@ -9,19 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/support/server_interceptor.h>
 
 #include "common/quote.h"
-#include "export/log_dir.h"
 #include "export/xplane/xplane_writer.h"
-#include "server/options_convert.h"
 #include "server/path_policy.h"
 #include "server/request_policy.h"
 #include "server/rpc_util.h"
