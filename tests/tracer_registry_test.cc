@@ -18,6 +18,7 @@ namespace {
 // Test tracers are off (factories return nullptr) unless a test turns them on,
 // so that they stay out of sessions they are not about.
 bool g_on = false;
+std::string g_fail;  // the tracer whose Start fails
 std::vector<std::string> g_log;
 
 class TestTracer : public Tracer {
@@ -28,7 +29,7 @@ class TestTracer : public Tracer {
     uint64_t w = internal::begin_static("registry_test_probe", 1);
     internal::end(w);
     g_log.push_back("start " + name_ + (w != 0 ? " (recording)" : ""));
-    return Status::Ok();
+    return name_ == g_fail ? InternalError(name_ + " failed") : Status::Ok();
   }
   Status Stop() override {
     g_log.push_back("stop " + name_);
@@ -73,7 +74,10 @@ class TracerRegistry : public ::testing::Test {
     g_log.clear();
     g_on = true;
   }
-  void TearDown() override { g_on = false; }
+  void TearDown() override {
+    g_on = false;
+    g_fail.clear();
+  }
 };
 
 std::vector<std::string> Without(std::vector<std::string> log, const std::string& prefix) {
@@ -145,6 +149,26 @@ TEST_F(TracerRegistry, DestroyedWithoutStopStopsInReverse) {
   g_log.clear();
   session.reset();
   EXPECT_EQ(g_log, (std::vector<std::string>{"stop late", "stop early", "stop before_host"}));
+}
+
+TEST_F(TracerRegistry, StartFailureStopsWhatStartedInReverse) {
+  g_fail = "early";
+  profiler::ProfileOptions options;
+  options.host_tracer_level = 0;
+  options.raise_error_on_start_failure = true;
+  std::unique_ptr<Session> session;
+  Status s = Session::Create(options, "busy", &session);
+  EXPECT_EQ(s.message(), "early failed");
+  EXPECT_EQ(session, nullptr);
+  EXPECT_EQ(Without(g_log, "factory"),
+            (std::vector<std::string>{"start before_host", "start early", "stop early", "stop before_host"}));
+  // Without raise_error_on_start_failure the session runs on.
+  g_log.clear();
+  options.raise_error_on_start_failure = false;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  session.reset();
+  EXPECT_EQ(Without(g_log, "factory"), (std::vector<std::string>{"start before_host", "start early", "start late",
+                                                                  "stop late", "stop early", "stop before_host"}));
 }
 
 TEST_F(TracerRegistry, NamesAreUnique) {

@@ -53,8 +53,9 @@ class Tracer {
   // An error fails Session::Create only with raise_error_on_start_failure;
   // otherwise the session runs on and Stop/CollectData are still called.
   virtual Status Start() = 0;
-  // Called once, also after a failed Start (and at Create's failure for the
-  // tracers already started).
+  // Called once for every tracer whose Start was called, failed or not; when
+  // a Start error fails Create, the tracers after it are neither started nor
+  // stopped.
   virtual Status Stop() = 0;
   // Called after Stop, once: writes what the tracer saw into the model.
   virtual Status CollectData(model::Space* space) = 0;
@@ -66,7 +67,7 @@ class Tracer {
 enum TracerRank : int {
   kRankHost = 100,             // the recorder behind TraceAnnotation
   kRankPython = 200,           // records into the host recorder: needs it running
-  kRankDevice = 300,           // GPU tracers
+  kRankDevice = 300,           // GPU tracers (none yet)
   kRankMemoryTimeline = 400,   // live-bytes counters on the host plane
   kRankSubprocesses = 500,     // remote captures of registered children
 };
