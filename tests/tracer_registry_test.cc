@@ -61,6 +61,9 @@ TracerFactory Factory(const std::string& name, uint64_t events) {
 class TracerRegistry : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    static bool registered = false;  // once per process (--gtest_repeat)
+    if (registered) return;
+    registered = true;
     // Wrong order on purpose: ranks decide, not registration time.
     ASSERT_TRUE(RegisterTracer("late", kRankHost + 2, Factory("late", 5)));
     ASSERT_TRUE(RegisterTracer("before_host", kRankHost - 1, Factory("before_host", 7)));
