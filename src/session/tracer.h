@@ -65,11 +65,13 @@ class Tracer {
 
 // Start order (lower first). Gaps leave room for new tracers.
 enum TracerRank : int {
+  // Remote captures of registered children: started first and stopped last,
+  // so that waiting for the children's replies is not recorded on the host.
+  kRankSubprocesses = 50,
   kRankHost = 100,             // the recorder behind TraceAnnotation
   kRankPython = 200,           // records into the host recorder: needs it running
   kRankDevice = 300,           // GPU tracers (none yet)
   kRankMemoryTimeline = 400,   // live-bytes counters on the host plane
-  kRankSubprocesses = 500,     // remote captures of registered children
 };
 
 // Makes a tracer for a session's options, or nullptr when they turn it off.
