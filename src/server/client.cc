@@ -279,6 +279,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
 
   // Write what came back, host by host.
   std::vector<model::Space> spaces;
+  int captured = 0;  // hosts that sent a non-empty trace
   std::vector<std::string> failures;
   for (HostCall& c : calls) {
     CaptureHostResult host;
@@ -310,13 +311,24 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
     if (c.status.ok() && c.response.has_xspace()) {
       if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
     }
+    const uint64_t reply_bytes = bytes.size();
     std::string().swap(bytes);
     if (c.status.ok()) {
       WriteToolFiles(c, dir, &taken, &result->warnings);
       host.xplane_path = dir.PathOf(xplane);
       host.trace_json_path = dir.PathOf(c.stem + ".trace.json.gz");
-      if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
-      if (!host.empty) spaces.push_back(std::move(space));
+      const uint64_t json_limit = reply_bytes * options.max_trace_json_expansion + (64ull << 20);
+      const uint64_t json_bytes = exporter::EstimateTraceJsonBytes(space, json_limit);
+      if (json_bytes > json_limit) {
+        host.trace_json_path.clear();
+        result->warnings.push_back(c.address + ": its trace JSON would be over " + std::to_string(json_limit >> 20) +
+                                   " MiB from a " + std::to_string(reply_bytes >> 10) +
+                                   " KiB reply (names repeated by many events); wrote only " + xplane);
+      } else {
+        if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
+        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.json.gz
+      }
+      if (!host.empty) ++captured;
     }
     c.response.Clear();
     if (!c.status.ok()) {
@@ -328,7 +340,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   }
   if (options.log)
     for (const std::string& w : result->warnings) *options.log << "warning: " << w << std::endl;
-  if (spaces.empty()) {
+  if (captured == 0) {
     if (failures.size() == 1) {
       Status only = calls.size() == 1 ? calls[0].status : Status();
       if (!only.ok()) return only;
@@ -339,7 +351,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
                             (why.empty() ? std::string(": the servers returned empty traces") : ":" + why));
   }
 
-  if (options.create_perfetto_trace) {
+  if (options.create_perfetto_trace && !spaces.empty()) {
     exporter::TraceJsonOptions json;
     json.perfetto = true;
     result->perfetto_trace_path = dir.PathOf(kPerfettoTraceName);

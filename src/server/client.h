@@ -29,6 +29,11 @@ struct CaptureOptions {
   // limit); a larger one fails that host. The client's peak memory is about
   // 3x a reply: its bytes and the trace model imported from them in pieces.
   uint64_t max_reply_bytes = 1024ull << 20;
+  // The trace JSON written for one host may be at most this many times its
+  // reply (plus 64 MiB); a reply whose JSON would be larger (long names
+  // repeated by many events) gets its .xplane.pb only, and a warning. Our
+  // own traces make about 6 bytes of JSON per byte of reply.
+  uint64_t max_trace_json_expansion = 32;
   // Levels, session_id (run directory name) and advanced_configuration sent
   // to the servers. Defaults as jax.collect_profile: host 2, device 1, python 1.
   profiler::ProfileOptions profile = [] {

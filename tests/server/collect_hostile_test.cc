@@ -351,6 +351,33 @@ TEST(CollectHostile, RepliesOverTheLimitFailClearly) {
   EXPECT_EQ(cli.rc, 2) << cli.out;
 }
 
+// A small reply whose trace JSON would be huge (a 1 MiB name repeated by
+// 20,000 events: 20 GiB of JSON from a ~1.2 MB reply): only the .xplane.pb
+// is written, with a warning, and the capture still succeeds.
+TEST(CollectHostile, AmplifyingRepliesGetNoTraceJson) {
+  tp::XSpace space = SmallXSpace(20000);
+  (*space.mutable_planes(0)->mutable_event_metadata())[1].set_name(std::string(1 << 20, 'n'));
+  const std::string reply = ReplyWith(space);
+  ASSERT_LT(reply.size(), 2u << 20);
+  HostileServer server([&] { return reply; });
+  std::string log = MakeTempDir();
+  server::CaptureOptions o = Options();
+  o.create_perfetto_trace = true;
+  server::CaptureResult r;
+  Status s = server::Capture({server.address()}, o, log, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(r.hosts.size(), 1u);
+  EXPECT_TRUE(fs::exists(r.hosts[0].xplane_path));
+  EXPECT_TRUE(r.hosts[0].trace_json_path.empty());
+  uintmax_t written = 0;
+  for (const auto& e : fs::recursive_directory_iterator(log))
+    if (e.is_regular_file()) written += e.file_size();
+  EXPECT_LT(written, 64u << 20) << "bytes written for a ~1 MB reply";
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned |= w.find("trace JSON would be over") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
 // Item 10: garbage is reported as what it is, and leaves nothing behind.
 TEST(CollectHostile, GarbageRepliesAreReportedAsSuch) {
   struct Case {

@@ -152,9 +152,10 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
   std::cout << "Dumped profiling information in: " << log_dir << "\n";
   std::cout << "Trace written to " << result.run_dir << "\n";
   for (const auto& h : result.hosts)
-    if (!h.xplane_path.empty()) std::cout << "  " << h.xplane_path << "\n  " << h.trace_json_path << "\n";
+    if (!h.xplane_path.empty())
+      std::cout << "  " << h.xplane_path << "\n" << (h.trace_json_path.empty() ? "" : "  " + h.trace_json_path + "\n");
   std::cout.flush();
-  if (!a.no_perfetto_link) {
+  if (!a.no_perfetto_link && !result.perfetto_trace_path.empty()) {
     sinks::PerfettoLinkOptions link;
     if (Status ls = sinks::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
       std::cerr << "spyglass collect: perfetto link: " << ls.ToString() << "\n";

@@ -673,6 +673,27 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
 
 }  // namespace
 
+uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above) {
+  uint64_t total = 0;
+  for (const model::Plane& p : space.planes) {
+    const auto& metadata = p.event_metadata();
+    for (const model::Line& l : p.lines) {
+      for (const model::Event& e : l.events) {
+        total += 64;  // "ph", pid, tid, ts, dur and punctuation
+        if (e.metadata_id < metadata.size()) {
+          const model::EventMetadata& md = metadata[e.metadata_id];
+          total += (md.display_name.empty() ? md.name : md.display_name).size();
+          for (const model::Stat& st : md.stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        }
+        if (const auto* stats = l.stats_of(e))
+          for (const model::Stat& st : *stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        if (total > stop_above) return total;
+      }
+    }
+  }
+  return total;
+}
+
 bool StreamTraceJson(const model::Space& space, const TraceJsonOptions& options,
                      const std::function<bool(std::string_view)>& sink) {
   Doc doc(space, options);

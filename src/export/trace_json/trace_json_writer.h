@@ -3,6 +3,7 @@
 // without the top-level "metadata" object, which Perfetto's importer rejects).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,13 @@ Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const s
 // `sink` returns false and returns false then.
 bool StreamTraceJson(const model::Space& space, const TraceJsonOptions& options,
                      const std::function<bool(std::string_view)>& sink);
+// The size of the uncompressed JSON, estimated from the model; counting stops
+// once it passes `stop_above`. Trace JSON repeats an event's name and stats
+// for every event (the format has no string table), so a small model with
+// long names can make a huge file: callers writing JSON for a model they did
+// not record (a server's reply) check this first.
+uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above = UINT64_MAX);
+
 // Uncompressed, for tests.
 std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& options = {});
 
