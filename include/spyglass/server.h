@@ -65,7 +65,7 @@ struct ServerOptions {
 };
 
 // Starts the server on `port` (1..65535; 0 picks a free port, see
-// server_port()). Errors: FailedPrecondition if one is already running,
+// server_port()). Errors: AlreadyExists if one is already running,
 // InvalidArgument for a bad port/address, Unavailable if the port is in use
 // or cannot be bound.
 Status start_server(int port, const ServerOptions& options = {});

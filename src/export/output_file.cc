@@ -94,7 +94,7 @@ Status OutputDir::Subdir(const std::string& name, bool must_be_new, OutputDir* s
   std::string path = PathOf(name);
   bool made = ::mkdirat(fd_, name.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) return InternalError("cannot create directory " + path + ": " + std::strerror(errno));
-  if (!made && must_be_new) return Status(StatusCode::kAlreadyExists, path + " exists");
+  if (!made && must_be_new) return AlreadyExistsError(path + " exists");
   int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;

@@ -43,7 +43,7 @@ inline Status FromGrpc(const grpc::Status& g, const std::string& address) {
       return DeadlineExceededError("the profiler server at " + address + " did not answer in time: " + m);
     case grpc::StatusCode::INVALID_ARGUMENT: return InvalidArgumentError(address + ": " + m);
     case grpc::StatusCode::FAILED_PRECONDITION: return FailedPreconditionError(address + ": " + m);
-    case grpc::StatusCode::ALREADY_EXISTS: return Status(StatusCode::kAlreadyExists, address + ": " + m);
+    case grpc::StatusCode::ALREADY_EXISTS: return AlreadyExistsError(address + ": " + m);
     case grpc::StatusCode::CANCELLED: return CancelledError(address + ": " + m);
     case grpc::StatusCode::NOT_FOUND: return NotFoundError(address + ": " + m);
     default: return InternalError(address + ": " + m + " (gRPC code " + std::to_string(g.error_code()) + ")");

@@ -235,7 +235,7 @@ Status start_server(int port, const ServerOptions& options) {
                                 QuoteInput(options.allowed_log_root));
   ServerState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  if (st.server) return FailedPreconditionError("Only one profiler server can be active at a time (it listens on port " +
+  if (st.server) return AlreadyExistsError("Only one profiler server can be active at a time (it listens on port " +
                                                 std::to_string(st.port) + ")");
   std::string host = options.bind_address;
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";

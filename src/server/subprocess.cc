@@ -245,7 +245,7 @@ Status register_subprocess(int pid, int port, SubprocessRegistration* out, int c
   {
     std::lock_guard<std::mutex> lock(registry_mu());
     auto it = registry().find(pid);
-    if (it != registry().end()) return Status(StatusCode::kAlreadyExists, it->second.ToString() + " already registered");
+    if (it != registry().end()) return AlreadyExistsError(it->second.ToString() + " already registered");
   }
   info.channel = MakeChannel(info.address);
   if (!info.channel) return InternalError("Unable to create channel to " + info.address);
@@ -255,7 +255,7 @@ Status register_subprocess(int pid, int port, SubprocessRegistration* out, int c
   {
     std::lock_guard<std::mutex> lock(registry_mu());
     auto [it, inserted] = registry().emplace(pid, info);
-    if (!inserted) return Status(StatusCode::kAlreadyExists, it->second.ToString() + " already registered");
+    if (!inserted) return AlreadyExistsError(it->second.ToString() + " already registered");
   }
   out->unregister();
   out->pid_ = pid;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -86,7 +87,7 @@ Status ParseExtras(const std::vector<std::string>& extras, profiler::ProfileOpti
   return Status::Ok();
 }
 
-int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
+int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, const std::function<bool()>& cancelled) {
   server::CaptureOptions opt;
   opt.log = &std::cerr;
   if (a.duration_ms <= 0) {
@@ -157,6 +158,7 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
   std::cout.flush();
   if (!a.no_perfetto_link && !result.perfetto_trace_path.empty()) {
     sinks::PerfettoLinkOptions link;
+    link.cancelled = cancelled;
     if (Status ls = sinks::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
       std::cerr << "spyglass collect: perfetto link: " << ls.ToString() << "\n";
       return 1;
@@ -167,13 +169,17 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
 
 }  // namespace
 
-void AddCollectCommand(CLI::App& app) {
+namespace {
+
+constexpr char kCollectHelp[] =
+    "Capture a running program's profiler server (Spyglass start_server or jax.profiler.start_server)\n"
+    "for DURATION_MS and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb and .trace.json.gz.\n"
+    "Extra --key=value flags are sent as advanced options.";
+
+// The options and action of `collect`, on the CLI's subcommand or on the
+// app of `python -m spyglass.collect_profile`.
+void DefineCollect(CLI::App* c, std::function<bool()> cancelled) {
   auto args = std::make_shared<CollectArgs>();
-  CLI::App* c = app.add_subcommand(
-      "collect",
-      "Capture a running program's profiler server (Spyglass start_server or jax.profiler.start_server)\n"
-      "for DURATION_MS and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb and .trace.json.gz.\n"
-      "Extra --key=value flags are sent as advanced options.");
   c->add_option("target", args->target, "PORT, or HOST:PORT[,HOST:PORT...] to capture several at once")->required();
   c->add_option("duration_ms", args->duration_ms, "capture duration in milliseconds")->required();
   c->add_option("--log_dir", args->log_dir, "output log dir (default: a new temporary directory)");
@@ -190,10 +196,29 @@ void AddCollectCommand(CLI::App& app) {
   c->add_option("--max_reply_mb", args->max_reply_mb,
                 "largest reply accepted from one server, in MiB (default 1024; the client needs about twice it)");
   c->allow_extras();
-  c->callback([c, args] {
-    int rc = RunCollect(*args, c->remaining());
+  c->callback([c, args, cancelled] {
+    int rc = RunCollect(*args, c->remaining(), cancelled);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
+}
+
+}  // namespace
+
+void AddCollectCommand(CLI::App& app, std::function<bool()> cancelled) {
+  DefineCollect(app.add_subcommand("collect", kCollectHelp), std::move(cancelled));
+}
+
+int RunCollectCommand(const std::string& program, const std::vector<std::string>& args,
+                      std::function<bool()> cancelled) {
+  CLI::App app{kCollectHelp, program};
+  DefineCollect(&app, std::move(cancelled));
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
 }
 
 }  // namespace spyglass::cli
