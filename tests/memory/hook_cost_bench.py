@@ -22,12 +22,17 @@ import time
 
 def run_once(cmd, env):
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    p.stdout.close()
     if p.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed (status {p.returncode}) under {env.get('LD_PRELOAD', 'no hook')}")
-    hwm = [line.split()[1] for line in p.stdout.splitlines() if line.startswith("VmHWM:")]
-    return wall, (int(hwm[0]) / 1024.0 if hwm else float("nan"))  # MiB
+    hwm = [line.split()[1] for line in out.splitlines() if line.startswith("VmHWM:")]
+    cpu = ru.ru_utime + ru.ru_stime
+    return wall, cpu, (int(hwm[0]) / 1024.0 if hwm else float("nan"))  # s, s, MiB
 
 
 def loaded_objects(env):
@@ -57,27 +62,30 @@ def main():
         env.update(kv.split("=", 1) for kv in a.env)
         configs.append((name, env))
     walls = {n: [] for n, _ in configs}
+    cpus = {n: [] for n, _ in configs}
     rss = {n: [] for n, _ in configs}
     for n, env in configs:
         run_once(a.command, env)  # warm the page cache
     for _ in range(a.rounds):
         for n, env in configs:
-            w, r = run_once(a.command, env)
+            w, c, r = run_once(a.command, env)
             walls[n].append(w)
+            cpus[n].append(c)
             rss[n].append(r)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     print(f"command: {' '.join(a.command)}; {a.rounds} alternating rounds; load average {' '.join(load)}")
-    print("| run | wall best | wall median | peak RSS median | shared objects |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| run | wall best | wall median | CPU best | CPU median | peak RSS median | shared objects |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     plain_med = statistics.median(walls["plain"])
+    plain_cpu = statistics.median(cpus["plain"])
+    ms = lambda v: f"{v * 1000:.1f} ms" if plain_med < 1 else f"{v:.3f} s"
     for n, env in configs:
-        best, med = min(walls[n]), statistics.median(walls[n])
-        ratio = "" if n == "plain" else f" ({med / plain_med:.2f}x)"
-        unit, k = ("ms", 1000.0) if plain_med < 1 else ("s", 1.0)
-        print(f"| {n} | {best * k:.{1 if unit == 'ms' else 3}f} {unit} | {med * k:.{1 if unit == 'ms' else 3}f} {unit}{ratio} "
+        wm, cm = statistics.median(walls[n]), statistics.median(cpus[n])
+        wr = "" if n == "plain" else f" ({wm / plain_med:.2f}x)"
+        cr = "" if n == "plain" else f" ({cm / plain_cpu:.2f}x)"
+        print(f"| {n} | {ms(min(walls[n]))} | {ms(wm)}{wr} | {ms(min(cpus[n]))} | {ms(cm)}{cr} "
               f"| {rss_text(rss[n])} | {loaded_objects(env)} |")
-
 
 if __name__ == "__main__":
     main()
