@@ -205,7 +205,12 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
 
 __attribute__((noinline)) void UntrackSlow(void* p) {
   if (Guard::Enter()) {
-    Remove(reinterpret_cast<uintptr_t>(p));
+    // Sampled mode: most blocks were never recorded (the filter lets a few of
+    // them through), so an unknown pointer is no unknown free.
+    if (g_interval)
+      RemoveIfTracked(reinterpret_cast<uintptr_t>(p));
+    else
+      Remove(reinterpret_cast<uintptr_t>(p));
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);

@@ -88,7 +88,7 @@ SPYGLASS_MEM_EXPORT void Restore(const LiveRecord& r);
 // The sampled-mode filter: a counting filter of the sampled live pointers,
 // mapped when sampling is turned on. Inline so that the heap hook's free()
 // decides "never sampled" without a call into this library. 64 KiB: it stays
-// in the CPU cache (at 4 MiB, a cache miss on each free() was half of the
+// in the CPU cache (at 4 MiB, a cache miss on each free() was a third of the
 // sampled mode's cost); a false positive only costs a table lookup, and
 // they stay rare while the live samples are far fewer than 65536 (at 512 KiB
 // sampling: a live heap well under 32 GiB).
