@@ -102,6 +102,9 @@ void WarnBadInterval(const char* value) {
 }
 
 int InitState() {
+  // Before the tracker's library is initialized, its dependencies are: their
+  // allocations are not the program's (not stored: asked again next time).
+  if (!g_initialized.load(std::memory_order_acquire)) return 2;
   const char* e = getenv("SPYGLASS_HEAP");
   int s = (e && e[0] == '0') ? 2 : 1;
   if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES"); iv && *iv) {

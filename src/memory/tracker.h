@@ -191,6 +191,13 @@ SPYGLASS_MEM_EXPORT std::vector<int64_t> LiveBytesByClass();
 // Explicit API switch.
 SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_api_enabled;
 
+// Set when this library's constructor has run. The libraries it depends on
+// (libstdc++, libm, zlib...) are initialized before it, the program's own
+// libraries after it: the heap hook records from then on, so that what the
+// profiler's dependencies allocate while they initialize (libstdc++'s 71 KiB
+// exception pool, in a C program) is not in the program's profile.
+SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_initialized;
+
 // fork: the child keeps the parent's live records (its copy of the heap) and
 // resets the locks.
 SPYGLASS_MEM_EXPORT void InstallForkHandlers();
