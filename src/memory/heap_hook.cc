@@ -9,8 +9,8 @@
 // "heap") with its stack in the tracker (libspyglass_memory, shared with
 // libspyglass when the program links it too: one tracker per process).
 //
-// It loads only what tracking needs (libspyglass_memory: libc, libstdc++,
-// zlib); libspyglass (gRPC, protobuf, ...) is loaded only for
+// It loads only what tracking needs (libspyglass_memory, with libc,
+// libstdc++, zlib, libunwind); libspyglass (gRPC, protobuf, ...) is loaded only for
 // SPYGLASS_TRACE_DIR, so the profiler's own libraries neither slow the
 // program's start nor show in its profiles.
 //
