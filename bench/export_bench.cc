@@ -4,7 +4,15 @@
 // during each step, and checks that our .xplane.pb parses back with the
 // generated protobuf with every event.
 //
-//   build/bench/export_bench [--events N] [--dir DIR] [--skip-naive]
+//   build/bench/export_bench [--events N] [--dir DIR] [--skip-naive] [--rounds R]
+//
+// trace.json.gz is measured R times (default 3; best and median are
+// reported, for a shared machine) next to its floor and baselines on the same
+// model: formatting alone, deflate alone (zlib, libdeflate and igzip at level
+// 1 on the same JSON bytes, one thread each), the pipeline it replaced
+// (formatting on the calling thread, zlib on a second one), and the sliced
+// pipeline with zlib instead of igzip. Every file written is checked to be
+// one gzip member holding every event.
 //
 // Memory: VmRSS before a step and VmHWM after it, the high-water mark being
 // reset before each step by writing "5" to /proc/self/clear_refs. "model" is
@@ -13,13 +21,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -30,6 +45,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <isa-l/igzip_lib.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include "export/trace_json/trace_json_writer.h"
@@ -281,28 +298,167 @@ Row measure(const std::string& what, uint64_t events, const std::string& path, F
   return r;
 }
 
-uint64_t count_json_events(const std::string& path, uint64_t* json_bytes) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) return 0;
-  gzbuffer(f, 1 << 20);
-  std::vector<char> buf(1 << 22);
+// Inflates `path` as gzip (windowBits 31): true when it is exactly one
+// member (the deflate stream ends at the file's last byte; Perfetto reads
+// only the first member). Counts "ph":"X" events and JSON bytes.
+bool check_one_gzip_member(const std::string& path, uint64_t* x_events, uint64_t* json_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return false;
+  std::vector<char> ibuf(1 << 20), obuf(1 << 22);
   const std::string needle = "{\"ph\":\"X\"";
   std::string carry;
   uint64_t n = 0, total = 0;
-  int got;
-  while ((got = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
-    total += static_cast<uint64_t>(got);
-    std::string chunk = carry + std::string(buf.data(), static_cast<size_t>(got));
-    size_t pos = 0;
-    while ((pos = chunk.find(needle, pos)) != std::string::npos) {
-      ++n;
-      pos += needle.size();
+  int r = Z_OK;
+  while (r == Z_OK) {
+    if (z.avail_in == 0) {
+      in.read(ibuf.data(), static_cast<std::streamsize>(ibuf.size()));
+      if (in.gcount() == 0) break;
+      z.next_in = reinterpret_cast<Bytef*>(ibuf.data());
+      z.avail_in = static_cast<uInt>(in.gcount());
     }
+    z.next_out = reinterpret_cast<Bytef*>(obuf.data());
+    z.avail_out = static_cast<uInt>(obuf.size());
+    r = inflate(&z, Z_NO_FLUSH);
+    size_t got = obuf.size() - z.avail_out;
+    total += got;
+    std::string chunk = carry + std::string(obuf.data(), got);
+    for (size_t pos = 0; (pos = chunk.find(needle, pos)) != std::string::npos; pos += needle.size()) ++n;
     carry = chunk.size() >= needle.size() ? chunk.substr(chunk.size() - (needle.size() - 1)) : chunk;
   }
-  gzclose(f);
+  bool one = r == Z_STREAM_END && z.avail_in == 0 && in.peek() == EOF;
+  inflateEnd(&z);
+  *x_events = n;
   *json_bytes = total;
-  return n;
+  return one;
+}
+
+// The pipeline the sliced writer replaced (the library's until then): JSON
+// formatted on the calling thread, zlib deflating on a second thread, a queue
+// of at most 4 blocks between them.
+class ZlibThreadGz {
+ public:
+  ZlibThreadGz(FILE* f, int level) : f_(f) {
+    deflateInit2(&z_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    worker_ = std::thread([this] { Run(); });
+  }
+  ~ZlibThreadGz() { deflateEnd(&z_); }
+  bool Push(std::string_view s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_cv_.wait(lock, [&] { return queue_.size() < 4; });
+    queue_.emplace_back(s);
+    data_cv_.notify_one();
+    return true;
+  }
+  bool Finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    data_cv_.notify_one();
+    worker_.join();
+    return ok_;
+  }
+
+ private:
+  void Run() {
+    std::vector<unsigned char> out(1 << 18);
+    for (;;) {
+      std::string block;
+      bool last = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        data_cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) last = true;
+        else {
+          block = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      space_cv_.notify_one();
+      z_.next_in = reinterpret_cast<Bytef*>(block.data());
+      z_.avail_in = static_cast<uInt>(block.size());
+      do {
+        z_.next_out = out.data();
+        z_.avail_out = static_cast<uInt>(out.size());
+        deflate(&z_, last ? Z_FINISH : Z_NO_FLUSH);
+        size_t have = out.size() - z_.avail_out;
+        ok_ = ok_ && std::fwrite(out.data(), 1, have, f_) == have;
+      } while (z_.avail_out == 0);
+      if (last) return;
+    }
+  }
+  FILE* f_;
+  z_stream z_{};
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable data_cv_, space_cv_;
+  std::deque<std::string> queue_;
+  bool done_ = false;
+  bool ok_ = true;
+};
+
+// Deflate alone, one thread, over `json` in 1 MiB blocks; returns the output size.
+size_t deflate_zlib(const std::string& json, int level) {
+  z_stream z{};
+  deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  std::vector<unsigned char> out(1 << 20);
+  size_t total = 0;
+  for (size_t off = 0; off < json.size() || off == 0; off += 1 << 20) {
+    size_t n = std::min<size_t>(1 << 20, json.size() - off);
+    bool last = off + n >= json.size();
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(json.data() + off));
+    z.avail_in = static_cast<uInt>(n);
+    do {
+      z.next_out = out.data();
+      z.avail_out = static_cast<uInt>(out.size());
+      deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
+      total += out.size() - z.avail_out;
+    } while (z.avail_out == 0);
+    if (last) break;
+  }
+  deflateEnd(&z);
+  return total;
+}
+// libdeflate compresses whole buffers only (no streaming, no flush): each
+// 1 MiB block becomes its own deflate stream, which cannot be chained into
+// one gzip member; measured as the speed a whole-buffer deflate reaches.
+size_t deflate_libdeflate(const std::string& json, int level) {
+  libdeflate_compressor* c = libdeflate_alloc_compressor(level);
+  std::vector<unsigned char> out(libdeflate_deflate_compress_bound(c, 1 << 20));
+  size_t total = 0;
+  for (size_t off = 0; off < json.size(); off += 1 << 20) {
+    size_t n = std::min<size_t>(1 << 20, json.size() - off);
+    total += libdeflate_deflate_compress(c, json.data() + off, n, out.data(), out.size());
+  }
+  libdeflate_free_compressor(c);
+  return total;
+}
+size_t deflate_igzip(const std::string& json, int level) {
+  std::vector<uint8_t> level_buf(ISAL_DEF_LVL1_DEFAULT > ISAL_DEF_LVL3_DEFAULT ? ISAL_DEF_LVL1_DEFAULT
+                                                                              : ISAL_DEF_LVL3_DEFAULT);
+  isal_zstream s;
+  isal_deflate_init(&s);
+  s.level = static_cast<uint32_t>(level);
+  s.level_buf = level_buf.data();
+  s.level_buf_size = static_cast<uint32_t>(level_buf.size());
+  s.gzip_flag = IGZIP_GZIP;
+  std::vector<uint8_t> out(1 << 20);
+  size_t total = 0;
+  for (size_t off = 0; off < json.size() || off == 0; off += 1 << 20) {
+    size_t n = std::min<size_t>(1 << 20, json.size() - off);
+    s.next_in = reinterpret_cast<uint8_t*>(const_cast<char*>(json.data() + off));
+    s.avail_in = static_cast<uint32_t>(n);
+    s.end_of_stream = off + n >= json.size();
+    do {
+      s.next_out = out.data();
+      s.avail_out = static_cast<uint32_t>(out.size());
+      isal_deflate(&s);
+      total += out.size() - s.avail_out;
+    } while (s.avail_in > 0 || s.avail_out == 0 || (s.end_of_stream && s.internal_state.state != ZSTATE_END));
+    if (s.end_of_stream) break;
+  }
+  return total;
 }
 
 }  // namespace
@@ -311,13 +467,15 @@ int main(int argc, char** argv) {
   uint64_t n = 10'000'000;
   std::string dir;
   bool naive = true;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--events" && i + 1 < argc) n = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--skip-naive") naive = false;
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--events N] [--dir DIR] [--skip-naive]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--events N] [--dir DIR] [--skip-naive] [--rounds R]\n", argv[0]);
       return 2;
     }
   }
@@ -359,13 +517,110 @@ int main(int argc, char** argv) {
       ok = false;
     }
   });
-  Row jr = measure("WriteTraceJsonGz (.trace.json.gz)", n, json_path, [&] {
-    auto st = exporter::WriteTraceJsonGz(space, json_path);
-    if (!st.ok()) {
-      std::printf("WriteTraceJsonGz failed\n");
-      ok = false;
+  // trace.json.gz: `rounds` rounds of every variant, interleaved so that load
+  // from other processes falls on all of them alike.
+  struct Variant {
+    std::string name;
+    std::function<bool(const std::string&)> write;
+  };
+  auto sliced = [&space](bool zlib, int threads) {
+    return [&space, zlib, threads](const std::string& path) {
+      exporter::TraceJsonOptions o;
+      o.zlib = zlib;
+      o.threads = threads;
+      return exporter::WriteTraceJsonGz(space, path, o).ok();
+    };
+  };
+  const std::vector<Variant> variants = {
+      {"WriteTraceJsonGz (default)", [&](const std::string& p) { return exporter::WriteTraceJsonGz(space, p).ok(); }},
+      {"slices: igzip level 1, 2 threads", sliced(false, 2)},
+      {"slices: igzip level 1, 1 thread", sliced(false, 1)},
+      {"(a) slices: zlib level 1, 2 threads", sliced(true, 2)},
+      {"before: format | one zlib-1 thread",
+       [&](const std::string& p) {
+         FILE* f = std::fopen(p.c_str(), "wb");
+         if (!f) return false;
+         ZlibThreadGz gz(f, 1);
+         bool fine = exporter::StreamTraceJson(space, {}, [&](std::string_view s) { return gz.Push(s); });
+         fine = gz.Finish() && fine;
+         return std::fclose(f) == 0 && fine;
+       }},
+  };
+  std::map<std::string, std::vector<double>> walls, cpus;
+  std::map<std::string, int64_t> sizes;
+  std::vector<std::string> order;
+  auto record = [&](const Row& r, int64_t size) {
+    if (!walls.count(r.what)) order.push_back(r.what);
+    walls[r.what].push_back(r.seconds);
+    cpus[r.what].push_back(r.cpu);
+    sizes[r.what] = size;
+  };
+  Row jr{};
+  for (int round = 0; round < rounds; ++round) {
+    std::printf("\ntrace.json.gz, round %d of %d:\n", round + 1, rounds);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const std::string path = dir + "/v" + std::to_string(v) + ".trace.json.gz";
+      Row r = measure(variants[v].name, n, path, [&] {
+        if (!variants[v].write(path)) {
+          std::printf("%s failed\n", variants[v].name.c_str());
+          ok = false;
+        }
+      });
+      record(r, r.out_bytes);
+      if (v == 0 && round == 0) jr = r;
+      if (round == 0) {
+        uint64_t x = 0, json_bytes = 0;
+        bool one = check_one_gzip_member(path, &x, &json_bytes);
+        bool vok = one && x == n;
+        ok = ok && vok;
+        std::printf("    check: %s, %" PRIu64 " \"ph\":\"X\" events (want %" PRIu64 "), %.1f MiB JSON -> %s\n",
+                    one ? "one gzip member" : "NOT one gzip member", x, n, mib(static_cast<int64_t>(json_bytes)),
+                    vok ? "OK" : "FAIL");
+      }
+      std::error_code ec;
+      fs::remove(path, ec);
     }
-  });
+    // The floor: formatting alone, then deflate alone on the same JSON bytes.
+    size_t json_size = 0;
+    record(measure("floor: format JSON only, 1 thread", n, "",
+                   [&] {
+                     exporter::StreamTraceJson(space, {}, [&](std::string_view s) {
+                       json_size += s.size();
+                       return true;
+                     });
+                   }),
+           -1);
+    std::string json;
+    json.reserve(json_size);
+    exporter::StreamTraceJson(space, {}, [&](std::string_view s) {
+      json.append(s);
+      return true;
+    });
+    const std::pair<const char*, size_t (*)(const std::string&, int)> deflaters[] = {
+        {"deflate alone: zlib level 1", deflate_zlib},
+        {"deflate alone: libdeflate level 1", deflate_libdeflate},
+        {"deflate alone: igzip level 1", deflate_igzip}};
+    for (const auto& [name, fn] : deflaters) {
+      size_t out = 0;
+      Row r = measure(name, n, "", [&] { out = fn(json, 1); });
+      record(r, static_cast<int64_t>(out));
+      std::printf("    %.0f MB/s, %.1f MiB out\n", static_cast<double>(json.size()) / r.seconds / 1e6,
+                  mib(static_cast<int64_t>(out)));
+    }
+  }
+  // Wall time is what users wait for; CPU time (all threads) is what a loaded machine hides least.
+  std::printf("\ntrace.json.gz over %d rounds (seconds; M events/s from wall time; CPU: all threads):\n", rounds);
+  std::printf("  %-38s %8s %8s %9s %10s %8s %8s\n", "step", "best s", "median s", "best M/s", "median M/s",
+              "min CPU", "out MiB");
+  for (const std::string& what : order) {
+    std::vector<double> w = walls[what], c = cpus[what];
+    std::sort(w.begin(), w.end());
+    std::sort(c.begin(), c.end());
+    double best = w.front(), median = w[w.size() / 2];
+    std::printf("  %-38s %8.3f %8.3f %9.2f %10.2f %8.3f %8.1f\n", what.c_str(), best, median,
+                static_cast<double>(n) / best / 1e6, static_cast<double>(n) / median / 1e6, c.front(),
+                sizes[what] < 0 ? 0.0 : mib(sizes[what]));
+  }
 
   Row nb{}, ns{};
   if (naive) {
@@ -442,15 +697,6 @@ int main(int argc, char** argv) {
                 " events (want %" PRIu64 "), %" PRIu64 " stats (want %" PRIu64 ") -> %s\n",
                 seconds_since(t1), parsed ? "yes" : "no", events, n, stats, want_stats, rt ? "OK" : "FAIL");
   }
-  {
-    uint64_t json_bytes = 0;
-    uint64_t x = count_json_events(json_path, &json_bytes);
-    bool jok = x == n;
-    ok = ok && jok;
-    std::printf("trace.json.gz check: %" PRIu64 " \"ph\":\"X\" events (want %" PRIu64 "), %.1f MiB uncompressed -> %s\n",
-                x, n, mib(static_cast<int64_t>(json_bytes)), jok ? "OK" : "FAIL");
-  }
-
   // Goals.
   auto peak_ratio = [&](const Row& r) { return static_cast<double>(r.hwm - rss0) / static_cast<double>(model_rss); };
   double x_rate = static_cast<double>(n) / xr.seconds, j_rate = static_cast<double>(n) / jr.seconds;
@@ -458,8 +704,12 @@ int main(int argc, char** argv) {
   std::printf("\nGoals (model = %.1f MiB, peak ratio = (peak RSS - RSS before the model) / model):\n", mib(model_rss));
   std::printf("  .xplane.pb: %.3f s for %" PRIu64 " events (%.2f s per 10M), goal < 3 s per 10M: %s\n", xr.seconds, n,
               x_for_10m, x_for_10m < 3 ? "MET" : "NOT MET");
-  std::printf("  .trace.json.gz: %.2f M events/s (%.2f M per CPU second), goal >= 1.5 M/s: %s\n", j_rate / 1e6,
-              static_cast<double>(n) / jr.cpu / 1e6, j_rate >= 1.5e6 ? "MET" : "NOT MET");
+  std::vector<double> jw = walls[variants[0].name];
+  std::sort(jw.begin(), jw.end());
+  j_rate = static_cast<double>(n) / jw[jw.size() / 2];
+  std::printf("  .trace.json.gz: %.2f M events/s (median of %d rounds; first round %.2f M per CPU second), "
+              "goal >= 4 M/s: %s\n",
+              j_rate / 1e6, rounds, static_cast<double>(n) / jr.cpu / 1e6, j_rate >= 4e6 ? "MET" : "NOT MET");
   std::printf("  peak during .xplane.pb export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",
               peak_ratio(xr), mib(xr.hwm - xr.rss_before), peak_ratio(xr) <= 2 ? "MET" : "NOT MET");
   std::printf("  peak during .trace.json.gz export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",

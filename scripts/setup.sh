@@ -6,7 +6,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
-      zlib1g-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+      zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       python3 python3-pip libdw-dev libunwind-dev golang-go
       chromium nodejs)
 missing=()

@@ -3,6 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <map>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
@@ -133,6 +139,141 @@ TEST(TraceJson, PerfettoVariantHasNoMetadataAndGzipReads) {
   EXPECT_FALSE(j.contains("metadata"));
   EXPECT_EQ(j["displayTimeUnit"], "ns");
   EXPECT_FALSE(exporter::WriteTraceJsonGz(SampleSpace(), dir + "/no/such/dir.json.gz").ok());
+}
+
+// Inflates `gz` as gzip (windowBits 31) and reports whether it is exactly
+// one member: the stream ends (Z_STREAM_END) at the file's last byte.
+// Perfetto's importer reads only the first member of a concatenation.
+bool InflateOneMember(const std::string& gz, std::string* out) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return false;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  z.avail_in = static_cast<uInt>(gz.size());
+  char buf[1 << 16];
+  int r = Z_OK;
+  while (r == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    r = inflate(&z, Z_NO_FLUSH);
+    out->append(buf, sizeof buf - z.avail_out);
+  }
+  bool one = r == Z_STREAM_END && z.avail_in == 0;
+  inflateEnd(&z);
+  return one;
+}
+
+// A model whose JSON (~9 MB) spans many of the writer's ~1 MiB slices, with
+// names longer than its formatting buffer and a counter line.
+model::Space LargeSpace() {
+  model::Space space = SampleSpace();
+  model::Plane& host = *space.find_plane(model::kHostPlaneName);
+  std::string long_name(300'000, 'n');
+  for (size_t i = 0; i < long_name.size(); i += 997) long_name[i] = i % 2 ? '"' : '\x01';
+  long_name += "\xe2\x9c\x93 \xc3";  // a valid and a cut UTF-8 sequence at the end
+  uint32_t names[] = {host.intern_event("step"), host.intern_event("op \\ x"), host.intern_event(long_name)};
+  for (int l = 0; l < 3; ++l) {
+    model::Line& line = host.line_with_id(100 + l);
+    line.name = "worker " + std::to_string(l);
+    for (int64_t i = 0; i < 25'000; ++i) {
+      model::Event e{i * 1'234'567, 1'000'000 + i, names[i == 7 || i == 20'007 ? 2 : i % 2], model::kNoStats};
+      if (i % 10 == 0) {
+        e.stats = static_cast<uint32_t>(line.stat_lists.size());
+        line.stat_lists.push_back({host.int_stat("step_num", i), host.str_stat("shape", "f32[8,128]")});
+      }
+      line.events.push_back(e);
+    }
+  }
+  model::Line& counters = host.line_with_id(200);
+  counters.name = "_counters_";
+  for (int64_t i = 0; i < 1000; ++i) {
+    model::Event e{i * 1000, 0, host.intern_event("live bytes"), static_cast<uint32_t>(counters.stat_lists.size())};
+    counters.stat_lists.push_back({host.uint_stat("bytes", static_cast<uint64_t>(i) * 4096)});
+    counters.events.push_back(e);
+  }
+  host.stats.push_back(host.uint_stat("dropped_events", 3));
+  return space;
+}
+
+// The slices that worker threads deflate form one gzip member whose content
+// is exactly the JSON formatted in one piece, with igzip and zlib, with one
+// thread and with several.
+TEST(TraceJson, GzipIsOneMemberHoldingTheWholeJson) {
+  model::Space space = LargeSpace();
+  const std::string json = exporter::TraceJsonString(space);
+  ASSERT_GT(json.size(), 6u << 20);
+  {
+    nlohmann::json j = nlohmann::json::parse(json);
+    size_t complete = 0, counters = 0;
+    for (const auto& e : j["traceEvents"]) {
+      complete += e["ph"] == "X";
+      counters += e["ph"] == "C";
+    }
+    EXPECT_EQ(complete, 3u * 25'000 + 3);  // and SampleSpace's two host events and one GPU kernel
+    EXPECT_EQ(counters, 1000u);
+  }
+  std::string dir = MakeTempDir();
+  struct Case {
+    int level;
+    bool zlib;
+    int threads;
+  } cases[] = {{1, false, 0}, {1, false, 1}, {1, false, 4}, {3, false, 2}, {1, true, 2}, {6, false, 3}};
+  std::map<std::pair<int, bool>, std::string> first_gz;  // by level and deflater
+  for (const Case& c : cases) {
+    SCOPED_TRACE("level " + std::to_string(c.level) + (c.zlib ? " zlib" : "") + ", threads " + std::to_string(c.threads));
+    exporter::TraceJsonOptions o;
+    o.gzip_level = c.level;
+    o.zlib = c.zlib;
+    o.threads = c.threads;
+    const std::string path = dir + "/t.json.gz";
+    ASSERT_TRUE(exporter::WriteTraceJsonGz(space, path, o).ok());
+    std::string gz = spyglass::testing::ReadFile(path), text;
+    EXPECT_TRUE(InflateOneMember(gz, &text)) << "not exactly one gzip member";
+    EXPECT_EQ(text.size(), json.size());
+    EXPECT_TRUE(text == json) << "the gzip content differs from the JSON formatted in one piece";
+    EXPECT_LT(gz.size(), json.size() / 4);
+    // Deterministic: the same bytes whatever the number of threads.
+    auto [it, inserted] = first_gz.emplace(std::make_pair(c.level, c.zlib), gz);
+    if (!inserted) EXPECT_TRUE(it->second == gz) << "the file depends on the number of threads";
+  }
+}
+
+TEST(TraceJson, EmptyModelIsValidJson) {
+  std::string dir = MakeTempDir();
+  ASSERT_TRUE(exporter::WriteTraceJsonGz(model::Space{}, dir + "/e.json.gz").ok());
+  std::string gz = spyglass::testing::ReadFile(dir + "/e.json.gz"), text;
+  EXPECT_TRUE(InflateOneMember(gz, &text));
+  EXPECT_EQ(text, exporter::TraceJsonString(model::Space{}));
+  EXPECT_TRUE(nlohmann::json::parse(text)["traceEvents"].empty());
+  // The one-member check itself: two members concatenated are refused.
+  std::string two;
+  EXPECT_FALSE(InflateOneMember(gz + gz, &two));
+}
+
+TEST(TraceJson, GzipWriteErrorsAreReported) {
+  model::Space space = LargeSpace();
+  if (access("/dev/full", W_OK) == 0) {  // outputs are regular files only
+    Status s = exporter::WriteTraceJsonGz(space, "/dev/full");
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s.message();
+  }
+  // A write in the middle fails, with slices in flight on the workers: the
+  // file size limit stands in for a disk that fills up. In a child process,
+  // since the limit holds for the whole process.
+  std::string dir = MakeTempDir();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // write() fails with EFBIG instead of the signal
+    rlimit limit{256 << 10, 256 << 10};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    exporter::TraceJsonOptions o;
+    o.threads = 2;
+    Status s = exporter::WriteTraceJsonGz(space, dir + "/t.json.gz", o);
+    _exit(!s.ok() && s.message().find("File too large") != std::string::npos ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 TEST(TraceMeName, ParsesLikeTheReference) {

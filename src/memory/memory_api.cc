@@ -1,5 +1,4 @@
 // The public memory API (include/spyglass/memory.h) and the snapshot to pprof.
-#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -8,6 +7,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "export/output_file.h"
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
@@ -210,23 +210,7 @@ Status save_device_memory_profile(const std::string& path, std::string_view back
   memory::internal::ScopedUntracked untracked;
   std::string bytes;
   if (Status s = device_memory_profile(&bytes, backend); !s.ok()) return s;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return InternalError("cannot write " + path + ": " + std::strerror(e));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (::close(fd) != 0) return InternalError("cannot write " + path + ": " + std::strerror(errno));
-  return Status::Ok();
+  return exporter::WriteOutputBytes(path, bytes);
 }
 
 }  // namespace spyglass::profiler

@@ -135,15 +135,12 @@ class MemoryTracer : public session::Tracer {
   uint64_t n_ = 0, dropped_ = 0;
 };
 
-struct Registrar {
-  Registrar() {
-    session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
-      uint64_t bytes = o.buffer_bytes_total ? o.buffer_bytes_total / 8 : (64ull << 20);
-      return std::make_unique<MemoryTracer>(std::max<uint64_t>(1024, bytes / sizeof(CounterEvent)));
-    });
-  }
-};
-Registrar g_registrar;
+std::unique_ptr<session::Tracer> MakeMemoryTracer(const profiler::ProfileOptions& o) {
+  uint64_t bytes = o.buffer_bytes_total ? o.buffer_bytes_total / 8 : (64ull << 20);
+  return std::make_unique<MemoryTracer>(std::max<uint64_t>(1024, bytes / sizeof(CounterEvent)));
+}
+
+SPYGLASS_REGISTER_TRACER(memory_timeline, session::kRankMemoryTimeline, MakeMemoryTracer);
 
 }  // namespace
 }  // namespace spyglass::memory

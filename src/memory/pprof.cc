@@ -1,12 +1,17 @@
 #include "memory/pprof.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
+#include <deque>
+#include <limits>
 #include <unordered_map>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -35,25 +40,84 @@ Status Bad(const std::string& what) {
   return InvalidArgumentError("not a valid pprof profile: " + what);
 }
 
-Status Gunzip(std::string_view in, std::string* out) {
+std::string Mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// What a profile may use while it is read: decompressed bytes and parsed
+// structures are charged against options.max_bytes.
+class Budget {
+ public:
+  explicit Budget(size_t max) : left_(max), max_(max) {}
+  bool take(size_t n) {
+    if (n > left_) over_ = true;
+    if (over_) return false;
+    left_ -= n;
+    return true;
+  }
+  size_t left() const { return left_; }
+  bool over() const { return over_; }
+  Status exceeded(const char* what) const {
+    return InvalidArgumentError(std::string("the profile is too large: ") + what + " exceeds the limit of " +
+                                Mib(max_) + " (--max-profile-mb, $SPYGLASS_MAX_PROFILE_MB)");
+  }
+
+ private:
+  size_t left_, max_;
+  bool over_ = false;
+};
+
+// Inflates `in` into *out, stopping with an error past the budget.
+Status Gunzip(std::string_view in, Budget& budget, std::string* out) {
   z_stream z{};
   if (inflateInit2(&z, 15 + 16) != Z_OK) return InternalError("zlib init failed");
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  char buf[1 << 16];
-  int rc;
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
+  // The gzip trailer's size (mod 2^32) as a first guess; deflate expands at
+  // most ~1032x, so a lying trailer cannot make a small file reserve much.
+  size_t cap = 1 << 16;
+  if (in.size() >= 4) {
+    uint32_t isize;
+    std::memcpy(&isize, in.data() + in.size() - 4, 4);
+    cap = std::max(cap, std::min(static_cast<size_t>(isize) + 1, in.size() * 1032));
+  }
+  cap = std::min(cap, budget.left());
+  out->resize(cap);
+  size_t used = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    if (z.avail_in == 0 && !in.empty()) {
+      size_t n = std::min<size_t>(in.size(), 1u << 30);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+      z.avail_in = static_cast<uInt>(n);
+      in.remove_prefix(n);
+    }
+    if (used == out->size()) {
+      // Full: grow within the budget, or check with one spare byte whether more follows.
+      size_t grow = std::min(out->size(), budget.left() - out->size());
+      if (grow == 0) {
+        char spare;
+        z.next_out = reinterpret_cast<Bytef*>(&spare);
+        z.avail_out = 1;
+        rc = inflate(&z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END && z.avail_out == 1) break;
+        inflateEnd(&z);
+        if (z.avail_out == 0) return budget.exceeded("the decompressed data");
+        return Bad("the gzip data is truncated or corrupt");
+      }
+      out->resize(out->size() + grow);
+    }
+    size_t room = std::min<size_t>(out->size() - used, 1u << 30);
+    z.next_out = reinterpret_cast<Bytef*>(out->data() + used);
+    z.avail_out = static_cast<uInt>(room);
     rc = inflate(&z, Z_NO_FLUSH);
+    used += room - z.avail_out;
     if (rc != Z_OK && rc != Z_STREAM_END) {
       inflateEnd(&z);
       if (rc == Z_BUF_ERROR) return Bad("the gzip data is truncated");
       return Bad(std::string("the gzip data is corrupt (") + (z.msg ? z.msg : "inflate error") + ")");
     }
-    out->append(buf, sizeof buf - z.avail_out);
-  } while (rc != Z_STREAM_END);
+  }
   inflateEnd(&z);
+  out->resize(used);
+  if (out->capacity() - used > used / 4) out->shrink_to_fit();  // a copy: only when much is unused
+  if (!budget.take(used)) return budget.exceeded("the decompressed data");
   return Status::Ok();
 }
 
@@ -73,22 +137,25 @@ struct RawFunction {
   int64_t name = 0, filename = 0;
 };
 
+// Rough heap cost of one hash or tree node beyond its value.
+constexpr size_t kNodeCost = 48;
+
 // Reads a varint field value or a packed run into `out`.
-bool ReadRepeatedVarint(CodedInputStream& in, uint32_t wire, std::vector<uint64_t>* out) {
+template <typename T>
+bool ReadRepeatedVarint(CodedInputStream& in, uint32_t wire, Budget& budget, std::vector<T>* out) {
+  uint64_t v;
   if (wire == kVarint) {
-    uint64_t v;
-    if (!in.ReadVarint64(&v)) return false;
-    out->push_back(v);
+    if (!in.ReadVarint64(&v) || !budget.take(sizeof(T))) return false;
+    out->push_back(static_cast<T>(v));
     return true;
   }
   if (wire != kLen) return false;
   uint32_t len;
-  if (!in.ReadVarint32(&len)) return false;
+  if (!in.ReadVarint32(&len) || static_cast<int>(len) < 0) return false;
   auto limit = in.PushLimit(static_cast<int>(len));
   while (in.BytesUntilLimit() > 0) {
-    uint64_t v;
-    if (!in.ReadVarint64(&v)) return false;
-    out->push_back(v);
+    if (!in.ReadVarint64(&v) || !budget.take(sizeof(T))) return false;
+    out->push_back(static_cast<T>(v));
   }
   in.PopLimit(limit);
   return true;
@@ -103,7 +170,7 @@ bool SkipField(CodedInputStream& in, uint32_t tag) {
     case 1: return in.Skip(8);
     case 2: {
       uint32_t len;
-      return in.ReadVarint32(&len) && in.Skip(static_cast<int>(len));
+      return in.ReadVarint32(&len) && static_cast<int>(len) >= 0 && in.Skip(static_cast<int>(len));
     }
     case 5: return in.Skip(4);
     default: return false;
@@ -126,27 +193,39 @@ bool ForEachField(CodedInputStream& in, F f) {
   return true;
 }
 
-}  // namespace
+// Owns the serialized profile the views of a PprofProfile point into, and the
+// text of numeric labels.
+struct Storage {
+  std::string bytes;
+  std::deque<std::string> numbers;
+};
 
-Status ParsePprof(std::string_view bytes, PprofProfile* out) {
+Status ParseOwned(std::string bytes, Budget& budget, PprofProfile* out) {
   *out = PprofProfile{};
   if (bytes.empty()) return Bad("the file is empty");
-  std::string plain;
+  auto storage = std::make_shared<Storage>();
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f && static_cast<unsigned char>(bytes[1]) == 0x8b) {
-    if (Status s = Gunzip(bytes, &plain); !s.ok()) return s;
-    bytes = plain;
+    if (Status s = Gunzip(bytes, budget, &storage->bytes); !s.ok()) return s;
+    std::string().swap(bytes);
+  } else {
+    if (!budget.take(bytes.size())) return budget.exceeded("the file");
+    storage->bytes = std::move(bytes);
   }
-  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
+  std::string_view data = storage->bytes;
+  if (data.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return Bad("the data is over 2 GiB, which protobuf cannot hold");
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(data.data()), static_cast<int>(data.size()));
   std::vector<std::pair<int64_t, int64_t>> sample_types;
   std::vector<RawSample> samples;
   std::unordered_map<uint64_t, std::vector<RawLine>> locations;
   std::unordered_map<uint64_t, RawFunction> functions;
-  std::vector<std::string> strings;
+  std::vector<std::string_view> strings;
   bool ok = true;
+  auto take = [&](size_t n) { return ok = ok && budget.take(n); };
   while (ok) {
     uint32_t tag = in.ReadTag();
     if (tag == 0) {
-      ok = in.CurrentPosition() == static_cast<int>(bytes.size());
+      ok = in.CurrentPosition() == static_cast<int>(data.size());
       break;
     }
     uint32_t field = tag >> 3, wire = tag & 7;
@@ -158,17 +237,12 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
         if (f == 2) return varint_of(w, &unit);
         return SkipField(in, (f << 3) | w);
       });
-      sample_types.emplace_back(type, unit);
+      if (take(sizeof(sample_types[0]))) sample_types.emplace_back(type, unit);
     } else if (field == kProfileSample && wire == kLen) {
       RawSample s;
-      ok = ForEachField(in, [&](uint32_t f, uint32_t w) {
-        if (f == 1) return ReadRepeatedVarint(in, w, &s.locs);
-        if (f == 2) {
-          std::vector<uint64_t> v;
-          if (!ReadRepeatedVarint(in, w, &v)) return false;
-          for (uint64_t x : v) s.values.push_back(static_cast<int64_t>(x));
-          return true;
-        }
+      ok = take(sizeof s) && ForEachField(in, [&](uint32_t f, uint32_t w) {
+        if (f == 1) return ReadRepeatedVarint(in, w, budget, &s.locs);
+        if (f == 2) return ReadRepeatedVarint(in, w, budget, &s.values);
         if (f == 3 && w == kLen) {
           RawLabel l;
           uint64_t v;
@@ -181,15 +255,15 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
             return SkipField(in, (lf << 3) | lw);
           });
           s.labels.push_back(l);
-          return r;
+          return r && budget.take(sizeof l);
         }
         return SkipField(in, (f << 3) | w);
       });
-      samples.push_back(std::move(s));
+      if (ok) samples.push_back(std::move(s));
     } else if (field == kProfileLocation && wire == kLen) {
       uint64_t id = 0;
       std::vector<RawLine> lines;
-      ok = ForEachField(in, [&](uint32_t f, uint32_t w) {
+      ok = take(kNodeCost) && ForEachField(in, [&](uint32_t f, uint32_t w) {
         if (f == 1) return varint_of(w, &id);
         if (f == 4 && w == kLen) {
           RawLine l;
@@ -204,7 +278,7 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
             return SkipField(in, (lf << 3) | lw);
           });
           lines.push_back(l);
-          return r;
+          return r && budget.take(sizeof l);
         }
         return SkipField(in, (f << 3) | w);
       });
@@ -213,7 +287,7 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
     } else if (field == kProfileFunction && wire == kLen) {
       uint64_t id = 0, v = 0;
       RawFunction fn;
-      ok = ForEachField(in, [&](uint32_t f, uint32_t w) {
+      ok = take(kNodeCost) && ForEachField(in, [&](uint32_t f, uint32_t w) {
         if (f == 1) return varint_of(w, &id);
         if (f == 2 || f == 4) {
           if (!varint_of(w, &v)) return false;
@@ -225,10 +299,12 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
       if (ok && id == 0) return Bad("a function has the reserved id 0");
       if (ok && !functions.emplace(id, fn).second) return Bad("two functions share id " + std::to_string(id));
     } else if (field == kProfileStringTable && wire == kLen) {
+      // A view into the data: a string referenced many times is stored once.
       uint32_t len;
-      std::string s;
-      ok = in.ReadVarint32(&len) && in.ReadString(&s, static_cast<int>(len));
-      strings.push_back(std::move(s));
+      ok = in.ReadVarint32(&len) && static_cast<int>(len) >= 0 && take(sizeof(std::string_view));
+      int pos = in.CurrentPosition();
+      ok = ok && in.Skip(static_cast<int>(len));
+      if (ok) strings.push_back(data.substr(static_cast<size_t>(pos), len));
     } else if (field == kProfileTimeNanos && wire == kVarint) {
       uint64_t v;
       ok = in.ReadVarint64(&v);
@@ -237,65 +313,129 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out) {
       ok = SkipField(in, tag);
     }
   }
+  if (budget.over()) return budget.exceeded("the parsed profile");
   if (!ok) return Bad("the protobuf data is truncated or corrupt");
   if (strings.empty() || !strings[0].empty()) return Bad("string_table[0] must be \"\" (is this a pprof file?)");
   if (sample_types.empty()) return Bad("no sample types");
-  auto str = [&](int64_t i, std::string* s) {
+  auto str = [&](int64_t i, std::string_view* s) {
     if (i < 0 || static_cast<size_t>(i) >= strings.size()) return false;
     *s = strings[static_cast<size_t>(i)];
     return true;
   };
   for (size_t i = 0; i < sample_types.size(); ++i) {
-    std::string t, u;
+    std::string_view t, u;
     if (!str(sample_types[i].first, &t) || !str(sample_types[i].second, &u)) return Bad("a string index is out of range");
-    std::string base = t.rfind("inuse_", 0) == 0 ? t.substr(6) : t;
+    std::string_view base = t.substr(t.rfind("inuse_", 0) == 0 ? 6 : 0);
     if (base == "allocations" || base == "objects") out->count_index = static_cast<int>(i);
     if (base == "space") out->bytes_index = static_cast<int>(i);
+    if (!budget.take(sizeof(out->sample_types[0]) + t.size() + u.size())) return budget.exceeded("the sample types");
     out->sample_types.emplace_back(t, u);
   }
   if (out->bytes_index < 0) out->bytes_index = static_cast<int>(sample_types.size()) - 1;
+  if (!budget.take(samples.size() * sizeof(PprofSample))) return budget.exceeded("the parsed profile");
+  out->samples.reserve(samples.size());
   for (RawSample& rs : samples) {
     if (rs.values.size() != sample_types.size())
       return Bad("a sample has " + std::to_string(rs.values.size()) + " values vs. " +
                  std::to_string(sample_types.size()) + " sample types");
     PprofSample s;
     s.values = std::move(rs.values);
+    // Frames are the expansion a small file can ask for (ids x lines): charged
+    // before they are made.
+    std::vector<const std::vector<RawLine>*> locs;
+    size_t frames = 0;
+    if (!budget.take(rs.locs.size() * sizeof(locs[0]))) return budget.exceeded("the expanded stacks");
+    locs.reserve(rs.locs.size());
     for (uint64_t id : rs.locs) {
       auto it = locations.find(id);
       if (it == locations.end()) return Bad("a sample refers to missing location " + std::to_string(id));
-      for (const RawLine& l : it->second) {
+      locs.push_back(&it->second);
+      frames += it->second.size();
+      if (frames > budget.left() / sizeof(PprofFrame)) return budget.exceeded("the expanded stacks");
+    }
+    budget.take(frames * sizeof(PprofFrame));
+    s.frames.reserve(frames);
+    for (const std::vector<RawLine>* lines : locs) {
+      for (const RawLine& l : *lines) {
         auto f = functions.find(l.function_id);
         if (f == functions.end()) return Bad("a location refers to missing function " + std::to_string(l.function_id));
         PprofFrame fr;
         if (!str(f->second.name, &fr.function) || !str(f->second.filename, &fr.file))
           return Bad("a string index is out of range");
         fr.line = l.line;
-        s.frames.push_back(std::move(fr));
+        s.frames.push_back(fr);
       }
     }
     for (const RawLabel& l : rs.labels) {
-      std::string k, v;
+      std::string_view k, v;
       if (!str(l.key, &k) || !str(l.str, &v)) return Bad("a string index is out of range");
-      s.labels[k] = l.str ? v : std::to_string(l.num);
+      if (!budget.take(kNodeCost + sizeof(std::string))) return budget.exceeded("the labels");
+      if (l.str == 0) v = storage->numbers.emplace_back(std::to_string(l.num));
+      s.labels[k] = v;
     }
     out->samples.push_back(std::move(s));
   }
+  out->storage = std::move(storage);
   return Status::Ok();
 }
 
-Status ReadPprofFile(const std::string& path, PprofProfile* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError("cannot open " + path);
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  Status s = ParsePprof(bytes, out);
-  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-  return s;
+}  // namespace
+
+Status ParsePprof(std::string_view bytes, PprofProfile* out, const PprofReadOptions& options) {
+  Budget budget(options.max_bytes);
+  if (bytes.size() > options.max_bytes) return budget.exceeded("the input");
+  return ParseOwned(std::string(bytes), budget, out);
+}
+
+Status ReadPprofFile(const std::string& path, PprofProfile* out, const PprofReadOptions& options) {
+  *out = PprofProfile{};
+  auto fail = [&](Status s) { return Status(s.code(), path + ": " + s.message()); };
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    std::string why = "cannot open " + path + ": " + std::strerror(err);
+    return err == ENOENT ? NotFoundError(why) : InvalidArgumentError(why);
+  }
+  struct stat st {};
+  std::string bytes;
+  Status s = Status::Ok();
+  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    s = InvalidArgumentError(S_ISDIR(st.st_mode) ? "is a directory, not a profile file" : "cannot stat the file");
+  } else {
+    // Read at most one byte past the limit (st_size is only a hint: pipes, /proc).
+    size_t limit = options.max_bytes;
+    if (S_ISREG(st.st_mode)) bytes.reserve(std::min(static_cast<size_t>(st.st_size), limit) + 1);
+    char buf[1 << 16];
+    while (s.ok()) {
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) s = InvalidArgumentError(std::string("cannot read: ") + std::strerror(errno));
+      if (n <= 0) break;
+      if (bytes.size() + static_cast<size_t>(n) > limit) s = Budget(limit).exceeded("the file");
+      else bytes.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  if (!s.ok()) return fail(s);
+  Budget budget(options.max_bytes);
+  s = ParseOwned(std::move(bytes), budget, out);
+  return s.ok() ? s : fail(s);
 }
 
 // ---- reports ----------------------------------------------------------------------
 namespace {
 
-bool IsPlumbing(const std::string& fn) {
+// Names are cut to this many bytes when printed; scans for a plumbing prefix
+// or a basename look no further either (a name may be megabytes).
+constexpr size_t kMaxShown = 120;
+constexpr size_t kMaxScan = 4096;
+
+std::string Shown(std::string_view s) {
+  if (s.size() <= kMaxShown) return std::string(s);
+  return std::string(s.substr(0, kMaxShown - 3)) + "...";
+}
+
+bool IsPlumbing(std::string_view fn) {
   static const char* const kPrefixes[] = {
       "operator new", "operator delete", "malloc", "calloc", "realloc", "reallocarray", "posix_memalign",
       "aligned_alloc", "memalign", "valloc", "pvalloc", "__libc_", "std::", "__gnu_cxx::", "__cxx",
@@ -303,50 +443,85 @@ bool IsPlumbing(const std::string& fn) {
   for (const char* p : kPrefixes)
     if (fn.rfind(p, 0) == 0) return true;
   // "T* std::..." / "std::vector<...>* ..." return-type prefixed template instances
+  fn = fn.substr(0, kMaxScan);
   size_t sp = fn.find(' ');
   size_t paren = fn.find('(');
-  if (sp != std::string::npos && sp < paren && fn.compare(sp + 1, 5, "std::") == 0) return true;
+  if (sp != std::string_view::npos && sp < paren && fn.substr(sp + 1, 5) == "std::") return true;
   return false;
 }
 
-std::string Basename(const std::string& p) {
+std::string_view Basename(std::string_view p) {
+  if (p.size() > kMaxScan) p = p.substr(p.size() - kMaxScan);
   size_t s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
+  return s == std::string_view::npos ? p : p.substr(s + 1);
 }
 
 std::string FrameText(const PprofFrame& f) {
-  std::string out = f.function;
-  if (out.size() > 120) out = out.substr(0, 117) + "...";
+  std::string out = Shown(f.function);
   if (!f.file.empty()) {
-    out += "  " + Basename(f.file);
+    out += "  " + Shown(Basename(f.file));
     if (f.line > 0) out += ":" + std::to_string(f.line);
   }
   return out;
 }
 
+uint64_t Magnitude(int64_t v) { return v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v); }
+
 std::string WithCommas(int64_t v) {
-  std::string s = std::to_string(v < 0 ? -v : v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return (v < 0 ? "-" : "") + s;
+  std::string digits = std::to_string(Magnitude(v)), out = v < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
+// Sums that stick at the int64 limits instead of wrapping, and remember it.
 struct Totals {
   int64_t bytes = 0, count = 0;
 };
+struct Checks {
+  bool saturated = false;
+  size_t negative = 0;  // samples with a negative bytes or count value
+};
+int64_t SatAdd(int64_t a, int64_t b, Checks* c) {
+  int64_t r;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  c->saturated = true;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
+int64_t SatSub(int64_t a, int64_t b, Checks* c) {
+  int64_t r;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  c->saturated = true;
+  return b < 0 ? INT64_MAX : INT64_MIN;
+}
 
-int64_t Value(const PprofProfile&, const PprofSample& s, int idx) {
+int64_t Value(const PprofSample& s, int idx) {
   return idx >= 0 && static_cast<size_t>(idx) < s.values.size() ? s.values[static_cast<size_t>(idx)] : 0;
 }
 
-std::map<std::string, Totals> BySite(const PprofProfile& p, Totals* total) {
+void Add(Totals* t, const PprofProfile& p, const PprofSample& s, Checks* c) {
+  t->bytes = SatAdd(t->bytes, Value(s, p.bytes_index), c);
+  t->count = SatAdd(t->count, Value(s, p.count_index), c);
+}
+
+std::map<std::string, Totals> BySite(const PprofProfile& p, Totals* total, Checks* c) {
   std::map<std::string, Totals> out;
   for (const PprofSample& s : p.samples) {
-    Totals& t = out[CallSite(s)];
-    t.bytes += Value(p, s, p.bytes_index);
-    t.count += Value(p, s, p.count_index);
-    total->bytes += Value(p, s, p.bytes_index);
-    total->count += Value(p, s, p.count_index);
+    if (Value(s, p.bytes_index) < 0 || Value(s, p.count_index) < 0) ++c->negative;
+    Add(&out[CallSite(s)], p, s, c);
+    Add(total, p, s, c);
   }
+  return out;
+}
+
+std::string Warnings(const Checks& c, const std::string& name) {
+  std::string out;
+  if (c.negative)
+    out += "warning: " + name + " has " + std::to_string(c.negative) +
+           " samples with negative values (not a live-memory profile?); they are summed as given\n";
+  if (c.saturated) out += "warning: sums overflow 64 bits; they are shown at the limit (about 8 EiB)\n";
   return out;
 }
 
@@ -363,19 +538,17 @@ std::string Line(const char* fmt, ...) {
 }  // namespace
 
 std::string HumanBytes(int64_t bytes) {
-  double v = static_cast<double>(bytes < 0 ? -bytes : bytes);
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  uint64_t m = Magnitude(bytes);
+  const char* sign = bytes < 0 ? "-" : "";
+  if (m < 1024) return Line("%s%llu B", sign, static_cast<unsigned long long>(m));
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(m);
   int u = 0;
-  while (v >= 1024 && u < 4) {
+  while (v >= 1024 && u < 6) {
     v /= 1024;
     ++u;
   }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%s%lld B", bytes < 0 ? "-" : "", static_cast<long long>(bytes < 0 ? -bytes : bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%s%.1f %s", bytes < 0 ? "-" : "", v, units[u]);
-  return buf;
+  return Line("%s%.1f %s", sign, v, units[u]);
 }
 
 std::string CallSite(const PprofSample& s) {
@@ -387,19 +560,20 @@ std::string CallSite(const PprofSample& s) {
 
 std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top) {
   Totals total;
-  std::map<std::string, Totals> sites = BySite(p, &total);
+  Checks checks;
+  std::map<std::string, Totals> sites = BySite(p, &total, &checks);
   std::map<std::string, Totals> devices;
   for (const PprofSample& s : p.samples) {
-    auto get = [&](const char* k) {
+    auto get = [&](std::string_view k) {
       auto it = s.labels.find(k);
-      return it == s.labels.end() ? std::string("-") : it->second;
+      return it == s.labels.end() ? std::string("-") : Shown(it->second);
     };
-    Totals& t = devices[get("device") + "  " + get("kind")];
-    t.bytes += Value(p, s, p.bytes_index);
-    t.count += Value(p, s, p.count_index);
+    Add(&devices[get("device") + "  " + get("kind")], p, s, &checks);
   }
-  std::string out = "Live memory in " + name + ": " + HumanBytes(total.bytes) + " in " + WithCommas(total.count) +
-                    " allocations\n\nBy device and kind:\n";
+  std::string out = Warnings(checks, name);
+  if (!out.empty()) out += "\n";
+  out += "Live memory in " + name + ": " + HumanBytes(total.bytes) + " in " + WithCommas(total.count) +
+         " allocations\n\nBy device and kind:\n";
   for (const auto& [k, t] : devices)
     out += Line("  %-28s %12s %12s allocations\n", k.c_str(), HumanBytes(t.bytes).c_str(), WithCommas(t.count).c_str());
   std::vector<std::pair<std::string, Totals>> v(sites.begin(), sites.end());
@@ -417,27 +591,37 @@ std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t 
 std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, const std::string& base_name,
                           const std::string& cur_name, size_t top) {
   Totals tb, tc;
-  std::map<std::string, Totals> b = BySite(base, &tb), c = BySite(cur, &tc);
+  Checks cb, cc, checks;
+  std::map<std::string, Totals> b = BySite(base, &tb, &cb), c = BySite(cur, &tc, &cc);
   struct Row {
     std::string site;
     Totals before, after;
-    int64_t dbytes() const { return after.bytes - before.bytes; }
+    int64_t dbytes = 0, dcount = 0;
   };
   std::vector<Row> rows;
-  for (const auto& [k, t] : c) rows.push_back({k, b.count(k) ? b[k] : Totals{}, t});
+  auto row = [&](const std::string& site, Totals before, Totals after) {
+    rows.push_back({site, before, after, SatSub(after.bytes, before.bytes, &checks),
+                    SatSub(after.count, before.count, &checks)});
+  };
+  for (const auto& [k, t] : c) row(k, b.count(k) ? b[k] : Totals{}, t);
   for (const auto& [k, t] : b)
-    if (!c.count(k)) rows.push_back({k, t, Totals{}});
-  std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.dbytes() > y.dbytes(); });
+    if (!c.count(k)) row(k, t, Totals{});
+  std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.dbytes > y.dbytes; });
   auto sign = [](int64_t v) { return (v > 0 ? "+" : "") + std::string(); };
-  std::string out = "Memory growth from " + base_name + " to " + cur_name + ":\n";
-  out += "  live bytes  " + HumanBytes(tb.bytes) + " -> " + HumanBytes(tc.bytes) + "  (" + sign(tc.bytes - tb.bytes) +
-         HumanBytes(tc.bytes - tb.bytes) + ")\n";
-  out += "  allocations " + WithCommas(tb.count) + " -> " + WithCommas(tc.count) + "  (" + sign(tc.count - tb.count) +
-         WithCommas(tc.count - tb.count) + ")\n\n";
+  int64_t dbytes = SatSub(tc.bytes, tb.bytes, &checks), dcount = SatSub(tc.count, tb.count, &checks);
+  checks.saturated |= cb.saturated || cc.saturated;
+  cb.saturated = cc.saturated = false;
+  std::string out = Warnings(cb, base_name) + Warnings(cc, cur_name) + Warnings(checks, cur_name);
+  if (!out.empty()) out += "\n";
+  out += "Memory growth from " + base_name + " to " + cur_name + ":\n";
+  out += "  live bytes  " + HumanBytes(tb.bytes) + " -> " + HumanBytes(tc.bytes) + "  (" + sign(dbytes) +
+         HumanBytes(dbytes) + ")\n";
+  out += "  allocations " + WithCommas(tb.count) + " -> " + WithCommas(tc.count) + "  (" + sign(dcount) +
+         WithCommas(dcount) + ")\n\n";
   auto table = [&](const char* title, bool grow) {
     std::vector<const Row*> sel;
     for (const Row& r : rows)
-      if (grow ? r.dbytes() > 0 || (r.dbytes() == 0 && r.after.count > r.before.count) : r.dbytes() < 0) sel.push_back(&r);
+      if (grow ? r.dbytes > 0 || (r.dbytes == 0 && r.dcount > 0) : r.dbytes < 0) sel.push_back(&r);
     if (!grow) std::reverse(sel.begin(), sel.end());
     if (sel.empty()) {
       out += std::string(title) + ": none\n";
@@ -448,8 +632,8 @@ std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, con
     for (size_t i = 0; i < sel.size() && i < top; ++i) {
       const Row& r = *sel[i];
       std::string ba = HumanBytes(r.before.bytes) + " -> " + HumanBytes(r.after.bytes);
-      out += Line("  %12s %12s %21s  ", (sign(r.dbytes()) + HumanBytes(r.dbytes())).c_str(),
-                  (sign(r.after.count - r.before.count) + WithCommas(r.after.count - r.before.count)).c_str(), ba.c_str());
+      out += Line("  %12s %12s %21s  ", (sign(r.dbytes) + HumanBytes(r.dbytes)).c_str(),
+                  (sign(r.dcount) + WithCommas(r.dcount)).c_str(), ba.c_str());
       out += r.site + "\n";
     }
   };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,25 +47,38 @@ std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
 Status SnapshotPprof(std::string_view backend, std::string* out);
 
 // ---- reading ----------------------------------------------------------------
+// Default bound on what reading one profile may use: its bytes after gunzip
+// plus what parsing builds from them (string table, frames, labels). memtop and
+// memdiff take it from --max-profile-mb or $SPYGLASS_MAX_PROFILE_MB.
+inline constexpr size_t kDefaultMaxProfileBytes = size_t{1024} << 20;  // 1 GiB
+
+struct PprofReadOptions {
+  size_t max_bytes = kDefaultMaxProfileBytes;  // over it: InvalidArgument naming the limit
+};
+
+// Strings are views into the profile's own storage (the string table is not
+// copied per reference), valid while any copy of the PprofProfile lives.
 struct PprofFrame {
-  std::string function, file;
+  std::string_view function, file;
   int64_t line = 0;
 };
 struct PprofSample {
   std::vector<PprofFrame> frames;  // innermost first (inlined frames expanded)
   std::vector<int64_t> values;
-  std::map<std::string, std::string> labels;
+  std::map<std::string_view, std::string_view> labels;  // numeric labels as decimal text
 };
 struct PprofProfile {
   std::vector<std::pair<std::string, std::string>> sample_types;  // (type, unit)
   std::vector<PprofSample> samples;
   int64_t time_nanos = 0;
   int count_index = -1, bytes_index = -1;  // of allocations/count and space/bytes
+  std::shared_ptr<const void> storage;     // what the views point into
 };
 // Accepts gzipped or plain serialized profiles; any inconsistency is an
-// InvalidArgument error naming what is wrong (truncated, not gzip, bad ids).
-Status ParsePprof(std::string_view bytes, PprofProfile* out);
-Status ReadPprofFile(const std::string& path, PprofProfile* out);
+// InvalidArgument error naming what is wrong (truncated, not gzip, bad ids,
+// over options.max_bytes).
+Status ParsePprof(std::string_view bytes, PprofProfile* out, const PprofReadOptions& options = {});
+Status ReadPprofFile(const std::string& path, PprofProfile* out, const PprofReadOptions& options = {});
 
 // ---- reports ----------------------------------------------------------------
 // Where a sample's memory was allocated from: the first frame that is not
@@ -75,6 +89,8 @@ std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t 
 std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, const std::string& base_name,
                           const std::string& cur_name, size_t top);
 
+// Reports sum with saturation: totals past the int64 range print as the
+// limit, under a warning line; negative values are counted under a warning.
 std::string HumanBytes(int64_t bytes);  // "12.3 MiB"
 
 }  // namespace spyglass::memory

@@ -1,5 +1,6 @@
 #include "model/xspace_import.h"
 
+#include <cstdint>
 #include <unordered_map>
 
 #include "xplane.pb.h"
@@ -9,23 +10,42 @@ namespace {
 
 namespace tp = tensorflow::profiler;
 
-// Proto stat-metadata ids of one plane -> names.
-using StatNames = std::unordered_map<int64_t, const std::string*>;
+// Proto stat-metadata ids of one plane -> model stat ids, interned on first
+// use: a name referenced by many stats (keys, ref values) is hashed and stored
+// once, however long it is.
+class StatIds {
+ public:
+  StatIds(const tp::XPlane& in, Plane* plane) : in_(in), plane_(plane) {}
+  bool find(int64_t proto_id, uint32_t* out) {
+    auto [it, inserted] = ids_.try_emplace(proto_id, 0);
+    if (inserted) {
+      auto md = in_.stat_metadata().find(proto_id);
+      it->second = md == in_.stat_metadata().end() ? 0 : plane_->intern_stat(md->second.name());
+    }
+    *out = it->second;
+    return *out != 0;
+  }
 
-bool ImportStat(const tp::XStat& in, const StatNames& names, Plane* plane, Stat* out) {
-  auto key = names.find(in.metadata_id());
-  if (key == names.end()) return false;
-  const std::string& k = *key->second;
+ private:
+  const tp::XPlane& in_;
+  Plane* plane_;
+  std::unordered_map<int64_t, uint32_t> ids_;  // 0: no such metadata
+};
+
+bool ImportStat(const tp::XStat& in, StatIds& ids, Stat* out) {
+  if (!ids.find(in.metadata_id(), &out->metadata_id)) return false;
   switch (in.value_case()) {
-    case tp::XStat::kDoubleValue: *out = plane->double_stat(k, in.double_value()); return true;
-    case tp::XStat::kUint64Value: *out = plane->uint_stat(k, in.uint64_value()); return true;
-    case tp::XStat::kInt64Value: *out = plane->int_stat(k, in.int64_value()); return true;
-    case tp::XStat::kStrValue: *out = plane->str_stat(k, in.str_value()); return true;
-    case tp::XStat::kBytesValue: *out = plane->bytes_stat(k, in.bytes_value()); return true;
+    case tp::XStat::kDoubleValue: out->kind = StatKind::kDouble; out->f64 = in.double_value(); return true;
+    case tp::XStat::kUint64Value: out->kind = StatKind::kUint64; out->u64 = in.uint64_value(); return true;
+    case tp::XStat::kInt64Value: out->kind = StatKind::kInt64; out->i64 = in.int64_value(); return true;
+    case tp::XStat::kStrValue: out->kind = StatKind::kString; out->str = ValidUtf8(in.str_value()); return true;
+    case tp::XStat::kBytesValue: out->kind = StatKind::kBytes; out->str = in.bytes_value(); return true;
     case tp::XStat::kRefValue: {
-      auto v = names.find(static_cast<int64_t>(in.ref_value()));
-      if (v == names.end()) return false;
-      *out = plane->ref_stat(k, *v->second);
+      uint32_t ref;
+      if (in.ref_value() > static_cast<uint64_t>(INT64_MAX) || !ids.find(static_cast<int64_t>(in.ref_value()), &ref))
+        return false;
+      out->kind = StatKind::kRef;
+      out->ref = ref;
       return true;
     }
     default: return false;
@@ -37,8 +57,7 @@ bool ImportStat(const tp::XStat& in, const StatNames& names, Plane* plane, Stat*
 void ImportXPlane(const tp::XPlane& in, Plane* out) {
   out->id = in.id();
   out->name = ValidUtf8(in.name());
-  StatNames stat_names;
-  for (const auto& [id, md] : in.stat_metadata()) stat_names[id] = &md.name();
+  StatIds stat_ids(in, out);
   // Event metadata, interned by name; proto id -> model id.
   std::unordered_map<int64_t, uint32_t> event_ids;
   for (const auto& [id, md] : in.event_metadata()) {
@@ -48,13 +67,14 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
     if (m.display_name.empty() && !md.display_name().empty()) m.display_name = ValidUtf8(md.display_name());
     for (const tp::XStat& s : md.stats()) {
       Stat st;
-      if (ImportStat(s, stat_names, out, &st)) m.stats.push_back(std::move(st));
+      if (ImportStat(s, stat_ids, &st)) m.stats.push_back(std::move(st));
     }
   }
   for (const tp::XStat& s : in.stats()) {
     Stat st;
-    if (ImportStat(s, stat_names, out, &st)) out->stats.push_back(std::move(st));
+    if (ImportStat(s, stat_ids, &st)) out->stats.push_back(std::move(st));
   }
+  uint32_t unknown_event = 0;
   out->lines.reserve(out->lines.size() + in.lines_size());
   for (const tp::XLine& l : in.lines()) {
     Line& line = out->lines.emplace_back();
@@ -68,7 +88,12 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
     for (const tp::XEvent& e : l.events()) {
       Event ev;
       auto mid = event_ids.find(e.metadata_id());
-      ev.metadata_id = mid != event_ids.end() ? mid->second : out->intern_event("(unknown event)");
+      if (mid != event_ids.end()) {
+        ev.metadata_id = mid->second;
+      } else {
+        if (!unknown_event) unknown_event = out->intern_event("(unknown event)");
+        ev.metadata_id = unknown_event;
+      }
       ev.offset_ps = e.data_case() == tp::XEvent::kOffsetPs ? e.offset_ps() : 0;
       ev.duration_ps = e.duration_ps();
       if (e.stats_size() > 0) {
@@ -76,7 +101,7 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
         stats.reserve(e.stats_size());
         for (const tp::XStat& s : e.stats()) {
           Stat st;
-          if (ImportStat(s, stat_names, out, &st)) stats.push_back(std::move(st));
+          if (ImportStat(s, stat_ids, &st)) stats.push_back(std::move(st));
         }
         if (!stats.empty()) {
           ev.stats = static_cast<uint32_t>(line.stat_lists.size());
@@ -98,7 +123,10 @@ void ImportXSpace(const tp::XSpace& in, Space* out) {
   for (const auto& h : in.hostnames()) out->hostnames.push_back(h);
 }
 
-Status ImportXSpaceBytes(const std::string& bytes, Space* out) {
+Status ImportXSpaceBytes(const std::string& bytes, Space* out, const XSpaceImportOptions& options) {
+  if (bytes.size() > options.max_bytes)
+    return InvalidArgumentError("the XSpace is too large: " + std::to_string(bytes.size()) +
+                                " bytes exceed the limit of " + std::to_string(options.max_bytes >> 20) + " MiB");
   tp::XSpace space;
   if (!space.ParseFromString(bytes)) return InvalidArgumentError("the data is not a serialized XSpace");
   ImportXSpace(space, out);

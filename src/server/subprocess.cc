@@ -206,21 +206,19 @@ class SubprocessTracer : public session::Tracer {
   bool stopped_ = false;
 };
 
-void EnsureTracerFactory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
-      if (!WantsSubprocesses(o)) return nullptr;
-      std::vector<SubprocessInfo> children;
-      {
-        std::lock_guard<std::mutex> lock(registry_mu());
-        for (const auto& [pid, info] : registry()) children.push_back(info);
-      }
-      if (children.empty()) return nullptr;
-      return std::make_unique<SubprocessTracer>(o, std::move(children));
-    });
-  });
+// Off unless a child is registered (or the capture says false).
+std::unique_ptr<session::Tracer> MakeSubprocessTracer(const profiler::ProfileOptions& o) {
+  if (!WantsSubprocesses(o)) return nullptr;
+  std::vector<SubprocessInfo> children;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    for (const auto& [pid, info] : registry()) children.push_back(info);
+  }
+  if (children.empty()) return nullptr;
+  return std::make_unique<SubprocessTracer>(o, std::move(children));
 }
+
+SPYGLASS_REGISTER_TRACER(subprocesses, session::kRankSubprocesses, MakeSubprocessTracer);
 
 }  // namespace
 }  // namespace spyglass::server
@@ -254,7 +252,6 @@ Status register_subprocess(int pid, int port, SubprocessRegistration* out, int c
   if (!info.channel->WaitForConnected(AfterMs(connect_timeout_ms < 0 ? 0 : connect_timeout_ms)))
     return DeadlineExceededError("Timeout while connecting to " + info.address + " (is the subprocess's profiler "
                                  "server running? it must call start_server(" + std::to_string(port) + "))");
-  EnsureTracerFactory();
   {
     std::lock_guard<std::mutex> lock(registry_mu());
     auto [it, inserted] = registry().emplace(pid, info);

@@ -63,7 +63,6 @@ Status Export(const model::Space& space, const std::string& log_dir, const Trace
     out.perfetto_trace_path = run_dir + "/perfetto_trace.json.gz";
     exporter::TraceJsonOptions json;
     json.perfetto = true;
-    json.gzip_level = 6;
     if (Status s = exporter::WriteTraceJsonGz(space, out.perfetto_trace_path, json); !s.ok()) return s;
   }
   *files = out;

@@ -104,7 +104,7 @@ TEST(MemoryProfile, BackendSelectsDevices) {
   auto devices = [](const mem::PprofProfile& p) {
     std::map<std::string, int64_t> out;
     for (const auto& s : p.samples)
-      if (s.labels.count("device")) out[s.labels.at("device")] += s.values[1];
+      if (s.labels.count("device")) out[std::string(s.labels.at("device"))] += s.values[1];
     return out;
   };
   auto all = devices(Snapshot());

@@ -118,6 +118,29 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
   return code;
 }
 
+// The reader's bound: --max-profile-mb, else $SPYGLASS_MAX_PROFILE_MB, else
+// the library default (1024 MiB).
+constexpr size_t kMaxProfileMbCeiling = size_t{1} << 24;  // 16 TiB: no overflow in MiB -> bytes
+
+bool ReaderOptions(const char* cmd, size_t flag_mb, memory::PprofReadOptions* out) {
+  size_t mb = flag_mb;
+  if (mb == 0) {
+    const char* env = std::getenv("SPYGLASS_MAX_PROFILE_MB");
+    if (!env || !*env) return true;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(env, &end, 10);
+    if (errno || *end || env[0] == '-' || v == 0 || v > kMaxProfileMbCeiling) {
+      std::cerr << "spyglass " << cmd << ": SPYGLASS_MAX_PROFILE_MB must be a number of MiB from 1 to "
+                << kMaxProfileMbCeiling << ", not '" << std::string(env).substr(0, 40) << "'\n";
+      return false;
+    }
+    mb = static_cast<size_t>(v);
+  }
+  out->max_bytes = mb << 20;
+  return true;
+}
+
 }  // namespace
 
 void AddMemoryCommands(CLI::App& app) {
@@ -126,9 +149,19 @@ void AddMemoryCommands(CLI::App& app) {
   static size_t top_n = 20;
   top->add_option("profile", top_file, "memory profile (.prof, gzipped pprof)")->required();
   top->add_option("-n,--top", top_n, "how many call sites to print")->default_val(20);
+  static size_t max_mb = 0;
+  auto max_mb_option = [](CLI::App* cmd) {
+    cmd->add_option("--max-profile-mb", max_mb,
+                    "refuse a profile that needs more than this many MiB once decompressed and parsed "
+                    "(default 1024, or $SPYGLASS_MAX_PROFILE_MB)")
+        ->check(CLI::Range(size_t{1}, kMaxProfileMbCeiling));
+  };
+  max_mb_option(top);
   top->callback([] {
     memory::PprofProfile p;
-    if (Status s = memory::ReadPprofFile(top_file, &p); !s.ok()) {
+    memory::PprofReadOptions opts;
+    if (!ReaderOptions("memtop", max_mb, &opts)) std::exit(2);
+    if (Status s = memory::ReadPprofFile(top_file, &p, opts); !s.ok()) {
       std::cerr << "spyglass memtop: " << s.message() << "\n";
       std::exit(1);
     }
@@ -141,10 +174,13 @@ void AddMemoryCommands(CLI::App& app) {
   diff->add_option("early", base_file, "the earlier profile")->required();
   diff->add_option("late", cur_file, "the later profile")->required();
   diff->add_option("-n,--top", diff_n, "how many call sites to print")->default_val(20);
+  max_mb_option(diff);
   diff->callback([] {
     memory::PprofProfile a, b;
+    memory::PprofReadOptions opts;
+    if (!ReaderOptions("memdiff", max_mb, &opts)) std::exit(2);
     for (auto [file, prof] : {std::pair{&base_file, &a}, std::pair{&cur_file, &b}}) {
-      if (Status s = memory::ReadPprofFile(*file, prof); !s.ok()) {
+      if (Status s = memory::ReadPprofFile(*file, prof, opts); !s.ok()) {
         std::cerr << "spyglass memdiff: " << s.message() << "\n";
         std::exit(1);
       }

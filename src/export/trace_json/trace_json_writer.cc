@@ -2,19 +2,22 @@
 
 #include "export/output_file.h"
 
+#include <isa-l/crc.h>
+#include <isa-l/igzip_lib.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <condition_variable>
-#include <deque>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace spyglass::exporter {
 namespace {
@@ -54,136 +57,275 @@ std::vector<const model::Plane*> ExportedPlanes(const model::Space& space) {
   return out;
 }
 
-// Output buffer that hands full blocks to a sink (gzip file or string).
+// Bytes that go into a JSON string as they are (no escape, ASCII).
+constexpr auto kPlainByte = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x80; ++c) t[c] = c != '"' && c != '\\';
+  return t;
+}();
+
+// Formats into a fixed buffer and hands it to a sink whenever the next write
+// would not fit, so that memory stays fixed whatever the strings' lengths.
 class JsonOut {
  public:
-  explicit JsonOut(std::function<bool(const char*, size_t)> sink) : sink_(std::move(sink)) { buf_.reserve(kBlock + 8192); }
+  using Sink = std::function<bool(const char*, size_t)>;
+  JsonOut(size_t capacity, Sink sink) : buf_(std::max<size_t>(capacity, kMaxFixed)), sink_(std::move(sink)) {
+    p_ = buf_.data();
+  }
 
   void raw(std::string_view s) {
-    buf_.append(s);
-    maybe_flush();
+    if (static_cast<size_t>(end() - p_) >= s.size()) {
+      std::memcpy(p_, s.data(), s.size());
+      p_ += s.size();
+      return;
+    }
+    while (!s.empty()) {
+      if (p_ == end()) flush();
+      size_t n = std::min(s.size(), static_cast<size_t>(end() - p_));
+      std::memcpy(p_, s.data(), n);
+      p_ += n;
+      s.remove_prefix(n);
+    }
   }
-  void ch(char c) { buf_.push_back(c); }
-  // Opens the next element of traceEvents: a comma goes before every element
-  // but the first, so the array needs no trailing `{}` (speedscope rejects one).
+  void ch(char c) {
+    *room(1) = c;
+    ++p_;
+  }
+  // Where the next element of traceEvents starts: a comma goes before every
+  // element but the first, so the array needs no trailing `{}` (speedscope
+  // rejects one).
+  void set_first(bool first) { first_event_ = first; }
   void event(std::string_view head) {
-    if (!first_event_) buf_.push_back(',');
+    if (!first_event_) ch(',');
     first_event_ = false;
     raw(head);
   }
   void u64(uint64_t v) {
-    char tmp[24];
-    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+    char* d = room(20);
+    p_ = std::to_chars(d, d + 20, v).ptr;
   }
   void i64(int64_t v) {
-    char tmp[24];
-    buf_.append(tmp, std::to_chars(tmp, tmp + sizeof tmp, v).ptr);
+    char* d = room(20);
+    p_ = std::to_chars(d, d + 20, v).ptr;
   }
   // Picoseconds as exact decimal microseconds ("12.345678"); no rounding.
   void micros_from_ps(int64_t ps) {
+    char* d = room(28);
+    uint64_t u = static_cast<uint64_t>(ps);
     if (ps < 0) {
-      ch('-');
-      ps = -ps;
+      *d++ = '-';
+      u = 0 - u;
     }
-    u64(static_cast<uint64_t>(ps / 1000000));
-    int64_t frac = ps % 1000000;
-    if (frac == 0) return;
-    char digits[7];
-    for (int i = 5; i >= 0; --i) {
-      digits[i] = static_cast<char>('0' + frac % 10);
-      frac /= 10;
+    d = std::to_chars(d, d + 20, u / 1000000).ptr;
+    uint32_t frac = static_cast<uint32_t>(u % 1000000);
+    if (frac != 0) {
+      *d++ = '.';
+      for (int i = 5; i >= 0; --i) {
+        d[i] = static_cast<char>('0' + frac % 10);
+        frac /= 10;
+      }
+      int n = 6;
+      while (d[n - 1] == '0') --n;
+      d += n;
     }
-    int n = 6;
-    while (digits[n - 1] == '0') --n;
-    ch('.');
-    buf_.append(digits, n);
+    p_ = d;
   }
   // A JSON string literal; invalid UTF-8 becomes U+FFFD so the file always parses.
   void str(std::string_view s) {
     ch('"');
-    for (size_t i = 0; i < s.size(); ++i) {
+    size_t i = 0;
+    while (i < s.size()) {
+      size_t j = i;
+      while (j < s.size() && kPlainByte[static_cast<unsigned char>(s[j])]) ++j;
+      raw(s.substr(i, j - i));
+      if (j == s.size()) break;
+      i = j;
       unsigned char c = static_cast<unsigned char>(s[i]);
       if (c == '"' || c == '\\') {
-        ch('\\');
-        ch(static_cast<char>(c));
+        char* d = room(2);
+        d[0] = '\\';
+        d[1] = static_cast<char>(c);
+        p_ += 2;
       } else if (c < 0x20) {
         static const char* hex = "0123456789abcdef";
-        buf_.append("\\u00");
-        ch(hex[c >> 4]);
-        ch(hex[c & 15]);
-      } else if (c < 0x80) {
-        ch(static_cast<char>(c));
+        char* d = room(6);
+        std::memcpy(d, "\\u00", 4);
+        d[4] = hex[c >> 4];
+        d[5] = hex[c & 15];
+        p_ += 6;
       } else {
         size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
         bool valid = len != 0 && c < 0xf5 && i + len <= s.size();
         for (size_t k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
         if (valid) {
-          buf_.append(s.substr(i, len));
+          raw(s.substr(i, len));
           i += len - 1;
         } else {
-          buf_.append("\\ufffd");
+          raw("\\ufffd");
         }
       }
+      ++i;
     }
     ch('"');
-    maybe_flush();
-  }
-  bool finish() { return flush() && ok_; }
-
- private:
-  static constexpr size_t kBlock = 1 << 20;
-  void maybe_flush() {
-    if (buf_.size() >= kBlock) flush();
   }
   bool flush() {
-    if (!buf_.empty() && ok_) ok_ = sink_(buf_.data(), buf_.size());
-    buf_.clear();
+    if (p_ != buf_.data() && ok_) ok_ = sink_(buf_.data(), static_cast<size_t>(p_ - buf_.data()));
+    p_ = buf_.data();
     return ok_;
   }
-  std::function<bool(const char*, size_t)> sink_;
+
+ private:
+  static constexpr size_t kMaxFixed = 64;  // the most one fixed-size write (a number, an escape) takes
+  char* end() { return buf_.data() + buf_.size(); }
+  char* room(size_t n) {
+    if (static_cast<size_t>(end() - p_) < n) flush();
+    return p_;
+  }
+  std::vector<char> buf_;
+  char* p_;
+  Sink sink_;
   bool first_event_ = true;
-  std::string buf_;
   bool ok_ = true;
 };
 
-void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata& md,
-               const std::vector<model::Stat>* stats) {
-  if (md.stats.empty() && (stats == nullptr || stats->empty())) return;
-  // Keys sorted; event stats override metadata stats of the same name.
-  std::map<std::string_view, std::string> args;
-  auto add = [&](const model::Stat& s) {
-    const std::string& key = plane.stat_name(s);
-    if (!IsInternalStat(key)) args[key] = plane.stat_text(s);
+// Events on a counter line (XSpace's "_counters_", e.g. the memory tracer's
+// live bytes per device) become Chrome counter events.
+constexpr std::string_view kCounterLineName = "_counters_";
+
+// What every slice of the document reads, computed once.
+struct Doc {
+  struct PlaneInfo {
+    const model::Plane* plane;
+    int64_t pid;
+    std::vector<std::string> names;  // by event metadata id: the quoted display name (or name)
+    std::vector<uint32_t> cost;      // by event metadata id: about how many bytes an event of it takes
   };
-  for (const model::Stat& s : md.stats) add(s);
+  const model::Space& space;
+  const TraceJsonOptions& options;
+  std::vector<PlaneInfo> planes;
+
+  Doc(const model::Space& s, const TraceJsonOptions& o) : space(s), options(o) {
+    std::string* quoted = nullptr;
+    JsonOut q(4096, [&](const char* p, size_t n) {
+      quoted->append(p, n);
+      return true;
+    });
+    for (const model::Plane* p : ExportedPlanes(space)) {
+      PlaneInfo& info = planes.emplace_back(PlaneInfo{p, PidOf(*p), {}, {}});
+      for (const model::EventMetadata& md : p->event_metadata()) {
+        quoted = &info.names.emplace_back();
+        q.str(md.display_name.empty() ? md.name : md.display_name);
+        q.flush();
+        info.cost.push_back(static_cast<uint32_t>(
+            std::min<size_t>(kEventBytes + info.names.back().size() + StatsBytes(*p, md.stats), UINT32_MAX)));
+      }
+    }
+  }
+
+  // The fixed part of a complete event, pid to name, at most.
+  static constexpr size_t kEventBytes = 130;
+  static size_t StatsBytes(const model::Plane& p, const std::vector<model::Stat>& stats) {
+    size_t n = 0;
+    for (const model::Stat& s : stats) n += 8 + p.stat_name(s).size() + (s.str.empty() ? 24 : s.str.size());
+    return n;
+  }
+  static int64_t PidOf(const model::Plane& p) {
+    if (p.name == model::kHostPlaneName) return kHostPid;
+    if (int64_t merged = MergedHostPid(p)) return merged;
+    return 1 + p.id;
+  }
+};
+
+// A slice of the document that formats on its own: the head (up to the
+// metadata events), events [begin, end) of one line, or the tail.
+struct Slice {
+  enum Kind : uint8_t { kHead, kEvents, kCounters, kTail };
+  Kind kind = kHead;
+  bool first = false;  // no element of traceEvents comes before it
+  uint32_t plane = 0;  // index into Doc::planes
+  size_t line = 0;
+  size_t begin = 0, end = 0;
+};
+
+// About this much JSON per slice: large enough that the per-slice costs (a
+// fresh deflate state, a sync flush) vanish, small enough to bound memory.
+constexpr size_t kSliceBytes = 1 << 20;
+
+// Calls `emit` with each slice in document order until it returns false.
+template <class Emit>
+void ForEachSlice(const Doc& doc, Emit&& emit) {
+  // The head writes a process_sort_index element per plane.
+  bool any_element = !doc.planes.empty();
+  if (!emit(Slice{Slice::kHead, true})) return;
+  for (uint32_t pi = 0; pi < doc.planes.size(); ++pi) {
+    const Doc::PlaneInfo& info = doc.planes[pi];
+    for (size_t li = 0; li < info.plane->lines.size(); ++li) {
+      const model::Line& l = info.plane->lines[li];
+      Slice slice{l.name == kCounterLineName ? Slice::kCounters : Slice::kEvents, !any_element, pi, li, 0, 0};
+      size_t bytes = 0;
+      for (size_t i = 0; i < l.events.size(); ++i) {
+        const model::Event& e = l.events[i];
+        bytes += info.cost[e.metadata_id];
+        if (const auto* stats = l.stats_of(e)) bytes += Doc::StatsBytes(*info.plane, *stats);
+        if (bytes >= kSliceBytes || i + 1 == l.events.size()) {
+          slice.end = i + 1;
+          if (!emit(slice)) return;
+          any_element = true;
+          slice.first = false;
+          slice.begin = i + 1;
+          bytes = 0;
+        }
+      }
+    }
+  }
+  emit(Slice{Slice::kTail, !any_element});
+}
+
+// Per-thread scratch space of the formatter.
+struct Scratch {
+  std::vector<const model::Stat*> args;
+};
+
+void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata& md,
+               const std::vector<model::Stat>* stats, Scratch& scratch) {
+  std::vector<const model::Stat*>& args = scratch.args;
+  args.clear();
+  for (const model::Stat& s : md.stats)
+    if (!IsInternalStat(plane.stat_name(s))) args.push_back(&s);
   if (stats)
-    for (const model::Stat& s : *stats) add(s);
+    for (const model::Stat& s : *stats)
+      if (!IsInternalStat(plane.stat_name(s))) args.push_back(&s);
   if (args.empty()) return;
+  // Keys sorted; of stats with the same key the last wins (event stats come
+  // after metadata stats, so they override them): a stable sort keeps the
+  // order of equal keys.
+  auto less = [&](const model::Stat* a, const model::Stat* b) { return plane.stat_name(*a) < plane.stat_name(*b); };
+  std::stable_sort(args.begin(), args.end(), less);
   o.raw(",\"args\":{");
   bool first = true;
-  for (const auto& [k, v] : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i + 1 < args.size() && !less(args[i], args[i + 1])) continue;
     if (!first) o.ch(',');
     first = false;
-    o.str(k);
+    o.str(plane.stat_name(*args[i]));
     o.ch(':');
-    o.str(v);
+    o.str(plane.stat_text(*args[i]));
   }
   o.ch('}');
 }
 
-// Events on a counter line (XSpace's "_counters_", e.g. the memory tracer's
-// live bytes per device) become Chrome counter events: {"ph":"C","name":
-// <event name>,"args":{<stat>: <number>}}; Perfetto shows a counter track.
-constexpr std::string_view kCounterLineName = "_counters_";
-void WriteCounters(JsonOut& o, const model::Plane& plane, int64_t pid, const model::Line& l, int64_t line_ps) {
-  for (const model::Event& e : l.events) {
-    const model::EventMetadata& md = plane.event_metadata()[e.metadata_id];
+// {"ph":"C","name":<event name>,"args":{<stat>: <number>}}: Perfetto shows a counter track.
+void WriteCounters(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, size_t begin, size_t end) {
+  const model::Plane& plane = *info.plane;
+  int64_t line_ps = l.timestamp_ns * 1000;
+  for (size_t i = begin; i < end; ++i) {
+    const model::Event& e = l.events[i];
     o.event("{\"ph\":\"C\",\"pid\":");
-    o.i64(pid);
+    o.i64(info.pid);
     o.raw(",\"ts\":");
     o.micros_from_ps(line_ps + e.offset_ps);
     o.raw(",\"name\":");
-    o.str(md.display_name.empty() ? md.name : md.display_name);
+    o.raw(info.names[e.metadata_id]);
     o.raw(",\"args\":{");
     bool first = true;
     if (const auto* stats = l.stats_of(e)) {
@@ -201,19 +343,36 @@ void WriteCounters(JsonOut& o, const model::Plane& plane, int64_t pid, const mod
   }
 }
 
-void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonOut& o) {
+void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, size_t begin, size_t end,
+                 Scratch& scratch) {
+  const auto& metadata = info.plane->event_metadata();
+  uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
+  std::string head = "{\"ph\":\"X\",\"pid\":" + std::to_string(info.pid) + ",\"tid\":" + std::to_string(tid) + ",\"ts\":";
+  int64_t line_ps = l.timestamp_ns * 1000;
+  for (size_t i = begin; i < end; ++i) {
+    const model::Event& e = l.events[i];
+    o.event(head);
+    o.micros_from_ps(line_ps + e.offset_ps);
+    o.raw(",\"dur\":");
+    o.micros_from_ps(std::max<int64_t>(e.duration_ps, 1));
+    o.raw(",\"name\":");
+    o.raw(info.names[e.metadata_id]);
+    const model::EventMetadata& md = metadata[e.metadata_id];
+    const std::vector<model::Stat>* stats = l.stats_of(e);
+    if (stats || !md.stats.empty()) WriteArgs(o, *info.plane, md, stats, scratch);
+    o.ch('}');
+  }
+}
+
+// Everything before the complete events: the document's head and the
+// metadata events (process and thread names and sort order).
+void WriteHead(JsonOut& o, const Doc& doc) {
   o.raw("{\"displayTimeUnit\":\"ns\",");
-  if (!options.perfetto) o.raw("\"metadata\":{\"highres-ticks\":true},");
+  if (!doc.options.perfetto) o.raw("\"metadata\":{\"highres-ticks\":true},");
   o.raw("\"traceEvents\":[");
-  std::vector<const model::Plane*> planes = ExportedPlanes(space);
-  auto pid_of = [](const model::Plane& p) {
-    if (p.name == model::kHostPlaneName) return int64_t{kHostPid};
-    if (int64_t merged = MergedHostPid(p)) return merged;
-    return 1 + p.id;
-  };
-  // Metadata events: process and thread names and sort order.
-  for (const model::Plane* p : planes) {
-    int64_t pid = pid_of(*p);
+  for (const Doc::PlaneInfo& info : doc.planes) {
+    const model::Plane* p = info.plane;
+    int64_t pid = info.pid;
     if (!p->name.empty()) {
       o.event("{\"ph\":\"M\",\"pid\":");
       o.i64(pid);
@@ -261,36 +420,11 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
       o.raw("}}");
     }
   }
-  // Complete events.
-  for (const model::Plane* p : planes) {
-    int64_t pid = pid_of(*p);
-    const auto& metadata = p->event_metadata();
-    for (const model::Line& l : p->lines) {
-      uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
-      int64_t line_ps = l.timestamp_ns * 1000;
-      if (l.name == kCounterLineName) {
-        WriteCounters(o, *p, pid, l, line_ps);
-        continue;
-      }
-      for (const model::Event& e : l.events) {
-        const model::EventMetadata& md = metadata[e.metadata_id];
-        o.event("{\"ph\":\"X\",\"pid\":");
-        o.i64(pid);
-        o.raw(",\"tid\":");
-        o.u64(tid);
-        o.raw(",\"ts\":");
-        o.micros_from_ps(line_ps + e.offset_ps);
-        o.raw(",\"dur\":");
-        o.micros_from_ps(std::max<int64_t>(e.duration_ps, 1));
-        o.raw(",\"name\":");
-        o.str(md.display_name.empty() ? md.name : md.display_name);
-        WriteArgs(o, *p, md, l.stats_of(e));
-        o.raw("}");
-      }
-    }
-  }
-  // What the recorder dropped is shown on the timeline, not only in a log.
-  if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) {
+}
+
+// What the recorder dropped is shown on the timeline, not only in a log.
+void WriteTail(JsonOut& o, const Doc& doc) {
+  if (const model::Plane* host = doc.space.find_plane(model::kHostPlaneName)) {
     for (const model::Stat& s : host->stats) {
       if (host->stat_name(s) == "dropped_events" && s.u64 > 0) {
         o.event("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
@@ -304,142 +438,302 @@ void WriteJson(const model::Space& space, const TraceJsonOptions& options, JsonO
   o.raw("]}");
 }
 
+void WriteSlice(JsonOut& o, const Doc& doc, const Slice& slice, Scratch& scratch) {
+  o.set_first(slice.first);
+  switch (slice.kind) {
+    case Slice::kHead: WriteHead(o, doc); break;
+    case Slice::kEvents: {
+      const Doc::PlaneInfo& info = doc.planes[slice.plane];
+      WriteEvents(o, info, info.plane->lines[slice.line], slice.begin, slice.end, scratch);
+      break;
+    }
+    case Slice::kCounters: {
+      const Doc::PlaneInfo& info = doc.planes[slice.plane];
+      WriteCounters(o, info, info.plane->lines[slice.line], slice.begin, slice.end);
+      break;
+    }
+    case Slice::kTail: WriteTail(o, doc); break;
+  }
+}
+
+// ---- gzip: one member, deflated in slices on several threads ------------------------
+
+// Grows without zero-filling.
+struct Bytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0, cap = 0;
+  uint8_t* room(size_t n) {
+    if (cap - size < n) {
+      size_t c = std::max(size + n, 2 * cap);
+      auto d = std::make_unique<uint8_t[]>(c);
+      if (size) std::memcpy(d.get(), data.get(), size);
+      data = std::move(d);
+      cap = c;
+    }
+    return data.get() + size;
+  }
+};
+
+// Deflates slices of one stream: each slice starts from a fresh state (no
+// match reaches into the slice before, which another thread compresses) and
+// ends with a sync flush (an empty stored block that ends it on a byte
+// boundary), so the slices concatenate into one valid raw deflate stream.
+// igzip at levels 1-3, zlib above or when asked.
+class SliceDeflater {
+ public:
+  explicit SliceDeflater(const TraceJsonOptions& o) : zlib_(o.zlib || o.gzip_level > ISAL_DEF_MAX_LEVEL) {
+    if (zlib_) {
+      // Raw deflate (negative windowBits): the gzip header and trailer are written around the slices.
+      ok_ = deflateInit2(&z_, std::clamp(o.gzip_level, 1, 9), Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK;
+      return;
+    }
+    isal_deflate_init(&s_);
+    s_.level = static_cast<uint32_t>(std::clamp(o.gzip_level, 1, ISAL_DEF_MAX_LEVEL));
+    level_buf_.resize(s_.level == 1 ? ISAL_DEF_LVL1_DEFAULT : s_.level == 2 ? ISAL_DEF_LVL2_DEFAULT : ISAL_DEF_LVL3_DEFAULT);
+    s_.level_buf = level_buf_.data();
+    s_.level_buf_size = static_cast<uint32_t>(level_buf_.size());
+    s_.gzip_flag = IGZIP_DEFLATE;
+  }
+  ~SliceDeflater() {
+    if (zlib_ && ok_) deflateEnd(&z_);
+  }
+  SliceDeflater(const SliceDeflater&) = delete;
+  SliceDeflater& operator=(const SliceDeflater&) = delete;
+
+  bool ok() const { return ok_; }
+  void Begin() {
+    if (zlib_) deflateReset(&z_);
+    else isal_deflate_reset(&s_);
+  }
+  // Appends the deflated [p, p + n) to `out`; `end` ends the slice.
+  bool Add(const char* p, size_t n, bool end, Bytes& out) {
+    size_t chunk = std::max<size_t>(n / 2, 64 << 10);  // output room per call; JSON deflates 5-7x
+    if (zlib_) {
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
+      z_.avail_in = static_cast<uInt>(n);
+      do {
+        z_.next_out = out.room(chunk);
+        z_.avail_out = static_cast<uInt>(chunk);
+        int r = deflate(&z_, end ? Z_SYNC_FLUSH : Z_NO_FLUSH);
+        if (r != Z_OK && r != Z_BUF_ERROR) return false;
+        out.size += chunk - z_.avail_out;
+      } while (z_.avail_out == 0);  // zlib's sign that it has more to write
+      return true;
+    }
+    s_.next_in = reinterpret_cast<uint8_t*>(const_cast<char*>(p));
+    s_.avail_in = static_cast<uint32_t>(n);
+    s_.flush = end ? SYNC_FLUSH : NO_FLUSH;
+    s_.end_of_stream = 0;
+    do {
+      s_.next_out = out.room(chunk);
+      s_.avail_out = static_cast<uint32_t>(chunk);
+      if (isal_deflate(&s_) != COMP_OK) return false;
+      out.size += chunk - s_.avail_out;
+      // A completed flush leaves igzip ready for a new block header.
+    } while (s_.avail_in > 0 || s_.avail_out == 0 || (end && s_.internal_state.state != ZSTATE_NEW_HDR));
+    return true;
+  }
+
+ private:
+  bool zlib_;
+  bool ok_ = true;
+  z_stream z_{};
+  isal_zstream s_{};
+  std::vector<uint8_t> level_buf_;
+};
+
+int WriteAll(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+// Workers format and deflate slices; the calling thread hands out slices and
+// writes the finished ones in document order. 2 slots per worker are in
+// flight at most (one being made, one waiting), so memory stays bounded
+// whatever the model's size. Returns 0 or the errno of the failure.
+int WriteGzipSlices(const Doc& doc, int fd, int threads) {
+  struct Slot {
+    Slice slice;
+    Bytes z;             // the deflated slice
+    uint32_t crc = 0;    // of the slice's JSON
+    uint64_t bytes = 0;  // of JSON
+    bool done = false;
+    bool ok = true;
+  };
+  const size_t n_slots = 2 * static_cast<size_t>(threads);
+  std::vector<Slot> slots(n_slots);
+  std::mutex mu;
+  std::condition_variable work_cv, done_cv;
+  uint64_t queued = 0, taken = 0;  // slices handed out, slices taken by a worker
+  bool stop = false;
+
+  auto work = [&] {
+    SliceDeflater deflater(doc.options);
+    Scratch scratch;
+    Slot* slot = nullptr;
+    bool ok = true;
+    // 128 KiB blocks: formatted and deflated while in the cache.
+    JsonOut o(128 << 10, [&](const char* p, size_t n) {
+      slot->crc = crc32_gzip_refl(slot->crc, reinterpret_cast<const uint8_t*>(p), n);
+      slot->bytes += n;
+      ok = ok && deflater.Add(p, n, false, slot->z);
+      return ok;
+    });
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        work_cv.wait(lock, [&] { return stop || taken < queued; });
+        if (taken == queued) return;
+        slot = &slots[taken++ % n_slots];
+      }
+      slot->z.size = 0;
+      slot->crc = 0;
+      slot->bytes = 0;
+      ok = deflater.ok();
+      deflater.Begin();
+      WriteSlice(o, doc, slot->slice, scratch);
+      o.flush();
+      ok = ok && deflater.Add(nullptr, 0, true, slot->z);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        slot->ok = ok;
+        slot->done = true;
+      }
+      done_cv.notify_one();
+    }
+  };
+  std::vector<std::thread> pool;
+  struct Join {  // also when formatting throws (bad_alloc)
+    std::vector<std::thread>& pool;
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Join() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      for (std::thread& t : pool) t.join();
+    }
+  } join{pool, mu, work_cv, stop};
+  for (int i = 0; i < threads; ++i) pool.emplace_back(work);
+
+  // gzip header (RFC 1952): deflate, no flags, no mtime, OS unix.
+  static const uint8_t kHeader[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  int err = WriteAll(fd, kHeader, sizeof kHeader);
+  uLong crc = crc32(0, nullptr, 0);
+  uint64_t total = 0, written = 0;
+  auto write_oldest = [&] {
+    Slot& s = slots[written % n_slots];
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      done_cv.wait(lock, [&] { return s.done; });
+    }
+    if (!s.ok) return ENOMEM;  // the deflater failed; it fails only to allocate
+    if (int e = WriteAll(fd, s.z.data.get(), s.z.size)) return e;
+    crc = crc32_combine(crc, s.crc, static_cast<z_off_t>(s.bytes));
+    total += s.bytes;
+    ++written;
+    return 0;
+  };
+  if (err == 0) {
+    ForEachSlice(doc, [&](const Slice& slice) {
+      if (queued - written == n_slots && (err = write_oldest()) != 0) return false;
+      Slot& s = slots[queued % n_slots];
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        s.slice = slice;
+        s.done = false;
+        ++queued;
+      }
+      work_cv.notify_one();
+      return true;
+    });
+  }
+  while (err == 0 && written < queued) err = write_oldest();
+  if (err != 0) return err;
+  // The last block: empty, fixed Huffman codes, BFINAL set (3 bits 1,1,0 and
+  // the 7-bit end code); then CRC-32 and length mod 2^32, little-endian.
+  uint8_t trailer[10] = {0x03, 0x00};
+  for (int i = 0; i < 4; ++i) {
+    trailer[2 + i] = static_cast<uint8_t>(crc >> (8 * i));
+    trailer[6 + i] = static_cast<uint8_t>(total >> (8 * i));
+  }
+  return WriteAll(fd, trailer, sizeof trailer);
+}
+
 }  // namespace
+
+uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above) {
+  uint64_t total = 0;
+  for (const model::Plane& p : space.planes) {
+    const auto& metadata = p.event_metadata();
+    for (const model::Line& l : p.lines) {
+      for (const model::Event& e : l.events) {
+        total += 64;  // "ph", pid, tid, ts, dur and punctuation
+        if (e.metadata_id < metadata.size()) {
+          const model::EventMetadata& md = metadata[e.metadata_id];
+          total += (md.display_name.empty() ? md.name : md.display_name).size();
+          for (const model::Stat& st : md.stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        }
+        if (const auto* stats = l.stats_of(e))
+          for (const model::Stat& st : *stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        if (total > stop_above) return total;
+      }
+    }
+  }
+  return total;
+}
+
+bool StreamTraceJson(const model::Space& space, const TraceJsonOptions& options,
+                     const std::function<bool(std::string_view)>& sink) {
+  Doc doc(space, options);
+  JsonOut o(1 << 20, [&](const char* p, size_t n) { return sink(std::string_view(p, n)); });
+  Scratch scratch;
+  ForEachSlice(doc, [&](const Slice& slice) {
+    WriteSlice(o, doc, slice, scratch);
+    return true;
+  });
+  return o.flush();
+}
 
 std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& options) {
   std::string out;
-  JsonOut o([&](const char* p, size_t n) {
-    out.append(p, n);
+  StreamTraceJson(space, options, [&](std::string_view s) {
+    out.append(s);
     return true;
   });
-  WriteJson(space, options, o);
-  o.finish();
   return out;
 }
 
 namespace {
 
-// Compresses and writes blocks on its own thread, so that formatting JSON
-// and deflating it (the two halves of the export's cost) run in parallel.
-// At most kMaxQueued blocks wait, so memory stays bounded.
-class GzipFileWriter {
- public:
-  GzipFileWriter(int fd, int level) : fd_(fd) {
-    // windowBits 15 + 16: gzip framing.
-    ok_ = deflateInit2(&z_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;
-    initialized_ = ok_;
-    if (ok_) worker_ = std::thread([this] { Run(); });
-  }
-  ~GzipFileWriter() {
-    Finish();
-    if (initialized_) deflateEnd(&z_);
-  }
-
-  bool Push(const char* p, size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    space_cv_.wait(lock, [&] { return queue_.size() < kMaxQueued || !ok_; });
-    if (!ok_) return false;
-    std::string block;
-    if (!free_.empty()) {
-      block = std::move(free_.back());
-      free_.pop_back();
-    }
-    block.assign(p, n);
-    queue_.push_back(std::move(block));
-    data_cv_.notify_one();
-    return true;
-  }
-
-  // Flushes the stream; returns false (with errno_) on any failure.
-  bool Finish() {
-    if (worker_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        done_ = true;
-      }
-      data_cv_.notify_one();
-      worker_.join();
-    }
-    return ok_;
-  }
-  int error() const { return errno_; }
-
- private:
-  static constexpr size_t kMaxQueued = 4;
-
-  void Run() {
-    std::string out(1 << 18, '\0');
-    for (;;) {
-      std::string block;
-      bool last = false;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        data_cv_.wait(lock, [&] { return !queue_.empty() || done_; });
-        if (queue_.empty()) last = true;
-        else {
-          block = std::move(queue_.front());
-          queue_.pop_front();
-        }
-      }
-      space_cv_.notify_one();
-      bool ok = Deflate(block, last ? Z_FINISH : Z_NO_FLUSH, out);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!last) free_.push_back(std::move(block));
-        if (!ok) ok_ = false;
-      }
-      if (!ok) space_cv_.notify_all();
-      if (last || !ok) return;
-    }
-  }
-
-  bool Deflate(const std::string& in, int flush, std::string& out) {
-    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    z_.avail_in = static_cast<uInt>(in.size());
-    do {
-      z_.next_out = reinterpret_cast<Bytef*>(out.data());
-      z_.avail_out = static_cast<uInt>(out.size());
-      deflate(&z_, flush);
-      size_t have = out.size() - z_.avail_out;
-      const char* p = out.data();
-      while (have > 0) {
-        ssize_t w = ::write(fd_, p, have);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          errno_ = errno;
-          return false;
-        }
-        p += w;
-        have -= static_cast<size_t>(w);
-      }
-    } while (z_.avail_out == 0);
-    return true;
-  }
-
-  int fd_;
-  z_stream z_{};
-  bool initialized_ = false;
-  std::thread worker_;
-  std::mutex mu_;
-  std::condition_variable data_cv_, space_cv_;
-  std::deque<std::string> queue_;
-  std::vector<std::string> free_;
-  bool done_ = false;
-  bool ok_ = false;
-  int errno_ = 0;
-};
+// 0 or the errno of the failure.
+int WriteTraceJsonGzFd(const model::Space& space, const TraceJsonOptions& options, int fd) {
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::clamp(threads, 1, kMaxTraceJsonThreads);
+  Doc doc(space, options);
+  return WriteGzipSlices(doc, fd, threads);
+}
 
 }  // namespace
 
 Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
-  return WriteOutputFile(path, [&](int fd) {
-    GzipFileWriter gz(fd, options.gzip_level);
-    JsonOut o([&](const char* p, size_t n) { return gz.Push(p, n); });
-    WriteJson(space, options, o);
-    bool ok = o.finish();
-    ok = gz.Finish() && ok;
-    return ok ? 0 : (gz.error() ? gz.error() : EIO);
-  });
+  return WriteOutputFile(path, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
+}
+
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options) {
+  return dir.Write(name, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
 }
 
 }  // namespace spyglass::exporter
