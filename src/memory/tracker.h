@@ -195,7 +195,9 @@ SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_api_enabled;
 // (libstdc++, libm, zlib...) are initialized before it, the program's own
 // libraries after it: the heap hook records from then on, so that what the
 // profiler's dependencies allocate while they initialize (libstdc++'s 71 KiB
-// exception pool, in a C program) is not in the program's profile.
+// exception pool, which a C program would not have) is not in the profile.
+// A C++ program's profile no longer shows that pool either: no code of the
+// program allocated it.
 SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_initialized;
 
 // fork: the child keeps the parent's live records (its copy of the heap) and
