@@ -87,5 +87,6 @@ def main():
         print(f"| {n} | {ms(min(walls[n]))} | {ms(wm)}{wr} | {ms(min(cpus[n]))} | {ms(cm)}{cr} "
               f"| {rss_text(rss[n])} | {loaded_objects(env)} |")
 
+
 if __name__ == "__main__":
     main()
