@@ -3,7 +3,8 @@
 #   memory_lean_hook_test.sh <spyglass CLI> <libspyglass_heap.so> <hook_tiny> <hook_shared_tracker> <memory_bench>
 # 1. a C program under the hook has no gRPC/protobuf/absl/OpenSSL/re2 (nor
 #    libspyglass itself) loaded;
-# 2. its profile holds no frame of those libraries (go tool pprof -traces, memtop);
+# 2. its profile holds no frame of those libraries, nor the start-up allocation
+#    of libstdc++, a dependency of the hook only (go tool pprof -traces, memtop);
 # 3. SPYGLASS_TRACE_DIR loads libspyglass and writes a trace with the
 #    live-bytes counter track; when libspyglass cannot be found, one clear line;
 # 4. a program linked with libspyglass sees, through save_device_memory_profile,
