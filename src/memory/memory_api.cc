@@ -1,4 +1,5 @@
 // The public memory API (include/spyglass/memory.h) and the snapshot to pprof.
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,7 +13,6 @@
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
-#include "trace/clock.h"
 
 namespace spyglass::memory {
 
@@ -180,7 +180,9 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     if (s.kind != "executable") s.device = std::string(ClassDevice(cls));
     data.samples.push_back(std::move(s));
   }
-  data.time_nanos = static_cast<int64_t>(spyglass::internal::wall_ns());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  data.time_nanos = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
   auto note = [&](const char* what, Counter c) {
     if (uint64_t v = CounterValue(c)) data.comments.push_back(std::string("spyglass: ") + what + "=" + std::to_string(v));
   };
