@@ -10,7 +10,7 @@ See spyglass.profiler for the API, and `python -m spyglass.collect_profile`.
 import os as _os
 
 from . import _spyglass
-from ._spyglass import InvalidArgumentError, ProfilerError
+from ._spyglass import InvalidArgumentError
 
 __version__ = _spyglass.__version__
 
@@ -23,4 +23,4 @@ if hasattr(_os, "register_at_fork"):
 if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
   _spyglass.track_numpy(True)
 
-__all__ = ["InvalidArgumentError", "ProfilerError", "memory", "profiler", "__version__"]
+__all__ = ["InvalidArgumentError", "memory", "profiler", "__version__"]

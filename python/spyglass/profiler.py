@@ -209,8 +209,8 @@ def start_server(port: int, requires_backend: bool = True):
     raise ValueError("Only one profiler server can be active at a time.")
   try:
     _server_port = _spyglass.start_server(int(port))
-  except _spyglass.ProfilerError as e:
-    if e.code == "AlreadyExists":  # as JAX: a ValueError
+  except RuntimeError as e:
+    if getattr(e, "code", "") == "AlreadyExists":  # as JAX: a ValueError
       raise ValueError("Only one profiler server can be active at a time.") from None
     raise
   return _server_port
@@ -223,8 +223,8 @@ def stop_server() -> None:
     _missing("stop_server", "include/spyglass/server.h")
   try:
     _spyglass.stop_server()
-  except _spyglass.ProfilerError as e:
-    if e.code == "FailedPrecondition":  # as JAX: a ValueError
+  except RuntimeError as e:
+    if getattr(e, "code", "") == "FailedPrecondition":  # as JAX: a ValueError
       raise ValueError("No active profiler server.") from None
     raise
   finally:

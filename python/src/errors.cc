@@ -6,7 +6,6 @@ namespace spyglass::python {
 namespace {
 
 PyObject* g_invalid_argument = nullptr;
-PyObject* g_profiler_error = nullptr;
 
 }  // namespace
 
@@ -16,18 +15,13 @@ void AddErrorTypes(nb::module_& m) {
       "Bad profiler options or arguments (an unknown advanced_configuration key, a wrong value type, a bad level, "
       "a bad path). A ValueError; `.code` is 'InvalidArgument'.",
       PyExc_ValueError, nullptr);
-  g_profiler_error = PyErr_NewExceptionWithDoc(
-      "spyglass.ProfilerError",
-      "A profiler operation failed. A RuntimeError; `.code` names the reason ('FailedPrecondition', "
-      "'AlreadyExists', 'Unavailable', 'DeadlineExceeded', 'Cancelled', 'NotFound', 'Internal').",
-      PyExc_RuntimeError, nullptr);
-  if (g_invalid_argument == nullptr || g_profiler_error == nullptr) throw nb::python_error();
+  if (g_invalid_argument == nullptr) throw nb::python_error();
   m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
-  m.attr("ProfilerError") = nb::handle(g_profiler_error);
 }
 
 void Raise(const Status& s) {
-  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : g_profiler_error;
+  // Plain RuntimeError otherwise, the type jax.profiler raises.
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError;
   nb::object error = nb::steal(PyObject_CallFunction(type, "s", s.message().c_str()));
   if (!error.is_valid()) throw nb::python_error();
   if (PyObject_SetAttrString(error.ptr(), "code", nb::str(StatusCodeName(s.code())).ptr()) != 0)

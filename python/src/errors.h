@@ -1,6 +1,6 @@
 // Status -> Python exception, the one way for the whole extension:
 // InvalidArgument raises spyglass.InvalidArgumentError (a ValueError), every
-// other code spyglass.ProfilerError (a RuntimeError). Both carry the code's
+// other code a RuntimeError, as jax.profiler raises. Both carry the code's
 // name in `.code` ("FailedPrecondition", "AlreadyExists", ...), so the Python
 // layer maps codes to JAX's exception types without reading messages.
 #pragma once
@@ -11,7 +11,7 @@
 
 namespace spyglass::python {
 
-// Creates the two exception types as attributes of `m`.
+// Creates spyglass.InvalidArgumentError as an attribute of `m`.
 void AddErrorTypes(nanobind::module_& m);
 
 [[noreturn]] void Raise(const Status& s);

@@ -221,7 +221,7 @@ def _fork_child_start_server(q):
     profiler.start_server(0)
     q.put("started")
   except Exception as e:  # pylint: disable=broad-except
-    q.put(f"{'RuntimeError' if isinstance(e, RuntimeError) else type(e).__name__}: {e}")
+    q.put(f"{type(e).__name__}: {e}")
 
 
 def test_fork_after_grpc_use_fails_clearly_in_the_child():
