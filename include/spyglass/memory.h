@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "spyglass/api.h"
 #include "spyglass/status.h"
 
 namespace spyglass::memory {
@@ -34,7 +35,7 @@ namespace spyglass::memory {
 // any text up to 63 bytes) for `kind` ("buffer", "executable" as in JAX, or
 // any other word). The calling stack is captured. Recording the same pointer
 // again replaces the old record (counted as `replaced`).
-void record_allocation(const void* ptr, size_t bytes, std::string_view device = "cpu:0",
+SPYGLASS_API void record_allocation(const void* ptr, size_t bytes, std::string_view device = "cpu:0",
                        std::string_view kind = "buffer");
 // A frame of a stack given by the caller (a Python frame, an interpreter's
 // call site, ...) instead of a captured native one. The strings are copied
@@ -48,12 +49,12 @@ struct Frame {
 // kept). Such stacks are deduplicated like captured ones; in the profile each
 // frame is a Function(function, file) with a Location at `line`, so
 // `go tool pprof -top` names the function and `-lines` gives file:line.
-void record_allocation_with_frames(const void* ptr, size_t bytes, std::string_view device, std::string_view kind,
+SPYGLASS_API void record_allocation_with_frames(const void* ptr, size_t bytes, std::string_view device, std::string_view kind,
                                    std::span<const Frame> frames);
 
 // Records that the allocation at `ptr` is gone. Unknown pointers and double
 // frees are counted (TrackingStats), not fatal. nullptr is ignored.
-void record_free(const void* ptr);
+SPYGLASS_API void record_free(const void* ptr);
 
 // RAII form: records at construction, frees at destruction. Move-only.
 class TrackedAllocation {
@@ -96,8 +97,8 @@ class TrackedAllocation {
 // Turns recording by the explicit API on or off (default on). Records made
 // while on stay until freed. The heap hook has its own switch
 // (SPYGLASS_HEAP=0 in the environment).
-void set_tracking_enabled(bool enabled);
-bool tracking_enabled();
+SPYGLASS_API void set_tracking_enabled(bool enabled);
+SPYGLASS_API bool tracking_enabled();
 
 // What the tracker counted since the process started (or forked).
 struct TrackingStats {
@@ -119,7 +120,7 @@ struct TrackingStats {
   uint64_t distinct_functions = 0;  // (function, file) pairs of explicit frames
   uint64_t dropped_functions = 0;   // explicit frames recorded as "<unknown>": function-table bound reached
 };
-TrackingStats tracking_stats();
+SPYGLASS_API TrackingStats tracking_stats();
 
 }  // namespace spyglass::memory
 
@@ -129,8 +130,8 @@ namespace spyglass::profiler {
 // gzipped pprof bytes (sample types allocations/count and space/bytes; labels
 // kind and device). `backend` selects devices: "" = all, "gpu" = every
 // "gpu:N", "gpu:1" = that device only. Always available, no session needed.
-Status device_memory_profile(std::string* out, std::string_view backend = "");
+SPYGLASS_API Status device_memory_profile(std::string* out, std::string_view backend = "");
 // The same bytes written to `path` (overwritten).
-Status save_device_memory_profile(const std::string& path, std::string_view backend = "");
+SPYGLASS_API Status save_device_memory_profile(const std::string& path, std::string_view backend = "");
 
 }  // namespace spyglass::profiler

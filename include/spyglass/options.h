@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "spyglass/api.h"
 #include "spyglass/status.h"
 
 namespace spyglass::profiler {
@@ -61,7 +62,7 @@ struct ProfileOptions {
 };
 
 // Checks levels and advanced_configuration keys and value types.
-Status ValidateOptions(const ProfileOptions& options);
+SPYGLASS_API Status ValidateOptions(const ProfileOptions& options);
 
 // stop_trace with a Perfetto link never blocks longer than this by default.
 inline constexpr int kDefaultPerfettoLinkTimeoutS = 300;

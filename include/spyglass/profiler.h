@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "spyglass/api.h"
 #include "spyglass/annotation.h"
 #include "spyglass/memory.h"
 #include "spyglass/options.h"
@@ -24,7 +25,7 @@
 namespace spyglass {
 
 // "0.1.0"
-const char* version();
+SPYGLASS_API const char* version();
 
 namespace profiler {
 
@@ -32,16 +33,16 @@ namespace profiler {
 // FailedPrecondition "Profile has already been started. Only one profile may
 // be run at a time." if one runs, and with InvalidArgument (naming the key)
 // for bad options, before anything starts.
-Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
+SPYGLASS_API Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
 
 // Stops the session and writes its files under log_dir (see README). Fails
 // with FailedPrecondition "No profile started" without a session. If writing
 // fails, the session is still stopped and its data kept: export_last_trace
 // can write it elsewhere.
-Status stop_trace();
+SPYGLASS_API Status stop_trace();
 
 // Writes the last stopped session's data again, into another log dir.
-Status export_last_trace(const std::string& log_dir, const TraceOptions& options = {});
+SPYGLASS_API Status export_last_trace(const std::string& log_dir, const TraceOptions& options = {});
 
 // Where the last stop_trace/export_last_trace wrote (empty if nothing yet).
 struct TraceFiles {
@@ -50,7 +51,7 @@ struct TraceFiles {
   std::string trace_json_path;
   std::string perfetto_trace_path;  // empty unless requested
 };
-TraceFiles last_trace_files();
+SPYGLASS_API TraceFiles last_trace_files();
 
 // What the last stopped session recorded and dropped.
 struct TraceStats {
@@ -59,10 +60,10 @@ struct TraceStats {
   uint64_t incomplete_events = 0;  // still open at stop; closed at stop time
   uint64_t threads = 0;
 };
-TraceStats last_trace_stats();
+SPYGLASS_API TraceStats last_trace_stats();
 
 // RAII form of start_trace/stop_trace: stops at scope exit.
-class [[nodiscard]] TraceScope {
+class [[nodiscard]] SPYGLASS_API TraceScope {
  public:
   TraceScope(const std::string& log_dir, const TraceOptions& options = {});
   ~TraceScope();
@@ -87,12 +88,12 @@ inline TraceScope trace(const std::string& log_dir, const TraceOptions& options 
 
 // Names shown for threads and the process in the outputs. By default the OS
 // thread name (pthread_getname_np) and the program name are used.
-void set_thread_name(std::string_view name);
-void set_process_name(std::string_view name);
+SPYGLASS_API void set_thread_name(std::string_view name);
+SPYGLASS_API void set_process_name(std::string_view name);
 
 // Profiler metadata recorded in the /host:metadata plane (jax's set_metadata).
-void set_metadata(const std::string& key, const std::string& value);
-void clear_metadata();
+SPYGLASS_API void set_metadata(const std::string& key, const std::string& value);
+SPYGLASS_API void clear_metadata();
 
 }  // namespace profiler
 }  // namespace spyglass

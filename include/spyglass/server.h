@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "spyglass/api.h"
 #include "spyglass/options.h"
 #include "spyglass/status.h"
 
@@ -68,17 +69,17 @@ struct ServerOptions {
 // server_port()). Errors: AlreadyExists if one is already running,
 // InvalidArgument for a bad port/address, Unavailable if the port is in use
 // or cannot be bound.
-Status start_server(int port, const ServerOptions& options = {});
+SPYGLASS_API Status start_server(int port, const ServerOptions& options = {});
 // Stops the server; waits for in-flight requests (a running capture is
 // cancelled). FailedPrecondition if none runs.
-Status stop_server();
+SPYGLASS_API Status stop_server();
 // The port the running server listens on, or 0.
-int server_port();
+SPYGLASS_API int server_port();
 
 // The unregister handle of register_subprocess: unregisters when destroyed,
 // or earlier with unregister() / operator(). Move-only; calling it twice is
 // harmless.
-class SubprocessRegistration {
+class SPYGLASS_API SubprocessRegistration {
  public:
   SubprocessRegistration() = default;
   ~SubprocessRegistration() { unregister(); }
@@ -114,6 +115,6 @@ class SubprocessRegistration {
 // Waits up to `connect_timeout_ms` for the child's server to accept a
 // connection. Errors: InvalidArgument (own pid, bad pid or port),
 // AlreadyExists (pid already registered), DeadlineExceeded (not reachable).
-Status register_subprocess(int pid, int port, SubprocessRegistration* out, int connect_timeout_ms = 30000);
+SPYGLASS_API Status register_subprocess(int pid, int port, SubprocessRegistration* out, int connect_timeout_ms = 30000);
 
 }  // namespace spyglass::profiler

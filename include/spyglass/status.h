@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "spyglass/api.h"
+
 namespace spyglass {
 
 enum class StatusCode {
@@ -20,9 +22,9 @@ enum class StatusCode {
 };
 
 // "InvalidArgument", "FailedPrecondition", ... ("OK" for kOk).
-const char* StatusCodeName(StatusCode code);
+SPYGLASS_API const char* StatusCodeName(StatusCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] SPYGLASS_API Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "spyglass/profiler.h"  // version()
 #include "trace/clock.h"
 #include "trace/recorder.h"
 

@@ -29,9 +29,10 @@
 #endif
 #include <time.h>
 
+#include "spyglass/api.h"
+
 #define SPYGLASS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SPYGLASS_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define SPYGLASS_EXPORT __attribute__((visibility("default")))
 
 namespace spyglass::internal {
 
@@ -54,7 +55,7 @@ struct alignas(64) GlobalState {
   std::atomic<uint64_t> session_word{0};
   bool use_tsc = true;  // false when the TSC is not invariant (then CLOCK_MONOTONIC)
 };
-SPYGLASS_EXPORT extern GlobalState g_state;
+SPYGLASS_API extern GlobalState g_state;
 
 struct Chunk;
 
@@ -74,12 +75,12 @@ struct ThreadSlot {
 };
 // initial-exec: a TLS access is one %fs-relative load, also from a shared
 // library (no __tls_get_addr call on the hot path).
-SPYGLASS_EXPORT extern constinit thread_local ThreadSlot t_slot __attribute__((tls_model("initial-exec")));
+SPYGLASS_API extern constinit thread_local ThreadSlot t_slot __attribute__((tls_model("initial-exec")));
 
 // Slow paths, out of line.
-SPYGLASS_EXPORT ThreadBuffer* bind_slow(uint64_t word);
+SPYGLASS_API ThreadBuffer* bind_slow(uint64_t word);
 // Makes room for `words` words; returns the cursor or nullptr (dropped).
-SPYGLASS_EXPORT uint64_t* grow_slow(ThreadBuffer* tb, uint32_t words, bool is_end);
+SPYGLASS_API uint64_t* grow_slow(ThreadBuffer* tb, uint32_t words, bool is_end);
 
 inline uint64_t now_ticks() {
 #if defined(__x86_64__)
@@ -163,7 +164,7 @@ inline void end(uint64_t word) {
 }
 
 // Appends one argument to the innermost open event of session `word`.
-SPYGLASS_EXPORT void add_arg(uint64_t word, std::string_view key, ArgType type, uint64_t bits,
+SPYGLASS_API void add_arg(uint64_t word, std::string_view key, ArgType type, uint64_t bits,
                              std::string_view str);
 
 }  // namespace spyglass::internal
