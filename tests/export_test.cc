@@ -302,6 +302,23 @@ TEST(TraceJson, ProcessesAreLabelledWithTheirRecordedPid) {
   EXPECT_EQ(event_pids, std::set<int64_t>{4242});
 }
 
+// One UTF-8 rule everywhere: a surrogate or an overlong form in a string
+// value becomes U+FFFD in the JSON, as the model does with names (the JSON
+// writer once let them through, and strict readers reject the file).
+TEST(TraceJson, InvalidUtf8FormsAreReplacedByTheModelsRule) {
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  model::Line& line = host.line_with_id(1);
+  line.stat_lists.push_back({host.str_stat("s", "a\xed\xa0\x80" "b\xe0\x80\xaf" "c\xc3\xa9")});
+  line.events.push_back({0, 1000, host.intern_event("e"), 0});
+  const std::string text = exporter::TraceJsonString(space);
+  nlohmann::json j = nlohmann::json::parse(text);  // throws on invalid UTF-8
+  std::string value;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") value = e["args"]["s"];
+  EXPECT_EQ(value, "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "c\xc3\xa9");
+}
+
 TEST(TraceMeName, ParsesLikeTheReference) {
   auto p = internal::ParseTraceMeName("step#_r=1,step_num=5,list=[1,2],q=\"a,b\",bad,=x,y=#");
   EXPECT_EQ(p.name, "step");

@@ -1,5 +1,6 @@
 #include "export/trace_json/trace_json_writer.h"
 
+#include "common/utf8.h"
 #include "export/output_file.h"
 
 #include <isa-l/crc.h>
@@ -160,10 +161,8 @@ class JsonOut {
         d[5] = hex[c & 15];
         p_ += 6;
       } else {
-        size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-        bool valid = len != 0 && c < 0xf5 && i + len <= s.size();
-        for (size_t k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-        if (valid) {
+        const size_t len = Utf8SequenceLength(s, i);
+        if (len != 0) {
           raw(s.substr(i, len));
           i += len - 1;
         } else {
