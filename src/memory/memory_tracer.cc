@@ -13,7 +13,7 @@
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
 #include "spyglass/profiler.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::memory {
 namespace {

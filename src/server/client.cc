@@ -26,7 +26,7 @@
 #include "server/options_convert.h"
 #include "server/path_policy.h"
 #include "server/rpc_util.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::server {
 namespace {

@@ -22,7 +22,7 @@
 #include "server/request_policy.h"
 #include "server/rpc_util.h"
 #include "session/session.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::server {
 namespace {

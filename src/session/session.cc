@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "trace/clock.h"
+#include "common/clock.h"
 #include "trace/recorder.h"
 
 namespace spyglass {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "session/tracer.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 #include "trace/host_collector.h"
 #include "trace/recorder.h"
 
