@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "export/export.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
@@ -317,6 +318,33 @@ TEST(TraceJson, InvalidUtf8FormsAreReplacedByTheModelsRule) {
   for (const auto& e : j["traceEvents"])
     if (e["ph"] == "X") value = e["args"]["s"];
   EXPECT_EQ(value, "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "c\xc3\xa9");
+}
+
+// The one export step writes exactly the requested formats into one
+// directory, under the names each caller used to build by hand, and writes
+// an XSpace received as bytes as is.
+TEST(ExportStep, WritesTheRequestedFormatsIntoOneDirectory) {
+  model::Space space = SampleSpace();
+  exporter::OutputDir dir;
+  ASSERT_TRUE(exporter::OutputDir::Open(MakeTempDir(), &dir).ok());
+  exporter::ExportedFiles files;
+  exporter::ExportRequest all{
+      {exporter::Format::kXPlane, exporter::Format::kTraceJson, exporter::Format::kPerfettoTraceJson}, "h_1", {}};
+  ASSERT_TRUE(exporter::Export(space, dir, all, &files).ok());
+  EXPECT_EQ(files.xplane, dir.path() + "/h_1.xplane.pb");
+  EXPECT_EQ(files.trace_json, dir.path() + "/h_1.trace.json.gz");
+  EXPECT_EQ(files.perfetto_trace, dir.path() + "/perfetto_trace.json.gz");
+  EXPECT_EQ(ReadXSpace(files.xplane).planes_size(), 3);
+  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.perfetto_trace)).count("metadata"), 0u);
+  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.trace_json)).count("metadata"), 1u);
+
+  exporter::ExportedFiles again;
+  exporter::ExportRequest as_received{{exporter::Format::kXPlane}, "h_2", "received bytes"};
+  ASSERT_TRUE(exporter::Export(space, dir, as_received, &again).ok());
+  EXPECT_EQ(spyglass::testing::ReadFile(again.xplane), "received bytes");
+  EXPECT_TRUE(again.trace_json.empty());
+  exporter::ExportRequest bad{{exporter::Format::kXPlane}, "../x", {}};
+  EXPECT_EQ(exporter::Export(space, dir, bad, &again).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TraceMeName, ParsesLikeTheReference) {
