@@ -210,7 +210,7 @@ void WriteToolFiles(const HostCall& c, const exporter::OutputDir& dir, std::set<
 int64_t ProcessIdOf(const model::Space& space) {
   if (const model::Plane* host = space.find_plane(model::kHostPlaneName))
     for (const model::Stat& s : host->stats)
-      if (host->stat_name(s) == "process_id") return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64;
+      if (host->stat_name(s) == model::kProcessIdStat) return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64;
   return 0;
 }
 
