@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "export/export.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
@@ -300,6 +301,50 @@ TEST(TraceJson, ProcessesAreLabelledWithTheirRecordedPid) {
   EXPECT_EQ(label_pid.count("trainer (pid 42)"), 1u) << j.dump().substr(0, 2000);
   EXPECT_EQ(label_pid.count("worker (pid 4242)"), 1u);
   EXPECT_EQ(event_pids, std::set<int64_t>{4242});
+}
+
+// One UTF-8 rule everywhere: a surrogate or an overlong form in a string
+// value becomes U+FFFD in the JSON, as the model does with names (the JSON
+// writer once let them through, and strict readers reject the file).
+TEST(TraceJson, InvalidUtf8FormsAreReplacedByTheModelsRule) {
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  model::Line& line = host.line_with_id(1);
+  line.stat_lists.push_back({host.str_stat("s", "a\xed\xa0\x80" "b\xe0\x80\xaf" "c\xc3\xa9")});
+  line.events.push_back({0, 1000, host.intern_event("e"), 0});
+  const std::string text = exporter::TraceJsonString(space);
+  nlohmann::json j = nlohmann::json::parse(text);  // throws on invalid UTF-8
+  std::string value;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") value = e["args"]["s"];
+  EXPECT_EQ(value, "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "c\xc3\xa9");
+}
+
+// The one export step writes exactly the requested formats into one
+// directory, under the names each caller used to build by hand, and writes
+// an XSpace received as bytes as is.
+TEST(ExportStep, WritesTheRequestedFormatsIntoOneDirectory) {
+  model::Space space = SampleSpace();
+  exporter::OutputDir dir;
+  ASSERT_TRUE(exporter::OutputDir::Open(MakeTempDir(), &dir).ok());
+  exporter::ExportedFiles files;
+  exporter::ExportRequest all{
+      {exporter::Format::kXPlane, exporter::Format::kTraceJson, exporter::Format::kPerfettoTraceJson}, "h_1", {}};
+  ASSERT_TRUE(exporter::Export(space, dir, all, &files).ok());
+  EXPECT_EQ(files.xplane, dir.path() + "/h_1.xplane.pb");
+  EXPECT_EQ(files.trace_json, dir.path() + "/h_1.trace.json.gz");
+  EXPECT_EQ(files.perfetto_trace, dir.path() + "/perfetto_trace.json.gz");
+  EXPECT_EQ(ReadXSpace(files.xplane).planes_size(), 3);
+  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.perfetto_trace)).count("metadata"), 0u);
+  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.trace_json)).count("metadata"), 1u);
+
+  exporter::ExportedFiles again;
+  exporter::ExportRequest as_received{{exporter::Format::kXPlane}, "h_2", "received bytes"};
+  ASSERT_TRUE(exporter::Export(space, dir, as_received, &again).ok());
+  EXPECT_EQ(spyglass::testing::ReadFile(again.xplane), "received bytes");
+  EXPECT_TRUE(again.trace_json.empty());
+  exporter::ExportRequest bad{{exporter::Format::kXPlane}, "../x", {}};
+  EXPECT_EQ(exporter::Export(space, dir, bad, &again).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TraceMeName, ParsesLikeTheReference) {

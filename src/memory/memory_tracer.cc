@@ -13,7 +13,7 @@
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
 #include "spyglass/profiler.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::memory {
 namespace {
@@ -72,7 +72,7 @@ class MemoryTracer : public session::Tracer {
 
     model::Plane& host = space->plane(model::kHostPlaneName);
     model::Line& line = host.line_with_id(INT64_MAX);
-    line.name = line.display_name = "_counters_";
+    line.name = line.display_name = std::string(model::kCounterLineName);
     line.timestamp_ns = 0;
     auto to_ps = [&](uint64_t t) { return t <= start_ticks_ ? int64_t{0} : clock.ns_between(start_ticks_, t) * 1000; };
     int64_t end_ps = to_ps(stop_ticks_);
@@ -83,7 +83,7 @@ class MemoryTracer : public session::Tracer {
       e.offset_ps = ps;
       e.metadata_id = md[dev];
       e.stats = static_cast<uint32_t>(line.stat_lists.size());
-      line.stat_lists.push_back({host.int_stat("live_bytes", value)});
+      line.stat_lists.push_back({host.int_stat(model::kLiveBytesStat, value)});
       line.events.push_back(e);
     };
     for (const auto& [dev, on] : active) emit(dev, 0, live[dev]);

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/schema.h"
+
 namespace spyglass::model {
 
 enum class StatKind : uint8_t { kInt64, kUint64, kDouble, kString, kBytes, kRef };
@@ -120,13 +122,5 @@ struct Space {
   Plane& plane(std::string_view name);  // finds or appends
   uint64_t event_count() const;
 };
-
-// Plane and stat names with a meaning to XProf (spec FORMATS.md).
-inline constexpr std::string_view kHostPlaneName = "/host:CPU";
-inline constexpr std::string_view kMetadataPlaneName = "/host:metadata";
-inline constexpr std::string_view kTaskEnvPlaneName = "Task Environment";
-inline constexpr std::string_view kGpuPlanePrefix = "/device:GPU:";
-inline constexpr std::string_view kTpuPlanePrefix = "/device:TPU:";
-inline constexpr std::string_view kCustomPlanePrefix = "/device:CUSTOM:";
 
 }  // namespace spyglass::model

@@ -18,6 +18,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "export/export.h"
 #include "export/log_dir.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "model/xspace_import_chunked.h"
@@ -26,7 +27,7 @@
 #include "server/options_convert.h"
 #include "server/path_policy.h"
 #include "server/rpc_util.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::server {
 namespace {
@@ -34,7 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kProfileMethod[] = "/tensorflow.ProfilerService/Profile";
-constexpr char kPerfettoTraceName[] = "perfetto_trace.json.gz";
 // Skipped tool_data entries described one by one per host; the rest counted.
 constexpr size_t kToolWarningsPerHost = 4;
 // Bytes of a server-sent name quoted in a warning.
@@ -210,7 +210,7 @@ void WriteToolFiles(const HostCall& c, const exporter::OutputDir& dir, std::set<
 int64_t ProcessIdOf(const model::Space& space) {
   if (const model::Plane* host = space.find_plane(model::kHostPlaneName))
     for (const model::Stat& s : host->stats)
-      if (host->stat_name(s) == "process_id") return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64;
+      if (host->stat_name(s) == model::kProcessIdStat) return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64;
   return 0;
 }
 
@@ -274,8 +274,10 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   for (auto& t : threads) t.join();
 
   // Our own outputs: no tool file may take their names.
-  std::set<std::string> taken = {kPerfettoTraceName};
-  for (const HostCall& c : calls) taken.insert({c.stem + ".xplane.pb", c.stem + ".trace.json.gz"});
+  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTraceJson, "")};
+  for (const HostCall& c : calls)
+    taken.insert({exporter::FileNameOf(exporter::Format::kXPlane, c.stem),
+                  exporter::FileNameOf(exporter::Format::kTraceJson, c.stem)});
 
   // Write what came back, host by host.
   std::vector<model::Space> spaces;
@@ -284,7 +286,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   for (HostCall& c : calls) {
     CaptureHostResult host;
     host.address = c.address;
-    std::string xplane = c.stem + ".xplane.pb";
+    std::string xplane = exporter::FileNameOf(exporter::Format::kXPlane, c.stem);
     std::string bytes;
     if (c.status.ok()) {
       if (c.response.has_xspace()) {
@@ -308,24 +310,26 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())
         c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse: " + s.message());
     }
-    if (c.status.ok() && c.response.has_xspace()) {
-      if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
+    exporter::ExportedFiles files;
+    if (c.status.ok() && c.response.has_xspace()) {  // as received: nothing is serialized again
+      exporter::ExportRequest as_received{{exporter::Format::kXPlane}, c.stem, bytes};
+      if (Status s = exporter::Export(space, dir, as_received, &files); !s.ok()) c.status = s;
     }
     const uint64_t reply_bytes = bytes.size();
     std::string().swap(bytes);
     if (c.status.ok()) {
       WriteToolFiles(c, dir, &taken, &result->warnings);
       host.xplane_path = dir.PathOf(xplane);
-      host.trace_json_path = dir.PathOf(c.stem + ".trace.json.gz");
       const uint64_t json_limit = reply_bytes * options.max_trace_json_expansion + (64ull << 20);
       const uint64_t json_bytes = exporter::EstimateTraceJsonBytes(space, json_limit);
       if (json_bytes > json_limit) {
-        host.trace_json_path.clear();
         result->warnings.push_back(c.address + ": its trace JSON would be over " + std::to_string(json_limit >> 20) +
                                    " MiB from a " + std::to_string(reply_bytes >> 10) +
                                    " KiB reply (names repeated by many events); wrote only " + xplane);
       } else {
-        if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
+        exporter::ExportRequest json{{exporter::Format::kTraceJson}, c.stem, {}};
+        if (Status w = exporter::Export(space, dir, json, &files); !w.ok()) return w;
+        host.trace_json_path = files.trace_json;
         if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.json.gz
       }
       if (!host.empty) ++captured;
@@ -352,24 +356,22 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   }
 
   if (options.create_perfetto_trace && !spaces.empty()) {
-    exporter::TraceJsonOptions json;
-    json.perfetto = true;
-    result->perfetto_trace_path = dir.PathOf(kPerfettoTraceName);
-    if (spaces.size() == 1) {
-      if (Status s = exporter::WriteTraceJsonGz(spaces[0], dir, kPerfettoTraceName, json); !s.ok()) return s;
-    } else {
-      // All hosts on one time base, each process under its own pid.
+    // All hosts on one time base, each process under its own pid.
+    model::Space merged;
+    if (spaces.size() > 1) {
       uint64_t start = UINT64_MAX;
       for (const model::Space& s : spaces) start = std::min(start, ProfileStartTime(s) ? ProfileStartTime(s) : start);
       if (start == UINT64_MAX) start = 0;
-      model::Space merged;
       for (size_t i = 0; i < spaces.size(); ++i) {
         int64_t pid = ProcessIdOf(spaces[i]);
         MergeChildSpace(std::move(spaces[i]), start, std::to_string(pid ? pid : static_cast<int64_t>(i + 1)),
                         /*require_process_id=*/false, &merged);
       }
-      if (Status s = exporter::WriteTraceJsonGz(merged, dir, kPerfettoTraceName, json); !s.ok()) return s;
     }
+    exporter::ExportedFiles files;
+    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTraceJson}, "", {}};
+    if (Status s = exporter::Export(spaces.size() == 1 ? spaces[0] : merged, dir, perfetto, &files); !s.ok()) return s;
+    result->perfetto_trace_path = files.perfetto_trace;
   }
   return Status::Ok();
 }

@@ -6,7 +6,7 @@ uint64_t ProfileStartTime(const model::Space& space) {
   const model::Plane* env = space.find_plane(model::kTaskEnvPlaneName);
   if (env == nullptr) return 0;
   for (const model::Stat& s : env->stats)
-    if (env->stat_name(s) == "profile_start_time")
+    if (env->stat_name(s) == model::kProfileStartTimeStat)
       return s.kind == model::StatKind::kUint64 ? s.u64 : static_cast<uint64_t>(s.i64);
   return 0;
 }
@@ -20,7 +20,7 @@ void MergeChildSpace(model::Space&& child, uint64_t parent_start_ns, const std::
     child_start = parent_start_ns;
   }
   for (model::Plane& p : child.planes) {
-    if (require_process_id && p.find_stat_metadata("process_id") == nullptr) {
+    if (require_process_id && p.find_stat_metadata(model::kProcessIdStat) == nullptr) {
       parent->warnings.push_back("skipped plane '" + p.name + "' of " + tag + ": it has no process_id");
       continue;
     }

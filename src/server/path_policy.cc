@@ -132,11 +132,12 @@ Status ResolveProfileFile(const std::string& repository_root, const std::string&
     return InvalidArgumentError("refusing to write " + QuoteInput(f) + ": it exists and is not a regular file");
   target->dir = Join(parts, parts.size());
   target->file = f;
+  target->stem = stem;
   target->trusted = from;
   return Status::Ok();
 }
 
-Status WriteProfileFile(const ProfileTarget& target, const std::string& bytes) {
+Status OpenProfileDir(const ProfileTarget& target, exporter::OutputDir* dir) {
   std::vector<std::string> parts;
   std::string bad;
   if (target.dir.empty() || target.dir[0] != '/' || !Components(target.dir, &parts, &bad) ||
@@ -144,9 +145,7 @@ Status WriteProfileFile(const ProfileTarget& target, const std::string& bytes) {
     return InvalidArgumentError("bad directory " + target.dir);
   // Links are followed only in the trusted prefix (allowed_log_root's).
   std::vector<std::string> below(parts.begin() + static_cast<std::ptrdiff_t>(target.trusted), parts.end());
-  exporter::OutputDir dir;
-  if (Status s = exporter::OutputDir::OpenBelow(Join(parts, target.trusted), below, &dir); !s.ok()) return s;
-  return dir.WriteBytes(target.file.substr(target.file.rfind('/') + 1), bytes);
+  return exporter::OutputDir::OpenBelow(Join(parts, target.trusted), below, dir);
 }
 
 }  // namespace spyglass::server

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "export/output_file.h"
 #include "spyglass/status.h"
 
 namespace spyglass::server {
@@ -26,16 +27,17 @@ inline constexpr size_t kMaxNewDirectories = 8;
 struct ProfileTarget {
   std::string dir;       // <root>/<session_id>
   std::string file;      // <dir>/<host>.xplane.pb
+  std::string stem;      // <host>: the file stem of the export
   size_t trusted = 0;    // leading components of dir that may be symbolic links (allowed_root's)
 };
 Status ResolveProfileFile(const std::string& repository_root, const std::string& session_id, const std::string& host,
                           const std::string& allowed_root, ProfileTarget* target);
 
 // Walks to target.dir component by component, creating what is missing and
-// refusing symbolic links (below the trusted prefix), then writes `bytes` to
-// target.file as every output is written (exporter::OutputDir: no link
-// followed, renamed into place when complete).
-Status WriteProfileFile(const ProfileTarget& target, const std::string& bytes);
+// refusing symbolic links (below the trusted prefix), and opens it: the
+// export step then writes target.file there as every output is written
+// (exporter::OutputDir: no link followed, renamed into place when complete).
+Status OpenProfileDir(const ProfileTarget& target, exporter::OutputDir* dir);
 
 // A host name or address as a file stem: ':' becomes '_'; InvalidArgument if
 // the result is not a plain component ("..", '/', NUL, empty, over 200 bytes).

@@ -16,13 +16,14 @@
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include "common/clock.h"
 #include "common/quote.h"
+#include "export/export.h"
 #include "export/xplane/xplane_writer.h"
 #include "server/path_policy.h"
 #include "server/request_policy.h"
 #include "server/rpc_util.h"
 #include "session/session.h"
-#include "trace/clock.h"
 
 namespace spyglass::server {
 namespace {
@@ -150,27 +151,27 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
       return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping; the capture was stopped");
   }
 
-  std::string bytes;
-  {
-    model::Space space;
-    session::SessionSummary summary;
-    Status collect = session->Stop(&space, &summary);
-    session.reset();
-    if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
-    space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
-    resp->set_empty_trace(space.event_count() == 0);
-    bytes = exporter::SerializeXSpace(space);
-  }  // the model is freed before the reply exists
-  if (req->emit_xspace()) {
-    // The serialized XSpace goes out as field `xspace` without being parsed
-    // back into messages (a copy several times its size): as an unknown
-    // field, its wire bytes are those of a set xspace.
-    std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
-        tensorflow::ProfileResponse::kXspaceFieldNumber);
-    field->swap(bytes);
-    return grpc::Status::OK;
+  model::Space space;
+  session::SessionSummary summary;
+  Status collect = session->Stop(&space, &summary);
+  session.reset();
+  if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
+  space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
+  resp->set_empty_trace(space.event_count() == 0);
+  if (!req->emit_xspace()) {  // this process writes the file: the export step, from the model
+    exporter::OutputDir dir;
+    if (Status s = OpenProfileDir(p.target, &dir); !s.ok()) return ToGrpc(s);
+    exporter::ExportedFiles files;
+    return ToGrpc(exporter::Export(space, dir, {{exporter::Format::kXPlane}, p.target.stem, {}}, &files));
   }
-  return ToGrpc(WriteProfileFile(p.target, bytes));
+  // The reply: the serialized XSpace goes out as field `xspace` without being
+  // parsed back into messages (a copy several times its size): as an unknown
+  // field, its wire bytes are those of a set xspace. The model is freed
+  // before the reply exists.
+  std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
+      tensorflow::ProfileResponse::kXspaceFieldNumber);
+  *field = exporter::SerializeXSpace(space);
+  return grpc::Status::OK;  // `space` is freed here, before gRPC copies the reply
 }
 
 // ---- start_server / stop_server ----------------------------------------------

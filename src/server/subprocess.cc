@@ -18,7 +18,7 @@
 #include "server/rpc_util.h"
 #include "session/tracer.h"
 #include "spyglass/server.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 
 namespace spyglass::server {
 

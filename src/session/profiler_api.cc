@@ -8,10 +8,9 @@
 #include <mutex>
 #include <new>
 
+#include "export/export.h"
 #include "export/log_dir.h"
 #include "sinks/perfetto_link.h"
-#include "export/trace_json/trace_json_writer.h"
-#include "export/xplane/xplane_writer.h"
 #include "session/session.h"
 #include "spyglass/profiler.h"
 #include "trace/recorder.h"
@@ -50,22 +49,16 @@ void AfterForkChild() {
 
 Status Export(const model::Space& space, const std::string& log_dir, const TraceOptions& options,
               TraceFiles* files) {
-  std::string run_dir;
-  if (Status s = exporter::MakeRunDir(log_dir, options.profiler_options.session_id, &run_dir); !s.ok()) return s;
-  std::string stem = run_dir + "/" + exporter::SanitizeHostForFile(session::Hostname());
-  TraceFiles out;
-  out.run_dir = run_dir;
-  out.xplane_path = stem + ".xplane.pb";
-  out.trace_json_path = stem + ".trace.json.gz";
-  if (Status s = exporter::WriteXSpaceFile(space, out.xplane_path); !s.ok()) return s;
-  if (Status s = exporter::WriteTraceJsonGz(space, out.trace_json_path); !s.ok()) return s;
-  if (options.create_perfetto_trace || options.create_perfetto_link) {
-    out.perfetto_trace_path = run_dir + "/perfetto_trace.json.gz";
-    exporter::TraceJsonOptions json;
-    json.perfetto = true;
-    if (Status s = exporter::WriteTraceJsonGz(space, out.perfetto_trace_path, json); !s.ok()) return s;
-  }
-  *files = out;
+  exporter::RunDir run;
+  if (Status s = exporter::MakeRunDir(log_dir, options.profiler_options.session_id, &run); !s.ok()) return s;
+  exporter::ExportRequest request{{exporter::Format::kXPlane, exporter::Format::kTraceJson},
+                                  exporter::SanitizeHostForFile(session::Hostname()),
+                                  {}};
+  if (options.create_perfetto_trace || options.create_perfetto_link)
+    request.formats.push_back(exporter::Format::kPerfettoTraceJson);
+  exporter::ExportedFiles written;
+  if (Status s = exporter::Export(space, run.dir, request, &written); !s.ok()) return s;
+  *files = TraceFiles{run.dir.path(), written.xplane, written.trace_json, written.perfetto_trace};
   return Status::Ok();
 }
 

@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "spyglass/profiler.h"  // version()
-#include "trace/clock.h"
 #include "trace/recorder.h"
 
 namespace spyglass {
@@ -156,23 +156,23 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
 
   if (options_.enable_hlo_proto) {
     model::Plane& md = space->plane(model::kMetadataPlaneName);
-    md.stats.push_back(md.str_stat("spyglass_version", version()));
-    md.stats.push_back(md.str_stat("hostname", Hostname()));
-    md.stats.push_back(md.str_stat("pid", std::to_string(getpid())));
-    md.stats.push_back(md.str_stat("command_line", CommandLine()));
-    md.stats.push_back(md.str_stat("start_time_ns", std::to_string(start_wall_ns_)));
+    md.stats.push_back(md.str_stat(model::kVersionMetadata, version()));
+    md.stats.push_back(md.str_stat(model::kHostnameMetadata, Hostname()));
+    md.stats.push_back(md.str_stat(model::kPidMetadata, std::to_string(getpid())));
+    md.stats.push_back(md.str_stat(model::kCommandLineMetadata, CommandLine()));
+    md.stats.push_back(md.str_stat(model::kStartTimeMetadata, std::to_string(start_wall_ns_)));
     std::lock_guard<std::mutex> lock(metadata_mu());
     for (const auto& [k, v] : metadata()) md.stats.push_back(md.str_stat(k, v));
   }
   model::Plane& env = space->plane(model::kTaskEnvPlaneName);
-  env.stats.push_back(env.uint_stat("profile_start_time", start_wall_ns_));
-  env.stats.push_back(env.uint_stat("profile_stop_time", stop_wall_ns));
+  env.stats.push_back(env.uint_stat(model::kProfileStartTimeStat, start_wall_ns_));
+  env.stats.push_back(env.uint_stat(model::kProfileStopTimeStat, stop_wall_ns));
   for (model::Plane& p : space->planes) {
     if (p.name.rfind("/device:", 0) != 0) p.id = 0;  // as JAX writes host-side planes
-    if (p.find_stat_metadata("process_id") == nullptr) p.stats.push_back(p.int_stat("process_id", getpid()));
+    if (p.find_stat_metadata(model::kProcessIdStat) == nullptr) p.stats.push_back(p.int_stat(model::kProcessIdStat, getpid()));
   }
   if (model::Plane* host = space->find_plane(model::kHostPlaneName))
-    host->stats.push_back(host->str_stat("process_name", ProcessName()));
+    host->stats.push_back(host->str_stat(model::kProcessNameStat, ProcessName()));
   space->hostnames.push_back(Hostname());
   return first_error;
 }

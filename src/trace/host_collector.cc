@@ -194,7 +194,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
     for (const OpenEvent& o : open) {
       model::Event& e = line.events[o.index];
       e.duration_ps = std::max<int64_t>(0, to_ps(stop_ticks) - e.offset_ps);
-      stats_for(e).push_back(plane->int_stat("incomplete", 1));
+      stats_for(e).push_back(plane->int_stat(model::kIncompleteStat, 1));
       ++stats.incomplete;
     }
   }

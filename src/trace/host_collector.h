@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/xspace.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 #include "trace/recorder.h"
 
 namespace spyglass::internal {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "session/tracer.h"
-#include "trace/clock.h"
+#include "common/clock.h"
 #include "trace/host_collector.h"
 #include "trace/recorder.h"
 
@@ -47,7 +47,7 @@ class HostTracer : public session::Tracer {
     std::sort(host.lines.begin(), host.lines.end(), [](const model::Line& a, const model::Line& b) {
       return (a.display_name.empty() ? a.name : a.display_name) < (b.display_name.empty() ? b.name : b.display_name);
     });
-    host.stats.push_back(host.uint_stat("dropped_events", stats_.dropped));
+    host.stats.push_back(host.uint_stat(model::kDroppedEventsStat, stats_.dropped));
     if (stats_.dropped > 0) {
       std::string w = "spyglass: " + std::to_string(stats_.dropped) +
                       " host events were dropped because the trace buffers were full (raise "

@@ -93,7 +93,11 @@ void CheckTarget(const ProfileTarget& t) {
   Check(t.file.rfind(e.root + "/", 0) == 0, "a target outside allowed_log_root");
   Check(t.file.size() < kMaxProfilePathBytes, "a target path over the bound");
   Check(t.file.find("/../") == std::string::npos && t.file.find("/./") == std::string::npos, "a '.' or '..' in a target");
-  Status s = WriteProfileFile(t, "x");
+  // What the server does with a target: open its directory, and the export
+  // step writes <stem>.xplane.pb there.
+  spyglass::exporter::OutputDir dir;
+  Status s = OpenProfileDir(t, &dir);
+  if (s.ok()) s = dir.WriteBytes(t.file.substr(t.file.rfind('/') + 1), "x");
   CheckError(s);
   if (s.ok()) {
     struct stat st;

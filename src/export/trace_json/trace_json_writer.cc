@@ -1,5 +1,6 @@
 #include "export/trace_json/trace_json_writer.h"
 
+#include "common/utf8.h"
 #include "export/output_file.h"
 
 #include <isa-l/crc.h>
@@ -32,7 +33,7 @@ bool IsInternalStat(std::string_view name) {
 // a session has one, children's and other hosts' planes too); 0 if none.
 int64_t ProcessIdOf(const model::Plane& p) {
   for (const model::Stat& s : p.stats) {
-    if (p.stat_name(s) != "process_id") continue;
+    if (p.stat_name(s) != model::kProcessIdStat) continue;
     if (s.kind == model::StatKind::kInt64) return s.i64;
     if (s.kind == model::StatKind::kUint64) return static_cast<int64_t>(s.u64);
   }
@@ -41,7 +42,7 @@ int64_t ProcessIdOf(const model::Plane& p) {
 
 // A host plane merged from another process or host ("/host:CPU [<tag>]").
 bool IsMergedHostPlane(const model::Plane& p) {
-  constexpr std::string_view prefix = "/host:CPU [";
+  constexpr std::string_view prefix = model::kMergedHostPlanePrefix;
   return p.name.size() > prefix.size() && p.name.compare(0, prefix.size(), prefix) == 0 && p.name.back() == ']';
 }
 
@@ -160,10 +161,8 @@ class JsonOut {
         d[5] = hex[c & 15];
         p_ += 6;
       } else {
-        size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-        bool valid = len != 0 && c < 0xf5 && i + len <= s.size();
-        for (size_t k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-        if (valid) {
+        const size_t len = Utf8SequenceLength(s, i);
+        if (len != 0) {
           raw(s.substr(i, len));
           i += len - 1;
         } else {
@@ -196,7 +195,7 @@ class JsonOut {
 
 // Events on a counter line (XSpace's "_counters_", e.g. the memory tracer's
 // live bytes per device) become Chrome counter events.
-constexpr std::string_view kCounterLineName = "_counters_";
+using model::kCounterLineName;
 
 // What every slice of the document reads, computed once.
 struct Doc {
@@ -388,7 +387,7 @@ void WriteHead(JsonOut& o, const Doc& doc) {
       o.raw("}}");
     }
     for (const model::Stat& s : p->stats) {
-      if (s.kind == model::StatKind::kString && p->stat_name(s) == "process_name") {
+      if (s.kind == model::StatKind::kString && p->stat_name(s) == model::kProcessNameStat) {
         // Perfetto and chrome://tracing show labels beside the process name.
         o.event("{\"ph\":\"M\",\"pid\":");
         o.i64(pid);
@@ -434,7 +433,7 @@ void WriteHead(JsonOut& o, const Doc& doc) {
 void WriteTail(JsonOut& o, const Doc& doc) {
   if (const model::Plane* host = doc.space.find_plane(model::kHostPlaneName)) {
     for (const model::Stat& s : host->stats) {
-      if (host->stat_name(s) == "dropped_events" && s.u64 > 0) {
+      if (host->stat_name(s) == model::kDroppedEventsStat && s.u64 > 0) {
         o.event("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
         o.i64(kHostPid);
         o.raw(",\"tid\":0,\"ts\":0,\"name\":");

@@ -199,18 +199,29 @@ std::string SerializeXSpace(const model::Space& space) {
   return out;
 }
 
+namespace {
+
+// 0 or the errno of the failure.
+int WriteXSpaceFd(const model::Space& space, int fd) {
+  google::protobuf::io::FileOutputStream stream(fd, 1 << 20);
+  bool ok;
+  {
+    CodedOutputStream o(&stream);
+    WriteSpace(o, space);
+    ok = !o.HadError();
+  }
+  ok = stream.Flush() && ok;
+  return ok ? 0 : (stream.GetErrno() ? stream.GetErrno() : EIO);
+}
+
+}  // namespace
+
 Status WriteXSpaceFile(const model::Space& space, const std::string& path) {
-  return WriteOutputFile(path, [&](int fd) {
-    google::protobuf::io::FileOutputStream stream(fd, 1 << 20);
-    bool ok;
-    {
-      CodedOutputStream o(&stream);
-      WriteSpace(o, space);
-      ok = !o.HadError();
-    }
-    ok = stream.Flush() && ok;
-    return ok ? 0 : (stream.GetErrno() ? stream.GetErrno() : EIO);
-  });
+  return WriteOutputFile(path, [&](int fd) { return WriteXSpaceFd(space, fd); });
+}
+
+Status WriteXSpaceFile(const model::Space& space, const OutputDir& dir, const std::string& name) {
+  return dir.Write(name, [&](int fd) { return WriteXSpaceFd(space, fd); });
 }
 
 }  // namespace spyglass::exporter

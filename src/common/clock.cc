@@ -1,4 +1,4 @@
-#include "trace/clock.h"
+#include "common/clock.h"
 
 #include <time.h>
 #include <unistd.h>

@@ -1,0 +1,43 @@
+// The names of the profile model's schema, in one place: planes, lines and
+// stats that XProf, TensorBoard, Perfetto or our own readers give a meaning
+// to (spec FORMATS.md; XProf's xplane_schema). Writers and readers use these
+// constants, never their own string literals.
+#pragma once
+
+#include <string_view>
+
+namespace spyglass::model {
+
+// Planes.
+inline constexpr std::string_view kHostPlaneName = "/host:CPU";
+inline constexpr std::string_view kMetadataPlaneName = "/host:metadata";
+inline constexpr std::string_view kTaskEnvPlaneName = "Task Environment";
+inline constexpr std::string_view kGpuPlanePrefix = "/device:GPU:";
+inline constexpr std::string_view kTpuPlanePrefix = "/device:TPU:";
+inline constexpr std::string_view kCustomPlanePrefix = "/device:CUSTOM:";
+// A host plane merged from another process or host: "/host:CPU [<tag>]".
+inline constexpr std::string_view kMergedHostPlanePrefix = "/host:CPU [";
+
+// Lines.
+inline constexpr std::string_view kCounterLineName = "_counters_";  // counter tracks (e.g. live bytes)
+
+// Stats of a plane.
+inline constexpr std::string_view kProcessIdStat = "process_id";      // every plane of a session
+inline constexpr std::string_view kProcessNameStat = "process_name";  // the host plane
+inline constexpr std::string_view kDroppedEventsStat = "dropped_events";
+// Stats of the Task Environment plane: the session's wall-clock bounds (ns).
+inline constexpr std::string_view kProfileStartTimeStat = "profile_start_time";
+inline constexpr std::string_view kProfileStopTimeStat = "profile_stop_time";
+
+// Stats of an event.
+inline constexpr std::string_view kIncompleteStat = "incomplete";  // still open at stop, closed there
+inline constexpr std::string_view kLiveBytesStat = "live_bytes";   // on counter events of memory
+
+// Stats of the /host:metadata plane (besides the user's set_metadata keys).
+inline constexpr std::string_view kVersionMetadata = "spyglass_version";
+inline constexpr std::string_view kHostnameMetadata = "hostname";
+inline constexpr std::string_view kPidMetadata = "pid";
+inline constexpr std::string_view kCommandLineMetadata = "command_line";
+inline constexpr std::string_view kStartTimeMetadata = "start_time_ns";
+
+}  // namespace spyglass::model
