@@ -43,6 +43,34 @@ std::vector<std::string_view> SplitArgs(std::string_view s) {
   return out;
 }
 
+// Words of the record at `p` (its first word `w`), 0 if unknown.
+size_t RecordWords(uint64_t w) {
+  if (w & kEndBit) return 1;
+  uint64_t payload = w & kPayloadMask;
+  switch (w >> 56) {
+    case kTagStatic: return 2;
+    case kTagCopied: return 2 + words_for(payload);
+    case kTagArg: return 1 + words_for((w >> 32) & 0xffff) + words_for(w & 0xffffffff);
+    default: return 0;
+  }
+}
+
+// Begin records of a thread: the line's events are reserved exactly, not
+// grown by doubling (which would copy them and hold up to twice their size).
+size_t CountBegins(const RawThread& t) {
+  size_t n = 0;
+  for (auto [p, end] : t.spans) {
+    while (p < end) {
+      size_t words = RecordWords(*p);
+      if (words == 0 || p + words > end) break;
+      uint64_t tag = *p >> 56;
+      n += !(*p & kEndBit) && (tag == kTagStatic || tag == kTagCopied);
+      p += words;
+    }
+  }
+  return n;
+}
+
 struct OpenEvent {
   size_t index;  // into line.events
   uint64_t begin_ticks;
@@ -112,6 +140,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
       line.name = model::ValidUtf8(t.name);
       line.display_name = line.name;
     }
+    line.events.reserve(line.events.size() + CountBegins(t));
     std::vector<OpenEvent> open;
     auto stats_for = [&](model::Event& e) -> std::vector<model::Stat>& {
       if (e.stats == model::kNoStats) {
@@ -131,7 +160,8 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
         list.insert(list.end(), info.args.begin(), info.args.end());
       }
     };
-    for (auto [p, end] : t.spans) {
+    for (size_t span = 0; span < t.spans.size(); ++span) {
+      auto [p, end] = t.spans[span];
       while (p < end) {
         uint64_t w = *p;
         if (w & kEndBit) {
@@ -189,6 +219,8 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
           break;  // unknown record: the rest of this span cannot be trusted
         }
       }
+      // Parsed: its memory goes back now, while the model grows.
+      if (span < t.owned_spans) recorder_free_chunk(t.spans[span].first);
     }
     // Still open at stop: close at the stop time and say so.
     for (const OpenEvent& o : open) {
