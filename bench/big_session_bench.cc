@@ -2,7 +2,7 @@
 // threads, stops (recorder -> model), exports .xplane.pb and trace.json.gz,
 // and reports for each step its wall time and its memory peak.
 //
-//   build/bench/big_session_bench [--events N] [--threads T] [--dir D] [--verify]
+//   build/bench/big_session_bench [--events N] [--threads T] [--dir D] [--args] [--verify]
 //
 // Memory: VmHWM after each step, the high-water mark being reset before it
 // by writing "5" to /proc/self/clear_refs. "recorded" is what the recorder's
@@ -77,8 +77,13 @@ struct Step {
   int64_t peak;  // VmHWM during the step
 };
 
-// Flat events with a few static names, as a training loop's annotations.
-void Record(uint64_t n) {
+// Flat events with a few static names, as a training loop's annotations;
+// with `args`, each carries one integer argument (then 48 B recorded).
+void Record(uint64_t n, bool args) {
+  if (args) {
+    for (uint64_t i = 0; i < n; ++i) spyglass::profiler::TraceAnnotation a("step", {{"i", static_cast<int64_t>(i)}});
+    return;
+  }
   for (uint64_t i = 0; i < n; ++i) {
     switch (i & 3) {
       case 0: { spyglass::profiler::TraceAnnotation a("step"); break; }
@@ -95,15 +100,16 @@ int main(int argc, char** argv) {
   uint64_t events = 100'000'000;
   int threads = 4;
   std::string dir = "/tmp/big_session_bench";
-  bool verify = false;
+  bool verify = false, args = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--events" && i + 1 < argc) events = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--verify") verify = true;
+    else if (a == "--args") args = true;
     else {
-      std::fprintf(stderr, "usage: %s [--events N] [--threads T] [--dir D] [--verify]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--events N] [--threads T] [--dir D] [--args] [--verify]\n", argv[0]);
       return 2;
     }
   }
@@ -113,7 +119,7 @@ int main(int argc, char** argv) {
 
   spyglass::profiler::ProfileOptions options;
   // 24 bytes per event plus the last, partly used chunk of each thread.
-  uint64_t per_thread = (events / threads + 1) * 24 + (64ull << 20);
+  uint64_t per_thread = (events / threads + 1) * (args ? 48 : 24) + (64ull << 20);
   options.buffer_bytes_per_thread = per_thread;
   options.buffer_bytes_total = per_thread * threads;
   std::vector<Step> steps;
@@ -135,7 +141,7 @@ int main(int argc, char** argv) {
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      Record(events / threads + (static_cast<uint64_t>(t) < events % threads ? 1 : 0));
+      Record(events / threads + (static_cast<uint64_t>(t) < events % threads ? 1 : 0), args);
       done.fetch_add(1);
       cv.notify_all();
       std::unique_lock<std::mutex> lock(mu);
@@ -176,8 +182,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> warnings = space->warnings;
   space.reset();
 
-  std::printf("big_session_bench: %" PRIu64 " events on %d threads; recorded %" PRIu64 " events, dropped %" PRIu64
-              "\n", events, threads, summary.events, summary.dropped_events);
+  std::printf("big_session_bench: %" PRIu64 " events%s on %d threads; recorded %" PRIu64 " events, dropped %" PRIu64
+              "\n", events, args ? " with an argument each" : "", threads, summary.events, summary.dropped_events);
   for (const auto& w : warnings) std::printf("warning in the XSpace: %s\n", w.c_str());
   std::printf("baseline RSS %.0f MiB; recorded bytes (RSS of the chunks) %.0f MiB = %.1f B/event; model %.0f MiB\n",
               mib(base), mib(recorded), static_cast<double>(recorded) / static_cast<double>(events), mib(model_rss));
