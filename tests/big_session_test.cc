@@ -36,10 +36,7 @@ model::Space ManyEvents(int n) {
     line.name = "thread " + std::to_string(t);
     for (int i = 0; i < n; ++i) {
       model::Event e{int64_t{i} * 1'000'000 + t, 500'000, host.intern_event(i % 2 ? "odd" : "even"), model::kNoStats};
-      if (i % 10 == 0) {
-        e.stats = static_cast<uint32_t>(line.stat_lists.size());
-        line.stat_lists.push_back({host.int_stat("i", i)});
-      }
+      if (i % 10 == 0) line.add_stat(e, host.int_stat("i", i));
       line.events.push_back(e);
     }
   }

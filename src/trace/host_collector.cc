@@ -55,16 +55,24 @@ size_t RecordWords(uint64_t w) {
   }
 }
 
-// Begin records of a thread: the line's events are reserved exactly, not
-// grown by doubling (which would copy them and hold up to twice their size).
-size_t CountBegins(const RawThread& t) {
-  size_t n = 0;
+// Begin and argument records of a thread: the line's events and stats are
+// reserved exactly, not grown by doubling (which would copy them and hold up
+// to twice their size for a while).
+struct RecordCounts {
+  size_t begins = 0;
+  size_t args = 0;
+};
+RecordCounts CountRecords(const RawThread& t) {
+  RecordCounts n;
   for (auto [p, end] : t.spans) {
     while (p < end) {
       size_t words = RecordWords(*p);
       if (words == 0 || p + words > end) break;
       uint64_t tag = *p >> 56;
-      n += !(*p & kEndBit) && (tag == kTagStatic || tag == kTagCopied);
+      if (!(*p & kEndBit)) {
+        n.begins += tag == kTagStatic || tag == kTagCopied;
+        n.args += tag == kTagArg;
+      }
       p += words;
     }
   }
@@ -140,25 +148,17 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
       line.name = model::ValidUtf8(t.name);
       line.display_name = line.name;
     }
-    line.events.reserve(line.events.size() + CountBegins(t));
+    RecordCounts counts = CountRecords(t);
+    line.events.reserve(line.events.size() + counts.begins);
+    line.reserve_stats(counts.args, counts.args);
     std::vector<OpenEvent> open;
-    auto stats_for = [&](model::Event& e) -> std::vector<model::Stat>& {
-      if (e.stats == model::kNoStats) {
-        e.stats = static_cast<uint32_t>(line.stat_lists.size());
-        line.stat_lists.emplace_back();
-      }
-      return line.stat_lists[e.stats];
-    };
     auto begin_event = [&](const NameInfo& info, uint64_t ticks) {
       model::Event e;
       e.metadata_id = info.id;
       e.offset_ps = to_ps(ticks);
       open.push_back({line.events.size(), ticks});
       line.events.push_back(e);
-      if (!info.args.empty()) {
-        auto& list = stats_for(line.events.back());
-        list.insert(list.end(), info.args.begin(), info.args.end());
-      }
+      line.add_stats(line.events.back(), info.args);
     };
     for (size_t span = 0; span < t.spans.size(); ++span) {
       auto [p, end] = t.spans[span];
@@ -212,7 +212,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
                 s = plane->ref_stat(key, std::string_view(reinterpret_cast<const char*>(v), vlen));
                 break;
             }
-            stats_for(e).push_back(std::move(s));
+            line.add_stat(e, s);
           }
           p += total;
         } else {
@@ -226,7 +226,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
     for (const OpenEvent& o : open) {
       model::Event& e = line.events[o.index];
       e.duration_ps = std::max<int64_t>(0, to_ps(stop_ticks) - e.offset_ps);
-      stats_for(e).push_back(plane->int_stat("incomplete", 1));
+      line.add_stat(e, plane->int_stat("incomplete", 1));
       ++stats.incomplete;
     }
   }

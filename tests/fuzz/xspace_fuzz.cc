@@ -33,8 +33,7 @@ size_t ExportEstimate(const model::Space& space) {
         const model::EventMetadata& md = p.event_metadata()[e.metadata_id];
         total += 64 + md.name.size() + md.display_name.size();
         for (const model::Stat& s : md.stats) total += 16 + p.stat_name(s).size() + p.stat_text(s).size();
-        if (const auto* stats = l.stats_of(e))
-          for (const model::Stat& s : *stats) total += 16 + p.stat_name(s).size() + p.stat_text(s).size();
+        for (const model::Stat& s : l.stats_of(e)) total += 16 + p.stat_name(s).size() + p.stat_text(s).size();
         if (total > kMaxExportBytes) return total;
       }
     }

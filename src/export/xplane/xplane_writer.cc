@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <span>
+#include <string_view>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
@@ -38,7 +40,7 @@ void WriteVarintField(CodedOutputStream& o, uint32_t field, uint64_t v) {
 void WriteOptVarintField(CodedOutputStream& o, uint32_t field, uint64_t v) {
   if (v) WriteVarintField(o, field, v);
 }
-void WriteStringField(CodedOutputStream& o, uint32_t field, const std::string& s) {
+void WriteStringField(CodedOutputStream& o, uint32_t field, std::string_view s) {
   o.WriteTag(Tag(field, kLen));
   o.WriteVarint64(s.size());
   o.WriteRaw(s.data(), static_cast<int>(s.size()));
@@ -52,21 +54,21 @@ void WriteLenHeader(CodedOutputStream& o, uint32_t field, size_t len) {
 }
 
 // XStat: 1 metadata_id, oneof value {2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref}.
-size_t StatSize(const Stat& s) {
+size_t StatSize(const model::Plane& p, const Stat& s) {
   size_t n = OptVarintFieldSize(1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: return n + TagSize(2) + 8;
     case StatKind::kUint64: return n + VarintFieldSize(3, s.u64);
     case StatKind::kInt64: return n + VarintFieldSize(4, static_cast<uint64_t>(s.i64));
-    case StatKind::kString: return n + LenFieldSize(5, s.str.size());
-    case StatKind::kBytes: return n + LenFieldSize(6, s.str.size());
+    case StatKind::kString: return n + LenFieldSize(5, p.stat_str(s).size());
+    case StatKind::kBytes: return n + LenFieldSize(6, p.stat_str(s).size());
     case StatKind::kRef: return n + VarintFieldSize(7, s.ref);
   }
   return n;
 }
 
-void WriteStat(CodedOutputStream& o, uint32_t field, const Stat& s) {
-  WriteLenHeader(o, field, StatSize(s));
+void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, const Stat& s) {
+  WriteLenHeader(o, field, StatSize(p, s));
   WriteOptVarintField(o, 1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: {
@@ -78,16 +80,15 @@ void WriteStat(CodedOutputStream& o, uint32_t field, const Stat& s) {
     }
     case StatKind::kUint64: WriteVarintField(o, 3, s.u64); break;
     case StatKind::kInt64: WriteVarintField(o, 4, static_cast<uint64_t>(s.i64)); break;
-    case StatKind::kString: WriteStringField(o, 5, s.str); break;
-    case StatKind::kBytes: WriteStringField(o, 6, s.str); break;
+    case StatKind::kString: WriteStringField(o, 5, p.stat_str(s)); break;
+    case StatKind::kBytes: WriteStringField(o, 6, p.stat_str(s)); break;
     case StatKind::kRef: WriteVarintField(o, 7, s.ref); break;
   }
 }
 
-size_t StatsSize(uint32_t field, const std::vector<Stat>* stats) {
+size_t StatsSize(const model::Plane& p, uint32_t field, std::span<const Stat> stats) {
   size_t n = 0;
-  if (stats)
-    for (const Stat& s : *stats) n += LenFieldSize(field, StatSize(s));
+  for (const Stat& s : stats) n += LenFieldSize(field, StatSize(p, s));
   return n;
 }
 
@@ -127,9 +128,9 @@ Stat DroppedStat(const model::Plane& p, uint64_t n) {
 }
 
 // XEvent: 1 metadata_id, 2 offset_ps (oneof: written even when 0), 3 duration_ps, 4 stats.
-size_t EventSize(const model::Line& line, const model::Event& e) {
+size_t EventSize(const model::Plane& p, const model::Line& line, const model::Event& e) {
   return OptVarintFieldSize(1, e.metadata_id) + VarintFieldSize(2, static_cast<uint64_t>(e.offset_ps)) +
-         OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps)) + StatsSize(4, line.stats_of(e));
+         OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps)) + StatsSize(p, 4, line.stats_of(e));
 }
 
 // XLine: 1 id, 2 name, 3 timestamp_ns, 4 events, 9 duration_ps, 10 display_id, 11 display_name.
@@ -139,21 +140,21 @@ size_t LineHeaderSize(const model::Line& l) {
          OptVarintFieldSize(9, static_cast<uint64_t>(l.duration_ps)) +
          OptVarintFieldSize(10, static_cast<uint64_t>(l.display_id)) + OptStringFieldSize(11, l.display_name);
 }
-size_t LineSize(const model::Line& l, const View& v) {
+size_t LineSize(const model::Plane& p, const model::Line& l, const View& v) {
   size_t n = LineHeaderSize(l);
   for (const model::Event& e : l.events)
-    if (v.keep(l, e)) n += LenFieldSize(4, EventSize(l, e));
+    if (v.keep(l, e)) n += LenFieldSize(4, EventSize(p, l, e));
   return n;
 }
 
 // XEventMetadata: 1 id, 2 name, 4 display_name, 5 stats.
-size_t EventMetadataSize(const model::EventMetadata& m) {
+size_t EventMetadataSize(const model::Plane& p, const model::EventMetadata& m) {
   return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + OptStringFieldSize(2, m.name) +
-         OptStringFieldSize(4, m.display_name) + StatsSize(5, &m.stats);
+         OptStringFieldSize(4, m.display_name) + StatsSize(p, 5, m.stats);
 }
 // Map entry: 1 key, 2 value.
-size_t EventMetadataEntrySize(const model::EventMetadata& m) {
-  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + LenFieldSize(2, EventMetadataSize(m));
+size_t EventMetadataEntrySize(const model::Plane& p, const model::EventMetadata& m) {
+  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + LenFieldSize(2, EventMetadataSize(p, m));
 }
 size_t StatMetadataSize(int64_t id, std::string_view name, const std::string& description) {
   return OptVarintFieldSize(1, static_cast<uint64_t>(id)) + (name.empty() ? 0 : LenFieldSize(2, name.size())) +
@@ -173,12 +174,12 @@ size_t ExtraStatMetadataSize(const model::Plane& p) {
 size_t PlaneFixedSize(const model::Plane& p) {
   size_t n = OptVarintFieldSize(1, static_cast<uint64_t>(p.id)) + OptStringFieldSize(2, p.name);
   for (size_t i = 1; i < p.event_metadata().size(); ++i)
-    n += LenFieldSize(4, EventMetadataEntrySize(p.event_metadata()[i]));
+    n += LenFieldSize(4, EventMetadataEntrySize(p, p.event_metadata()[i]));
   for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
     const auto& m = p.stat_metadata()[i];
     n += LenFieldSize(5, StatMetadataEntrySize(m.id, m.name, m.description));
   }
-  n += StatsSize(6, &p.stats);
+  n += StatsSize(p, 6, p.stats);
   return n;
 }
 
@@ -191,10 +192,10 @@ uint64_t Measure(const model::Space& space, View& v) {
     const model::Plane& p = space.planes[i];
     size_t n = PlaneFixedSize(p);
     for (const model::Line& l : p.lines) {
-      v.line_sizes[i].push_back(LineSize(l, v));
+      v.line_sizes[i].push_back(LineSize(p, l, v));
       n += LenFieldSize(3, v.line_sizes[i].back());
     }
-    if (v.lost(i)) n += ExtraStatMetadataSize(p) + LenFieldSize(6, StatSize(DroppedStat(p, v.dropped[i])));
+    if (v.lost(i)) n += ExtraStatMetadataSize(p) + LenFieldSize(6, StatSize(p, DroppedStat(p, v.dropped[i])));
     v.plane_sizes[i] = n;
     total += LenFieldSize(1, n);
   }
@@ -219,7 +220,7 @@ Status ChooseCut(const model::Space& space, uint64_t total, uint64_t max_bytes, 
         Ps t = EventTime(l, e);
         lo = std::min(lo, t);
         hi = std::max(hi, t);
-        events_bytes += LenFieldSize(4, EventSize(l, e));
+        events_bytes += LenFieldSize(4, EventSize(p, l, e));
         ++events;
       }
   // Room for what the cut adds (the warning, a stat and its metadata per
@@ -236,7 +237,7 @@ Status ChooseCut(const model::Space& space, uint64_t total, uint64_t max_bytes, 
   for (const model::Plane& p : space.planes)
     for (const model::Line& l : p.lines)
       for (const model::Event& e : l.events)
-        bytes[static_cast<size_t>((EventTime(l, e) - lo) / width)] += LenFieldSize(4, EventSize(l, e));
+        bytes[static_cast<size_t>((EventTime(l, e) - lo) / width)] += LenFieldSize(4, EventSize(p, l, e));
   size_t b = 0;
   for (uint64_t sum = 0; b < kBuckets && sum + bytes[b] <= budget; ++b) sum += bytes[b];
   v.cut_ps = lo + width * static_cast<Ps>(b);
@@ -258,19 +259,18 @@ Status ChooseCut(const model::Space& space, uint64_t total, uint64_t max_bytes, 
   return Status::Ok();
 }
 
-void WriteLine(CodedOutputStream& o, const model::Line& l, size_t size, const View& v) {
+void WriteLine(CodedOutputStream& o, const model::Plane& p, const model::Line& l, size_t size, const View& v) {
   WriteLenHeader(o, 3, size);
   WriteOptVarintField(o, 1, static_cast<uint64_t>(l.id));
   WriteOptStringField(o, 2, l.name);
   WriteOptVarintField(o, 3, static_cast<uint64_t>(l.timestamp_ns));
   for (const model::Event& e : l.events) {
     if (!v.keep(l, e)) continue;
-    WriteLenHeader(o, 4, EventSize(l, e));
+    WriteLenHeader(o, 4, EventSize(p, l, e));
     WriteOptVarintField(o, 1, e.metadata_id);
     WriteVarintField(o, 2, static_cast<uint64_t>(e.offset_ps));
     WriteOptVarintField(o, 3, static_cast<uint64_t>(e.duration_ps));
-    if (const auto* stats = l.stats_of(e))
-      for (const Stat& s : *stats) WriteStat(o, 4, s);
+    for (const Stat& s : l.stats_of(e)) WriteStat(o, p, 4, s);
   }
   WriteOptVarintField(o, 9, static_cast<uint64_t>(l.duration_ps));
   WriteOptVarintField(o, 10, static_cast<uint64_t>(l.display_id));
@@ -294,16 +294,16 @@ void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const
   WriteLenHeader(o, 1, v.plane_sizes[index]);
   WriteOptVarintField(o, 1, static_cast<uint64_t>(p.id));
   WriteOptStringField(o, 2, p.name);
-  for (size_t i = 0; i < p.lines.size(); ++i) WriteLine(o, p.lines[i], v.line_sizes[index][i], v);
+  for (size_t i = 0; i < p.lines.size(); ++i) WriteLine(o, p, p.lines[i], v.line_sizes[index][i], v);
   for (size_t i = 1; i < p.event_metadata().size(); ++i) {
     const auto& m = p.event_metadata()[i];
-    WriteLenHeader(o, 4, EventMetadataEntrySize(m));
+    WriteLenHeader(o, 4, EventMetadataEntrySize(p, m));
     WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
-    WriteLenHeader(o, 2, EventMetadataSize(m));
+    WriteLenHeader(o, 2, EventMetadataSize(p, m));
     WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
     WriteOptStringField(o, 2, m.name);
     WriteOptStringField(o, 4, m.display_name);
-    for (const Stat& s : m.stats) WriteStat(o, 5, s);
+    for (const Stat& s : m.stats) WriteStat(o, p, 5, s);
   }
   for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
     const auto& m = p.stat_metadata()[i];
@@ -312,8 +312,8 @@ void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const
   bool lost = v.lost(index);
   if (lost && !p.find_stat_metadata(kDroppedStat))
     WriteStatMetadata(o, static_cast<int64_t>(DroppedStatId(p)), kDroppedStat, {});
-  for (const Stat& s : p.stats) WriteStat(o, 6, s);
-  if (lost) WriteStat(o, 6, DroppedStat(p, v.dropped[index]));
+  for (const Stat& s : p.stats) WriteStat(o, p, 6, s);
+  if (lost) WriteStat(o, p, 6, DroppedStat(p, v.dropped[index]));
 }
 
 // XSpace: 1 planes, 2 errors, 3 warnings, 4 hostnames.
