@@ -91,6 +91,12 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
     line.timestamp_ns = l.timestamp_ns();
     line.duration_ps = l.duration_ps();
     line.events.reserve(l.events_size());
+    size_t with_stats = 0, stats = 0;
+    for (const tp::XEvent& e : l.events()) {
+      with_stats += e.stats_size() > 0;
+      stats += static_cast<size_t>(e.stats_size());
+    }
+    line.reserve_stats(with_stats, stats);
     for (const tp::XEvent& e : l.events()) {
       Event ev;
       auto mid = event_ids.find(e.metadata_id());
