@@ -7,6 +7,12 @@
 // button and `spyglass collect` can all capture a program that called
 // start_server.
 //
+// What a client can make the server do is bounded by ServerOptions (below)
+// and fixed limits: Terminate session ids longer than 255 bytes are refused
+// and at most 256 unconsumed ids are remembered; errors quote at most 96
+// bytes of any field of the request; memory a capture used is given back to
+// the system after its reply was sent.
+//
 // Thread-safety: every function here may be called from any thread. One
 // server runs per process. A capture through the server takes the same
 // process-wide lock as start_trace: while one runs, the other fails with a
@@ -16,6 +22,7 @@
 #include <cstdint>
 #include <string>
 
+#include "spyglass/options.h"
 #include "spyglass/status.h"
 
 namespace spyglass::profiler {
@@ -37,12 +44,28 @@ struct ServerOptions {
   // repository_root that must be an absolute path ending in
   // "plugins/profile", without "..", "." or symbolic links in any existing
   // component. When this is set, repository_root must also lie inside it.
-  // Empty (default): any directory that satisfies those rules.
+  // Empty (default): any directory that satisfies those rules. Fixed bounds
+  // apply either way: the profile's whole path under 4096 bytes, each name
+  // (and the session id) at most 255 bytes, and at most 8 directories that do
+  // not exist yet created by one request.
   std::string allowed_log_root;
+  // Latest start a request may ask for (opts.start_timestamp_ns), in ms from
+  // now; later ones are rejected with InvalidArgument. A request waits for
+  // its start without holding the profiler (start_trace and other captures
+  // run meanwhile); the wait ends early, with CANCELLED, when the client goes
+  // away, Terminate names its session id, or stop_server is called. At most
+  // 8 requests wait at once; more fail with Unavailable.
+  uint64_t max_start_delay_ms = 60000;
+  // Ceilings of the trace buffers a request may ask for (advanced keys
+  // "spyglass_buffer_bytes_per_thread" / "spyglass_buffer_bytes_total").
+  // Larger requests are clamped to these, with a warning in the capture's
+  // output. Default: the program's own defaults (ProfileOptions).
+  uint64_t max_buffer_bytes_per_thread = ProfileOptions{}.buffer_bytes_per_thread;
+  uint64_t max_buffer_bytes_total = ProfileOptions{}.buffer_bytes_total;
 };
 
 // Starts the server on `port` (1..65535; 0 picks a free port, see
-// server_port()). Errors: FailedPrecondition if one is already running,
+// server_port()). Errors: AlreadyExists if one is already running,
 // InvalidArgument for a bad port/address, Unavailable if the port is in use
 // or cannot be bound.
 Status start_server(int port, const ServerOptions& options = {});

@@ -19,6 +19,9 @@ enum class StatusCode {
   kInternal,           // I/O failure, unexpected state
 };
 
+// "InvalidArgument", "FailedPrecondition", ... ("OK" for kOk).
+const char* StatusCodeName(StatusCode code);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -43,6 +46,7 @@ inline Status InternalError(std::string m) { return {StatusCode::kInternal, std:
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 
 }  // namespace spyglass

@@ -193,13 +193,6 @@ def _missing(what: str, header: str):
       f"({header})")
 
 
-def _code_of(err: RuntimeError):
-  """(code, message) of an error raised by the core's server/memory binding."""
-  if len(err.args) == 2 and isinstance(err.args[0], str):
-    return err.args[0], err.args[1]
-  return "", str(err)
-
-
 def start_server(port: int, requires_backend: bool = True):
   """Starts the profiler server (gRPC tensorflow.ProfilerService) on 127.0.0.1:``port``.
 
@@ -217,12 +210,9 @@ def start_server(port: int, requires_backend: bool = True):
   try:
     _server_port = _spyglass.start_server(int(port))
   except RuntimeError as e:
-    code, msg = _code_of(e)
-    if code == "FailedPrecondition" and msg.startswith("Only one profiler server"):
+    if getattr(e, "code", "") == "AlreadyExists":  # as JAX: a ValueError
       raise ValueError("Only one profiler server can be active at a time.") from None
-    if code == "InvalidArgument":
-      raise InvalidArgumentError(msg) from None
-    raise RuntimeError(msg) from None
+    raise
   return _server_port
 
 
@@ -233,8 +223,10 @@ def stop_server() -> None:
     _missing("stop_server", "include/spyglass/server.h")
   try:
     _spyglass.stop_server()
-  except RuntimeError:
-    raise ValueError("No active profiler server.") from None
+  except RuntimeError as e:
+    if getattr(e, "code", "") == "FailedPrecondition":  # as JAX: a ValueError
+      raise ValueError("No active profiler server.") from None
+    raise
   finally:
     _server_port = None
 
@@ -246,13 +238,7 @@ def register_subprocess(pid: int, port: int) -> Callable[[], None]:
   """
   if not _HAVE_SERVER:
     _missing("register_subprocess", "include/spyglass/server.h")
-  try:
-    return _spyglass.register_subprocess(int(pid), int(port))
-  except RuntimeError as e:
-    code, msg = _code_of(e)
-    if code == "InvalidArgument":
-      raise InvalidArgumentError(msg) from None
-    raise RuntimeError(msg) from None
+  return _spyglass.register_subprocess(int(pid), int(port))
 
 
 def device_memory_profile(backend: Optional[str] = None) -> bytes:
@@ -263,11 +249,7 @@ def device_memory_profile(backend: Optional[str] = None) -> bytes:
   """
   if not _HAVE_MEMORY:
     _missing("device_memory_profile", "include/spyglass/memory.h")
-  try:
-    return _spyglass.device_memory_profile(backend or "")
-  except RuntimeError as e:
-    code, msg = _code_of(e)
-    raise (InvalidArgumentError if code == "InvalidArgument" else RuntimeError)(msg) from None
+  return _spyglass.device_memory_profile(backend or "")
 
 
 def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "annotation_type.h"
+#include "errors.h"
 #include "sinks/perfetto_link.h"
 #include "python_memory.h"
 #include "python_tracer.h"
@@ -32,18 +33,6 @@ using namespace nb::literals;
 
 namespace spyglass::python {
 namespace {
-
-PyObject* g_invalid_argument = nullptr;
-
-[[noreturn]] void Raise(const Status& s) {
-  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError;
-  PyErr_SetString(type, s.message().c_str());
-  throw nb::python_error();
-}
-
-void Check(const Status& s) {
-  if (!s.ok()) Raise(s);
-}
 
 nb::dict AdvancedToDict(const profiler::ProfileOptions& o) {
   nb::dict d;
@@ -73,9 +62,8 @@ void AdvancedFromDict(profiler::ProfileOptions& o, nb::handle h) {
       int overflow = 0;
       long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
       if (overflow != 0) {
-        PyErr_Format(g_invalid_argument, "advanced_configuration['%s']: %S does not fit in int64", key.c_str(),
-                     v.ptr());
-        throw nb::python_error();
+        Raise(InvalidArgumentError("advanced_configuration['" + key + "']: " +
+                                   nb::cast<std::string>(nb::str(v)) + " does not fit in int64"));
       }
       out.insert_or_assign(key, profiler::AdvancedValue(static_cast<int64_t>(x)));
     } else if (PyUnicode_Check(v.ptr())) {
@@ -158,11 +146,7 @@ NB_MODULE(_spyglass, m) {
   using namespace spyglass::python;
   m.doc() = "Spyglass's C++ core (use spyglass.profiler)";
 
-  g_invalid_argument = PyErr_NewExceptionWithDoc(
-      "spyglass.InvalidArgumentError",
-      "Bad profiler options (an unknown advanced_configuration key, a wrong value type, a bad level). A ValueError.",
-      PyExc_ValueError, nullptr);
-  m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
+  AddErrorTypes(m);
 
   if (!AddAnnotationTypes(m.ptr())) throw nb::python_error();
   if (!RegisterPythonTracer(m.ptr())) throw nb::python_error();

@@ -298,6 +298,14 @@ class PythonTracer : public session::Tracer {
   bool started_ = false;
 };
 
+// Python events go into the host recorder (TraceMe level 1): its rank starts
+// it after the host tracer and stops it before; with the host tracer off
+// there is no recorder to write into.
+std::unique_ptr<session::Tracer> MakePythonTracer(const profiler::ProfileOptions& o) {
+  if (o.python_tracer_level < 1 || o.host_tracer_level < 1) return nullptr;
+  return std::make_unique<PythonTracer>();
+}
+
 }  // namespace
 
 bool RegisterPythonTracer(PyObject* module) {
@@ -312,12 +320,8 @@ bool RegisterPythonTracer(PyObject* module) {
   if (g_bootstrap == nullptr) return false;
   Py_INCREF(g_bootstrap);
   if (PyModule_AddObject(module, "_thread_profile_bootstrap", g_bootstrap) < 0) return false;
-  session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
-    // Python events are recorded at TraceMe level 1: with the host tracer off
-    // there is no recorder to write them into.
-    if (o.python_tracer_level < 1 || o.host_tracer_level < 1) return nullptr;
-    return std::make_unique<PythonTracer>();
-  });
+  // Registered here rather than at load: the tracer needs the state above.
+  session::RegisterTracer("python", session::kRankPython, MakePythonTracer);
   return true;
 }
 

@@ -7,8 +7,9 @@
 
 namespace spyglass::python {
 
-// Registers the tracer factory (sessions with python_tracer_level >= 1 get
-// a PythonTracer) and adds its helpers to `module`. Call once, with the GIL.
+// Registers the tracer (session/tracer.h, rank kRankPython: sessions with
+// python_tracer_level >= 1 get one) and adds its helpers to `module`. Call
+// once, with the GIL.
 bool RegisterPythonTracer(PyObject* module);
 
 // In a forked child: removes the hooks the parent's session installed.

@@ -1,5 +1,6 @@
 // Bindings of the profiler server (include/spyglass/server.h), the capture
-// client (src/server/client.h) and memory profiles (include/spyglass/memory.h).
+// command (tools/spyglass/collect_command.cc) and memory profiles
+// (include/spyglass/memory.h).
 // Thin: the Python semantics (JAX's exceptions) are in python/spyglass/.
 #include "server_memory.h"
 
@@ -8,11 +9,11 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "server/client.h"
+#include "commands.h"
+#include "errors.h"
 #include "spyglass/memory.h"
 #include "spyglass/server.h"
 
@@ -21,18 +22,6 @@ using namespace nb::literals;
 
 namespace spyglass::python {
 namespace {
-
-// Status -> exception with the status code's name, so that the Python layer
-// can map codes to JAX's exception types.
-[[noreturn]] void RaiseCode(const Status& s) {
-  std::string code = s.ToString();
-  code = code.substr(0, code.find(':'));
-  PyErr_SetObject(PyExc_RuntimeError, nb::make_tuple(code, s.message()).ptr());
-  throw nb::python_error();
-}
-void CheckCode(const Status& s) {
-  if (!s.ok()) RaiseCode(s);
-}
 
 struct Registration {
   profiler::SubprocessRegistration reg;
@@ -49,7 +38,7 @@ void BindServerAndMemory(nb::module_& m) {
       nb::gil_scoped_release r;
       s = profiler::start_server(port, o);
     }
-    CheckCode(s);
+    Check(s);
     return profiler::server_port();
   }, "port"_a, "bind_address"_a = "");
   m.def("stop_server", [] {
@@ -58,7 +47,7 @@ void BindServerAndMemory(nb::module_& m) {
       nb::gil_scoped_release r;
       s = profiler::stop_server();
     }
-    CheckCode(s);
+    Check(s);
   });
   m.def("server_port", [] { return profiler::server_port(); });
 
@@ -80,7 +69,7 @@ void BindServerAndMemory(nb::module_& m) {
       nb::gil_scoped_release rel;
       s = profiler::register_subprocess(pid, port, &r->reg, timeout_ms);
     }
-    CheckCode(s);
+    Check(s);
     return r.release();
   }, "pid"_a, "port"_a, "connect_timeout_ms"_a = 30000, nb::rv_policy::take_ownership);
 
@@ -91,49 +80,25 @@ void BindServerAndMemory(nb::module_& m) {
       nb::gil_scoped_release rel;
       s = profiler::device_memory_profile(&out, backend);
     }
-    CheckCode(s);
+    Check(s);
     return nb::bytes(out.data(), out.size());
   }, "backend"_a = "");
   // record_allocation / record_free (with Python stacks) and numpy tracking: python_memory.cc.
 
-  m.def("capture", [](const std::vector<std::string>& addresses, uint64_t duration_ms, const std::string& log_dir,
-                      int host_tracer_level, int device_tracer_level, int python_tracer_level, uint64_t delay_ms,
-                      const std::string& session_id, bool create_perfetto_trace) {
-    server::CaptureOptions o;
-    o.duration_ms = duration_ms;
-    o.delay_ms = delay_ms;
-    o.profile.host_tracer_level = host_tracer_level;
-    o.profile.device_tracer_level = device_tracer_level;
-    o.profile.python_tracer_level = python_tracer_level;
-    o.profile.session_id = session_id;
-    o.create_perfetto_trace = create_perfetto_trace;
-    std::ostringstream log;
-    o.log = &log;
-    server::CaptureResult result;
-    Status s;
+  // `python -m spyglass.collect_profile ARGS`: the CLI's own `collect` (one
+  // parser for both). Ctrl-C ends the Perfetto link's wait (KeyboardInterrupt).
+  m.def("collect_main", [](const std::vector<std::string>& args) {
+    int rc;
     {
       nb::gil_scoped_release rel;
-      s = server::Capture(addresses, o, log_dir, &result);
+      rc = cli::RunCollectCommand("python -m spyglass.collect_profile", args, [] {
+        nb::gil_scoped_acquire gil;
+        return PyErr_CheckSignals() != 0;
+      });
     }
-    CheckCode(s);
-    nb::list hosts;
-    for (const auto& h : result.hosts) {
-      nb::dict d;
-      d["address"] = h.address;
-      d["xplane_path"] = h.xplane_path;
-      d["trace_json_path"] = h.trace_json_path;
-      d["error"] = h.error;
-      hosts.append(d);
-    }
-    nb::dict out;
-    out["run_dir"] = result.run_dir;
-    out["hosts"] = hosts;
-    out["perfetto_trace_path"] = result.perfetto_trace_path;
-    out["warnings"] = nb::cast(result.warnings);
-    out["log"] = log.str();
-    return out;
-  }, "addresses"_a, "duration_ms"_a, "log_dir"_a, "host_tracer_level"_a = 2, "device_tracer_level"_a = 1,
-     "python_tracer_level"_a = 1, "delay_ms"_a = 0, "session_id"_a = "", "create_perfetto_trace"_a = false);
+    if (PyErr_Occurred()) throw nb::python_error();
+    return rc;
+  }, "args"_a);
 }
 
 }  // namespace spyglass::python

@@ -2,20 +2,24 @@
 
 namespace spyglass {
 
-std::string Status::ToString() const {
-  const char* name = "OK";
-  switch (code_) {
+const char* StatusCodeName(StatusCode code) {
+  switch (code) {
     case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: name = "InvalidArgument"; break;
-    case StatusCode::kFailedPrecondition: name = "FailedPrecondition"; break;
-    case StatusCode::kAlreadyExists: name = "AlreadyExists"; break;
-    case StatusCode::kNotFound: name = "NotFound"; break;
-    case StatusCode::kUnavailable: name = "Unavailable"; break;
-    case StatusCode::kDeadlineExceeded: name = "DeadlineExceeded"; break;
-    case StatusCode::kCancelled: name = "Cancelled"; break;
-    case StatusCode::kInternal: name = "Internal"; break;
+    case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
+    case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kInternal: return "Internal";
   }
-  return std::string(name) + ": " + message_;
+  return "Unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(StatusCodeName(code_)) + ": " + message_;
 }
 
 }  // namespace spyglass

@@ -6,7 +6,13 @@
 // It defines malloc/free/calloc/realloc/memalign/posix_memalign/aligned_alloc/
 // valloc/pvalloc and every operator new/delete, forwards to glibc's
 // __libc_* functions and records each allocation (device "cpu:0", kind
-// "heap") with its stack in the tracker of libspyglass.
+// "heap") with its stack in the tracker (libspyglass_memory, shared with
+// libspyglass when the program links it too: one tracker per process).
+//
+// It loads only what tracking needs (libspyglass_memory, with libc,
+// libstdc++, zlib, libunwind); libspyglass (gRPC, protobuf, ...) is loaded only for
+// SPYGLASS_TRACE_DIR, so the profiler's own libraries neither slow the
+// program's start nor show in its profiles.
 //
 // Environment:
 //   SPYGLASS_HEAP=0                  load but do not track
@@ -27,7 +33,8 @@
 //                                    symbolization, ~50 ms). A child that execs
 //                                    loads the hook afresh.
 //   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
-//                                    (the trace shows a live-bytes counter track)
+//                                    (the trace shows a live-bytes counter track);
+//                                    loads libspyglass.so.0 from the hook's directory
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
 //
 // The hook is compiled with frame pointers; stacks are complete through
@@ -55,7 +62,6 @@
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
-#include "spyglass/profiler.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -96,6 +102,9 @@ void WarnBadInterval(const char* value) {
 }
 
 int InitState() {
+  // Before the tracker's library is initialized, its dependencies are: their
+  // allocations are not the program's (not stored: asked again next time).
+  if (!g_initialized.load(std::memory_order_acquire)) return 2;
   const char* e = getenv("SPYGLASS_HEAP");
   int s = (e && e[0] == '0') ? 2 : 1;
   if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES"); iv && *iv) {
@@ -199,7 +208,12 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
 
 __attribute__((noinline)) void UntrackSlow(void* p) {
   if (Guard::Enter()) {
-    Remove(reinterpret_cast<uintptr_t>(p));
+    // Sampled mode: most blocks were never recorded (the filter lets a few of
+    // them through), so an unknown pointer is no unknown free.
+    if (g_interval)
+      RemoveIfTracked(reinterpret_cast<uintptr_t>(p));
+    else
+      Remove(reinterpret_cast<uintptr_t>(p));
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);
@@ -277,7 +291,6 @@ void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
 std::string* g_dir = nullptr;
 sem_t g_sem;
 std::atomic<int> g_snapshots{0};
-bool g_trace = false;
 pid_t g_pid = 0;                  // the process that loaded the hook
 bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 
@@ -286,7 +299,7 @@ void WriteSnapshot(const char* tag) {
   ScopedUntracked untracked;
   std::string path = *g_dir + "/memory." + std::to_string(getpid()) + "." + tag + ".prof";
   spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
-  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.ToString().c_str());
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
 void* SnapshotThread(void*) {
@@ -303,6 +316,50 @@ void OnSigusr2(int) {
   int saved = errno;
   sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
   errno = saved;
+}
+
+// ---- SPYGLASS_TRACE_DIR: a trace session, from the full library --------------
+bool (*g_stop_trace)(std::string* error) = nullptr;
+
+// libspyglass.so.0: the copy the program already loaded, else the one next to
+// this hook (installed or in the build tree, they lie side by side).
+void* LoadFullLibrary() {
+  if (void* h = dlopen("libspyglass.so.0", RTLD_NOW | RTLD_NOLOAD)) return h;
+  std::string path = "libspyglass.so.0";
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&LoadFullLibrary), &self) && self.dli_fname) {
+    std::string hook = self.dli_fname;
+    if (size_t slash = hook.rfind('/'); slash != std::string::npos) path = hook.substr(0, slash + 1) + path;
+  }
+  return dlopen(path.c_str(), RTLD_NOW);
+}
+
+// An atexit handler, registered after libspyglass's own static destructors
+// (dlopen ran its constructors): the session stops while the library is whole.
+void StopTrace() {
+  if (getpid() != g_pid) return;  // a forked child does not inherit the trace session
+  ScopedUntracked untracked;
+  std::string error;
+  if (!g_stop_trace(&error)) std::fprintf(stderr, "spyglass: %s\n", error.c_str());
+}
+
+void StartTrace(const char* dir) {
+  void* lib = LoadFullLibrary();
+  using StartFn = bool (*)(const char*, std::string*);
+  StartFn start = lib ? reinterpret_cast<StartFn>(dlsym(lib, "spyglass_heap_start_trace")) : nullptr;
+  if (start) g_stop_trace = reinterpret_cast<decltype(g_stop_trace)>(dlsym(lib, "spyglass_heap_stop_trace"));
+  if (!start || !g_stop_trace) {
+    const char* why = dlerror();
+    std::fprintf(stderr, "spyglass: SPYGLASS_TRACE_DIR is set but libspyglass.so.0 cannot be loaded (%s); no trace\n",
+                 why ? why : "no trace entry point");
+    return;
+  }
+  std::string error;
+  if (!start(dir, &error)) {
+    std::fprintf(stderr, "spyglass: cannot start the trace: %s\n", error.c_str());
+    return;
+  }
+  atexit(StopTrace);
 }
 
 __attribute__((constructor)) void HeapInit() {
@@ -333,23 +390,12 @@ __attribute__((constructor)) void HeapInit() {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     pthread_attr_destroy(&attr);
   }
-  if (const char* t = getenv("SPYGLASS_TRACE_DIR"); t && *t) {
-    spyglass::Status s = spyglass::profiler::start_trace(t, {.create_perfetto_trace = true});
-    if (!s.ok())
-      std::fprintf(stderr, "spyglass: cannot start the trace: %s\n", s.ToString().c_str());
-    else
-      g_trace = true;
-  }
+  if (const char* t = getenv("SPYGLASS_TRACE_DIR"); t && *t) StartTrace(t);
 }
 
 __attribute__((destructor)) void HeapFini() {
   ScopedUntracked untracked;
   const bool child = getpid() != g_pid;  // forked, no exec
-  if (g_trace && !child) {  // a forked child does not inherit the trace session
-    g_trace = false;
-    spyglass::Status s = spyglass::profiler::stop_trace();
-    if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.ToString().c_str());
-  }
   // A forked child that did not exec shares the parent's history; a snapshot
   // per child (symbolization included) made programs that fork a lot 100x
   // slower. A daemon's child (its parent gone) is the program: it writes one.

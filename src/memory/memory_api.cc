@@ -1,5 +1,5 @@
 // The public memory API (include/spyglass/memory.h) and the snapshot to pprof.
-#include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -7,12 +7,12 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "export/output_file.h"
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
-#include "trace/clock.h"
 
 namespace spyglass::memory {
 
@@ -180,7 +180,9 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     if (s.kind != "executable") s.device = std::string(ClassDevice(cls));
     data.samples.push_back(std::move(s));
   }
-  data.time_nanos = static_cast<int64_t>(spyglass::internal::wall_ns());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  data.time_nanos = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
   auto note = [&](const char* what, Counter c) {
     if (uint64_t v = CounterValue(c)) data.comments.push_back(std::string("spyglass: ") + what + "=" + std::to_string(v));
   };
@@ -208,23 +210,7 @@ Status save_device_memory_profile(const std::string& path, std::string_view back
   memory::internal::ScopedUntracked untracked;
   std::string bytes;
   if (Status s = device_memory_profile(&bytes, backend); !s.ok()) return s;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("cannot create " + path + ": " + std::strerror(errno));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return InternalError("cannot write " + path + ": " + std::strerror(e));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (::close(fd) != 0) return InternalError("cannot write " + path + ": " + std::strerror(errno));
-  return Status::Ok();
+  return exporter::WriteOutputBytes(path, bytes);
 }
 
 }  // namespace spyglass::profiler

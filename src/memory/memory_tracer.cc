@@ -12,6 +12,7 @@
 #include "model/xspace.h"
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
+#include "spyglass/profiler.h"
 #include "trace/clock.h"
 
 namespace spyglass::memory {
@@ -133,15 +134,28 @@ class MemoryTracer : public session::Tracer {
   uint64_t n_ = 0, dropped_ = 0;
 };
 
-struct Registrar {
-  Registrar() {
-    session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
-      uint64_t bytes = o.buffer_bytes_total ? o.buffer_bytes_total / 8 : (64ull << 20);
-      return std::make_unique<MemoryTracer>(std::max<uint64_t>(1024, bytes / sizeof(CounterEvent)));
-    });
-  }
-};
-Registrar g_registrar;
+std::unique_ptr<session::Tracer> MakeMemoryTracer(const profiler::ProfileOptions& o) {
+  uint64_t bytes = o.buffer_bytes_total ? o.buffer_bytes_total / 8 : (64ull << 20);
+  return std::make_unique<MemoryTracer>(std::max<uint64_t>(1024, bytes / sizeof(CounterEvent)));
+}
+
+SPYGLASS_REGISTER_TRACER(memory_timeline, session::kRankMemoryTimeline, MakeMemoryTracer);
 
 }  // namespace
 }  // namespace spyglass::memory
+
+// The heap hook's SPYGLASS_TRACE_DIR session (src/memory/heap_hook.cc). The
+// hook links only libspyglass_memory; it loads this library with dlopen when a
+// trace is asked for and finds these by name. false: *error says why.
+extern "C" __attribute__((visibility("default"))) bool spyglass_heap_start_trace(const char* dir, std::string* error) {
+  spyglass::profiler::TraceOptions options;
+  options.create_perfetto_trace = true;
+  spyglass::Status s = spyglass::profiler::start_trace(dir, options);
+  if (!s.ok()) *error = s.ToString();
+  return s.ok();
+}
+extern "C" __attribute__((visibility("default"))) bool spyglass_heap_stop_trace(std::string* error) {
+  spyglass::Status s = spyglass::profiler::stop_trace();
+  if (!s.ok()) *error = s.ToString();
+  return s.ok();
+}

@@ -73,98 +73,138 @@ SymLocation ViaDladdr(uintptr_t pc) {
 }
 
 #ifdef SPYGLASS_HAVE_LIBDW
-const char* DieLinkageName(Dwarf_Die* die) {
+// libdw is opened on the first symbolization, not linked: the heap hook's
+// tracker is loaded into every profiled program, and libdw with libelf, liblzma
+// and libbz2 would add four libraries and half a MiB to each from its start
+// (BENCHMARKS.md, "Memory"). Only the declarations of its headers are used.
+#define SPYGLASS_LIBDW_FUNCTIONS(X)                                                                       \
+  X(dwfl_begin) X(dwfl_end) X(dwfl_linux_proc_find_elf) X(dwfl_standard_find_debuginfo)                  \
+  X(dwfl_linux_proc_report) X(dwfl_report_end) X(dwfl_addrmodule) X(dwfl_module_info)                     \
+  X(dwfl_module_addrdie) X(dwfl_module_getsrc) X(dwfl_lineinfo) X(dwarf_getscopes) X(dwarf_getsrcfiles) \
+  X(dwarf_filesrc) X(dwarf_tag) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_formstring)                \
+  X(dwarf_formudata) X(dwarf_diename)
+
+struct Libdw {
+#define SPYGLASS_LIBDW_POINTER(f) decltype(&::f) f = nullptr;
+  SPYGLASS_LIBDW_FUNCTIONS(SPYGLASS_LIBDW_POINTER)
+#undef SPYGLASS_LIBDW_POINTER
+};
+
+// nullptr when libdw.so.1 cannot be opened (then frames are named by dladdr).
+const Libdw* LoadLibdw() {
+  static const Libdw* dw = []() -> const Libdw* {
+    void* h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return nullptr;
+    static Libdw fns;
+    bool ok = true;
+#define SPYGLASS_LIBDW_RESOLVE(f) ok = ok && (fns.f = reinterpret_cast<decltype(&::f)>(dlsym(h, #f))) != nullptr;
+    SPYGLASS_LIBDW_FUNCTIONS(SPYGLASS_LIBDW_RESOLVE)
+#undef SPYGLASS_LIBDW_RESOLVE
+    return ok ? &fns : nullptr;
+  }();
+  return dw;
+}
+
+const char* DieLinkageName(const Libdw& dw, Dwarf_Die* die) {
   Dwarf_Attribute attr;
-  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) || dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr))
-    return dwarf_formstring(&attr);
+  if (dw.dwarf_attr_integrate(die, DW_AT_linkage_name, &attr) ||
+      dw.dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr))
+    return dw.dwarf_formstring(&attr);
   return nullptr;
 }
 
-std::string DieName(Dwarf_Die* die, std::string* system_name) {
-  if (const char* l = DieLinkageName(die)) {
+std::string DieName(const Libdw& dw, Dwarf_Die* die, std::string* system_name) {
+  if (const char* l = DieLinkageName(dw, die)) {
     *system_name = l;
     return Demangle(l);
   }
-  const char* n = dwarf_diename(die);
+  const char* n = dw.dwarf_diename(die);
   if (!n) {
     Dwarf_Attribute attr;
-    if (dwarf_attr_integrate(die, DW_AT_name, &attr)) n = dwarf_formstring(&attr);
+    if (dw.dwarf_attr_integrate(die, DW_AT_name, &attr)) n = dw.dwarf_formstring(&attr);
   }
   *system_name = n ? n : "??";
   return *system_name;
 }
 
-int64_t DeclLine(Dwarf_Die* die) {
+int64_t DeclLine(const Libdw& dw, Dwarf_Die* die) {
   Dwarf_Attribute attr;
   Dwarf_Word v = 0;
-  if (dwarf_attr_integrate(die, DW_AT_decl_line, &attr) && dwarf_formudata(&attr, &v) == 0) return static_cast<int64_t>(v);
+  if (dw.dwarf_attr_integrate(die, DW_AT_decl_line, &attr) && dw.dwarf_formudata(&attr, &v) == 0)
+    return static_cast<int64_t>(v);
   return 0;
 }
 
 class DwarfSymbolizer {
  public:
-  DwarfSymbolizer() {
-    callbacks_.find_elf = dwfl_linux_proc_find_elf;
-    callbacks_.find_debuginfo = dwfl_standard_find_debuginfo;
+  explicit DwarfSymbolizer(const Libdw* dw) : dw_(dw) {
+    if (!dw_) return;
+    callbacks_.find_elf = dw_->dwfl_linux_proc_find_elf;
+    callbacks_.find_debuginfo = dw_->dwfl_standard_find_debuginfo;
     callbacks_.debuginfo_path = nullptr;
-    dwfl_ = dwfl_begin(&callbacks_);
-    if (dwfl_ && dwfl_linux_proc_report(dwfl_, getpid()) != 0) {
-      dwfl_end(dwfl_);
+    dwfl_ = dw_->dwfl_begin(&callbacks_);
+    if (dwfl_ && dw_->dwfl_linux_proc_report(dwfl_, getpid()) != 0) {
+      dw_->dwfl_end(dwfl_);
       dwfl_ = nullptr;
     }
-    if (dwfl_) dwfl_report_end(dwfl_, nullptr, nullptr);
+    if (dwfl_) dw_->dwfl_report_end(dwfl_, nullptr, nullptr);
   }
   ~DwarfSymbolizer() {
-    if (dwfl_) dwfl_end(dwfl_);
+    if (dwfl_) dw_->dwfl_end(dwfl_);
   }
 
   bool Lookup(uintptr_t pc, SymLocation* loc) {
     if (!dwfl_) return false;
+    const Libdw& dw = *dw_;
     Dwarf_Addr addr = pc - 1;
-    Dwfl_Module* mod = dwfl_addrmodule(dwfl_, addr);
+    Dwfl_Module* mod = dw.dwfl_addrmodule(dwfl_, addr);
     if (!mod) return false;
     Dwarf_Addr mod_start = 0;
-    dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
+    dw.dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
     loc->rel_address = pc - mod_start;
     Dwarf_Addr bias = 0;
-    Dwarf_Die* cu = dwfl_module_addrdie(mod, addr, &bias);
+    Dwarf_Die* cu = dw.dwfl_module_addrdie(mod, addr, &bias);
     if (!cu) return false;
     Dwarf_Die* scopes = nullptr;
-    int n = dwarf_getscopes(cu, addr - bias, &scopes);
+    int n = dw.dwarf_getscopes(cu, addr - bias, &scopes);
     if (n <= 0) return false;
     // Source position of the innermost frame from the line table.
     const char* file = nullptr;
     int line = 0;
-    if (Dwfl_Line* l = dwfl_module_getsrc(mod, addr)) file = dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr);
+    if (Dwfl_Line* l = dw.dwfl_module_getsrc(mod, addr))
+      file = dw.dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr);
     Dwarf_Files* files = nullptr;
     size_t nfiles = 0;
-    dwarf_getsrcfiles(cu, &files, &nfiles);
+    dw.dwarf_getsrcfiles(cu, &files, &nfiles);
     std::string cur_file = file ? file : "";
     int64_t cur_line = line;
     for (int i = 0; i < n; ++i) {
       Dwarf_Die* d = &scopes[i];
-      int tag = dwarf_tag(d);
+      int tag = dw.dwarf_tag(d);
       if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram) continue;
       SymFrame f;
-      f.function = DieName(d, &f.system_name);
+      f.function = DieName(dw, d, &f.system_name);
       f.file = cur_file;
       f.line = cur_line;
-      f.start_line = DeclLine(d);
+      f.start_line = DeclLine(dw, d);
       loc->frames.push_back(std::move(f));
       if (tag == DW_TAG_subprogram) break;
       // The call site of this inlined body is the position in the enclosing function.
       Dwarf_Attribute attr;
       Dwarf_Word v = 0;
-      cur_line = (dwarf_attr(d, DW_AT_call_line, &attr) && dwarf_formudata(&attr, &v) == 0) ? static_cast<int64_t>(v) : 0;
+      cur_line = (dw.dwarf_attr(d, DW_AT_call_line, &attr) && dw.dwarf_formudata(&attr, &v) == 0)
+                     ? static_cast<int64_t>(v)
+                     : 0;
       cur_file.clear();
-      if (files && dwarf_attr(d, DW_AT_call_file, &attr) && dwarf_formudata(&attr, &v) == 0 && v < nfiles)
-        if (const char* fn = dwarf_filesrc(files, v, nullptr, nullptr)) cur_file = fn;
+      if (files && dw.dwarf_attr(d, DW_AT_call_file, &attr) && dw.dwarf_formudata(&attr, &v) == 0 && v < nfiles)
+        if (const char* fn = dw.dwarf_filesrc(files, v, nullptr, nullptr)) cur_file = fn;
     }
     std::free(scopes);
     return !loc->frames.empty();
   }
 
  private:
+  const Libdw* dw_;
   Dwfl_Callbacks callbacks_{};
   Dwfl* dwfl_ = nullptr;
 };
@@ -187,7 +227,7 @@ std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t
   if (todo.empty()) return out;
 #ifdef SPYGLASS_HAVE_LIBDW
   // One reporting of the process's modules per snapshot (libraries may have been loaded since).
-  DwarfSymbolizer dwarf;
+  DwarfSymbolizer dwarf(LoadLibdw());
 #endif
   for (uintptr_t pc : todo) {
     SymLocation loc;

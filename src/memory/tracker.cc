@@ -686,9 +686,12 @@ void InstallForkHandlers() {
   pthread_atfork(PrepareFork, ParentFork, ChildFork);
 }
 
-__attribute__((constructor)) static void InstallForkHandlersAtLoad() {
+std::atomic<bool> g_initialized{false};
+
+__attribute__((constructor)) static void InitAtLoad() {
   ScopedUntracked untracked;
   InstallForkHandlers();
+  g_initialized.store(true, std::memory_order_release);
 }
 
 }  // namespace spyglass::memory::internal

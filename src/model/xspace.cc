@@ -56,6 +56,26 @@ void Line::add_stat(Event& e, const Stat& s) {
   ++r.count;
 }
 
+void Line::append(Line&& other) {
+  uint32_t ranges = static_cast<uint32_t>(stat_ranges_.size()), pool = static_cast<uint32_t>(stat_pool_.size());
+  for (Event e : other.events) {
+    if (e.stats != kNoStats) e.stats += ranges;
+    events.push_back(e);
+  }
+  for (StatRange r : other.stat_ranges_) stat_ranges_.push_back({r.first + pool, r.count});
+  stat_pool_.insert(stat_pool_.end(), other.stat_pool_.begin(), other.stat_pool_.end());
+  other.events = {};
+  other.stat_ranges_ = {};
+  other.stat_pool_ = {};
+}
+
+uint64_t Plane::adopt_strings(Plane& other) {
+  uint64_t offset = strings_.size();
+  for (std::string& s : other.strings_) strings_.push_back(std::move(s));
+  other.strings_.clear();
+  return offset;
+}
+
 void Line::sort_events() {
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.offset_ps != b.offset_ps) return a.offset_ps < b.offset_ps;

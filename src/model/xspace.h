@@ -61,6 +61,10 @@ struct Line {
   void add_stats(Event& e, std::span<const Stat> stats) {
     for (const Stat& s : stats) add_stat(e, s);
   }
+  // Every stat of the line's events, to rewrite ids in place.
+  std::span<Stat> mutable_stats() { return stat_pool_; }
+  // Appends the events of `other` with their stats.
+  void append(Line&& other);
   // Room for `events` events with stats and `stats` stats in all.
   void reserve_stats(size_t events, size_t stats) {
     stat_ranges_.reserve(stat_ranges_.size() + events);
@@ -120,6 +124,9 @@ class Plane {
 
   // The stat value as text (ref values resolved).
   std::string stat_text(const Stat& s) const;
+  // Moves the string values of `other`'s stats here; returns what to add to
+  // their str_index.
+  uint64_t adopt_strings(Plane& other);
   // Keeps the value of a kString or kBytes stat; returns its str_index.
   uint64_t add_string(std::string v) {
     strings_.push_back(std::move(v));

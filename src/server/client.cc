@@ -1,15 +1,26 @@
 #include "server/client.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "export/log_dir.h"
 #include "export/trace_json/trace_json_writer.h"
-#include "model/xspace_import.h"
+#include "model/xspace_import_chunked.h"
 #include "profiler_service.grpc.pb.h"
 #include "server/merge.h"
 #include "server/options_convert.h"
@@ -21,6 +32,20 @@ namespace spyglass::server {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr char kProfileMethod[] = "/tensorflow.ProfilerService/Profile";
+constexpr char kPerfettoTraceName[] = "perfetto_trace.json.gz";
+// Skipped tool_data entries described one by one per host; the rest counted.
+constexpr size_t kToolWarningsPerHost = 4;
+// Bytes of a server-sent name quoted in a warning.
+constexpr size_t kQuotedBytes = 64;
+
+std::string Quote(const std::string& s) {
+  std::string q = s.substr(0, kQuotedBytes);
+  for (char& c : q)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return "'" + q + (s.size() > kQuotedBytes ? "...'" : "'");
+}
 
 // Waits until the channel is connected; fails fast when the connection is
 // refused, and at the deadline when nothing answers.
@@ -42,37 +67,144 @@ Status Connect(grpc::Channel* channel, const std::string& address, int timeout_m
 struct HostCall {
   std::string address;
   std::string stem;
-  tensorflow::ProfileResponse response;
+  tensorflow::ProfileResponseBytes response;
   Status status;
 };
 
+// The reply is received as raw bytes and decoded into ProfileResponseBytes,
+// whose XSpace stays one string: the peak is about twice the reply, where a
+// generated XSpace tree costs many times its wire size.
 void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const CaptureOptions& options) {
-  auto channel = MakeChannel(call->address);
+  auto channel = MakeChannel(call->address, static_cast<int>(options.max_reply_bytes));
   if (Status s = Connect(channel.get(), call->address, options.connect_timeout_ms); !s.ok()) {
     call->status = s;
     return;
   }
-  auto stub = tensorflow::ProfilerService::NewStub(channel);
   grpc::ClientContext ctx;
   // As the reference client: max(60 s, 2 x duration) + delay.
   int64_t budget = std::max<int64_t>(60000, 2 * static_cast<int64_t>(options.duration_ms)) +
                    static_cast<int64_t>(options.delay_ms);
   ctx.set_deadline(AfterMs(budget));
-  grpc::Status g = stub->Profile(&ctx, request, &call->response);
-  call->status = FromGrpc(g, call->address);
+  std::string serialized = request.SerializeAsString();
+  grpc::Slice slice(serialized);
+  grpc::ByteBuffer req(&slice, 1), reply;
+  grpc::GenericStub stub(channel);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status g;
+  stub.UnaryCall(&ctx, kProfileMethod, grpc::StubOptions(), &req, &reply, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    g = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  if (g.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+      g.error_message().find("larger than max") != std::string::npos) {
+    call->status = FailedPreconditionError(
+        "the reply from " + call->address + " is over the limit of " + std::to_string(options.max_reply_bytes) +
+        " bytes (raise it with spyglass collect --max_reply_mb, or CaptureOptions::max_reply_bytes): " +
+        g.error_message());
+    return;
+  }
+  if (!g.ok()) {
+    call->status = FromGrpc(g, call->address);
+    return;
+  }
+  if (!reply.Valid()) {
+    call->status = InternalError(call->address +
+                                 " ended the call without a reply (a broken server, or not a profiler server)");
+    return;
+  }
+  size_t size = reply.Length();
+  bool parsed;
+  {
+    grpc::ProtoBufferReader reader(&reply);
+    parsed = reader.status().ok() && call->response.ParseFromZeroCopyStream(&reader);
+  }
+  reply.Clear();
+  if (!parsed)
+    call->status = InternalError(call->address + " answered with " + std::to_string(size) +
+                                 " bytes that are not a profiler reply (tensorflow.ProfileResponse): a broken "
+                                 "server, or not a profiler server");
 }
 
-Status WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) return InternalError("cannot write " + path);
-  return Status::Ok();
+// The .xplane.pb an older server on this machine wrote into the run dir (no
+// emit_xspace), read without following a link and up to `max` bytes.
+Status ReadLocalXPlane(const exporter::OutputDir& dir, const std::string& name, uint64_t max, std::string* bytes) {
+  std::string path = dir.PathOf(name);
+  int fd = ::openat(dir.fd(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return NotFoundError("cannot read " + path + ": " + std::strerror(errno));
+  struct stat st;
+  Status s;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = InvalidArgumentError("refusing to read " + path + ": not a regular file");
+  } else if (static_cast<uint64_t>(st.st_size) > max) {
+    s = FailedPreconditionError(path + " is over the reply limit of " + std::to_string(max) + " bytes");
+  } else {
+    bytes->resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < bytes->size()) {
+      ssize_t n = ::read(fd, bytes->data() + done, bytes->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    bytes->resize(done);
+  }
+  ::close(fd);
+  return s;
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+bool IsToolNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+// Writes the tool files a server returned as <stem>.<name>, within the
+// bounds of client.h; `taken` holds every name of this run dir already
+// written or reserved for our own outputs.
+void WriteToolFiles(const HostCall& c, const exporter::OutputDir& dir, std::set<std::string>* taken,
+                    std::vector<std::string>* warnings) {
+  size_t files = 0, bytes = 0, skipped = 0;
+  auto skip = [&](const std::string& why) {
+    if (skipped++ < kToolWarningsPerHost) warnings->push_back(c.address + ": skipped tool data " + why);
+  };
+  for (const auto& tool : c.response.tool_data()) {
+    const std::string& n = tool.name();
+    if (n.empty() || n.size() > kMaxToolNameBytes || n[0] == '.' || !std::all_of(n.begin(), n.end(), IsToolNameChar)) {
+      skip(Quote(n) + ": a name must be 1 to " + std::to_string(kMaxToolNameBytes) +
+           " letters, digits, '.', '_' or '-', not starting with '.'");
+      continue;
+    }
+    std::string file = c.stem + "." + n;
+    if (taken->count(file)) {
+      skip(Quote(n) + ": " + file + " is another output of this capture");
+      continue;
+    }
+    if (files == kMaxToolFiles) {
+      skip(Quote(n) + ": more than " + std::to_string(kMaxToolFiles) + " tool files");
+      continue;
+    }
+    if (tool.data().size() > kMaxToolBytes - bytes) {
+      skip(Quote(n) + ": over " + std::to_string(kMaxToolBytes) + " bytes of tool data in all");
+      continue;
+    }
+    if (Status s = dir.WriteBytes(file, tool.data()); !s.ok()) {
+      skip(Quote(n) + ": " + s.message());
+      continue;
+    }
+    taken->insert(file);
+    ++files;
+    bytes += tool.data().size();
+  }
+  if (skipped > kToolWarningsPerHost)
+    warnings->push_back(c.address + ": skipped " + std::to_string(skipped - kToolWarningsPerHost) +
+                        " more tool data entries");
 }
 
 int64_t ProcessIdOf(const model::Space& space) {
@@ -82,12 +214,8 @@ int64_t ProcessIdOf(const model::Space& space) {
   return 0;
 }
 
-}  // namespace
-
-Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& options, const std::string& log_dir,
-               CaptureResult* result) {
-  *result = CaptureResult{};
-  if (Status s = CheckGrpcUsable(); !s.ok()) return s;
+Status CheckOptions(const std::vector<std::string>& addresses, const CaptureOptions& options,
+                    const std::string& log_dir) {
   if (addresses.empty()) return InvalidArgumentError("no address to capture");
   for (const std::string& a : addresses)
     if (Status s = CheckAddress(a); !s.ok()) return s;
@@ -95,30 +223,27 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
   if (options.duration_ms > options.max_duration_ms)
     return InvalidArgumentError("the duration " + std::to_string(options.duration_ms) + " ms is over the limit of " +
                                 std::to_string(options.max_duration_ms) + " ms");
+  if (options.delay_ms > options.max_delay_ms)
+    return InvalidArgumentError("the delay " + std::to_string(options.delay_ms) + " ms is over the limit of " +
+                                std::to_string(options.max_delay_ms) + " ms");
+  // Keeps the start time and the call deadline far from overflowing.
+  constexpr uint64_t kLongestMs = 30ull * 24 * 3600 * 1000;
+  if (options.max_duration_ms > kLongestMs || options.max_delay_ms > kLongestMs)
+    return InvalidArgumentError("max_duration_ms and max_delay_ms must be at most 30 days");
+  if (options.max_reply_bytes == 0 || options.max_reply_bytes > static_cast<uint64_t>(INT_MAX))
+    return InvalidArgumentError("max_reply_bytes must be 1 to " + std::to_string(INT_MAX) + " (gRPC's limit), not " +
+                                std::to_string(options.max_reply_bytes));
   if (!options.override_hostnames.empty() && options.override_hostnames.size() != addresses.size())
     return InvalidArgumentError("override_hostnames must name one host per address (" +
                                 std::to_string(addresses.size()) + ")");
   if (log_dir.empty()) return InvalidArgumentError("log_dir is empty");
-  if (Status s = profiler::ValidateOptions(options.profile); !s.ok()) return s;
+  return profiler::ValidateOptions(options.profile);
+}
 
-  std::vector<HostCall> calls(addresses.size());
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    calls[i].address = addresses[i];
-    const std::string& host = options.override_hostnames.empty() ? addresses[i] : options.override_hostnames[i];
-    if (Status s = HostFileStem(host, &calls[i].stem); !s.ok()) return s;
-  }
-
-  // The run directory, made here first: a server on this machine writes into
-  // it when it does not support emit_xspace.
-  std::error_code ec;
-  std::string abs_log_dir = fs::absolute(log_dir, ec).lexically_normal().string();
-  if (ec) return InvalidArgumentError("bad log_dir " + log_dir + ": " + ec.message());
-  while (abs_log_dir.size() > 1 && abs_log_dir.back() == '/') abs_log_dir.pop_back();
-  std::string run_dir;
-  if (Status s = exporter::MakeRunDir(abs_log_dir, options.profile.session_id, &run_dir); !s.ok()) return s;
-  std::string session_id = fs::path(run_dir).filename().string();
-  result->run_dir = run_dir;
-
+Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, const std::string& abs_log_dir,
+                   const exporter::RunDir& run, CaptureResult* result) {
+  const exporter::OutputDir& dir = run.dir;
+  std::string session_id = fs::path(dir.path()).filename().string();
   profiler::ProfileOptions opts = options.profile;
   opts.duration_ms = options.duration_ms;
   opts.repository_path = abs_log_dir;
@@ -127,8 +252,8 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
   opts.advanced_configuration.erase("override_hostnames");
 
   if (options.log)
-    *options.log << "Starting to trace for " << options.duration_ms << " ms from " << addresses.size()
-                 << (addresses.size() == 1 ? " server" : " servers") << "." << std::endl;
+    *options.log << "Starting to trace for " << options.duration_ms << " ms from " << calls.size()
+                 << (calls.size() == 1 ? " server" : " servers") << "." << std::endl;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < calls.size(); ++i) {
     tensorflow::ProfileRequest req;
@@ -142,54 +267,70 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
     }
     req.set_repository_root(abs_log_dir + "/plugins/profile");
     req.set_session_id(session_id);
-    req.set_host_name(addresses[i]);
+    req.set_host_name(calls[i].address);
     req.set_emit_xspace(true);
     threads.emplace_back([&calls, &options, i, req = std::move(req)] { CallOne(&calls[i], req, options); });
   }
   for (auto& t : threads) t.join();
 
+  // Our own outputs: no tool file may take their names.
+  std::set<std::string> taken = {kPerfettoTraceName};
+  for (const HostCall& c : calls) taken.insert({c.stem + ".xplane.pb", c.stem + ".trace.json.gz"});
+
   // Write what came back, host by host.
   std::vector<model::Space> spaces;
+  int captured = 0;  // hosts that sent a non-empty trace
   std::vector<std::string> failures;
   for (HostCall& c : calls) {
     CaptureHostResult host;
     host.address = c.address;
-    std::string xplane = run_dir + "/" + c.stem + ".xplane.pb";
+    std::string xplane = c.stem + ".xplane.pb";
     std::string bytes;
     if (c.status.ok()) {
       if (c.response.has_xspace()) {
-        bytes = c.response.xspace().SerializeAsString();
-        if (Status s = WriteBytes(xplane, bytes); !s.ok()) c.status = s;
-      } else {
-        bytes = ReadBytes(xplane);  // an older server wrote it (same machine)
-        if (bytes.empty())
-          c.status = UnavailableError(c.address + " returned no XSpace and wrote no " + xplane +
-                                      " (a server on another machine that does not support emit_xspace)");
-      }
-      // Tool files some servers return, written only under plain names.
-      for (const auto& tool : c.response.tool_data()) {
-        if (!exporter::IsPlainComponent(tool.name())) {
-          result->warnings.push_back(c.address + ": ignored tool data with a bad name '" + tool.name() + "'");
-          continue;
-        }
-        (void)WriteBytes(run_dir + "/" + c.stem + "." + tool.name(), tool.data());
+        bytes.swap(*c.response.mutable_xspace());
+      } else if (Status s = ReadLocalXPlane(dir, xplane, options.max_reply_bytes, &bytes); !s.ok()) {
+        c.status = s.code() == StatusCode::kNotFound
+                       ? UnavailableError(c.address + " returned no XSpace and wrote no " + dir.PathOf(xplane) +
+                                          " (a server on another machine that does not support emit_xspace)")
+                       : s;
       }
     }
     if (c.status.ok() && c.response.empty_trace()) {
       host.empty = true;
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
+    // Imported before anything is written (a reply that does not parse
+    // leaves no file), in pieces: the peak is the bytes, the model and one
+    // piece's message tree.
+    model::Space space;
     if (c.status.ok()) {
-      model::Space space;
-      if (Status s = model::ImportXSpaceBytes(bytes, &space); !s.ok()) {
-        c.status = InternalError(c.address + ": " + s.message());
-      } else {
-        host.xplane_path = xplane;
-        host.trace_json_path = run_dir + "/" + c.stem + ".trace.json.gz";
-        if (Status s = exporter::WriteTraceJsonGz(space, host.trace_json_path); !s.ok()) return s;
-        if (!host.empty) spaces.push_back(std::move(space));
-      }
+      if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())
+        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse: " + s.message());
     }
+    if (c.status.ok() && c.response.has_xspace()) {
+      if (Status s = dir.WriteBytes(xplane, bytes); !s.ok()) c.status = s;
+    }
+    const uint64_t reply_bytes = bytes.size();
+    std::string().swap(bytes);
+    if (c.status.ok()) {
+      WriteToolFiles(c, dir, &taken, &result->warnings);
+      host.xplane_path = dir.PathOf(xplane);
+      host.trace_json_path = dir.PathOf(c.stem + ".trace.json.gz");
+      const uint64_t json_limit = reply_bytes * options.max_trace_json_expansion + (64ull << 20);
+      const uint64_t json_bytes = exporter::EstimateTraceJsonBytes(space, json_limit);
+      if (json_bytes > json_limit) {
+        host.trace_json_path.clear();
+        result->warnings.push_back(c.address + ": its trace JSON would be over " + std::to_string(json_limit >> 20) +
+                                   " MiB from a " + std::to_string(reply_bytes >> 10) +
+                                   " KiB reply (names repeated by many events); wrote only " + xplane);
+      } else {
+        if (Status w = exporter::WriteTraceJsonGz(space, dir, c.stem + ".trace.json.gz"); !w.ok()) return w;
+        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.json.gz
+      }
+      if (!host.empty) ++captured;
+    }
+    c.response.Clear();
     if (!c.status.ok()) {
       host.error = c.status.message();
       failures.push_back(c.status.ToString());
@@ -199,7 +340,7 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
   }
   if (options.log)
     for (const std::string& w : result->warnings) *options.log << "warning: " << w << std::endl;
-  if (spaces.empty()) {
+  if (captured == 0) {
     if (failures.size() == 1) {
       Status only = calls.size() == 1 ? calls[0].status : Status();
       if (!only.ok()) return only;
@@ -210,13 +351,12 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
                             (why.empty() ? std::string(": the servers returned empty traces") : ":" + why));
   }
 
-  if (options.create_perfetto_trace) {
+  if (options.create_perfetto_trace && !spaces.empty()) {
     exporter::TraceJsonOptions json;
     json.perfetto = true;
-    json.gzip_level = 6;
-    result->perfetto_trace_path = run_dir + "/perfetto_trace.json.gz";
+    result->perfetto_trace_path = dir.PathOf(kPerfettoTraceName);
     if (spaces.size() == 1) {
-      if (Status s = exporter::WriteTraceJsonGz(spaces[0], result->perfetto_trace_path, json); !s.ok()) return s;
+      if (Status s = exporter::WriteTraceJsonGz(spaces[0], dir, kPerfettoTraceName, json); !s.ok()) return s;
     } else {
       // All hosts on one time base, each process under its own pid.
       uint64_t start = UINT64_MAX;
@@ -228,10 +368,43 @@ Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& 
         MergeChildSpace(std::move(spaces[i]), start, std::to_string(pid ? pid : static_cast<int64_t>(i + 1)),
                         /*require_process_id=*/false, &merged);
       }
-      if (Status s = exporter::WriteTraceJsonGz(merged, result->perfetto_trace_path, json); !s.ok()) return s;
+      if (Status s = exporter::WriteTraceJsonGz(merged, dir, kPerfettoTraceName, json); !s.ok()) return s;
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status Capture(const std::vector<std::string>& addresses, const CaptureOptions& options, const std::string& log_dir,
+               CaptureResult* result) {
+  *result = CaptureResult{};
+  if (Status s = CheckGrpcUsable(); !s.ok()) return s;
+  if (Status s = CheckOptions(addresses, options, log_dir); !s.ok()) return s;
+
+  std::vector<HostCall> calls(addresses.size());
+  std::set<std::string> stems;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    calls[i].address = addresses[i];
+    const std::string& host = options.override_hostnames.empty() ? addresses[i] : options.override_hostnames[i];
+    if (Status s = HostFileStem(host, &calls[i].stem); !s.ok()) return s;
+    if (!stems.insert(calls[i].stem).second)
+      return InvalidArgumentError("two servers would write the same files " + calls[i].stem +
+                                  ".*: capture each address once, with distinct override_hostnames");
+  }
+
+  // The run directory, made here first: a server on this machine writes into
+  // it when it does not support emit_xspace.
+  std::error_code ec;
+  std::string abs_log_dir = fs::absolute(log_dir, ec).lexically_normal().string();
+  if (ec) return InvalidArgumentError("bad log_dir " + log_dir + ": " + ec.message());
+  while (abs_log_dir.size() > 1 && abs_log_dir.back() == '/') abs_log_dir.pop_back();
+  exporter::RunDir run;
+  if (Status s = exporter::MakeRunDir(abs_log_dir, options.profile.session_id, &run); !s.ok()) return s;
+  result->run_dir = run.dir.path();
+  Status s = CaptureInto(calls, options, abs_log_dir, run, result);
+  if (!s.ok()) exporter::RemoveIfEmpty(run);
+  return s;
 }
 
 }  // namespace spyglass::server

@@ -43,7 +43,7 @@ inline Status FromGrpc(const grpc::Status& g, const std::string& address) {
       return DeadlineExceededError("the profiler server at " + address + " did not answer in time: " + m);
     case grpc::StatusCode::INVALID_ARGUMENT: return InvalidArgumentError(address + ": " + m);
     case grpc::StatusCode::FAILED_PRECONDITION: return FailedPreconditionError(address + ": " + m);
-    case grpc::StatusCode::ALREADY_EXISTS: return Status(StatusCode::kAlreadyExists, address + ": " + m);
+    case grpc::StatusCode::ALREADY_EXISTS: return AlreadyExistsError(address + ": " + m);
     case grpc::StatusCode::CANCELLED: return CancelledError(address + ": " + m);
     case grpc::StatusCode::NOT_FOUND: return NotFoundError(address + ": " + m);
     default: return InternalError(address + ": " + m + " (gRPC code " + std::to_string(g.error_code()) + ")");
@@ -58,10 +58,12 @@ void NoteGrpcUsed();
 // Non-OK in a child forked after this process (or an ancestor) used gRPC.
 Status CheckGrpcUsable();
 
-inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+// A channel that accepts replies up to `max_receive_bytes` (gRPC enforces it
+// and fails the call with RESOURCE_EXHAUSTED).
+inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int max_receive_bytes = INT_MAX) {
   NoteGrpcUsed();
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(INT_MAX);  // XSpaces in replies (emit_xspace) can be large
+  args.SetMaxReceiveMessageSize(max_receive_bytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);

@@ -1,19 +1,25 @@
 #include "server/service.h"
 
 #include <pthread.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
-
 #include <chrono>
 #include <cstdio>
-#include <limits>
 #include <memory>
-#include <thread>
+#include <string_view>
+#include <vector>
 
-#include "export/log_dir.h"
+#include <google/protobuf/unknown_field_set.h>
+#include <grpcpp/support/server_interceptor.h>
+
+#include "common/quote.h"
 #include "export/xplane/xplane_writer.h"
-#include "server/options_convert.h"
 #include "server/path_policy.h"
+#include "server/request_policy.h"
 #include "server/rpc_util.h"
 #include "session/session.h"
 #include "trace/clock.h"
@@ -21,23 +27,76 @@
 namespace spyglass::server {
 namespace {
 
-constexpr uint64_t kUntilTerminate = std::numeric_limits<uint64_t>::max();
 constexpr char kBusy[] =
     "already profiling: another profiling session (a remote capture or start_trace) is running in this process; "
     "try again when it has finished";
+// Terminate ids kept for calls that have not consumed them yet (each at most
+// kMaxNameBytes): a Terminate may arrive just before its Profile call.
+constexpr size_t kMaxPendingTerminates = 256;
+// Requests waiting for a delayed start at once (each holds a server thread).
+constexpr int kMaxDelayedStarts = 8;
+
+// Gives the allocator's free memory back to the system when a Profile call
+// is over: its model and reply (gRPC copies the reply into 1 MiB blocks, freed
+// after sending) are gone, and glibc would keep their pages otherwise. The
+// call's interceptors are destroyed after the reply was sent and freed.
+class TrimAfterProfile : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override { methods->Proceed(); }
+  ~TrimAfterProfile() override {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+  }
+};
+
+class TrimAfterProfileFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return std::string_view(info->method()) == "/tensorflow.ProfilerService/Profile" ? new TrimAfterProfile : nullptr;
+  }
+};
 
 }  // namespace
 
-bool ProfilerServiceImpl::TakeTerminate(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return terminated_.erase(session_id) > 0;
+void ProfilerServiceImpl::BeginShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_.store(true);
+  }
+  cv_.notify_all();
+}
+
+ProfilerServiceImpl::WaitEnd ProfilerServiceImpl::Wait(grpc::ServerContext* ctx, const std::string& session_id,
+                                                       std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (shutting_down_.load()) return WaitEnd::kStopping;
+    auto t = std::find(terminated_.begin(), terminated_.end(), session_id);
+    if (t != terminated_.end()) {
+      terminated_.erase(t);
+      return WaitEnd::kTerminated;
+    }
+    if (ctx->IsCancelled()) return WaitEnd::kClientGone;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until) return WaitEnd::kTimeUp;
+    // Terminate and shutdown notify; a client leaving does not, so poll it.
+    cv_.wait_until(lock, std::min(until, now + std::chrono::milliseconds(5)));
+  }
 }
 
 grpc::Status ProfilerServiceImpl::Terminate(grpc::ServerContext*, const tensorflow::TerminateRequest* req,
                                             tensorflow::TerminateResponse*) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (terminated_.size() >= 1024) terminated_.clear();  // bounded: stale ids of calls that never came
-  terminated_.insert(req->session_id());
+  const std::string& id = req->session_id();
+  if (Status s = CheckTerminateId(id); !s.ok()) return ToGrpc(s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::find(terminated_.begin(), terminated_.end(), id) == terminated_.end()) {
+      if (terminated_.size() >= kMaxPendingTerminates) terminated_.pop_front();  // a stale id nobody consumed
+      terminated_.push_back(id);
+    }
+  }
+  cv_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -48,71 +107,70 @@ grpc::Status ProfilerServiceImpl::Monitor(grpc::ServerContext*, const tensorflow
 
 grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensorflow::ProfileRequest* req,
                                           tensorflow::ProfileResponse* resp) {
+  using Clock = std::chrono::steady_clock;
   if (shutting_down_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the profiler server is stopping");
-  profiler::ProfileOptions options = FromProto(req->opts());
-  // The session's duration: opts.duration_ms as the reference server, else the request's.
-  uint64_t duration_ms = options.duration_ms != 0 ? options.duration_ms : req->duration_ms();
-  if (duration_ms == 0)
-    return ToGrpc(InvalidArgumentError("duration_ms must be greater than 0 (got 0)"));
-  if (duration_ms != kUntilTerminate && duration_ms > options_.max_duration_ms)
-    return ToGrpc(InvalidArgumentError("duration_ms " + std::to_string(duration_ms) + " is over this server's limit of " +
-                                       std::to_string(options_.max_duration_ms) +
-                                       " ms (ServerOptions::max_duration_ms)"));
-  uint64_t now_ns = internal::wall_ns();
-  if (options.start_timestamp_ns > now_ns + options_.max_duration_ms * 1000000ull)
-    return ToGrpc(InvalidArgumentError("start_timestamp_ns is too far in the future"));
-  // session_id: the run directory; the request's, else the options', else a timestamp.
-  std::string session_id = !req->session_id().empty() ? req->session_id() : options.session_id;
-  if (session_id.empty()) session_id = exporter::TimestampRunName();
-  options.session_id.clear();  // not a directory of this process: the request says where to write
-
-  ProfileTarget target;
-  if (!req->emit_xspace()) {
-    std::string host = req->host_name();
-    auto o = options.advanced_configuration.find("override_hostname");
-    if (o != options.advanced_configuration.end() && o->second.is_string() && !o->second.as_string().empty())
-      host = o->second.as_string();
-    if (host.empty()) host = session::Hostname();
-    if (Status s = ResolveProfileFile(req->repository_root(), session_id, host, options_.allowed_log_root, &target);
-        !s.ok())
-      return ToGrpc(s);
+  PreparedCapture p;
+  if (Status s = PrepareCapture(options_, *req, internal::wall_ns(), &p); !s.ok()) return ToGrpc(s);
+  const std::string& session_id = p.session_id;
+  if (p.delay_ns > 0) {
+    if (delayed_starts_.fetch_add(1) >= kMaxDelayedStarts) {
+      delayed_starts_.fetch_sub(1);
+      return ToGrpc(UnavailableError("too many captures wait for a delayed start (at most " +
+                                     std::to_string(kMaxDelayedStarts) + "); try again later"));
+    }
+    WaitEnd waited = Wait(ctx, session_id, Clock::now() + std::chrono::nanoseconds(p.delay_ns));
+    delayed_starts_.fetch_sub(1);
+    switch (waited) {
+      case WaitEnd::kTimeUp: break;
+      case WaitEnd::kTerminated:
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            "Terminate named this session before its delayed start; nothing was recorded");
+      case WaitEnd::kClientGone:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away before the delayed start");
+      case WaitEnd::kStopping:
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping");
+    }
   }
 
   std::unique_ptr<session::Session> session;
-  if (Status s = session::Session::Create(options, kBusy, &session); !s.ok()) return ToGrpc(s);
+  if (Status s = session::Session::Create(p.options, kBusy, &session); !s.ok()) return ToGrpc(s);
 
   // Record until the duration passed, Terminate(session_id), the client left
   // or the server stops.
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(
-                                                    duration_ms == kUntilTerminate ? int64_t{1} << 40 : duration_ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (ctx->IsCancelled()) {
+  auto end =
+      Clock::now() + std::chrono::milliseconds(p.duration_ms == kUntilTerminate ? int64_t{1} << 40 : p.duration_ms);
+  switch (Wait(ctx, session_id, end)) {
+    case WaitEnd::kTimeUp:
+    case WaitEnd::kTerminated: break;
+    case WaitEnd::kClientGone:
       session.reset();  // stops and discards
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away; the capture was stopped");
-    }
-    if (shutting_down_.load()) {
+    case WaitEnd::kStopping:
       session.reset();
       return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping; the capture was stopped");
-    }
-    if (TakeTerminate(session_id)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
-  model::Space space;
-  session::SessionSummary summary;
-  Status collect = session->Stop(&space, &summary);
-  session.reset();
-  if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
-  resp->set_empty_trace(space.event_count() == 0);
-
-  std::string bytes = exporter::SerializeXSpace(space);
+  std::string bytes;
+  {
+    model::Space space;
+    session::SessionSummary summary;
+    Status collect = session->Stop(&space, &summary);
+    session.reset();
+    if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
+    space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
+    resp->set_empty_trace(space.event_count() == 0);
+    bytes = exporter::SerializeXSpace(space);
+  }  // the model is freed before the reply exists
   if (req->emit_xspace()) {
-    if (!resp->mutable_xspace()->ParseFromString(bytes))
-      return ToGrpc(InternalError("could not build the XSpace reply"));
+    // The serialized XSpace goes out as field `xspace` without being parsed
+    // back into messages (a copy several times its size): as an unknown
+    // field, its wire bytes are those of a set xspace.
+    std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
+        tensorflow::ProfileResponse::kXspaceFieldNumber);
+    field->swap(bytes);
     return grpc::Status::OK;
   }
-  if (Status s = WriteProfileFile(target, bytes); !s.ok()) return ToGrpc(s);
-  return grpc::Status::OK;
+  return ToGrpc(WriteProfileFile(p.target, bytes));
 }
 
 // ---- start_server / stop_server ----------------------------------------------
@@ -166,15 +224,18 @@ Status start_server(int port, const ServerOptions& options) {
   if (Status s = CheckGrpcUsable(); !s.ok()) return s;
   if (port < 0 || port > 65535) return InvalidArgumentError("port must be between 0 and 65535, got " + std::to_string(port));
   if (options.bind_address.empty() || options.bind_address.find_first_of("/ ") != std::string::npos)
-    return InvalidArgumentError("bad bind_address '" + options.bind_address + "'");
+    return InvalidArgumentError("bad bind_address " + QuoteInput(options.bind_address));
   if (options.max_duration_ms == 0) return InvalidArgumentError("max_duration_ms must be > 0");
+  if (options.max_buffer_bytes_per_thread == 0 || options.max_buffer_bytes_total == 0)
+    return InvalidArgumentError("max_buffer_bytes_per_thread and max_buffer_bytes_total must be > 0");
   if (!options.allowed_log_root.empty() &&
       (options.allowed_log_root[0] != '/' || options.allowed_log_root.find("/..") != std::string::npos ||
        options.allowed_log_root.find("/./") != std::string::npos))
-    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got '" + options.allowed_log_root + "'");
+    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got " +
+                                QuoteInput(options.allowed_log_root));
   ServerState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  if (st.server) return FailedPreconditionError("Only one profiler server can be active at a time (it listens on port " +
+  if (st.server) return AlreadyExistsError("Only one profiler server can be active at a time (it listens on port " +
                                                 std::to_string(st.port) + ")");
   std::string host = options.bind_address;
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
@@ -186,6 +247,9 @@ Status start_server(int port, const ServerOptions& options) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use must fail, not be shared
   builder.RegisterService(service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<TrimAfterProfileFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || selected == 0)
     return UnavailableError("cannot start the profiler server on " + address +

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "profiler_service.grpc.pb.h"
@@ -22,16 +24,23 @@ class ProfilerServiceImpl final : public tensorflow::ProfilerService::Service {
   grpc::Status Monitor(grpc::ServerContext* ctx, const tensorflow::MonitorRequest* req,
                        tensorflow::MonitorResponse* resp) override;
 
-  // Makes running Profile calls end (with CANCELLED) and new ones fail.
-  void BeginShutdown() { shutting_down_.store(true); }
+  // Makes running and waiting Profile calls end (with CANCELLED) and new
+  // ones fail.
+  void BeginShutdown();
 
  private:
-  bool TakeTerminate(const std::string& session_id);
+  enum class WaitEnd { kTimeUp, kTerminated, kClientGone, kStopping };
+  // Waits until `until`, or until the client leaves, Terminate(session_id)
+  // arrives (consumed) or the server stops, whichever comes first.
+  WaitEnd Wait(grpc::ServerContext* ctx, const std::string& session_id,
+               std::chrono::steady_clock::time_point until);
 
   profiler::ServerOptions options_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> delayed_starts_{0};  // Profile calls waiting for their start time
   std::mutex mu_;
-  std::set<std::string> terminated_;  // session ids asked to end
+  std::condition_variable cv_;          // Terminate or shutdown happened
+  std::deque<std::string> terminated_;  // session ids asked to end, oldest first (bounded)
 };
 
 }  // namespace spyglass::server

@@ -22,42 +22,6 @@
 
 namespace spyglass::server {
 
-uint64_t ProfileStartTime(const model::Space& space) {
-  const model::Plane* env = space.find_plane(model::kTaskEnvPlaneName);
-  if (env == nullptr) return 0;
-  for (const model::Stat& s : env->stats)
-    if (env->stat_name(s) == "profile_start_time")
-      return s.kind == model::StatKind::kUint64 ? s.u64 : static_cast<uint64_t>(s.i64);
-  return 0;
-}
-
-void MergeChildSpace(model::Space&& child, uint64_t parent_start_ns, const std::string& tag, bool require_process_id,
-                     model::Space* parent) {
-  uint64_t child_start = ProfileStartTime(child);
-  if (child_start == 0) {
-    parent->warnings.push_back("profile of " + tag + " has no Task Environment profile_start_time; its times are "
-                               "shown as if it started with this process");
-    child_start = parent_start_ns;
-  }
-  for (model::Plane& p : child.planes) {
-    if (require_process_id && p.find_stat_metadata("process_id") == nullptr) {
-      parent->warnings.push_back("skipped plane '" + p.name + "' of " + tag + ": it has no process_id");
-      continue;
-    }
-    for (model::Line& l : p.lines) {
-      // Denormalize (lines below the start are relative to it), then
-      // renormalize to this process's start.
-      int64_t abs_ns = l.timestamp_ns < static_cast<int64_t>(child_start) ? l.timestamp_ns + static_cast<int64_t>(child_start)
-                                                                          : l.timestamp_ns;
-      l.timestamp_ns = abs_ns - static_cast<int64_t>(parent_start_ns);
-    }
-    p.name += " [" + tag + "]";
-    parent->planes.push_back(std::move(p));
-  }
-  for (auto& e : child.errors) parent->errors.push_back(tag + ": " + e);
-  for (auto& w : child.warnings) parent->warnings.push_back(tag + ": " + w);
-}
-
 namespace {
 
 struct SubprocessInfo {
@@ -206,21 +170,19 @@ class SubprocessTracer : public session::Tracer {
   bool stopped_ = false;
 };
 
-void EnsureTracerFactory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    session::RegisterTracerFactory([](const profiler::ProfileOptions& o) -> std::unique_ptr<session::Tracer> {
-      if (!WantsSubprocesses(o)) return nullptr;
-      std::vector<SubprocessInfo> children;
-      {
-        std::lock_guard<std::mutex> lock(registry_mu());
-        for (const auto& [pid, info] : registry()) children.push_back(info);
-      }
-      if (children.empty()) return nullptr;
-      return std::make_unique<SubprocessTracer>(o, std::move(children));
-    });
-  });
+// Off unless a child is registered (or the capture says false).
+std::unique_ptr<session::Tracer> MakeSubprocessTracer(const profiler::ProfileOptions& o) {
+  if (!WantsSubprocesses(o)) return nullptr;
+  std::vector<SubprocessInfo> children;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    for (const auto& [pid, info] : registry()) children.push_back(info);
+  }
+  if (children.empty()) return nullptr;
+  return std::make_unique<SubprocessTracer>(o, std::move(children));
 }
+
+SPYGLASS_REGISTER_TRACER(subprocesses, session::kRankSubprocesses, MakeSubprocessTracer);
 
 }  // namespace
 }  // namespace spyglass::server
@@ -247,18 +209,17 @@ Status register_subprocess(int pid, int port, SubprocessRegistration* out, int c
   {
     std::lock_guard<std::mutex> lock(registry_mu());
     auto it = registry().find(pid);
-    if (it != registry().end()) return Status(StatusCode::kAlreadyExists, it->second.ToString() + " already registered");
+    if (it != registry().end()) return AlreadyExistsError(it->second.ToString() + " already registered");
   }
   info.channel = MakeChannel(info.address);
   if (!info.channel) return InternalError("Unable to create channel to " + info.address);
   if (!info.channel->WaitForConnected(AfterMs(connect_timeout_ms < 0 ? 0 : connect_timeout_ms)))
     return DeadlineExceededError("Timeout while connecting to " + info.address + " (is the subprocess's profiler "
                                  "server running? it must call start_server(" + std::to_string(port) + "))");
-  EnsureTracerFactory();
   {
     std::lock_guard<std::mutex> lock(registry_mu());
     auto [it, inserted] = registry().emplace(pid, info);
-    if (!inserted) return Status(StatusCode::kAlreadyExists, it->second.ToString() + " already registered");
+    if (!inserted) return AlreadyExistsError(it->second.ToString() + " already registered");
   }
   out->unregister();
   out->pid_ = pid;

@@ -1,6 +1,7 @@
 // Validation of ProfileOptions: levels and advanced_configuration keys.
 #include <string_view>
 
+#include "common/quote.h"
 #include "spyglass/options.h"
 
 namespace spyglass::profiler {
@@ -78,7 +79,7 @@ Status ValidateOptions(const ProfileOptions& o) {
     if (known == nullptr) {
       std::string list;
       for (const KnownKey& k : kKnownKeys) list += (list.empty() ? "" : ", ") + std::string(k.name);
-      return InvalidArgumentError("unknown advanced_configuration key '" + key + "' (known keys: " + list + ")");
+      return InvalidArgumentError("unknown advanced_configuration key " + QuoteInput(key) + " (known keys: " + list + ")");
     }
     if (!Matches(value, known->type))
       return InvalidArgumentError("advanced_configuration key '" + key + "' takes a " + TypeName(known->type) +
@@ -89,7 +90,7 @@ Status ValidateOptions(const ProfileOptions& o) {
       const std::string& m = value.as_string();
       if (m != "TRACE_ONLY_HOST" && m != "TRACE_ONLY_XLA" && m != "TRACE_COMPUTE" && m != "TRACE_COMPUTE_AND_SYNC")
         return InvalidArgumentError("advanced_configuration key 'tpu_trace_mode' must be one of TRACE_ONLY_HOST, "
-                                    "TRACE_ONLY_XLA, TRACE_COMPUTE, TRACE_COMPUTE_AND_SYNC; got '" + m + "'");
+                                    "TRACE_ONLY_XLA, TRACE_COMPUTE, TRACE_COMPUTE_AND_SYNC; got " + QuoteInput(m));
     }
   }
   if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "trace/clock.h"
-#include "trace/host_collector.h"
 #include "trace/recorder.h"
 
 namespace spyglass {
@@ -24,15 +23,6 @@ namespace spyglass::session {
 namespace {
 
 std::atomic<bool> g_session_active{false};
-
-std::mutex& factories_mu() {
-  static std::mutex* m = new std::mutex;
-  return *m;
-}
-std::vector<TracerFactory>& factories() {
-  static auto* f = new std::vector<TracerFactory>;
-  return *f;
-}
 
 std::mutex& metadata_mu() {
   static std::mutex* m = new std::mutex;
@@ -60,65 +50,12 @@ std::string CommandLine() {
   return raw;
 }
 
-uint64_t Bound(const profiler::ProfileOptions& o, const char* key, uint64_t fallback) {
-  auto it = o.advanced_configuration.find(key);
-  return it != o.advanced_configuration.end() && it->second.is_int() ? static_cast<uint64_t>(it->second.as_int())
-                                                                     : fallback;
-}
-
-// The host tracer: the recorder behind TraceAnnotation.
-class HostTracer : public Tracer {
- public:
-  HostTracer(int level, internal::RecorderLimits limits) : level_(level), limits_(limits) {}
-  Status Start() override {
-    start_ticks_ = internal::now_ticks();
-    word_ = internal::recorder_start(level_, limits_);
-    return Status::Ok();
-  }
-  Status Stop() override {
-    internal::recorder_stop();
-    stop_ticks_ = internal::now_ticks();
-    return Status::Ok();
-  }
-  Status CollectData(model::Space* space) override {
-    internal::TickConverter clock = internal::TickConverter::Calibrate();
-    std::vector<internal::RawThread> raw = internal::recorder_collect(word_);
-    model::Plane& host = space->plane(model::kHostPlaneName);
-    stats_ = internal::CollectHostEvents(raw, start_ticks_, stop_ticks_, clock, &host);
-    internal::recorder_release(word_);
-    std::sort(host.lines.begin(), host.lines.end(), [](const model::Line& a, const model::Line& b) {
-      return (a.display_name.empty() ? a.name : a.display_name) < (b.display_name.empty() ? b.name : b.display_name);
-    });
-    host.stats.push_back(host.uint_stat("dropped_events", stats_.dropped));
-    if (stats_.dropped > 0) {
-      std::string w = "spyglass: " + std::to_string(stats_.dropped) +
-                      " host events were dropped because the trace buffers were full (raise "
-                      "buffer_bytes_per_thread / buffer_bytes_total)";
-      space->warnings.push_back(w);
-      std::fprintf(stderr, "%s\n", w.c_str());
-    }
-    return Status::Ok();
-  }
-  const internal::HostCollectStats& stats() const { return stats_; }
-
- private:
-  int level_;
-  internal::RecorderLimits limits_;
-  uint64_t start_ticks_ = 0, stop_ticks_ = 0, word_ = 0;
-  internal::HostCollectStats stats_;
-};
-
 }  // namespace
-
-void RegisterTracerFactory(TracerFactory factory) {
-  std::lock_guard<std::mutex> lock(factories_mu());
-  factories().push_back(std::move(factory));
-}
 
 void ResetAfterForkChild() {
   internal::recorder_after_fork_child();
   g_session_active.store(false);
-  new (&factories_mu()) std::mutex;
+  TracerRegistryAfterForkChild();
   new (&metadata_mu()) std::mutex;
   new (&process_name_mu()) std::mutex;
 }
@@ -170,23 +107,14 @@ Status Session::Create(const profiler::ProfileOptions& options, const std::strin
       std::this_thread::sleep_for(std::chrono::nanoseconds(options.start_timestamp_ns - now));
   }
   internal::init_clock();
-  if (options.host_tracer_level > 0) {
-    internal::RecorderLimits limits{Bound(options, "spyglass_buffer_bytes_per_thread", options.buffer_bytes_per_thread),
-                                    Bound(options, "spyglass_buffer_bytes_total", options.buffer_bytes_total)};
-    session->tracers_.push_back(std::make_unique<HostTracer>(options.host_tracer_level, limits));
-  }
-  {
-    std::lock_guard<std::mutex> lock(factories_mu());
-    for (const TracerFactory& f : factories())
-      if (auto t = f(options)) session->tracers_.push_back(std::move(t));
-  }
+  session->tracers_ = CreateTracers(options);  // in start order
   session->start_wall_ns_ = internal::wall_ns();
   session->start_ticks_ = internal::now_ticks();
-  for (auto& t : session->tracers_) {
-    Status s = t->Start();
+  for (size_t i = 0; i < session->tracers_.size(); ++i) {
+    Status s = session->tracers_[i]->Start();
     if (!s.ok() && options.raise_error_on_start_failure) {
       session->stopped_ = true;
-      for (auto& u : session->tracers_) (void)u->Stop();
+      for (size_t j = i + 1; j-- > 0;) (void)session->tracers_[j]->Stop();  // the failed one too
       g_session_active.store(false);
       return s;
     }
@@ -197,14 +125,18 @@ Status Session::Create(const profiler::ProfileOptions& options, const std::strin
 
 Session::~Session() {
   if (!stopped_) {
-    for (auto& t : tracers_) (void)t->Stop();
+    StopTracers();
     g_session_active.store(false);
   }
 }
 
+void Session::StopTracers() {
+  for (auto t = tracers_.rbegin(); t != tracers_.rend(); ++t) (void)(*t)->Stop();
+}
+
 Status Session::Stop(model::Space* space, SessionSummary* summary) {
   if (stopped_) return FailedPreconditionError("session already stopped");
-  for (auto& t : tracers_) (void)t->Stop();
+  StopTracers();
   uint64_t stop_wall_ns = internal::wall_ns();
   stopped_ = true;
 
@@ -217,12 +149,7 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
       space->errors.push_back(s.ToString());
       if (first_error.ok()) first_error = s;
     }
-    if (auto* host = dynamic_cast<HostTracer*>(t.get())) {
-      summary->events += host->stats().events;
-      summary->dropped_events += host->stats().dropped;
-      summary->incomplete_events += host->stats().incomplete;
-      summary->threads += host->stats().threads;
-    }
+    t->AddStats(summary);
   }
   g_session_active.store(false);
 

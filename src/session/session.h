@@ -14,17 +14,11 @@
 
 namespace spyglass::session {
 
-struct SessionSummary {
-  uint64_t events = 0;
-  uint64_t dropped_events = 0;
-  uint64_t incomplete_events = 0;
-  uint64_t threads = 0;
-};
-
 class Session {
  public:
-  // Validates options, takes the process-wide profiler lock and starts every
-  // tracer. Fails with FailedPrecondition `busy_message` if a session runs.
+  // Validates options, takes the process-wide profiler lock and starts the
+  // registered tracers in rank order (session/tracer.h). Fails with
+  // FailedPrecondition `busy_message` if a session runs.
   static Status Create(const profiler::ProfileOptions& options, const std::string& busy_message,
                        std::unique_ptr<Session>* out);
   ~Session();  // stops (discarding data) if Stop was not called
@@ -38,11 +32,11 @@ class Session {
 
  private:
   Session() = default;
+  void StopTracers();  // in reverse start order
   profiler::ProfileOptions options_;
   std::vector<std::unique_ptr<Tracer>> tracers_;
   uint64_t start_wall_ns_ = 0;
   uint64_t start_ticks_ = 0;
-  uint64_t recorder_word_ = 0;
   bool stopped_ = false;
 };
 

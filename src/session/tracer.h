@@ -1,9 +1,36 @@
-// The one interface every tracer implements (host, python, device, memory,
-// subprocesses): start, stop, then write what it saw into the model.
+// The one interface every tracer implements (host, Python, device, memory
+// timeline, subprocesses), and the one way tracers join a session.
+//
+// A tracer lives in its own file and registers itself with one line at
+// namespace scope there (see src/trace/host_tracer.cc):
+//
+//   SPYGLASS_REGISTER_TRACER(host, session::kRankHost, MakeHostTracer);
+//
+// A tracer that works only after some setup calls RegisterTracer itself once
+// the setup is done (the Python tracer, at module init).
+//
+// The factory runs at every Session::Create and returns nullptr when the
+// session's options turn the tracer off. A session then
+//   - starts its tracers in rank order (lower first),
+//   - stops them in the reverse order,
+//   - calls CollectData in rank order (the host plane exists before tracers
+//     that add lines to it), then AddStats on each.
+// Registration time does not matter: a tracer registered late (the Python
+// extension, at module init) still takes its rank's place in every session
+// created after it. Tracers registered while a session runs join the next one.
+//
+// Linking: the registrar is a static object, run when its library is loaded.
+// Every tracer is compiled into the shared libspyglass.so, so all of them run.
+// In a STATIC archive the linker drops an object file nothing references, and
+// its registrar with it: a tracer moved into one needs a reference from the
+// session (or --whole-archive).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/xspace.h"
@@ -12,19 +39,64 @@
 
 namespace spyglass::session {
 
+// What a session reports about its capture (public: profiler::TraceStats).
+struct SessionSummary {
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;
+  uint64_t incomplete_events = 0;
+  uint64_t threads = 0;
+};
+
 class Tracer {
  public:
   virtual ~Tracer() = default;
+  // An error fails Session::Create only with raise_error_on_start_failure;
+  // otherwise the session runs on and Stop/CollectData are still called.
   virtual Status Start() = 0;
+  // Called once for every tracer whose Start was called, failed or not; when
+  // a Start error fails Create, the tracers after it are neither started nor
+  // stopped.
   virtual Status Stop() = 0;
-  // Called after Stop, once.
+  // Called after Stop, once: writes what the tracer saw into the model.
   virtual Status CollectData(model::Space* space) = 0;
+  // Called after CollectData: adds this tracer's counts to the summary.
+  virtual void AddStats(SessionSummary* /*summary*/) const {}
 };
 
-// Makes a tracer for a session's options, or nullptr when the options turn it
-// off. Factories registered here (e.g. by the Python binding) join every
-// later session.
+// Start order (lower first). Gaps leave room for new tracers.
+enum TracerRank : int {
+  // Remote captures of registered children: started first and stopped last,
+  // so that waiting for the children's replies is not recorded on the host.
+  kRankSubprocesses = 50,
+  kRankHost = 100,             // the recorder behind TraceAnnotation
+  kRankPython = 200,           // records into the host recorder: needs it running
+  kRankDevice = 300,           // GPU tracers (none yet)
+  kRankMemoryTimeline = 400,   // live-bytes counters on the host plane
+};
+
+// Makes a tracer for a session's options, or nullptr when they turn it off.
 using TracerFactory = std::function<std::unique_ptr<Tracer>(const profiler::ProfileOptions&)>;
-void RegisterTracerFactory(TracerFactory factory);
+
+// Adds a tracer to every later session. `name` is unique: a second
+// registration under the same name is ignored and returns false. Equal ranks
+// start in name order.
+bool RegisterTracer(const std::string& name, int rank, TracerFactory factory);
+
+// One tracer of each registered kind that `options` turn on, in rank order
+// (what Session::Create starts).
+std::vector<std::unique_ptr<Tracer>> CreateTracers(const profiler::ProfileOptions& options);
+
+// In a forked child: the registry's lock may have been held by a parent thread.
+void TracerRegistryAfterForkChild();
+
+// For SPYGLASS_REGISTER_TRACER.
+struct TracerRegistrar {
+  TracerRegistrar(const char* name, int rank, TracerFactory factory) { RegisterTracer(name, rank, std::move(factory)); }
+};
 
 }  // namespace spyglass::session
+
+// Registers a tracer at load time; use once at namespace scope in the
+// tracer's .cc. `name` is an identifier (it also names the registrar object).
+#define SPYGLASS_REGISTER_TRACER(name, rank, factory) \
+  static ::spyglass::session::TracerRegistrar spyglass_tracer_registrar_##name(#name, rank, factory)

@@ -366,6 +366,16 @@ void recorder_release(uint64_t word) {
     delete tb;
   }
   r.retired.clear();
+  // Live threads would keep their filled chunks until their next session:
+  // return all but the current one (the thread may still append an end
+  // record there, or to a chunk it adds, both after the collected ones).
+  for (ThreadBufferImpl* tb : r.live) {
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word != word || !tb->compacted.empty() || tb->chunks.size() < 2) continue;
+    for (size_t i = 0; i + 1 < tb->chunks.size(); ++i) r.pool.release(tb->chunks[i].begin);
+    tb->bytes -= (tb->chunks.size() - 1) * kChunkBytes;
+    tb->chunks.erase(tb->chunks.begin(), tb->chunks.end() - 1);
+  }
 }
 
 void recorder_set_thread_name(std::string name) {

@@ -25,22 +25,6 @@ namespace model = spyglass::model;
 // export would be larger than this rather than measure the format.
 constexpr size_t kMaxExportBytes = size_t{64} << 20;
 
-size_t ExportEstimate(const model::Space& space) {
-  size_t total = 0;
-  for (const model::Plane& p : space.planes) {
-    for (const model::Line& l : p.lines) {
-      for (const model::Event& e : l.events) {
-        const model::EventMetadata& md = p.event_metadata()[e.metadata_id];
-        total += 64 + md.name.size() + md.display_name.size();
-        for (const model::Stat& s : md.stats) total += 16 + p.stat_name(s).size() + p.stat_text(s).size();
-        for (const model::Stat& s : l.stats_of(e)) total += 16 + p.stat_name(s).size() + p.stat_text(s).size();
-        if (total > kMaxExportBytes) return total;
-      }
-    }
-  }
-  return total;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -49,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   model::XSpaceImportOptions opts;
   opts.max_bytes = 4 << 20;
   if (!model::ImportXSpaceBytes(bytes, &space, opts).ok()) return 0;
-  if (ExportEstimate(space) > kMaxExportBytes) return 0;
+  if (spyglass::exporter::EstimateTraceJsonBytes(space, kMaxExportBytes) > kMaxExportBytes) return 0;
   (void)spyglass::exporter::TraceJsonString(space);
   spyglass::exporter::TraceJsonOptions perfetto;
   perfetto.perfetto = true;

@@ -44,8 +44,9 @@ def test_second_start_and_stop_without_start_raise_runtime_error(tmp_path):
     profiler.start_trace(tmp_path)
   assert str(e.value) == ALREADY
   profiler.stop_trace()
-  with pytest.raises(RuntimeError, match="^No profile started$"):
+  with pytest.raises(RuntimeError, match="^No profile started$") as e:
     profiler.stop_trace()
+  assert type(e.value) is RuntimeError and e.value.code == "FailedPrecondition"  # one Status->exception path
 
 
 def test_exception_types_match_real_jax(tmp_path):

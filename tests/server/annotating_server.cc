@@ -1,6 +1,8 @@
 // A long-running program for the remote-capture tests: starts the profiler
 // server and annotates in a loop until killed or `--seconds` passed.
-//   annotating_server <port|0> [--name NAME] [--seconds S] [--child PID:PORT ...]
+//   annotating_server <port|0> [--name NAME] [--seconds S] [--child PID:PORT ...] [--busy N]
+// --busy N adds N threads that annotate in a tight loop (a busy target for
+// the memory tests).
 // Prints "PORT <n>" once the server listens (port 0 picks a free one).
 #include <unistd.h>
 
@@ -28,9 +30,11 @@ int main(int argc, char** argv) {
   double seconds = 600;
   std::vector<prof::SubprocessRegistration> children;
   std::vector<std::pair<int, int>> child_args;
+  int busy = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--name")) name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--busy")) busy = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--child")) {
       int pid = 0, p = 0;
       std::sscanf(argv[i + 1], "%d:%d", &pid, &p);
@@ -59,12 +63,21 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
   });
+  std::vector<std::thread> busy_threads;
+  for (int i = 0; i < busy; ++i)
+    busy_threads.emplace_back([&end, i] {
+      prof::set_thread_name("busy_" + std::to_string(i));
+      for (int64_t n = 0; std::chrono::steady_clock::now() < end; ++n) {
+        prof::TraceAnnotation a("busy_task", {{"n", n}});
+      }
+    });
   for (int64_t step = 0; std::chrono::steady_clock::now() < end; ++step) {
     prof::StepTraceAnnotation s("train", step);
     prof::TraceAnnotation a(std::string_view(name), {{"step", step}});
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   worker.join();
+  for (auto& t : busy_threads) t.join();
   (void)prof::stop_server();
   return 0;
 }

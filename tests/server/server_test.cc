@@ -164,7 +164,7 @@ class ServerTest : public ::testing::Test {
 
 TEST_F(ServerTest, StartStopErrors) {
   Status again = prof::start_server(0);
-  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
   EXPECT_EQ(prof::start_server(70000).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(prof::stop_server().ok());
   EXPECT_EQ(prof::stop_server().code(), StatusCode::kFailedPrecondition);

@@ -1,9 +1,12 @@
 // `spyglass collect <port | host:port[,host:port...]> <duration_ms>`: remote
 // capture with the arguments of `python -m jax.collect_profile`. A thin layer
 // over server::Capture (src/server/client.h).
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -15,6 +18,9 @@
 
 namespace spyglass::cli {
 namespace {
+
+// Replies are bounded by gRPC below 2 GiB.
+constexpr int64_t kMaxReplyMb = 2047;
 
 struct CollectArgs {
   std::string target;
@@ -30,6 +36,7 @@ struct CollectArgs {
   std::string override_hostnames;
   int connect_timeout_ms = 10000;
   int64_t max_duration_ms = 3600000;
+  int64_t max_reply_mb = 1024;
 };
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -80,7 +87,7 @@ Status ParseExtras(const std::vector<std::string>& extras, profiler::ProfileOpti
   return Status::Ok();
 }
 
-int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
+int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, const std::function<bool()>& cancelled) {
   server::CaptureOptions opt;
   opt.log = &std::cerr;
   if (a.duration_ms <= 0) {
@@ -90,6 +97,17 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
   }
   if (a.delay_ms < 0 || a.max_duration_ms <= 0) {
     std::cerr << "spyglass collect: --delay_ms and --max_duration_ms must not be negative\n";
+    return 2;
+  }
+  if (a.max_reply_mb < 1 || a.max_reply_mb > kMaxReplyMb) {
+    std::cerr << "spyglass collect: --max_reply_mb must be 1 to " << kMaxReplyMb << " (gRPC's limit), got "
+              << a.max_reply_mb << "\n";
+    return 2;
+  }
+  opt.max_reply_bytes = static_cast<uint64_t>(a.max_reply_mb) << 20;
+  if (static_cast<uint64_t>(a.delay_ms) > opt.max_delay_ms) {
+    std::cerr << "spyglass collect: --delay_ms must be at most " << opt.max_delay_ms << " (one hour), got "
+              << a.delay_ms << "\n";
     return 2;
   }
   opt.duration_ms = static_cast<uint64_t>(a.duration_ms);
@@ -116,7 +134,8 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
     addresses.push_back(t);
   }
   std::string log_dir = a.log_dir;
-  if (log_dir.empty()) {
+  bool temp_log_dir = log_dir.empty();
+  if (temp_log_dir) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "spyglass-collect-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) {
       std::cerr << "spyglass collect: cannot make a temporary log dir\n";
@@ -127,16 +146,19 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
   server::CaptureResult result;
   Status s = server::Capture(addresses, opt, log_dir, &result);
   if (!s.ok()) {
+    if (temp_log_dir) ::rmdir(log_dir.c_str());  // nothing in it (Capture removes its empty directories)
     std::cerr << "spyglass collect: " << s.ToString() << "\n";
     return 1;
   }
   std::cout << "Dumped profiling information in: " << log_dir << "\n";
   std::cout << "Trace written to " << result.run_dir << "\n";
   for (const auto& h : result.hosts)
-    if (!h.xplane_path.empty()) std::cout << "  " << h.xplane_path << "\n  " << h.trace_json_path << "\n";
+    if (!h.xplane_path.empty())
+      std::cout << "  " << h.xplane_path << "\n" << (h.trace_json_path.empty() ? "" : "  " + h.trace_json_path + "\n");
   std::cout.flush();
-  if (!a.no_perfetto_link) {
+  if (!a.no_perfetto_link && !result.perfetto_trace_path.empty()) {
     sinks::PerfettoLinkOptions link;
+    link.cancelled = cancelled;
     if (Status ls = sinks::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
       std::cerr << "spyglass collect: perfetto link: " << ls.ToString() << "\n";
       return 1;
@@ -147,13 +169,17 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras) {
 
 }  // namespace
 
-void AddCollectCommand(CLI::App& app) {
+namespace {
+
+constexpr char kCollectHelp[] =
+    "Capture a running program's profiler server (Spyglass start_server or jax.profiler.start_server)\n"
+    "for DURATION_MS and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb and .trace.json.gz.\n"
+    "Extra --key=value flags are sent as advanced options.";
+
+// The options and action of `collect`, on the CLI's subcommand or on the
+// app of `python -m spyglass.collect_profile`.
+void DefineCollect(CLI::App* c, std::function<bool()> cancelled) {
   auto args = std::make_shared<CollectArgs>();
-  CLI::App* c = app.add_subcommand(
-      "collect",
-      "Capture a running program's profiler server (Spyglass start_server or jax.profiler.start_server)\n"
-      "for DURATION_MS and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb and .trace.json.gz.\n"
-      "Extra --key=value flags are sent as advanced options.");
   c->add_option("target", args->target, "PORT, or HOST:PORT[,HOST:PORT...] to capture several at once")->required();
   c->add_option("duration_ms", args->duration_ms, "capture duration in milliseconds")->required();
   c->add_option("--log_dir", args->log_dir, "output log dir (default: a new temporary directory)");
@@ -162,16 +188,37 @@ void AddCollectCommand(CLI::App& app) {
   c->add_option("--device_tracer_level", args->device_tracer_level, "device tracer level (default 1)");
   c->add_option("--python_tracer_level", args->python_tracer_level, "python tracer level (default 1)");
   c->add_flag("--no_perfetto_link", args->no_perfetto_link, "do not serve the trace for ui.perfetto.dev");
-  c->add_option("--delay_ms", args->delay_ms, "start every server this many ms from now");
+  c->add_option("--delay_ms", args->delay_ms, "start every server this many ms from now (at most one hour)");
   c->add_option("--session_id", args->session_id, "run directory name (default: a timestamp)");
   c->add_option("--override_hostnames", args->override_hostnames, "comma list: a file name per address");
   c->add_option("--connect_timeout_ms", args->connect_timeout_ms, "give up on a server not reached by then (10000)");
   c->add_option("--max_duration_ms", args->max_duration_ms, "longest capture accepted (default one hour)");
+  c->add_option("--max_reply_mb", args->max_reply_mb,
+                "largest reply accepted from one server, in MiB (default 1024; the client needs about twice it)");
   c->allow_extras();
-  c->callback([c, args] {
-    int rc = RunCollect(*args, c->remaining());
+  c->callback([c, args, cancelled] {
+    int rc = RunCollect(*args, c->remaining(), cancelled);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
+}
+
+}  // namespace
+
+void AddCollectCommand(CLI::App& app, std::function<bool()> cancelled) {
+  DefineCollect(app.add_subcommand("collect", kCollectHelp), std::move(cancelled));
+}
+
+int RunCollectCommand(const std::string& program, const std::vector<std::string>& args,
+                      std::function<bool()> cancelled) {
+  CLI::App app{kCollectHelp, program};
+  DefineCollect(&app, std::move(cancelled));
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
 }
 
 }  // namespace spyglass::cli

@@ -3,10 +3,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 namespace spyglass::cli {
 
 // `spyglass collect`: remote capture (tools/spyglass/collect_command.cc).
-void AddCollectCommand(CLI::App& app);
+// `cancelled` ends the Perfetto link's wait when it returns true.
+void AddCollectCommand(CLI::App& app, std::function<bool()> cancelled = {});
+// `spyglass collect ARGS...` as a function returning the exit status: the one
+// parser of both the CLI and `python -m spyglass.collect_profile`.
+int RunCollectCommand(const std::string& program, const std::vector<std::string>& args,
+                      std::function<bool()> cancelled = {});
 // `spyglass memtop`, `memdiff`, `run` (tools/spyglass/memory_commands.cc).
 void AddMemoryCommands(CLI::App& app);
 

@@ -28,15 +28,21 @@ bool IsInternalStat(std::string_view name) {
          name == "program_id" || name == "symbol_id";
 }
 
-// The pid of a host plane merged from another process, "/host:CPU [<pid>]"; 0 otherwise.
-int64_t MergedHostPid(const model::Plane& p) {
+// The process a plane was recorded in: its process_id stat (every plane of
+// a session has one, children's and other hosts' planes too); 0 if none.
+int64_t ProcessIdOf(const model::Plane& p) {
+  for (const model::Stat& s : p.stats) {
+    if (p.stat_name(s) != "process_id") continue;
+    if (s.kind == model::StatKind::kInt64) return s.i64;
+    if (s.kind == model::StatKind::kUint64) return static_cast<int64_t>(s.u64);
+  }
+  return 0;
+}
+
+// A host plane merged from another process or host ("/host:CPU [<tag>]").
+bool IsMergedHostPlane(const model::Plane& p) {
   constexpr std::string_view prefix = "/host:CPU [";
-  if (p.name.size() <= prefix.size() + 1 || p.name.compare(0, prefix.size(), prefix) != 0 || p.name.back() != ']')
-    return 0;
-  int64_t pid = 0;
-  const char* b = p.name.data() + prefix.size();
-  auto r = std::from_chars(b, p.name.data() + p.name.size(), pid);
-  return r.ec == std::errc() && *r.ptr == ']' && pid > 0 ? pid : 0;
+  return p.name.size() > prefix.size() && p.name.compare(0, prefix.size(), prefix) == 0 && p.name.back() == ']';
 }
 
 // Which planes go into the JSON: the host plane and the device planes of one
@@ -47,7 +53,7 @@ std::vector<const model::Plane*> ExportedPlanes(const model::Space& space) {
   if (const model::Plane* host = space.find_plane(model::kHostPlaneName)) out.push_back(host);
   // Host planes merged from other processes ("/host:CPU [<pid>]", subprocesses and multi-host captures).
   for (const model::Plane& p : space.planes)
-    if (MergedHostPid(p) != 0) out.push_back(&p);
+    if (IsMergedHostPlane(p)) out.push_back(&p);
   for (std::string_view prefix : {model::kGpuPlanePrefix, model::kTpuPlanePrefix, model::kCustomPlanePrefix}) {
     size_t before = out.size();
     for (const model::Plane& p : space.planes)
@@ -234,7 +240,8 @@ struct Doc {
   }
   static int64_t PidOf(const model::Plane& p) {
     if (p.name == model::kHostPlaneName) return kHostPid;
-    if (int64_t merged = MergedHostPid(p)) return merged;
+    if (IsMergedHostPlane(p))
+      if (int64_t pid = ProcessIdOf(p); pid > 0) return pid;
     return 1 + p.id;
   }
 };
@@ -388,8 +395,10 @@ void WriteHead(JsonOut& o, const Doc& doc) {
         o.event("{\"ph\":\"M\",\"pid\":");
         o.i64(pid);
         o.raw(",\"name\":\"process_labels\",\"args\":{\"labels\":");
-        int64_t os_pid = MergedHostPid(*p) ? MergedHostPid(*p) : int64_t{getpid()};
-        o.str(std::string(p->stat_str(s)) + " (pid " + std::to_string(os_pid) + ")");
+        // The recorded process's pid, from the model (not the exporting process's).
+        const int64_t os_pid = ProcessIdOf(*p);
+        std::string name(p->stat_str(s));
+        o.str(os_pid > 0 ? name + " (pid " + std::to_string(os_pid) + ")" : name);
         o.raw("}}");
       }
     }
@@ -418,7 +427,7 @@ void WriteHead(JsonOut& o, const Doc& doc) {
       o.raw(",\"tid\":");
       o.u64(tid);
       o.raw(",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
-      o.i64(p->name == model::kHostPlaneName || MergedHostPid(*p) ? sort_index : int64_t{tid});
+      o.i64(p->name == model::kHostPlaneName || IsMergedHostPlane(*p) ? sort_index : int64_t{tid});
       o.raw("}}");
     }
   }
@@ -675,6 +684,26 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
 
 }  // namespace
 
+uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above) {
+  uint64_t total = 0;
+  for (const model::Plane& p : space.planes) {
+    const auto& metadata = p.event_metadata();
+    for (const model::Line& l : p.lines) {
+      for (const model::Event& e : l.events) {
+        total += 64;  // "ph", pid, tid, ts, dur and punctuation
+        if (e.metadata_id < metadata.size()) {
+          const model::EventMetadata& md = metadata[e.metadata_id];
+          total += (md.display_name.empty() ? md.name : md.display_name).size();
+          for (const model::Stat& st : md.stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        }
+        for (const model::Stat& st : l.stats_of(e)) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        if (total > stop_above) return total;
+      }
+    }
+  }
+  return total;
+}
+
 bool StreamTraceJson(const model::Space& space, const TraceJsonOptions& options,
                      const std::function<bool(std::string_view)>& sink) {
   Doc doc(space, options);
@@ -696,11 +725,25 @@ std::string TraceJsonString(const model::Space& space, const TraceJsonOptions& o
   return out;
 }
 
-Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+namespace {
+
+// 0 or the errno of the failure.
+int WriteTraceJsonGzFd(const model::Space& space, const TraceJsonOptions& options, int fd) {
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::clamp(threads, 1, kMaxTraceJsonThreads);
   Doc doc(space, options);
-  return WriteOutputFile(path, [&](int fd) { return WriteGzipSlices(doc, fd, threads); });
+  return WriteGzipSlices(doc, fd, threads);
+}
+
+}  // namespace
+
+Status WriteTraceJsonGz(const model::Space& space, const std::string& path, const TraceJsonOptions& options) {
+  return WriteOutputFile(path, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
+}
+
+Status WriteTraceJsonGz(const model::Space& space, const OutputDir& dir, const std::string& name,
+                        const TraceJsonOptions& options) {
+  return dir.Write(name, [&](int fd) { return WriteTraceJsonGzFd(space, options, fd); });
 }
 
 }  // namespace spyglass::exporter

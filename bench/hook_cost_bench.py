@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""What the heap hook costs a program (BENCHMARKS.md, "Memory"): wall time,
+peak RSS and loaded shared objects of one command, run plain and under each
+given hook, in alternating rounds (a shared VM drifts: each round runs every
+configuration once). Not a test. Peak RSS is the "VmHWM:" line the command
+prints (tests/memory/hook_tiny does), if any: the rusage of a child started
+by Python counts Python's own pages (vfork).
+
+  hook_cost_bench.py [--rounds N] [--env K=V ...] --hook NAME=PATH ... -- command...
+
+The command runs once per configuration per round; "plain" (no hook) is
+always included. Loaded objects are counted from /proc/<pid>/maps by a first
+run of `cat /proc/self/maps` under each configuration.
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import time
+
+
+def run_once(cmd, env):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    p.stdout.close()
+    if p.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed (status {p.returncode}) under {env.get('LD_PRELOAD', 'no hook')}")
+    hwm = [line.split()[1] for line in out.splitlines() if line.startswith("VmHWM:")]
+    cpu = ru.ru_utime + ru.ru_stime
+    return wall, cpu, (int(hwm[0]) / 1024.0 if hwm else float("nan"))  # s, s, MiB
+
+
+def loaded_objects(env):
+    maps = subprocess.run(["cat", "/proc/self/maps"], env=env, capture_output=True, text=True, check=True).stdout
+    return len({line.split()[-1] for line in maps.splitlines() if ".so" in line.split()[-1]})
+
+
+def rss_text(values):
+    m = statistics.median(values)
+    return "—" if math.isnan(m) else f"{m:.2f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--env", action="append", default=[], help="K=V for the hooked runs (e.g. sampling)")
+    ap.add_argument("--hook", action="append", default=[], help="NAME=PATH of a libspyglass_heap.so")
+    ap.add_argument("command", nargs="+")
+    a = ap.parse_args()
+    base = dict(os.environ)
+    for k in ("LD_PRELOAD", "SPYGLASS_HEAP_PROFILE_DIR", "SPYGLASS_TRACE_DIR"):
+        base.pop(k, None)
+    configs = [("plain", base)]
+    for h in a.hook:
+        name, path = h.split("=", 1)
+        env = dict(base, LD_PRELOAD=os.path.abspath(path))
+        env.update(kv.split("=", 1) for kv in a.env)
+        configs.append((name, env))
+    walls = {n: [] for n, _ in configs}
+    cpus = {n: [] for n, _ in configs}
+    rss = {n: [] for n, _ in configs}
+    for n, env in configs:
+        run_once(a.command, env)  # warm the page cache
+    for _ in range(a.rounds):
+        for n, env in configs:
+            w, c, r = run_once(a.command, env)
+            walls[n].append(w)
+            cpus[n].append(c)
+            rss[n].append(r)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    print(f"command: {' '.join(a.command)}; {a.rounds} alternating rounds; load average {' '.join(load)}")
+    print("| run | wall best | wall median | CPU best | CPU median | peak RSS median | shared objects |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    plain_med = statistics.median(walls["plain"])
+    plain_cpu = statistics.median(cpus["plain"])
+    ms = lambda v: f"{v * 1000:.1f} ms" if plain_med < 1 else f"{v:.3f} s"
+    for n, env in configs:
+        wm, cm = statistics.median(walls[n]), statistics.median(cpus[n])
+        wr = "" if n == "plain" else f" ({wm / plain_med:.2f}x)"
+        cr = "" if n == "plain" else f" ({cm / plain_cpu:.2f}x)"
+        print(f"| {n} | {ms(min(walls[n]))} | {ms(wm)}{wr} | {ms(min(cpus[n]))} | {ms(cm)}{cr} "
+              f"| {rss_text(rss[n])} | {loaded_objects(env)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#include "errors.h"
+
+namespace nb = nanobind;
+
+namespace spyglass::python {
+namespace {
+
+PyObject* g_invalid_argument = nullptr;
+
+}  // namespace
+
+void AddErrorTypes(nb::module_& m) {
+  g_invalid_argument = PyErr_NewExceptionWithDoc(
+      "spyglass.InvalidArgumentError",
+      "Bad profiler options or arguments (an unknown advanced_configuration key, a wrong value type, a bad level, "
+      "a bad path). A ValueError; `.code` is 'InvalidArgument'.",
+      PyExc_ValueError, nullptr);
+  if (g_invalid_argument == nullptr) throw nb::python_error();
+  m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
+}
+
+void Raise(const Status& s) {
+  // Plain RuntimeError otherwise, the type jax.profiler raises.
+  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError;
+  nb::object error = nb::steal(PyObject_CallFunction(type, "s", s.message().c_str()));
+  if (!error.is_valid()) throw nb::python_error();
+  if (PyObject_SetAttrString(error.ptr(), "code", nb::str(StatusCodeName(s.code())).ptr()) != 0)
+    throw nb::python_error();
+  PyErr_SetObject(type, error.ptr());
+  throw nb::python_error();
+}
+
+}  // namespace spyglass::python

@@ -1,0 +1,192 @@
+// The tracer registry (src/session/tracer.h): sessions start registered
+// tracers in rank order whatever the registration order, stop them in the
+// reverse order, and take data and stats from each; a factory that returns
+// nullptr leaves its tracer out.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "session/session.h"
+#include "session/tracer.h"
+#include "spyglass/internal/recorder.h"
+
+namespace spyglass::session {
+namespace {
+
+// Test tracers are off (factories return nullptr) unless a test turns them on,
+// so that they stay out of sessions they are not about.
+bool g_on = false;
+std::string g_fail;  // the tracer whose Start fails
+std::vector<std::string> g_log;
+
+class TestTracer : public Tracer {
+ public:
+  TestTracer(std::string name, uint64_t events) : name_(std::move(name)), events_(events) {}
+  Status Start() override {
+    // Whether the host recorder runs now: begin_static records only then.
+    uint64_t w = internal::begin_static("registry_test_probe", 1);
+    internal::end(w);
+    g_log.push_back("start " + name_ + (w != 0 ? " (recording)" : ""));
+    return name_ == g_fail ? InternalError(name_ + " failed") : Status::Ok();
+  }
+  Status Stop() override {
+    g_log.push_back("stop " + name_);
+    return Status::Ok();
+  }
+  Status CollectData(model::Space* space) override {
+    model::Plane& p = space->plane("/test:" + name_);
+    p.stats.push_back(p.uint_stat("collected_by", events_));
+    return Status::Ok();
+  }
+  void AddStats(SessionSummary* summary) const override {
+    summary->events += events_;
+    summary->threads += 1;
+  }
+
+ private:
+  std::string name_;
+  uint64_t events_;
+};
+
+TracerFactory Factory(const std::string& name, uint64_t events) {
+  return [name, events](const profiler::ProfileOptions&) -> std::unique_ptr<Tracer> {
+    g_log.push_back("factory " + name);
+    if (!g_on) return nullptr;
+    return std::make_unique<TestTracer>(name, events);
+  };
+}
+
+class TracerRegistry : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    static bool registered = false;  // once per process (--gtest_repeat)
+    if (registered) return;
+    registered = true;
+    // Wrong order on purpose: ranks decide, not registration time.
+    ASSERT_TRUE(RegisterTracer("late", kRankHost + 2, Factory("late", 5)));
+    ASSERT_TRUE(RegisterTracer("before_host", kRankHost - 1, Factory("before_host", 7)));
+    ASSERT_TRUE(RegisterTracer("early", kRankHost + 1, Factory("early", 3)));
+    ASSERT_TRUE(RegisterTracer("off", kRankHost + 3, [](const profiler::ProfileOptions&) -> std::unique_ptr<Tracer> {
+      g_log.push_back("factory off");
+      return nullptr;
+    }));
+  }
+  void SetUp() override {
+    g_log.clear();
+    g_on = true;
+  }
+  void TearDown() override {
+    g_on = false;
+    g_fail.clear();
+  }
+};
+
+std::vector<std::string> Without(std::vector<std::string> log, const std::string& prefix) {
+  std::erase_if(log, [&](const std::string& s) { return s.rfind(prefix, 0) == 0; });
+  return log;
+}
+
+TEST_F(TracerRegistry, StartsInRankOrderStopsInReverse) {
+  profiler::ProfileOptions options;
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  // Factories run in rank order too; "off" was asked and left out.
+  EXPECT_EQ(g_log, (std::vector<std::string>{"factory before_host", "factory early", "factory late", "factory off",
+                                             // The host tracer (rank kRankHost) starts between them.
+                                             "start before_host", "start early (recording)",
+                                             "start late (recording)"}));
+  g_log.clear();
+  model::Space space;
+  SessionSummary summary;
+  ASSERT_TRUE(session->Stop(&space, &summary).ok());
+  EXPECT_EQ(g_log, (std::vector<std::string>{"stop late", "stop early", "stop before_host"}));
+
+  // Each tracer's data and stats land in the model and the summary.
+  const std::pair<const char*, uint64_t> expected[] = {{"before_host", 7}, {"early", 3}, {"late", 5}};
+  for (const auto& [name, events] : expected) {
+    model::Plane* p = space.find_plane(std::string("/test:") + name);
+    ASSERT_NE(p, nullptr) << name;
+    ASSERT_FALSE(p->stats.empty());
+    EXPECT_EQ(p->stat_name(p->stats[0]), "collected_by");
+    EXPECT_EQ(p->stats[0].u64, events);
+  }
+  EXPECT_EQ(space.find_plane("/test:off"), nullptr);
+  // The host tracer's stats come through the same hook: the two probes that
+  // ran while it recorded, on this thread's line.
+  model::Plane* host = space.find_plane(model::kHostPlaneName);
+  ASSERT_NE(host, nullptr);
+  uint64_t host_events = 0, probes = 0, host_threads = 0;
+  for (const model::Line& l : host->lines) {
+    if (l.name == "_counters_") continue;  // the memory timeline's
+    ++host_threads;
+    host_events += l.events.size();
+    for (const model::Event& e : l.events)
+      probes += host->event_metadata()[e.metadata_id].name == "registry_test_probe";
+  }
+  EXPECT_EQ(probes, 2u);
+  EXPECT_GE(host_threads, 1u);
+  EXPECT_EQ(summary.events, 7u + 3u + 5u + host_events);
+  EXPECT_EQ(summary.threads, 3u + host_threads);
+}
+
+TEST_F(TracerRegistry, HostTracerOffIsLeftOut) {
+  profiler::ProfileOptions options;
+  options.host_tracer_level = 0;
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  EXPECT_EQ(Without(g_log, "factory"),
+            (std::vector<std::string>{"start before_host", "start early", "start late"}));
+  model::Space space;
+  SessionSummary summary;
+  ASSERT_TRUE(session->Stop(&space, &summary).ok());
+  EXPECT_EQ(summary.events, 7u + 3u + 5u);
+  EXPECT_EQ(summary.threads, 3u);
+}
+
+TEST_F(TracerRegistry, DestroyedWithoutStopStopsInReverse) {
+  profiler::ProfileOptions options;
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  g_log.clear();
+  session.reset();
+  EXPECT_EQ(g_log, (std::vector<std::string>{"stop late", "stop early", "stop before_host"}));
+}
+
+TEST_F(TracerRegistry, StartFailureStopsWhatStartedInReverse) {
+  g_fail = "early";
+  profiler::ProfileOptions options;
+  options.host_tracer_level = 0;
+  options.raise_error_on_start_failure = true;
+  std::unique_ptr<Session> session;
+  Status s = Session::Create(options, "busy", &session);
+  EXPECT_EQ(s.message(), "early failed");
+  EXPECT_EQ(session, nullptr);
+  EXPECT_EQ(Without(g_log, "factory"),
+            (std::vector<std::string>{"start before_host", "start early", "stop early", "stop before_host"}));
+  // Without raise_error_on_start_failure the session runs on.
+  g_log.clear();
+  options.raise_error_on_start_failure = false;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  session.reset();
+  EXPECT_EQ(Without(g_log, "factory"), (std::vector<std::string>{"start before_host", "start early", "start late",
+                                                                  "stop late", "stop early", "stop before_host"}));
+}
+
+TEST_F(TracerRegistry, NamesAreUnique) {
+  EXPECT_FALSE(RegisterTracer("early", kRankHost - 10, Factory("again", 1)));
+  // Built-in tracers are registered under their names at load.
+  EXPECT_FALSE(RegisterTracer("host", kRankHost, Factory("again", 1)));
+  EXPECT_FALSE(RegisterTracer("memory_timeline", kRankMemoryTimeline, Factory("again", 1)));
+  EXPECT_FALSE(RegisterTracer("subprocesses", kRankSubprocesses, Factory("again", 1)));
+  profiler::ProfileOptions options;
+  options.host_tracer_level = 0;
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  EXPECT_EQ(Without(g_log, "factory"),
+            (std::vector<std::string>{"start before_host", "start early", "start late"}));
+}
+
+}  // namespace
+}  // namespace spyglass::session
