@@ -84,9 +84,11 @@ void collect_into(uint64_t word, Tally& t) {
   std::vector<si::RawThread> threads = si::recorder_collect(word);
   for (const si::RawThread& th : threads) {
     t.dropped += th.dropped;
-    for (auto [b, e] : th.spans) {
+    for (size_t i = 0; i < th.spans.size(); ++i) {
+      auto [b, e] = th.spans[i];
       t.words += static_cast<uint64_t>(e - b);
       count_records(b, e, t);
+      if (i < th.owned_spans) si::recorder_free_chunk(b);
     }
   }
   t.threads = std::max<uint64_t>(t.threads, threads.size());

@@ -134,12 +134,11 @@ void fill_line(model::Plane& plane, model::Line& line, uint64_t count, uint32_t 
         } else {
           s2.metadata_id = key_shape;
           s2.kind = model::StatKind::kString;
-          s2.str = "f32[" + std::to_string(rng() % 512) + ",128]";
+          s2.str_index = plane.add_string("f32[" + std::to_string(rng() % 512) + ",128]");
         }
         stats.push_back(std::move(s2));
       }
-      e.stats = static_cast<uint32_t>(line.stat_lists.size());
-      line.stat_lists.push_back(std::move(stats));
+      line.add_stats(e, stats);
     }
     line.events.push_back(e);
     ++made;
@@ -177,10 +176,11 @@ uint64_t model_bytes_estimate(const model::Space& space) {
   uint64_t b = 0;
   for (const model::Plane& p : space.planes)
     for (const model::Line& l : p.lines) {
-      b += l.events.capacity() * sizeof(model::Event) + l.stat_lists.capacity() * sizeof(std::vector<model::Stat>);
-      for (const auto& sl : l.stat_lists) {
-        b += sl.capacity() * sizeof(model::Stat);
-        for (const auto& s : sl) b += s.str.capacity() > 15 ? s.str.capacity() + 1 : 0;
+      b += l.events.capacity() * sizeof(model::Event);
+      for (const auto& e : l.events) {
+        auto stats = l.stats_of(e);
+        b += stats.empty() ? 0 : 8 + stats.size() * sizeof(model::Stat);  // a range and the stats
+        for (const auto& s : stats) b += p.stat_str(s).size() > 15 ? sizeof(std::string) + p.stat_str(s).size() + 1 : 0;
       }
     }
   return b;
@@ -209,14 +209,14 @@ model::Space build_space(uint64_t n) {
 
 // ---- the naive path: the generated protobuf ----------------------------------------
 
-void fill_stat(const model::Stat& s, pb::XStat* out) {
+void fill_stat(const model::Plane& p, const model::Stat& s, pb::XStat* out) {
   out->set_metadata_id(s.metadata_id);
   switch (s.kind) {
     case model::StatKind::kInt64: out->set_int64_value(s.i64); break;
     case model::StatKind::kUint64: out->set_uint64_value(s.u64); break;
     case model::StatKind::kDouble: out->set_double_value(s.f64); break;
-    case model::StatKind::kString: out->set_str_value(s.str); break;
-    case model::StatKind::kBytes: out->set_bytes_value(s.str); break;
+    case model::StatKind::kString: out->set_str_value(std::string(p.stat_str(s))); break;
+    case model::StatKind::kBytes: out->set_bytes_value(std::string(p.stat_str(s))); break;
     case model::StatKind::kRef: out->set_ref_value(s.ref); break;
   }
 }
@@ -240,8 +240,7 @@ void build_proto(const model::Space& space, pb::XSpace* out) {
         xe->set_metadata_id(e.metadata_id);
         xe->set_offset_ps(e.offset_ps);
         xe->set_duration_ps(e.duration_ps);
-        if (const auto* stats = l.stats_of(e))
-          for (const model::Stat& s : *stats) fill_stat(s, xe->add_stats());
+        for (const model::Stat& s : l.stats_of(e)) fill_stat(p, s, xe->add_stats());
       }
     }
     for (size_t i = 1; i < p.event_metadata().size(); ++i) {
@@ -258,7 +257,7 @@ void build_proto(const model::Space& space, pb::XSpace* out) {
       xm.set_name(m.name);
       xm.set_description(m.description);
     }
-    for (const model::Stat& s : p.stats) fill_stat(s, xp->add_stats());
+    for (const model::Stat& s : p.stats) fill_stat(p, s, xp->add_stats());
   }
   for (const auto& s : space.hostnames) out->add_hostnames(s);
 }
@@ -498,7 +497,8 @@ int main(int argc, char** argv) {
   double build_s = seconds_since(t0);
   int64_t model_rss = rss_bytes() - rss0;
   uint64_t with_stats = 0;
-  for (const auto& l : space.planes[0].lines) with_stats += l.stat_lists.size();
+  for (const auto& l : space.planes[0].lines)
+    for (const auto& e : l.events) with_stats += !l.stats_of(e).empty();
   std::printf("model: %" PRIu64 " events (%.1f%% with stats), built in %.2f s; RSS +%.1f MiB, estimate %.1f MiB "
               "(%.1f bytes/event)\n\n",
               space.event_count(), 100.0 * static_cast<double>(with_stats) / static_cast<double>(n), build_s,
@@ -690,7 +690,7 @@ int main(int argc, char** argv) {
     }
     uint64_t want_stats = 0;
     for (const auto& l : space.planes[0].lines)
-      for (const auto& sl : l.stat_lists) want_stats += sl.size();
+      for (const auto& e : l.events) want_stats += l.stats_of(e).size();
     bool rt = parsed && host && events == n && stats == want_stats;
     ok = ok && rt;
     std::printf("\nround trip (.xplane.pb parsed by generated protobuf, %.1f s): parsed=%s, %" PRIu64

@@ -32,9 +32,9 @@ model::Space SampleSpace() {
   model::Line& line = host.line_with_id(0x1234567890LL);
   line.name = line.display_name = "main \"quoted\"";
   model::Event outer{1'000'000, 5'000'000, host.intern_event("outer"), model::kNoStats};
-  model::Event inner{2'000'500, 1'000'000, host.intern_event("inner \xe2\x9c\x93 \xff"), 0};
-  line.stat_lists.push_back({host.int_stat("step_num", 5), host.int_stat("_r", 1), host.ref_stat("kind", "eval"),
-                             host.double_stat("lr", 0.125)});
+  model::Event inner{2'000'500, 1'000'000, host.intern_event("inner \xe2\x9c\x93 \xff"), model::kNoStats};
+  line.add_stats(inner, std::vector<model::Stat>{host.int_stat("step_num", 5), host.int_stat("_r", 1),
+                                                  host.ref_stat("kind", "eval"), host.double_stat("lr", 0.125)});
   line.events = {outer, inner};
   host.stats.push_back(host.int_stat("process_id", 42));
   model::Plane& gpu = space.plane("/device:GPU:0");
@@ -180,8 +180,8 @@ model::Space LargeSpace() {
     for (int64_t i = 0; i < 25'000; ++i) {
       model::Event e{i * 1'234'567, 1'000'000 + i, names[i == 7 || i == 20'007 ? 2 : i % 2], model::kNoStats};
       if (i % 10 == 0) {
-        e.stats = static_cast<uint32_t>(line.stat_lists.size());
-        line.stat_lists.push_back({host.int_stat("step_num", i), host.str_stat("shape", "f32[8,128]")});
+        line.add_stat(e, host.int_stat("step_num", i));
+        line.add_stat(e, host.str_stat("shape", "f32[8,128]"));
       }
       line.events.push_back(e);
     }
@@ -189,8 +189,8 @@ model::Space LargeSpace() {
   model::Line& counters = host.line_with_id(200);
   counters.name = "_counters_";
   for (int64_t i = 0; i < 1000; ++i) {
-    model::Event e{i * 1000, 0, host.intern_event("live bytes"), static_cast<uint32_t>(counters.stat_lists.size())};
-    counters.stat_lists.push_back({host.uint_stat("bytes", static_cast<uint64_t>(i) * 4096)});
+    model::Event e{i * 1000, 0, host.intern_event("live bytes"), model::kNoStats};
+    counters.add_stat(e, host.uint_stat("bytes", static_cast<uint64_t>(i) * 4096));
     counters.events.push_back(e);
   }
   host.stats.push_back(host.uint_stat("dropped_events", 3));
@@ -310,8 +310,9 @@ TEST(TraceJson, InvalidUtf8FormsAreReplacedByTheModelsRule) {
   model::Space space;
   model::Plane& host = space.plane(model::kHostPlaneName);
   model::Line& line = host.line_with_id(1);
-  line.stat_lists.push_back({host.str_stat("s", "a\xed\xa0\x80" "b\xe0\x80\xaf" "c\xc3\xa9")});
-  line.events.push_back({0, 1000, host.intern_event("e"), 0});
+  model::Event e{0, 1000, host.intern_event("e"), model::kNoStats};
+  line.add_stat(e, host.str_stat("s", "a\xed\xa0\x80" "b\xe0\x80\xaf" "c\xc3\xa9"));
+  line.events.push_back(e);
   const std::string text = exporter::TraceJsonString(space);
   nlohmann::json j = nlohmann::json::parse(text);  // throws on invalid UTF-8
   std::string value;

@@ -82,8 +82,7 @@ class MemoryTracer : public session::Tracer {
       model::Event e;
       e.offset_ps = ps;
       e.metadata_id = md[dev];
-      e.stats = static_cast<uint32_t>(line.stat_lists.size());
-      line.stat_lists.push_back({host.int_stat(model::kLiveBytesStat, value)});
+      line.add_stat(e, host.int_stat(model::kLiveBytesStat, value));
       line.events.push_back(e);
     };
     for (const auto& [dev, on] : active) emit(dev, 0, live[dev]);

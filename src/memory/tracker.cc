@@ -166,18 +166,6 @@ void FilterRemove(uintptr_t ptr) {
   }
 }
 
-// ---- sites -----------------------------------------------------------------
-constexpr uint64_t kSiteSlots = 1ull << 23;          // hash slots (64 MiB virtual)
-constexpr uint32_t kMaxSites = (1u << 22);           // ids (24-bit field; 4M by default)
-constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only, no stack"
-constexpr uint64_t kArenaBytes = 512ull << 20;       // shared stacks bound
-std::atomic<std::atomic<uint64_t>*> g_site_slots{nullptr};
-std::atomic<std::atomic<const Site*>*> g_site_ptrs{nullptr};
-std::atomic<char*> g_arena{nullptr};
-std::atomic<uint64_t> g_arena_used{0};
-std::atomic<uint32_t> g_next_site{kFirstSite};
-std::atomic<uint64_t> g_sites_published{0};  // distinct (an id lost in a race is not one)
-
 template <typename T>
 T* LazyMap(std::atomic<T*>& slot, size_t bytes) {
   T* p = slot.load(std::memory_order_acquire);
@@ -189,11 +177,83 @@ T* LazyMap(std::atomic<T*>& slot, size_t bytes) {
   return p;
 }
 
+// ---- interned records --------------------------------------------------------
+// The one intern table of the tracker (stacks and function names): lock-free
+// and insert-only. A record is written once into an mmap'd arena and gets an
+// id (ptrs[id] points at it); an open-addressing hash table of 64-bit slots
+// (40-bit hash tag | 24-bit id) finds it again. Threads racing to insert the
+// same record each write one; the first to claim a slot wins, the loser's
+// record stays unused. Bounds: `max_ids` ids, `arena_bytes` of records.
+struct InternTable {
+  const uint64_t slot_count;  // a power of two
+  const uint32_t first_id;
+  const uint32_t max_ids;
+  const uint64_t arena_bytes;
+  std::atomic<std::atomic<uint64_t>*> slots{nullptr};
+  std::atomic<std::atomic<const void*>*> ptrs{nullptr};
+  std::atomic<char*> arena{nullptr};
+  std::atomic<uint64_t> arena_used{0};
+  std::atomic<uint32_t> next_id;
+  std::atomic<uint64_t> published{0};  // distinct records (an id lost in a race is not one)
+
+  // constexpr, and the tables constinit: the heap hook interns from the
+  // first malloc, before any dynamic initializer has run.
+  constexpr InternTable(uint64_t slots_count, uint32_t first, uint32_t max, uint64_t bytes)
+      : slot_count(slots_count), first_id(first), max_ids(max), arena_bytes(bytes), next_id(first) {}
+
+  // The id of the record that `same(record)` recognizes, inserting the
+  // `bytes`-long one that `fill(memory)` writes if there is none; 0 when a
+  // bound is reached (then nothing is inserted).
+  template <typename Same, typename Fill>
+  uint32_t Intern(uint64_t hash, size_t bytes, const Same& same, const Fill& fill) {
+    auto* s = LazyMap(slots, slot_count * sizeof(uint64_t));
+    auto* p = LazyMap(ptrs, max_ids * sizeof(void*));
+    char* a = LazyMap(arena, arena_bytes);
+    if (!s || !p || !a) return 0;
+    bytes = (bytes + 7) & ~size_t{7};
+    const uint64_t tag = (hash >> 24) | 1;  // 40 bits, non-zero
+    uint32_t mine = 0;
+    uint64_t i = hash & (slot_count - 1);
+    for (int probes = 0; probes < 4096; ++probes, i = (i + 1) & (slot_count - 1)) {
+      uint64_t v = s[i].load(std::memory_order_acquire);
+      if (v == 0) {
+        if (mine == 0) {
+          uint64_t off = arena_used.fetch_add(bytes, std::memory_order_relaxed);
+          uint32_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+          if (off + bytes > arena_bytes || id >= max_ids) return 0;
+          fill(a + off);
+          p[id].store(a + off, std::memory_order_release);
+          mine = id;
+        }
+        if (s[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) {
+          published.fetch_add(1, std::memory_order_relaxed);
+          return mine;
+        }
+      }
+      if ((v >> 24) == tag) {
+        uint32_t id = static_cast<uint32_t>(v & 0xffffff);
+        if (const void* r = p[id].load(std::memory_order_acquire); r && same(r)) return id;
+      }
+    }
+    return 0;
+  }
+
+  const void* Get(uint32_t id) const {
+    if (id < first_id || id >= max_ids) return nullptr;
+    auto* p = ptrs.load(std::memory_order_acquire);
+    return p ? p[id].load(std::memory_order_acquire) : nullptr;
+  }
+  uint32_t end_id() const { return std::min(next_id.load(std::memory_order_acquire), max_ids); }
+  uint64_t used_bytes() const { return std::min(arena_used.load(std::memory_order_relaxed), arena_bytes); }
+};
+
+// ---- sites -----------------------------------------------------------------
+constexpr uint32_t kMaxSites = (1u << 22);           // ids (24-bit field; 4M by default)
+constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only, no stack"
+// 2^23 hash slots (64 MiB virtual), 512 MiB of stacks at most.
+constinit InternTable g_sites(1ull << 23, kFirstSite, kMaxSites, 512ull << 20);
+
 uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
-  auto* slots = LazyMap(g_site_slots, kSiteSlots * sizeof(uint64_t));
-  auto* ptrs = LazyMap(g_site_ptrs, kMaxSites * sizeof(void*));
-  char* arena = LazyMap(g_arena, kArenaBytes);
-  if (!slots || !ptrs || !arena) return cls;
   uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
   // One multiply per frame (stacks are hashed on every recorded allocation),
   // then a full mix.
@@ -202,61 +262,35 @@ uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
     h ^= h >> 32;
   }
   h = Mix(h);
-  uint64_t tag = (h >> 24) | 1;  // 40 bits, non-zero
-  uint32_t mine = 0;
-  uint64_t i = h & (kSiteSlots - 1);
-  for (int probes = 0; probes < 4096; ++probes, i = (i + 1) & (kSiteSlots - 1)) {
-    uint64_t v = slots[i].load(std::memory_order_acquire);
-    if (v == 0) {
-      if (mine == 0) {
-        size_t bytes = (sizeof(Site) + sizeof(uintptr_t) * depth + 7) & ~size_t{7};
-        uint64_t off = g_arena_used.fetch_add(bytes, std::memory_order_relaxed);
-        uint32_t id = g_next_site.fetch_add(1, std::memory_order_relaxed);
-        if (off + bytes > kArenaBytes || id >= kMaxSites) {
-          Count(kDroppedStacks);
-          return cls;
-        }
-        Site* s = reinterpret_cast<Site*>(arena + off);
+  const size_t frame_bytes = sizeof(uintptr_t) * static_cast<size_t>(depth);
+  uint32_t id = g_sites.Intern(
+      h, sizeof(Site) + frame_bytes,
+      [&](const void* r) {
+        auto* s = static_cast<const Site*>(r);
+        return s->cls == cls && s->depth == static_cast<uint32_t>(depth) &&
+               std::memcmp(s->frames, frames, frame_bytes) == 0;
+      },
+      [&](void* r) {
+        auto* s = static_cast<Site*>(r);
         s->hash = h;
         s->cls = cls;
         s->depth = static_cast<uint32_t>(depth);
-        std::memcpy(s->frames, frames, sizeof(uintptr_t) * depth);
-        ptrs[id].store(s, std::memory_order_release);
-        mine = id;
-      }
-      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) {
-        g_sites_published.fetch_add(1, std::memory_order_relaxed);
-        return mine;
-      }
-    }
-    if ((v >> 24) == tag) {
-      uint32_t id = static_cast<uint32_t>(v & 0xffffff);
-      const Site* s = ptrs[id].load(std::memory_order_acquire);
-      if (s && s->cls == cls && s->depth == static_cast<uint32_t>(depth) &&
-          std::memcmp(s->frames, frames, sizeof(uintptr_t) * depth) == 0)
-        return id;  // (a record of ours, if any, stays unused)
-    }
-  }
+        std::memcpy(s->frames, frames, frame_bytes);
+      });
+  if (id != 0) return id;
   Count(kDroppedStacks);
   return cls;
 }
 
 // ---- functions (symbolic frames) ---------------------------------------------
-// (name, file) pairs, interned once: a lock-free insert-only hash table of
-// ids, records in an mmap'd arena. Same scheme as the sites above.
-constexpr uint64_t kFunctionSlots = 1ull << 21;   // hash slots (16 MiB virtual)
-constexpr uint64_t kFunctionArenaBytes = 64ull << 20;
+// (name, file) pairs, interned once in the same kind of table.
 struct FunctionRecord {
   uint64_t hash;
   uint32_t name_len, file_len;
   char chars[];  // name, then file
 };
-std::atomic<std::atomic<uint64_t>*> g_fn_slots{nullptr};
-std::atomic<std::atomic<const FunctionRecord*>*> g_fn_ptrs{nullptr};
-std::atomic<char*> g_fn_arena{nullptr};
-std::atomic<uint64_t> g_fn_arena_used{0};
-std::atomic<uint32_t> g_next_fn{1};
-std::atomic<uint64_t> g_fns_published{0};
+// 2^21 hash slots (16 MiB virtual), 64 MiB of names at most.
+constinit InternTable g_functions(1ull << 21, 1, kMaxFunctions, 64ull << 20);
 
 inline uint64_t HashChars(uint64_t h, std::string_view s) {
   // FNV-1a over the bytes, mixed per 8 bytes: cheap and good enough for names.
@@ -269,70 +303,36 @@ inline uint64_t HashChars(uint64_t h, std::string_view s) {
 uint32_t InternFunction(std::string_view name, std::string_view file) {
   name = name.substr(0, kMaxFunctionChars);
   file = file.substr(0, kMaxFunctionChars);
-  auto* slots = LazyMap(g_fn_slots, kFunctionSlots * sizeof(uint64_t));
-  auto* ptrs = LazyMap(g_fn_ptrs, kMaxFunctions * sizeof(void*));
-  char* arena = LazyMap(g_fn_arena, kFunctionArenaBytes);
-  if (!slots || !ptrs || !arena) {
-    Count(kDroppedFunctions);
-    return 0;
-  }
-  uint64_t h = HashChars(HashChars(0xcbf29ce484222325ull, name), file);
-  uint64_t tag = (h >> 24) | 1;  // 40 bits, non-zero
-  uint32_t mine = 0;
-  uint64_t i = h & (kFunctionSlots - 1);
-  auto same = [&](const FunctionRecord* r) {
-    return r && r->hash == h && r->name_len == name.size() && r->file_len == file.size() &&
-           std::memcmp(r->chars, name.data(), name.size()) == 0 &&
-           std::memcmp(r->chars + name.size(), file.data(), file.size()) == 0;
-  };
-  for (int probes = 0; probes < 4096; ++probes, i = (i + 1) & (kFunctionSlots - 1)) {
-    uint64_t v = slots[i].load(std::memory_order_acquire);
-    if (v == 0) {
-      if (mine == 0) {
-        size_t bytes = (sizeof(FunctionRecord) + name.size() + file.size() + 7) & ~size_t{7};
-        uint64_t off = g_fn_arena_used.fetch_add(bytes, std::memory_order_relaxed);
-        uint32_t id = g_next_fn.fetch_add(1, std::memory_order_relaxed);
-        if (off + bytes > kFunctionArenaBytes || id >= kMaxFunctions) {
-          Count(kDroppedFunctions);
-          return 0;
-        }
-        auto* r = reinterpret_cast<FunctionRecord*>(arena + off);
+  const uint64_t h = HashChars(HashChars(0xcbf29ce484222325ull, name), file);
+  uint32_t id = g_functions.Intern(
+      h, sizeof(FunctionRecord) + name.size() + file.size(),
+      [&](const void* p) {
+        auto* r = static_cast<const FunctionRecord*>(p);
+        return r->hash == h && r->name_len == name.size() && r->file_len == file.size() &&
+               std::memcmp(r->chars, name.data(), name.size()) == 0 &&
+               std::memcmp(r->chars + name.size(), file.data(), file.size()) == 0;
+      },
+      [&](void* p) {
+        auto* r = static_cast<FunctionRecord*>(p);
         r->hash = h;
         r->name_len = static_cast<uint32_t>(name.size());
         r->file_len = static_cast<uint32_t>(file.size());
         std::memcpy(r->chars, name.data(), name.size());
         std::memcpy(r->chars + name.size(), file.data(), file.size());
-        ptrs[id].store(r, std::memory_order_release);
-        mine = id;
-      }
-      if (slots[i].compare_exchange_strong(v, (tag << 24) | mine, std::memory_order_acq_rel)) {
-        g_fns_published.fetch_add(1, std::memory_order_relaxed);
-        return mine;
-      }
-    }
-    if ((v >> 24) == tag) {
-      uint32_t id = static_cast<uint32_t>(v & 0xffffff);
-      if (same(ptrs[id].load(std::memory_order_acquire))) return id;  // (a record of ours, if any, stays unused)
-    }
-  }
-  Count(kDroppedFunctions);
-  return 0;
+      });
+  if (id == 0) Count(kDroppedFunctions);
+  return id;
 }
 
 bool FunctionNames(uint32_t id, std::string_view* name, std::string_view* file) {
-  if (id == 0 || id >= kMaxFunctions) return false;
-  auto* ptrs = g_fn_ptrs.load(std::memory_order_acquire);
-  const FunctionRecord* r = ptrs ? ptrs[id].load(std::memory_order_acquire) : nullptr;
+  auto* r = static_cast<const FunctionRecord*>(g_functions.Get(id));
   if (!r) return false;
   *name = {r->chars, r->name_len};
   *file = {r->chars + r->name_len, r->file_len};
   return true;
 }
-uint64_t FunctionCount() { return g_fns_published.load(std::memory_order_relaxed); }
-uint64_t FunctionBytes() {
-  uint64_t n = g_fn_arena_used.load(std::memory_order_relaxed);
-  return n > kFunctionArenaBytes ? kFunctionArenaBytes : n;
-}
+uint64_t FunctionCount() { return g_functions.published.load(std::memory_order_relaxed); }
+uint64_t FunctionBytes() { return g_functions.used_bytes(); }
 
 namespace {
 
@@ -593,20 +593,16 @@ uint64_t TableBytes() {
   return n;
 }
 
-const Site* GetSite(uint32_t id) {
-  if (id < kFirstSite || id >= kMaxSites) return nullptr;
-  auto* ptrs = g_site_ptrs.load(std::memory_order_acquire);
-  return ptrs ? ptrs[id].load(std::memory_order_acquire) : nullptr;
-}
+const Site* GetSite(uint32_t id) { return static_cast<const Site*>(g_sites.Get(id)); }
 uint32_t SiteClass(uint32_t id) {
   if (id < kFirstSite) return id;
   const Site* s = GetSite(id);
   return s ? s->cls : 0;
 }
-uint64_t SiteCount() { return g_sites_published.load(std::memory_order_relaxed); }
+uint64_t SiteCount() { return g_sites.published.load(std::memory_order_relaxed); }
 
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
-  uint32_t end = std::min(g_next_site.load(std::memory_order_acquire), kMaxSites);
+  const uint32_t end = g_sites.end_id();
   for (uint32_t id = kFirstSite; id < end; ++id) {
     // Sites are written once; only their frame words change here (the arena is ours).
     Site* s = const_cast<Site*>(GetSite(id));
@@ -621,10 +617,7 @@ void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t
   }
 }
 
-uint64_t SiteBytes() {
-  uint64_t n = g_arena_used.load(std::memory_order_relaxed);
-  return n > kArenaBytes ? kArenaBytes : n;
-}
+uint64_t SiteBytes() { return g_sites.used_bytes(); }
 
 std::vector<int64_t> LiveBytesByClass() {
   std::vector<int64_t> out(kMaxClasses + 1, 0);

@@ -24,6 +24,45 @@ std::string ValidUtf8(std::string_view s) {
   return out;
 }
 
+void Line::add_stat(Event& e, const Stat& s) {
+  if (e.stats == kNoStats) {
+    e.stats = static_cast<uint32_t>(stat_ranges_.size());
+    stat_ranges_.push_back({static_cast<uint32_t>(stat_pool_.size()), 0});
+  }
+  StatRange& r = stat_ranges_[e.stats];
+  if (r.first + r.count != stat_pool_.size()) {
+    // Another event got stats since: move this list to the end.
+    uint32_t first = static_cast<uint32_t>(stat_pool_.size());
+    for (uint32_t i = 0; i < r.count; ++i) {
+      Stat copy = stat_pool_[r.first + i];
+      stat_pool_.push_back(copy);
+    }
+    r.first = first;
+  }
+  stat_pool_.push_back(s);
+  ++r.count;
+}
+
+void Line::append(Line&& other) {
+  uint32_t ranges = static_cast<uint32_t>(stat_ranges_.size()), pool = static_cast<uint32_t>(stat_pool_.size());
+  for (Event e : other.events) {
+    if (e.stats != kNoStats) e.stats += ranges;
+    events.push_back(e);
+  }
+  for (StatRange r : other.stat_ranges_) stat_ranges_.push_back({r.first + pool, r.count});
+  stat_pool_.insert(stat_pool_.end(), other.stat_pool_.begin(), other.stat_pool_.end());
+  other.events = {};
+  other.stat_ranges_ = {};
+  other.stat_pool_ = {};
+}
+
+uint64_t Plane::adopt_strings(Plane& other) {
+  uint64_t offset = strings_.size();
+  for (std::string& s : other.strings_) strings_.push_back(std::move(s));
+  other.strings_.clear();
+  return offset;
+}
+
 void Line::sort_events() {
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.offset_ps != b.offset_ps) return a.offset_ps < b.offset_ps;
@@ -84,7 +123,7 @@ Stat Plane::str_stat(std::string_view key, std::string v) {
   Stat s;
   s.metadata_id = intern_stat(key);
   s.kind = StatKind::kString;
-  s.str = ValidUtf8(v);
+  s.str_index = add_string(ValidUtf8(v));
   return s;
 }
 
@@ -100,7 +139,7 @@ Stat Plane::bytes_stat(std::string_view key, std::string v) {
   Stat s;
   s.metadata_id = intern_stat(key);
   s.kind = StatKind::kBytes;
-  s.str = std::move(v);
+  s.str_index = add_string(std::move(v));
   return s;
 }
 
@@ -110,7 +149,7 @@ std::string Plane::stat_text(const Stat& s) const {
     case StatKind::kInt64: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.i64).ptr);
     case StatKind::kUint64: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.u64).ptr);
     case StatKind::kDouble: return std::string(buf, std::to_chars(buf, buf + sizeof buf, s.f64).ptr);
-    case StatKind::kString: return s.str;
+    case StatKind::kString: return std::string(stat_str(s));
     case StatKind::kBytes: return "<opaque bytes>";
     case StatKind::kRef: return s.ref < stat_metadata_.size() ? stat_metadata_[s.ref].name : std::string();
   }

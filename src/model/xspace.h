@@ -1,13 +1,15 @@
 // The profile model in the middle: collectors write it, converters read it.
 //
 // It mirrors the XSpace schema (proto/xplane.proto), the interchange format
-// with XProf, but keeps events compact (24 bytes without stats) so that a
-// profile of tens of millions of events fits in memory next to its export.
+// with XProf, but keeps events compact so that a profile of 100M events fits
+// in about the memory its recording took: 24 bytes an event, plus 8 for its
+// stat list and 16 a stat (string values are kept once per plane).
 // Metadata ids are dense indexes starting at 1 (0 unused), as the reference
 // builder assigns them.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,10 +28,11 @@ struct Stat {
     int64_t i64 = 0;
     uint64_t u64;
     double f64;
-    uint64_t ref;  // id of the XStatMetadata whose name is the string value
+    uint64_t ref;        // id of the XStatMetadata whose name is the string value
+    uint64_t str_index;  // kString / kBytes: the value is Plane::stat_str
   };
-  std::string str;  // kString / kBytes only
 };
+static_assert(sizeof(Stat) == 16);
 
 inline constexpr uint32_t kNoStats = UINT32_MAX;
 
@@ -48,13 +51,40 @@ struct Line {
   int64_t timestamp_ns = 0;
   int64_t duration_ps = 0;
   std::vector<Event> events;
-  std::vector<std::vector<Stat>> stat_lists;
 
-  const std::vector<Stat>* stats_of(const Event& e) const {
-    return e.stats == kNoStats ? nullptr : &stat_lists[e.stats];
+  // The stats of an event of this line (empty if none).
+  std::span<const Stat> stats_of(const Event& e) const {
+    if (e.stats == kNoStats) return {};
+    const StatRange& r = stat_ranges_[e.stats];
+    return {stat_pool_.data() + r.first, r.count};
+  }
+  // Appends to the stats of `e`, an event of this line (or about to be).
+  void add_stat(Event& e, const Stat& s);
+  void add_stats(Event& e, std::span<const Stat> stats) {
+    for (const Stat& s : stats) add_stat(e, s);
+  }
+  // Every stat of the line's events, to rewrite ids in place.
+  std::span<Stat> mutable_stats() { return stat_pool_; }
+  // Appends the events of `other` with their stats.
+  void append(Line&& other);
+  // Room for `events` events with stats and `stats` stats in all.
+  void reserve_stats(size_t events, size_t stats) {
+    stat_ranges_.reserve(stat_ranges_.size() + events);
+    stat_pool_.reserve(stat_pool_.size() + stats);
   }
   // Sorts by (start ascending, duration descending): parents before children.
   void sort_events();
+
+ private:
+  // One flat pool per line instead of a vector per event: an event's stats
+  // are a range of it, appended in place while the event is the last to get
+  // stats (always, for the recorder's events), else moved to the end.
+  struct StatRange {
+    uint32_t first;
+    uint32_t count;
+  };
+  std::vector<Stat> stat_pool_;
+  std::vector<StatRange> stat_ranges_;
 };
 
 struct EventMetadata {
@@ -96,6 +126,20 @@ class Plane {
 
   // The stat value as text (ref values resolved).
   std::string stat_text(const Stat& s) const;
+  // Moves the string values of `other`'s stats here; returns what to add to
+  // their str_index.
+  uint64_t adopt_strings(Plane& other);
+  // Keeps the value of a kString or kBytes stat; returns its str_index.
+  uint64_t add_string(std::string v) {
+    strings_.push_back(std::move(v));
+    return strings_.size() - 1;
+  }
+  // The value of a kString or kBytes stat, empty for the other kinds.
+  std::string_view stat_str(const Stat& s) const {
+    return (s.kind == StatKind::kString || s.kind == StatKind::kBytes) && s.str_index < strings_.size()
+               ? std::string_view(strings_[s.str_index])
+               : std::string_view();
+  }
   const std::string& stat_name(const Stat& s) const { return stat_metadata_[s.metadata_id].name; }
   const StatMetadata* find_stat_metadata(std::string_view name) const;
   Line& line_with_id(int64_t id);  // finds or appends
@@ -105,6 +149,7 @@ class Plane {
   std::vector<StatMetadata> stat_metadata_{StatMetadata{}};
   std::unordered_map<std::string, uint32_t> event_ids_;
   std::unordered_map<std::string, uint32_t> stat_ids_;
+  std::vector<std::string> strings_;  // values of kString / kBytes stats
 };
 
 // `s` with invalid UTF-8 sequences replaced by U+FFFD: protobuf rejects

@@ -32,14 +32,20 @@ class StatIds {
   std::unordered_map<int64_t, uint32_t> ids_;  // 0: no such metadata
 };
 
-bool ImportStat(const tp::XStat& in, StatIds& ids, Stat* out) {
+bool ImportStat(const tp::XStat& in, StatIds& ids, Plane* plane, Stat* out) {
   if (!ids.find(in.metadata_id(), &out->metadata_id)) return false;
   switch (in.value_case()) {
     case tp::XStat::kDoubleValue: out->kind = StatKind::kDouble; out->f64 = in.double_value(); return true;
     case tp::XStat::kUint64Value: out->kind = StatKind::kUint64; out->u64 = in.uint64_value(); return true;
     case tp::XStat::kInt64Value: out->kind = StatKind::kInt64; out->i64 = in.int64_value(); return true;
-    case tp::XStat::kStrValue: out->kind = StatKind::kString; out->str = ValidUtf8(in.str_value()); return true;
-    case tp::XStat::kBytesValue: out->kind = StatKind::kBytes; out->str = in.bytes_value(); return true;
+    case tp::XStat::kStrValue:
+      out->kind = StatKind::kString;
+      out->str_index = plane->add_string(ValidUtf8(in.str_value()));
+      return true;
+    case tp::XStat::kBytesValue:
+      out->kind = StatKind::kBytes;
+      out->str_index = plane->add_string(in.bytes_value());
+      return true;
     case tp::XStat::kRefValue: {
       uint32_t ref;
       if (in.ref_value() > static_cast<uint64_t>(INT64_MAX) || !ids.find(static_cast<int64_t>(in.ref_value()), &ref))
@@ -67,12 +73,12 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
     if (m.display_name.empty() && !md.display_name().empty()) m.display_name = ValidUtf8(md.display_name());
     for (const tp::XStat& s : md.stats()) {
       Stat st;
-      if (ImportStat(s, stat_ids, &st)) m.stats.push_back(std::move(st));
+      if (ImportStat(s, stat_ids, out, &st)) m.stats.push_back(st);
     }
   }
   for (const tp::XStat& s : in.stats()) {
     Stat st;
-    if (ImportStat(s, stat_ids, &st)) out->stats.push_back(std::move(st));
+    if (ImportStat(s, stat_ids, out, &st)) out->stats.push_back(st);
   }
   uint32_t unknown_event = 0;
   out->lines.reserve(out->lines.size() + in.lines_size());
@@ -85,6 +91,12 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
     line.timestamp_ns = l.timestamp_ns();
     line.duration_ps = l.duration_ps();
     line.events.reserve(l.events_size());
+    size_t with_stats = 0, stats = 0;
+    for (const tp::XEvent& e : l.events()) {
+      with_stats += e.stats_size() > 0;
+      stats += static_cast<size_t>(e.stats_size());
+    }
+    line.reserve_stats(with_stats, stats);
     for (const tp::XEvent& e : l.events()) {
       Event ev;
       auto mid = event_ids.find(e.metadata_id());
@@ -96,17 +108,9 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
       }
       ev.offset_ps = e.data_case() == tp::XEvent::kOffsetPs ? e.offset_ps() : 0;
       ev.duration_ps = e.duration_ps();
-      if (e.stats_size() > 0) {
-        std::vector<Stat> stats;
-        stats.reserve(e.stats_size());
-        for (const tp::XStat& s : e.stats()) {
-          Stat st;
-          if (ImportStat(s, stat_ids, &st)) stats.push_back(std::move(st));
-        }
-        if (!stats.empty()) {
-          ev.stats = static_cast<uint32_t>(line.stat_lists.size());
-          line.stat_lists.push_back(std::move(stats));
-        }
+      for (const tp::XStat& s : e.stats()) {
+        Stat st;
+        if (ImportStat(s, stat_ids, out, &st)) line.add_stat(ev, st);
       }
       line.events.push_back(ev);
     }

@@ -113,6 +113,8 @@ void Append(Plane&& piece, const std::vector<size_t>& line_of, bool same_ids, Pl
     for (size_t i = 1; i < event_id.size(); ++i) event_id[i] = out->intern_event(piece.event_metadata()[i].name);
     for (size_t i = 1; i < stat_id.size(); ++i) stat_id[i] = out->intern_stat(piece.stat_metadata()[i].name);
   }
+  // The first piece's string values moved with the plane itself.
+  uint64_t str_offset = same_ids ? 0 : out->adopt_strings(piece);
   for (size_t k = 0; k < line_of.size() && k < piece.lines.size(); ++k) {
     Line& line = piece.lines[k];
     if (!same_ids) {
@@ -120,11 +122,11 @@ void Append(Plane&& piece, const std::vector<size_t>& line_of, bool same_ids, Pl
         return id < ids.size() ? ids[id] : static_cast<uint32_t>(id);
       };
       for (Event& e : line.events) e.metadata_id = map(event_id, e.metadata_id);
-      for (std::vector<Stat>& stats : line.stat_lists)
-        for (Stat& s : stats) {
-          s.metadata_id = map(stat_id, s.metadata_id);
-          if (s.kind == StatKind::kRef) s.ref = map(stat_id, s.ref);
-        }
+      for (Stat& s : line.mutable_stats()) {
+        s.metadata_id = map(stat_id, s.metadata_id);
+        if (s.kind == StatKind::kRef) s.ref = map(stat_id, s.ref);
+        if (s.kind == StatKind::kString || s.kind == StatKind::kBytes) s.str_index += str_offset;
+      }
     }
     size_t& at = (*out_line)[line_of[k]];
     if (at == SIZE_MAX) {
@@ -132,12 +134,7 @@ void Append(Plane&& piece, const std::vector<size_t>& line_of, bool same_ids, Pl
       out->lines.push_back(std::move(line));
       continue;
     }
-    Line& into = out->lines[at];
-    uint32_t offset = static_cast<uint32_t>(into.stat_lists.size());
-    for (Event& e : line.events)
-      if (e.stats != kNoStats) e.stats += offset;
-    into.events.insert(into.events.end(), line.events.begin(), line.events.end());
-    for (auto& stats : line.stat_lists) into.stat_lists.push_back(std::move(stats));
+    out->lines[at].append(std::move(line));
   }
 }
 

@@ -170,7 +170,8 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
   // before the reply exists.
   std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
       tensorflow::ProfileResponse::kXspaceFieldNumber);
-  *field = exporter::SerializeXSpace(space);
+  // Cut to fit protobuf's 2 GB limit if it must be (counted and warned in it).
+  if (Status s = exporter::SerializeXSpace(space, field); !s.ok()) return ToGrpc(s);
   return grpc::Status::OK;  // `space` is freed here, before gRPC copies the reply
 }
 

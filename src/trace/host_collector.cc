@@ -43,6 +43,42 @@ std::vector<std::string_view> SplitArgs(std::string_view s) {
   return out;
 }
 
+// Words of the record at `p` (its first word `w`), 0 if unknown.
+size_t RecordWords(uint64_t w) {
+  if (w & kEndBit) return 1;
+  uint64_t payload = w & kPayloadMask;
+  switch (w >> 56) {
+    case kTagStatic: return 2;
+    case kTagCopied: return 2 + words_for(payload);
+    case kTagArg: return 1 + words_for((w >> 32) & 0xffff) + words_for(w & 0xffffffff);
+    default: return 0;
+  }
+}
+
+// Begin and argument records of a thread: the line's events and stats are
+// reserved exactly, not grown by doubling (which would copy them and hold up
+// to twice their size for a while).
+struct RecordCounts {
+  size_t begins = 0;
+  size_t args = 0;
+};
+RecordCounts CountRecords(const RawThread& t) {
+  RecordCounts n;
+  for (auto [p, end] : t.spans) {
+    while (p < end) {
+      size_t words = RecordWords(*p);
+      if (words == 0 || p + words > end) break;
+      uint64_t tag = *p >> 56;
+      if (!(*p & kEndBit)) {
+        n.begins += tag == kTagStatic || tag == kTagCopied;
+        n.args += tag == kTagArg;
+      }
+      p += words;
+    }
+  }
+  return n;
+}
+
 struct OpenEvent {
   size_t index;  // into line.events
   uint64_t begin_ticks;
@@ -112,26 +148,20 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
       line.name = model::ValidUtf8(t.name);
       line.display_name = line.name;
     }
+    RecordCounts counts = CountRecords(t);
+    line.events.reserve(line.events.size() + counts.begins);
+    line.reserve_stats(counts.args, counts.args);
     std::vector<OpenEvent> open;
-    auto stats_for = [&](model::Event& e) -> std::vector<model::Stat>& {
-      if (e.stats == model::kNoStats) {
-        e.stats = static_cast<uint32_t>(line.stat_lists.size());
-        line.stat_lists.emplace_back();
-      }
-      return line.stat_lists[e.stats];
-    };
     auto begin_event = [&](const NameInfo& info, uint64_t ticks) {
       model::Event e;
       e.metadata_id = info.id;
       e.offset_ps = to_ps(ticks);
       open.push_back({line.events.size(), ticks});
       line.events.push_back(e);
-      if (!info.args.empty()) {
-        auto& list = stats_for(line.events.back());
-        list.insert(list.end(), info.args.begin(), info.args.end());
-      }
+      line.add_stats(line.events.back(), info.args);
     };
-    for (auto [p, end] : t.spans) {
+    for (size_t span = 0; span < t.spans.size(); ++span) {
+      auto [p, end] = t.spans[span];
       while (p < end) {
         uint64_t w = *p;
         if (w & kEndBit) {
@@ -182,19 +212,21 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
                 s = plane->ref_stat(key, std::string_view(reinterpret_cast<const char*>(v), vlen));
                 break;
             }
-            stats_for(e).push_back(std::move(s));
+            line.add_stat(e, s);
           }
           p += total;
         } else {
           break;  // unknown record: the rest of this span cannot be trusted
         }
       }
+      // Parsed: its memory goes back now, while the model grows.
+      if (span < t.owned_spans) recorder_free_chunk(t.spans[span].first);
     }
     // Still open at stop: close at the stop time and say so.
     for (const OpenEvent& o : open) {
       model::Event& e = line.events[o.index];
       e.duration_ps = std::max<int64_t>(0, to_ps(stop_ticks) - e.offset_ps);
-      stats_for(e).push_back(plane->int_stat(model::kIncompleteStat, 1));
+      line.add_stat(e, plane->int_stat(model::kIncompleteStat, 1));
       ++stats.incomplete;
     }
   }

@@ -103,8 +103,9 @@ struct ThreadBufferImpl : ThreadBuffer {
   std::mutex mu;                // guards chunks, bound_word writes, name
   std::vector<ChunkUse> chunks;
   uint64_t bytes = 0;
-  // After the thread exited: its records, copied out of the chunks so that
-  // many short-lived threads do not each pin a whole chunk.
+  // After the thread exited: the records of its last chunk, copied out so
+  // that many short-lived threads do not each pin a whole chunk. They follow
+  // the records of `chunks`.
   std::vector<uint64_t> compacted;
   bool full = false;            // the bound was hit this session: drop begins fast
   std::atomic<uint64_t> dropped{0};
@@ -121,6 +122,7 @@ struct Registry {
   std::atomic<uint64_t> bytes_per_thread{0};
   std::atomic<uint64_t> dropped_after_exit{0};
   uint64_t generation = 0;
+  uint64_t released_generation = 0;  // the last session given to recorder_release
   bool collecting = false;  // between recorder_collect and recorder_release
 };
 
@@ -136,29 +138,26 @@ std::string os_thread_name() {
   return buf;
 }
 
-// Moves an exited thread's records out of its chunks into one right-sized
-// block, and returns the chunks to the pool.
+// Moves an exited thread's last, partly used chunk into a right-sized block
+// and returns the chunk to the pool. Full chunks stay: copying them would
+// hold their records twice for a while.
 void compact(Registry& r, ThreadBufferImpl* tb) {
-  uint64_t* cursor = tb->cursor.load(std::memory_order_relaxed);
-  if (!tb->chunks.empty()) tb->chunks.back().end = cursor;
-  size_t words = 0;
-  for (const ChunkUse& c : tb->chunks) words += static_cast<size_t>(c.end - c.begin);
-  tb->compacted.reserve(words);
-  for (const ChunkUse& c : tb->chunks) tb->compacted.insert(tb->compacted.end(), c.begin, c.end);
-  while (!tb->chunks.empty()) {
-    r.pool.release(tb->chunks.back().begin);
-    tb->chunks.pop_back();
-  }
-  tb->bytes = words * 8;
-  r.pool.charge(tb->bytes);
+  if (tb->chunks.empty()) return;
+  ChunkUse last = tb->chunks.back();
+  tb->compacted.assign(last.begin, last.end);
+  tb->chunks.pop_back();
+  r.pool.release(last.begin);
+  uint64_t bytes = tb->compacted.size() * 8;
+  tb->bytes = tb->bytes - kChunkBytes + bytes;
+  r.pool.charge(bytes);
 }
 
 void release_chunks(Registry& r, ThreadBufferImpl* tb, size_t keep) {
   if (!tb->compacted.empty()) {
-    r.pool.uncharge(tb->bytes);
+    uint64_t bytes = tb->compacted.size() * 8;
+    r.pool.uncharge(bytes);
+    tb->bytes -= bytes;
     tb->compacted = {};
-    tb->bytes = 0;
-    return;
   }
   while (tb->chunks.size() > keep) {
     r.pool.release(tb->chunks.back().begin);
@@ -194,8 +193,10 @@ struct ThreadExitHook {
     bool keep;
     {
       std::lock_guard<std::mutex> tlock(tb->mu);
-      // Events of the current (or just stopped) session must survive the thread.
-      keep = tb->bound_word != 0 && (tb->bound_word >> 8) == r.generation;
+      if (!tb->chunks.empty()) tb->chunks.back().end = tb->cursor.load(std::memory_order_relaxed);
+      // Events of the current (or just stopped) session must survive the
+      // thread, until that session is collected.
+      keep = tb->bound_word != 0 && (tb->bound_word >> 8) == r.generation && r.generation != r.released_generation;
       // While a collector parses the chunks, they must stay where they are.
       if (keep && !r.collecting) compact(r, tb);
       else if (!keep) release_chunks(r, tb, 0);
@@ -328,35 +329,38 @@ std::vector<RawThread> recorder_collect(uint64_t word) {
   std::vector<RawThread> out;
   std::lock_guard<std::mutex> lock(r.mu);
   r.collecting = true;
-  auto take = [&](ThreadBufferImpl* tb) {
+  auto take = [&](ThreadBufferImpl* tb, bool exited) {
     std::lock_guard<std::mutex> tlock(tb->mu);
-    if (tb->bound_word == word && !tb->compacted.empty()) {
-      const uint64_t* b = tb->compacted.data();
-      out.push_back({tb->tid, tb->name, {{b, b + tb->compacted.size()}}, tb->dropped.load(std::memory_order_relaxed)});
-      return;
-    }
-    if (tb->bound_word != word || tb->chunks.empty()) {
-      if (tb->bound_word == word && tb->dropped.load(std::memory_order_relaxed) > 0)
-        out.push_back({tb->tid, tb->name, {}, tb->dropped.load(std::memory_order_relaxed)});
-      return;
-    }
+    if (tb->bound_word != word) return;
     RawThread t;
     t.tid = tb->tid;
     t.name = tb->name;
     t.dropped = tb->dropped.load(std::memory_order_relaxed);
-    for (size_t i = 0; i + 1 < tb->chunks.size(); ++i) t.spans.emplace_back(tb->chunks[i].begin, tb->chunks[i].end);
-    t.spans.emplace_back(tb->chunks.back().begin, tb->cursor.load(std::memory_order_acquire));
-    out.push_back(std::move(t));
+    // The chunks the thread will not write again (all but its current one,
+    // all once it exited) are handed over to the collector, to free as it goes.
+    size_t handed = exited ? tb->chunks.size() : (tb->chunks.empty() ? 0 : tb->chunks.size() - 1);
+    for (size_t i = 0; i < handed; ++i) t.spans.emplace_back(tb->chunks[i].begin, tb->chunks[i].end);
+    t.owned_spans = handed;
+    tb->chunks.erase(tb->chunks.begin(), tb->chunks.begin() + static_cast<ptrdiff_t>(handed));
+    tb->bytes -= handed * kChunkBytes;
+    if (!tb->chunks.empty()) t.spans.emplace_back(tb->chunks.back().begin, tb->cursor.load(std::memory_order_acquire));
+    if (!tb->compacted.empty()) t.spans.emplace_back(tb->compacted.data(), tb->compacted.data() + tb->compacted.size());
+    if (!t.spans.empty() || t.dropped > 0) out.push_back(std::move(t));
   };
-  for (ThreadBufferImpl* tb : r.live) take(tb);
-  for (ThreadBufferImpl* tb : r.retired) take(tb);
+  for (ThreadBufferImpl* tb : r.live) take(tb, false);
+  for (ThreadBufferImpl* tb : r.retired) take(tb, true);
   return out;
+}
+
+void recorder_free_chunk(const uint64_t* chunk) {
+  registry().pool.release(const_cast<uint64_t*>(chunk));
 }
 
 void recorder_release(uint64_t word) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.collecting = false;
+  r.released_generation = word >> 8;
   for (ThreadBufferImpl* tb : r.retired) {
     release_chunks(r, tb, 0);
     delete tb;

@@ -22,18 +22,28 @@ uint64_t recorder_start(int level, const RecorderLimits& limits);
 // Stops recording (threads still inside a write finish it unseen).
 void recorder_stop();
 
-// What one thread recorded under a session word: spans of record words.
+// What one thread recorded under a session word: spans of record words, in
+// order; no record straddles two spans.
 struct RawThread {
   int64_t tid = 0;
   std::string name;
   std::vector<std::pair<const uint64_t*, const uint64_t*>> spans;
   uint64_t dropped = 0;
+  // The first `owned_spans` spans are whole chunks handed over to the
+  // collector: it frees each with recorder_free_chunk(span.first) as soon as
+  // it has parsed it, so that memory moves from the records to the model
+  // instead of holding both.
+  size_t owned_spans = 0;
 };
 
 // Snapshot of every thread buffer bound to `word`, including threads that
-// exited during the session. Valid until recorder_release(word).
+// exited during the session. Spans not owned stay valid until
+// recorder_release(word).
 std::vector<RawThread> recorder_collect(uint64_t word);
-// Frees buffers of exited threads that `word` kept alive for collection.
+// Gives back an owned chunk of a RawThread (see above).
+void recorder_free_chunk(const uint64_t* chunk);
+// Frees buffers of exited threads that `word` kept alive for collection; a
+// thread of this session that exits later keeps nothing.
 void recorder_release(uint64_t word);
 
 // Names a thread in the outputs (the calling thread).

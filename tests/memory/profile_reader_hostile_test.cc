@@ -546,7 +546,7 @@ TEST(XSpaceReaderHostile, ImportKeepsStatsAndResolvesRefs) {
   EXPECT_EQ(p.event_metadata()[events[0].metadata_id].display_name, "Op");
   EXPECT_EQ(p.event_metadata()[events[1].metadata_id].name, "(unknown event)");
   std::vector<std::string> got;
-  for (const auto& st : *p.lines[0].stats_of(events[0])) got.push_back(p.stat_name(st) + "=" + p.stat_text(st));
+  for (const auto& st : p.lines[0].stats_of(events[0])) got.push_back(p.stat_name(st) + "=" + p.stat_text(st));
   EXPECT_EQ(got, (std::vector<std::string>{"i=-3", "d=0.5", "s=text", "r=the ref value"}));
   const auto& md_stats = p.event_metadata()[events[0].metadata_id].stats;
   ASSERT_EQ(md_stats.size(), 1u);

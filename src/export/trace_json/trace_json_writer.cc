@@ -229,9 +229,12 @@ struct Doc {
 
   // The fixed part of a complete event, pid to name, at most.
   static constexpr size_t kEventBytes = 130;
-  static size_t StatsBytes(const model::Plane& p, const std::vector<model::Stat>& stats) {
+  static size_t StatsBytes(const model::Plane& p, std::span<const model::Stat> stats) {
     size_t n = 0;
-    for (const model::Stat& s : stats) n += 8 + p.stat_name(s).size() + (s.str.empty() ? 24 : s.str.size());
+    for (const model::Stat& s : stats) {
+      size_t str = p.stat_str(s).size();
+      n += 8 + p.stat_name(s).size() + (str == 0 ? 24 : str);
+    }
     return n;
   }
   static int64_t PidOf(const model::Plane& p) {
@@ -272,7 +275,7 @@ void ForEachSlice(const Doc& doc, Emit&& emit) {
       for (size_t i = 0; i < l.events.size(); ++i) {
         const model::Event& e = l.events[i];
         bytes += info.cost[e.metadata_id];
-        if (const auto* stats = l.stats_of(e)) bytes += Doc::StatsBytes(*info.plane, *stats);
+        bytes += Doc::StatsBytes(*info.plane, l.stats_of(e));
         if (bytes >= kSliceBytes || i + 1 == l.events.size()) {
           slice.end = i + 1;
           if (!emit(slice)) return;
@@ -293,14 +296,13 @@ struct Scratch {
 };
 
 void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata& md,
-               const std::vector<model::Stat>* stats, Scratch& scratch) {
+               std::span<const model::Stat> stats, Scratch& scratch) {
   std::vector<const model::Stat*>& args = scratch.args;
   args.clear();
   for (const model::Stat& s : md.stats)
     if (!IsInternalStat(plane.stat_name(s))) args.push_back(&s);
-  if (stats)
-    for (const model::Stat& s : *stats)
-      if (!IsInternalStat(plane.stat_name(s))) args.push_back(&s);
+  for (const model::Stat& s : stats)
+    if (!IsInternalStat(plane.stat_name(s))) args.push_back(&s);
   if (args.empty()) return;
   // Keys sorted; of stats with the same key the last wins (event stats come
   // after metadata stats, so they override them): a stable sort keeps the
@@ -334,8 +336,8 @@ void WriteCounters(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l,
     o.raw(info.names[e.metadata_id]);
     o.raw(",\"args\":{");
     bool first = true;
-    if (const auto* stats = l.stats_of(e)) {
-      for (const model::Stat& st : *stats) {
+    {
+      for (const model::Stat& st : l.stats_of(e)) {
         if (st.kind != model::StatKind::kInt64 && st.kind != model::StatKind::kUint64 && st.kind != model::StatKind::kDouble)
           continue;
         if (!first) o.ch(',');
@@ -364,8 +366,8 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
     o.raw(",\"name\":");
     o.raw(info.names[e.metadata_id]);
     const model::EventMetadata& md = metadata[e.metadata_id];
-    const std::vector<model::Stat>* stats = l.stats_of(e);
-    if (stats || !md.stats.empty()) WriteArgs(o, *info.plane, md, stats, scratch);
+    std::span<const model::Stat> stats = l.stats_of(e);
+    if (!stats.empty() || !md.stats.empty()) WriteArgs(o, *info.plane, md, stats, scratch);
     o.ch('}');
   }
 }
@@ -394,7 +396,8 @@ void WriteHead(JsonOut& o, const Doc& doc) {
         o.raw(",\"name\":\"process_labels\",\"args\":{\"labels\":");
         // The recorded process's pid, from the model (not the exporting process's).
         const int64_t os_pid = ProcessIdOf(*p);
-        o.str(os_pid > 0 ? s.str + " (pid " + std::to_string(os_pid) + ")" : s.str);
+        std::string name(p->stat_str(s));
+        o.str(os_pid > 0 ? name + " (pid " + std::to_string(os_pid) + ")" : name);
         o.raw("}}");
       }
     }
@@ -692,8 +695,7 @@ uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above) 
           total += (md.display_name.empty() ? md.name : md.display_name).size();
           for (const model::Stat& st : md.stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
         }
-        if (const auto* stats = l.stats_of(e))
-          for (const model::Stat& st : *stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        for (const model::Stat& st : l.stats_of(e)) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
         if (total > stop_above) return total;
       }
     }

@@ -3,8 +3,12 @@
 #include "export/output_file.h"
 
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <span>
+#include <string_view>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
@@ -36,7 +40,7 @@ void WriteVarintField(CodedOutputStream& o, uint32_t field, uint64_t v) {
 void WriteOptVarintField(CodedOutputStream& o, uint32_t field, uint64_t v) {
   if (v) WriteVarintField(o, field, v);
 }
-void WriteStringField(CodedOutputStream& o, uint32_t field, const std::string& s) {
+void WriteStringField(CodedOutputStream& o, uint32_t field, std::string_view s) {
   o.WriteTag(Tag(field, kLen));
   o.WriteVarint64(s.size());
   o.WriteRaw(s.data(), static_cast<int>(s.size()));
@@ -50,21 +54,21 @@ void WriteLenHeader(CodedOutputStream& o, uint32_t field, size_t len) {
 }
 
 // XStat: 1 metadata_id, oneof value {2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref}.
-size_t StatSize(const Stat& s) {
+size_t StatSize(const model::Plane& p, const Stat& s) {
   size_t n = OptVarintFieldSize(1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: return n + TagSize(2) + 8;
     case StatKind::kUint64: return n + VarintFieldSize(3, s.u64);
     case StatKind::kInt64: return n + VarintFieldSize(4, static_cast<uint64_t>(s.i64));
-    case StatKind::kString: return n + LenFieldSize(5, s.str.size());
-    case StatKind::kBytes: return n + LenFieldSize(6, s.str.size());
+    case StatKind::kString: return n + LenFieldSize(5, p.stat_str(s).size());
+    case StatKind::kBytes: return n + LenFieldSize(6, p.stat_str(s).size());
     case StatKind::kRef: return n + VarintFieldSize(7, s.ref);
   }
   return n;
 }
 
-void WriteStat(CodedOutputStream& o, uint32_t field, const Stat& s) {
-  WriteLenHeader(o, field, StatSize(s));
+void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, const Stat& s) {
+  WriteLenHeader(o, field, StatSize(p, s));
   WriteOptVarintField(o, 1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: {
@@ -76,138 +80,290 @@ void WriteStat(CodedOutputStream& o, uint32_t field, const Stat& s) {
     }
     case StatKind::kUint64: WriteVarintField(o, 3, s.u64); break;
     case StatKind::kInt64: WriteVarintField(o, 4, static_cast<uint64_t>(s.i64)); break;
-    case StatKind::kString: WriteStringField(o, 5, s.str); break;
-    case StatKind::kBytes: WriteStringField(o, 6, s.str); break;
+    case StatKind::kString: WriteStringField(o, 5, p.stat_str(s)); break;
+    case StatKind::kBytes: WriteStringField(o, 6, p.stat_str(s)); break;
     case StatKind::kRef: WriteVarintField(o, 7, s.ref); break;
   }
 }
 
-size_t StatsSize(uint32_t field, const std::vector<Stat>* stats) {
+size_t StatsSize(const model::Plane& p, uint32_t field, std::span<const Stat> stats) {
   size_t n = 0;
-  if (stats)
-    for (const Stat& s : *stats) n += LenFieldSize(field, StatSize(s));
+  for (const Stat& s : stats) n += LenFieldSize(field, StatSize(p, s));
   return n;
 }
 
+// Time of an event from the start of its line's clock, in ps; 128 bits as a
+// line timestamp in ns since the epoch times 1000 passes int64.
+using Ps = __int128;
+Ps EventTime(const model::Line& l, const model::Event& e) { return Ps(l.timestamp_ns) * 1000 + e.offset_ps; }
+constexpr Ps kNoCut = ~(Ps(1) << 127);  // the largest value
+
+// What is written: the model, less the events from `cut_ps` on when the
+// whole would pass the size limit; then each plane that lost events says how
+// many in the stat kDroppedStat, and the space holds `warning`.
+constexpr std::string_view kDroppedStat = model::kDroppedOverSizeLimitStat;
+struct View {
+  Ps cut_ps = kNoCut;
+  std::vector<uint64_t> dropped;  // per plane
+  std::string warning;
+  // Sizes computed once (one pass over the events), used when writing.
+  std::vector<std::vector<size_t>> line_sizes;
+  std::vector<size_t> plane_sizes;
+
+  bool keep(const model::Line& l, const model::Event& e) const { return cut_ps == kNoCut || EventTime(l, e) < cut_ps; }
+  bool lost(size_t plane) const { return plane < dropped.size() && dropped[plane] > 0; }
+};
+
+// The id of kDroppedStat in a plane that lost events: its own, or the next one.
+uint64_t DroppedStatId(const model::Plane& p) {
+  const model::StatMetadata* m = p.find_stat_metadata(kDroppedStat);
+  return m ? static_cast<uint64_t>(m->id) : p.stat_metadata().size();
+}
+Stat DroppedStat(const model::Plane& p, uint64_t n) {
+  Stat s;
+  s.metadata_id = static_cast<uint32_t>(DroppedStatId(p));
+  s.kind = StatKind::kUint64;
+  s.u64 = n;
+  return s;
+}
+
 // XEvent: 1 metadata_id, 2 offset_ps (oneof: written even when 0), 3 duration_ps, 4 stats.
-size_t EventSize(const model::Line& line, const model::Event& e) {
+size_t EventSize(const model::Plane& p, const model::Line& line, const model::Event& e) {
   return OptVarintFieldSize(1, e.metadata_id) + VarintFieldSize(2, static_cast<uint64_t>(e.offset_ps)) +
-         OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps)) + StatsSize(4, line.stats_of(e));
+         OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps)) + StatsSize(p, 4, line.stats_of(e));
 }
 
 // XLine: 1 id, 2 name, 3 timestamp_ns, 4 events, 9 duration_ps, 10 display_id, 11 display_name.
-size_t LineSize(const model::Line& l) {
-  size_t n = OptVarintFieldSize(1, static_cast<uint64_t>(l.id)) + OptStringFieldSize(2, l.name) +
-             OptVarintFieldSize(3, static_cast<uint64_t>(l.timestamp_ns)) +
-             OptVarintFieldSize(9, static_cast<uint64_t>(l.duration_ps)) +
-             OptVarintFieldSize(10, static_cast<uint64_t>(l.display_id)) + OptStringFieldSize(11, l.display_name);
-  for (const model::Event& e : l.events) n += LenFieldSize(4, EventSize(l, e));
+size_t LineHeaderSize(const model::Line& l) {
+  return OptVarintFieldSize(1, static_cast<uint64_t>(l.id)) + OptStringFieldSize(2, l.name) +
+         OptVarintFieldSize(3, static_cast<uint64_t>(l.timestamp_ns)) +
+         OptVarintFieldSize(9, static_cast<uint64_t>(l.duration_ps)) +
+         OptVarintFieldSize(10, static_cast<uint64_t>(l.display_id)) + OptStringFieldSize(11, l.display_name);
+}
+size_t LineSize(const model::Plane& p, const model::Line& l, const View& v) {
+  size_t n = LineHeaderSize(l);
+  for (const model::Event& e : l.events)
+    if (v.keep(l, e)) n += LenFieldSize(4, EventSize(p, l, e));
   return n;
 }
 
 // XEventMetadata: 1 id, 2 name, 4 display_name, 5 stats.
-size_t EventMetadataSize(const model::EventMetadata& m) {
+size_t EventMetadataSize(const model::Plane& p, const model::EventMetadata& m) {
   return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + OptStringFieldSize(2, m.name) +
-         OptStringFieldSize(4, m.display_name) + StatsSize(5, &m.stats);
+         OptStringFieldSize(4, m.display_name) + StatsSize(p, 5, m.stats);
 }
 // Map entry: 1 key, 2 value.
-size_t EventMetadataEntrySize(const model::EventMetadata& m) {
-  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + LenFieldSize(2, EventMetadataSize(m));
+size_t EventMetadataEntrySize(const model::Plane& p, const model::EventMetadata& m) {
+  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + LenFieldSize(2, EventMetadataSize(p, m));
 }
-size_t StatMetadataSize(const model::StatMetadata& m) {
-  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + OptStringFieldSize(2, m.name) +
-         OptStringFieldSize(3, m.description);
+size_t StatMetadataSize(int64_t id, std::string_view name, const std::string& description) {
+  return OptVarintFieldSize(1, static_cast<uint64_t>(id)) + (name.empty() ? 0 : LenFieldSize(2, name.size())) +
+         OptStringFieldSize(3, description);
 }
-size_t StatMetadataEntrySize(const model::StatMetadata& m) {
-  return OptVarintFieldSize(1, static_cast<uint64_t>(m.id)) + LenFieldSize(2, StatMetadataSize(m));
+size_t StatMetadataEntrySize(int64_t id, std::string_view name, const std::string& description) {
+  return OptVarintFieldSize(1, static_cast<uint64_t>(id)) + LenFieldSize(2, StatMetadataSize(id, name, description));
+}
+// The kDroppedStat metadata entry a plane needs, 0 if it has it already.
+size_t ExtraStatMetadataSize(const model::Plane& p) {
+  if (p.find_stat_metadata(kDroppedStat)) return 0;
+  return LenFieldSize(5, StatMetadataEntrySize(DroppedStatId(p), kDroppedStat, {}));
 }
 
 // XPlane: 1 id, 2 name, 3 lines, 4 event_metadata, 5 stat_metadata, 6 stats.
-size_t PlaneSize(const model::Plane& p) {
+// All but the lines.
+size_t PlaneFixedSize(const model::Plane& p) {
   size_t n = OptVarintFieldSize(1, static_cast<uint64_t>(p.id)) + OptStringFieldSize(2, p.name);
-  for (const model::Line& l : p.lines) n += LenFieldSize(3, LineSize(l));
   for (size_t i = 1; i < p.event_metadata().size(); ++i)
-    n += LenFieldSize(4, EventMetadataEntrySize(p.event_metadata()[i]));
-  for (size_t i = 1; i < p.stat_metadata().size(); ++i)
-    n += LenFieldSize(5, StatMetadataEntrySize(p.stat_metadata()[i]));
-  n += StatsSize(6, &p.stats);
+    n += LenFieldSize(4, EventMetadataEntrySize(p, p.event_metadata()[i]));
+  for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
+    const auto& m = p.stat_metadata()[i];
+    n += LenFieldSize(5, StatMetadataEntrySize(m.id, m.name, m.description));
+  }
+  n += StatsSize(p, 6, p.stats);
   return n;
 }
 
-void WriteLine(CodedOutputStream& o, const model::Line& l) {
-  WriteLenHeader(o, 3, LineSize(l));
+// Fills the sizes of `v` for its cut; returns the size of the XSpace.
+uint64_t Measure(const model::Space& space, View& v) {
+  v.line_sizes.assign(space.planes.size(), {});
+  v.plane_sizes.assign(space.planes.size(), 0);
+  uint64_t total = 0;
+  for (size_t i = 0; i < space.planes.size(); ++i) {
+    const model::Plane& p = space.planes[i];
+    size_t n = PlaneFixedSize(p);
+    for (const model::Line& l : p.lines) {
+      v.line_sizes[i].push_back(LineSize(p, l, v));
+      n += LenFieldSize(3, v.line_sizes[i].back());
+    }
+    if (v.lost(i)) n += ExtraStatMetadataSize(p) + LenFieldSize(6, StatSize(p, DroppedStat(p, v.dropped[i])));
+    v.plane_sizes[i] = n;
+    total += LenFieldSize(1, n);
+  }
+  for (const auto& s : space.errors) total += LenFieldSize(2, s.size());
+  for (const auto& s : space.warnings) total += LenFieldSize(3, s.size());
+  if (!v.warning.empty()) total += LenFieldSize(3, v.warning.size());
+  for (const auto& s : space.hostnames) total += LenFieldSize(4, s.size());
+  return total;
+}
+
+// Chooses the cut for an XSpace of `total` bytes over `max_bytes`: the
+// events from the latest time that leaves the rest under the limit on are
+// left out, on every line alike, so that what remains is one consistent
+// window from the start. Sizes are summed in time buckets (one pass); the
+// cut falls on a bucket boundary, so the result may be a little under.
+Status ChooseCut(const model::Space& space, uint64_t total, uint64_t max_bytes, View& v) {
+  Ps lo = kNoCut, hi = -kNoCut;
+  uint64_t events_bytes = 0, events = 0;
+  for (const model::Plane& p : space.planes)
+    for (const model::Line& l : p.lines)
+      for (const model::Event& e : l.events) {
+        Ps t = EventTime(l, e);
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+        events_bytes += LenFieldSize(4, EventSize(p, l, e));
+        ++events;
+      }
+  // Room for what the cut adds (the warning, a stat and its metadata per
+  // plane); length prefixes only shrink as events go.
+  uint64_t reserve = 1024 + 64 * space.planes.size();
+  uint64_t fixed = total - events_bytes;
+  if (events == 0 || fixed + reserve >= max_bytes)
+    return InvalidArgumentError("the XSpace passes the size limit of " + std::to_string(max_bytes) +
+                                " bytes without any event (" + std::to_string(fixed) + " bytes of metadata)");
+  uint64_t budget = max_bytes - fixed - reserve;
+  constexpr size_t kBuckets = 1 << 16;
+  std::vector<uint64_t> bytes(kBuckets, 0);
+  Ps width = (hi - lo) / kBuckets + 1;
+  for (const model::Plane& p : space.planes)
+    for (const model::Line& l : p.lines)
+      for (const model::Event& e : l.events)
+        bytes[static_cast<size_t>((EventTime(l, e) - lo) / width)] += LenFieldSize(4, EventSize(p, l, e));
+  size_t b = 0;
+  for (uint64_t sum = 0; b < kBuckets && sum + bytes[b] <= budget; ++b) sum += bytes[b];
+  v.cut_ps = lo + width * static_cast<Ps>(b);
+  v.dropped.assign(space.planes.size(), 0);
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < space.planes.size(); ++i)
+    for (const model::Line& l : space.planes[i].lines)
+      for (const model::Event& e : l.events)
+        if (!v.keep(l, e)) ++v.dropped[i];
+  for (uint64_t d : v.dropped) dropped += d;
+  double kept_s = static_cast<double>(v.cut_ps - lo) * 1e-12;
+  char kept[32];
+  std::snprintf(kept, sizeof kept, "%.6f", kept_s);
+  v.warning = "spyglass: the XSpace would be " + std::to_string(total) + " bytes, over protobuf's limit of " +
+              std::to_string(max_bytes) + " bytes for one message: " + std::to_string(dropped) + " of " +
+              std::to_string(events) + " events, all those from " + kept +
+              " s after the first one on, were left out of it (counted in the plane stat " + std::string(kDroppedStat) +
+              "); the trace JSON export keeps every event";
+  return Status::Ok();
+}
+
+void WriteLine(CodedOutputStream& o, const model::Plane& p, const model::Line& l, size_t size, const View& v) {
+  WriteLenHeader(o, 3, size);
   WriteOptVarintField(o, 1, static_cast<uint64_t>(l.id));
   WriteOptStringField(o, 2, l.name);
   WriteOptVarintField(o, 3, static_cast<uint64_t>(l.timestamp_ns));
   for (const model::Event& e : l.events) {
-    WriteLenHeader(o, 4, EventSize(l, e));
+    if (!v.keep(l, e)) continue;
+    WriteLenHeader(o, 4, EventSize(p, l, e));
     WriteOptVarintField(o, 1, e.metadata_id);
     WriteVarintField(o, 2, static_cast<uint64_t>(e.offset_ps));
     WriteOptVarintField(o, 3, static_cast<uint64_t>(e.duration_ps));
-    if (const auto* stats = l.stats_of(e))
-      for (const Stat& s : *stats) WriteStat(o, 4, s);
+    for (const Stat& s : l.stats_of(e)) WriteStat(o, p, 4, s);
   }
   WriteOptVarintField(o, 9, static_cast<uint64_t>(l.duration_ps));
   WriteOptVarintField(o, 10, static_cast<uint64_t>(l.display_id));
   WriteOptStringField(o, 11, l.display_name);
 }
 
-void WritePlane(CodedOutputStream& o, const model::Plane& p) {
-  WriteLenHeader(o, 1, PlaneSize(p));
+void WriteStatMetadata(CodedOutputStream& o, int64_t id, std::string_view name, const std::string& description) {
+  WriteLenHeader(o, 5, StatMetadataEntrySize(id, name, description));
+  WriteOptVarintField(o, 1, static_cast<uint64_t>(id));
+  WriteLenHeader(o, 2, StatMetadataSize(id, name, description));
+  WriteOptVarintField(o, 1, static_cast<uint64_t>(id));
+  if (!name.empty()) {
+    o.WriteTag(Tag(2, kLen));
+    o.WriteVarint64(name.size());
+    o.WriteRaw(name.data(), static_cast<int>(name.size()));
+  }
+  WriteOptStringField(o, 3, description);
+}
+
+void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const View& v) {
+  WriteLenHeader(o, 1, v.plane_sizes[index]);
   WriteOptVarintField(o, 1, static_cast<uint64_t>(p.id));
   WriteOptStringField(o, 2, p.name);
-  for (const model::Line& l : p.lines) WriteLine(o, l);
+  for (size_t i = 0; i < p.lines.size(); ++i) WriteLine(o, p, p.lines[i], v.line_sizes[index][i], v);
   for (size_t i = 1; i < p.event_metadata().size(); ++i) {
     const auto& m = p.event_metadata()[i];
-    WriteLenHeader(o, 4, EventMetadataEntrySize(m));
+    WriteLenHeader(o, 4, EventMetadataEntrySize(p, m));
     WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
-    WriteLenHeader(o, 2, EventMetadataSize(m));
+    WriteLenHeader(o, 2, EventMetadataSize(p, m));
     WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
     WriteOptStringField(o, 2, m.name);
     WriteOptStringField(o, 4, m.display_name);
-    for (const Stat& s : m.stats) WriteStat(o, 5, s);
+    for (const Stat& s : m.stats) WriteStat(o, p, 5, s);
   }
   for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
     const auto& m = p.stat_metadata()[i];
-    WriteLenHeader(o, 5, StatMetadataEntrySize(m));
-    WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
-    WriteLenHeader(o, 2, StatMetadataSize(m));
-    WriteOptVarintField(o, 1, static_cast<uint64_t>(m.id));
-    WriteOptStringField(o, 2, m.name);
-    WriteOptStringField(o, 3, m.description);
+    WriteStatMetadata(o, m.id, m.name, m.description);
   }
-  for (const Stat& s : p.stats) WriteStat(o, 6, s);
+  bool lost = v.lost(index);
+  if (lost && !p.find_stat_metadata(kDroppedStat))
+    WriteStatMetadata(o, static_cast<int64_t>(DroppedStatId(p)), kDroppedStat, {});
+  for (const Stat& s : p.stats) WriteStat(o, p, 6, s);
+  if (lost) WriteStat(o, p, 6, DroppedStat(p, v.dropped[index]));
 }
 
 // XSpace: 1 planes, 2 errors, 3 warnings, 4 hostnames.
-void WriteSpace(CodedOutputStream& o, const model::Space& space) {
-  for (const model::Plane& p : space.planes) WritePlane(o, p);
+void WriteSpace(CodedOutputStream& o, const model::Space& space, const View& v) {
+  for (size_t i = 0; i < space.planes.size(); ++i) WritePlane(o, space.planes[i], i, v);
   for (const auto& s : space.errors) WriteStringField(o, 2, s);
   for (const auto& s : space.warnings) WriteStringField(o, 3, s);
+  if (!v.warning.empty()) WriteStringField(o, 3, v.warning);
   for (const auto& s : space.hostnames) WriteStringField(o, 4, s);
+}
+
+// What to write of `space` under the limit: all of it, or a cut (then
+// said on stderr too).
+Status Plan(const model::Space& space, const XSpaceWriteOptions& options, View& v) {
+  uint64_t total = Measure(space, v);
+  if (total <= options.max_bytes) return Status::Ok();
+  if (Status s = ChooseCut(space, total, options.max_bytes, v); !s.ok()) return s;
+  if (Measure(space, v) > options.max_bytes) return InternalError("the XSpace could not be cut under the size limit");
+  std::fprintf(stderr, "%s\n", v.warning.c_str());
+  return Status::Ok();
 }
 
 }  // namespace
 
+Status SerializeXSpace(const model::Space& space, std::string* out, const XSpaceWriteOptions& options) {
+  View v;
+  if (Status s = Plan(space, options, v); !s.ok()) return s;
+  out->clear();
+  google::protobuf::io::StringOutputStream stream(out);
+  CodedOutputStream o(&stream);
+  WriteSpace(o, space, v);
+  return Status::Ok();
+}
+
 std::string SerializeXSpace(const model::Space& space) {
   std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    CodedOutputStream o(&stream);
-    WriteSpace(o, space);
-  }
+  Status s = SerializeXSpace(space, &out, {});
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
   return out;
 }
 
 namespace {
 
-// 0 or the errno of the failure.
-int WriteXSpaceFd(const model::Space& space, int fd) {
+// Writes the planned view of `space` to `fd`; 0 or the errno of the failure.
+int WriteXSpaceFd(const model::Space& space, const View& v, int fd) {
   google::protobuf::io::FileOutputStream stream(fd, 1 << 20);
   bool ok;
   {
     CodedOutputStream o(&stream);
-    WriteSpace(o, space);
+    WriteSpace(o, space, v);
     ok = !o.HadError();
   }
   ok = stream.Flush() && ok;
@@ -216,12 +372,19 @@ int WriteXSpaceFd(const model::Space& space, int fd) {
 
 }  // namespace
 
-Status WriteXSpaceFile(const model::Space& space, const std::string& path) {
-  return WriteOutputFile(path, [&](int fd) { return WriteXSpaceFd(space, fd); });
+Status WriteXSpaceFile(const model::Space& space, const std::string& path, const XSpaceWriteOptions& options) {
+  View v;
+  if (Status s = Plan(space, options, v); !s.ok())
+    return Status(s.code(), "not writing " + path + ": " + s.message());
+  return WriteOutputFile(path, [&](int fd) { return WriteXSpaceFd(space, v, fd); });
 }
 
-Status WriteXSpaceFile(const model::Space& space, const OutputDir& dir, const std::string& name) {
-  return dir.Write(name, [&](int fd) { return WriteXSpaceFd(space, fd); });
+Status WriteXSpaceFile(const model::Space& space, const OutputDir& dir, const std::string& name,
+                       const XSpaceWriteOptions& options) {
+  View v;
+  if (Status s = Plan(space, options, v); !s.ok())
+    return Status(s.code(), "not writing " + dir.PathOf(name) + ": " + s.message());
+  return dir.Write(name, [&](int fd) { return WriteXSpaceFd(space, v, fd); });
 }
 
 }  // namespace spyglass::exporter
