@@ -9,11 +9,15 @@
 // with a second, inlined line), labels kind and device.
 //   write    ours: EncodePprofGz; generated: build perftools::profiles::Profile
 //            from the same data, SerializeToString, the same gzip (level 6).
+//   floors   gzip alone and gunzip alone of the same serialized bytes.
 //   read     ours: ParsePprof, then every sample's stack resolved to names (as
 //            memtop does); generated: the same gunzip, ParseFromString, id
-//            maps, the same resolution. Floor: gunzip alone.
+//            maps, the same resolution.
 //   hostile  one 1 MiB name referenced by 20,000 functions, locations and
 //            labels (profile_reader_hostile_test's file), both readers.
+//   bomb     --empty-mib M (default 32) of empty samples (2 bytes each on the
+//            wire, ~0.1% of that gzipped): what parsing them builds, with our
+//            reader's default budget (1 GiB) and without one.
 // Each step runs R times (default 5): best and median seconds. Memory: VmHWM
 // after the step minus VmRSS before it, the high-water mark being reset by
 // writing "5" to /proc/self/clear_refs (median over rounds). Equivalence is
@@ -21,6 +25,7 @@
 // values, and our reader reads the generated writer's output with the same
 // stacks of names.
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +77,7 @@ struct Figures {
 Figures Measure(int rounds, const std::function<uint64_t()>& step, uint64_t* check) {
   Figures f;
   for (int r = 0; r < rounds; ++r) {
+    malloc_trim(0);  // what earlier rounds freed leaves the RSS, so that the peak is this round's
     reset_hwm();
     int64_t before = status_kb("VmRSS") * 1024;
     auto t0 = std::chrono::steady_clock::now();
@@ -276,15 +282,34 @@ std::string HugeNameProfile(int refs) {
   return spyglass::GzipCompress(out, 9);
 }
 
+// `mib` MiB of empty samples after an empty string table entry.
+std::string EmptySamples(size_t mib) {
+  std::string raw("\x32\x00", 2);
+  raw.reserve(mib << 20);
+  while (raw.size() < (mib << 20)) raw.append("\x12\x00", 2);
+  return spyglass::GzipCompress(raw, 9);
+}
+
+// The generated parser alone (no resolution: the samples are empty).
+uint64_t ParseGenerated(const std::string& gz) {
+  std::string raw;
+  if (spyglass::GzipDecompress(gz, size_t{4} << 30, &raw) != spyglass::GunzipResult::kOk) std::exit(1);
+  pb::Profile p;
+  if (!p.ParseFromString(raw)) return 0;
+  return static_cast<uint64_t>(p.sample_size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t samples = 200000, functions = 20000;
   int rounds = 5;
+  size_t empty_mib = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--samples") samples = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--functions") functions = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--empty-mib") empty_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
   }
   if (!reset_hwm()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
@@ -301,13 +326,19 @@ int main(int argc, char** argv) {
   Row("write ours (EncodePprofGz, gzip 6)", f, ours_gz.size(), c);
   f = Measure(rounds, [&] { gen_gz = GeneratedPprofGz(data); return gen_gz.size(); }, &c);
   Row("write generated (build+Serialize+gzip 6)", f, gen_gz.size(), c);
-  std::string raw;
+  size_t raw_size = 0;
   f = Measure(rounds, [&] {
+    std::string raw;
     spyglass::GzipDecompress(ours_gz, size_t{4} << 30, &raw);
-    return raw.size();
+    return raw_size = raw.size();
   }, &c);
-  Row("floor: gunzip alone", f, raw.size(), c);
-  raw = std::string();
+  Row("floor: gunzip alone", f, raw_size, c);
+  {
+    std::string raw;
+    spyglass::GzipDecompress(ours_gz, size_t{4} << 30, &raw);
+    f = Measure(rounds, [&] { return spyglass::GzipCompress(raw, 6).size(); }, &c);
+  }
+  Row("floor: gzip 6 alone (of the same bytes)", f, c, c);
   uint64_t ours_check = 0, gen_check = 0;
   f = Measure(rounds, [&] { return ReadOurs(ours_gz); }, &ours_check);
   Row("read ours (ParsePprof + names)", f, 0, ours_check);
@@ -347,5 +378,20 @@ int main(int argc, char** argv) {
   Row("read ours (ParsePprof + names)", f, 0, c);
   f = Measure(rounds, [&] { return ReadGenerated(huge); }, &c);
   Row("read generated (gunzip+Parse+maps+names)", f, 0, c);
+
+  const std::string empty = EmptySamples(empty_mib);
+  std::printf("bomb: %zu MiB of empty samples (%zu M samples, %.2f MiB gzipped)\n", empty_mib, (empty_mib << 20) / 2 >> 20,
+              mib(static_cast<int64_t>(empty.size())));
+  std::string error;
+  f = Measure(rounds, [&] {
+    mem::PprofProfile p;
+    spyglass::Status s = mem::ParsePprof(empty, &p);
+    error = s.ok() ? "accepted" : s.message().substr(0, 90);
+    return p.samples.size();
+  }, &c);
+  Row("read ours (default budget)", f, 0, c);
+  std::printf("    -> %s\n", error.c_str());
+  f = Measure(rounds, [&] { return ParseGenerated(empty); }, &c);
+  Row("read generated (gunzip+ParseFromString)", f, 0, c);
   return same ? 0 : 1;
 }
