@@ -3,6 +3,8 @@
 // the protobuf wire format is written by hand here (varints and
 // length-delimited fields, a few dozen lines) so that the hook does not load
 // libprotobuf; the reader in pprof.cc, used by the CLI only, uses protobuf's.
+// Next to generated profile.proto code it is also 1.2x faster with a third of
+// the peak memory (BENCHMARKS.md "pprof").
 #include <string>
 #include <unordered_map>
 #include <vector>
