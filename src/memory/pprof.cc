@@ -37,7 +37,7 @@ enum : uint32_t {
 // ---- reading ------------------------------------------------------------------
 // By hand on protobuf's CodedInputStream rather than generated profile.proto
 // code: 1.5x faster, and every allocation is charged to one budget, where the
-// generated parser builds ~60 bytes per 2-byte empty sample without a bound
+// generated parser builds ~120 bytes per 2-byte empty sample without a bound
 // (BENCHMARKS.md "pprof").
 namespace {
 
