@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/gzip.h"
 #include "memory/pprof.h"
 #include "model/xspace_import.h"
 #include "xplane.pb.h"
@@ -64,19 +65,7 @@ struct Pb {
   }
 };
 
-std::string Gzip(std::string_view in) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, in.size()) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+std::string Gzip(std::string_view in) { return spyglass::GzipCompress(in, 9); }
 
 // `total` zero bytes, gzipped, made a MiB at a time (a ~1000:1 bomb).
 std::string GzipBomb(size_t total) {

@@ -1,5 +1,6 @@
 #include "export/trace_json/trace_json_writer.h"
 
+#include "common/gzip.h"
 #include "common/utf8.h"
 #include "export/output_file.h"
 
@@ -637,9 +638,7 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
   } join{pool, mu, work_cv, stop};
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
-  // gzip header (RFC 1952): deflate, no flags, no mtime, OS unix.
-  static const uint8_t kHeader[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
-  int err = WriteAll(fd, kHeader, sizeof kHeader);
+  int err = WriteAll(fd, kGzipHeader, sizeof kGzipHeader);
   uLong crc = crc32(0, nullptr, 0);
   uint64_t total = 0, written = 0;
   auto write_oldest = [&] {
@@ -672,12 +671,9 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
   while (err == 0 && written < queued) err = write_oldest();
   if (err != 0) return err;
   // The last block: empty, fixed Huffman codes, BFINAL set (3 bits 1,1,0 and
-  // the 7-bit end code); then CRC-32 and length mod 2^32, little-endian.
+  // the 7-bit end code); then the gzip trailer.
   uint8_t trailer[10] = {0x03, 0x00};
-  for (int i = 0; i < 4; ++i) {
-    trailer[2 + i] = static_cast<uint8_t>(crc >> (8 * i));
-    trailer[6 + i] = static_cast<uint8_t>(total >> (8 * i));
-  }
+  GzipTrailer(static_cast<uint32_t>(crc), total, trailer + 2);
   return WriteAll(fd, trailer, sizeof trailer);
 }
 
