@@ -253,7 +253,11 @@ def device_memory_profile(backend: Optional[str] = None) -> bytes:
 
 
 def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
-  """Writes device_memory_profile(backend) to ``filename`` (overwritten)."""
-  data = device_memory_profile(backend)
-  with open(filename, "wb") as f:
-    f.write(data)
+  """Writes device_memory_profile(backend) to ``filename`` (replaced).
+
+  Written as every Spyglass output is: never through a symbolic link, under
+  a temporary name renamed into place when complete.
+  """
+  if not _HAVE_MEMORY:
+    _missing("save_device_memory_profile", "include/spyglass/memory.h")
+  _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")

@@ -83,6 +83,14 @@ void BindServerAndMemory(nb::module_& m) {
     Check(s);
     return nb::bytes(out.data(), out.size());
   }, "backend"_a = "");
+  m.def("save_device_memory_profile", [](const std::string& path, const std::string& backend) {
+    Status s;
+    {
+      nb::gil_scoped_release rel;
+      s = profiler::save_device_memory_profile(path, backend);
+    }
+    Check(s);
+  }, "path"_a, "backend"_a = "");
   // record_allocation / record_free (with Python stacks) and numpy tracking: python_memory.cc.
 
   // `python -m spyglass.collect_profile ARGS`: the CLI's own `collect` (one

@@ -341,3 +341,18 @@ def test_environment_variable_tracks_numpy_at_import():
   env = {**os.environ, "SPYGLASS_TRACK_NUMPY": "1"}
   p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
   assert p.returncode == 0, p.stderr
+
+
+def test_save_device_memory_profile_never_writes_through_a_link(tracking, tmp_path):
+  """The Python call writes through the project's one output path: a link
+  planted at the name is refused and its target stays as it was."""
+  outside = tmp_path / "outside.txt"
+  outside.write_text("keep me")
+  link = tmp_path / "memory.prof"
+  link.symlink_to(outside)
+  with pytest.raises(RuntimeError, match="symbolic link"):
+    profiler.save_device_memory_profile(link)
+  assert outside.read_text() == "keep me"
+  good = tmp_path / "good.prof"
+  profiler.save_device_memory_profile(good)  # os.PathLike accepted
+  assert gzip.decompress(good.read_bytes())
