@@ -350,7 +350,7 @@ def test_save_device_memory_profile_never_writes_through_a_link(tracking, tmp_pa
   outside.write_text("keep me")
   link = tmp_path / "memory.prof"
   link.symlink_to(outside)
-  with pytest.raises(RuntimeError, match="symbolic link"):
+  with pytest.raises(profiler.InvalidArgumentError, match="symbolic link"):
     profiler.save_device_memory_profile(link)
   assert outside.read_text() == "keep me"
   good = tmp_path / "good.prof"
