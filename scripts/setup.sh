@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs what building and testing Spyglass needs on Debian 12: compilers and
 # libraries from Debian, the real peers (xprof) from PyPI. Idempotent.
+#   bash scripts/setup.sh            what building and the demo need
+#   bash scripts/setup.sh --browser  also the browser-side peers the tests run
+#                                    (Debian's chromium, pinned npm packages)
 set -euo pipefail
+cd "$(dirname "$0")/.."
+browser=false
+[ "${1:-}" = "--browser" ] && browser=true
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
       zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-      python3 python3-pip libdw-dev libunwind-dev golang-go
-      chromium nodejs)
+      python3 python3-pip libdw-dev libunwind-dev golang-go)
+$browser && pkgs+=(chromium nodejs)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,9 +24,11 @@ fi
 # The real peers that tests run: XProf's converter and capture route, JAX's
 # collect_profile and profiler server.
 python3 -c 'import xprof, jax' 2>/dev/null || python3 -m pip install -q xprof jax
-# npm comes with the machine's Node.js; Debian's own nodejs needs its npm package.
-command -v npm >/dev/null || { $SUDO apt-get update -q; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; }
-# Browser-side peers (speedscope's web app, playwright-core to drive Debian's
-# chromium), pinned by tests/browser/package-lock.json.
-[ -d tests/browser/node_modules/speedscope ] && [ -d tests/browser/node_modules/playwright-core ] ||
-  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+if $browser; then
+  # npm comes with the machine's Node.js; Debian's own nodejs needs its npm package.
+  command -v npm >/dev/null || { $SUDO apt-get update -q; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; }
+  # speedscope's web app and playwright-core (drives Debian's chromium),
+  # pinned by tests/browser/package-lock.json.
+  [ -d tests/browser/node_modules/speedscope ] && [ -d tests/browser/node_modules/playwright-core ] ||
+    (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
