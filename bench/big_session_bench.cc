@@ -38,6 +38,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include "process_memory.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
@@ -54,25 +55,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-int64_t status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0 && line[n] == ':') return std::strtoll(line.c_str() + n + 1, nullptr, 10);
-  return -1;
-}
-int64_t rss_bytes() { return status_kb("VmRSS") * 1024; }
-int64_t hwm_bytes() { return status_kb("VmHWM") * 1024; }
-bool reset_hwm() {
-  int fd = ::open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, "5", 1) == 1;
-  ::close(fd);
-  return ok;
-}
-
-double mib(int64_t b) { return static_cast<double>(b) / (1 << 20); }
+using spyglass::testing::Mib;
+using spyglass::testing::PeakBytes;
+using spyglass::testing::ResetPeak;
+using spyglass::testing::RssBytes;
 
 struct Step {
   const char* name;
@@ -118,7 +104,7 @@ int main(int argc, char** argv) {
   }
   if (threads < 1) threads = 1;
   fs::create_directories(dir);
-  if (!reset_hwm()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
+  if (!ResetPeak()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
 
   spyglass::profiler::ProfileOptions options;
   // 24 bytes per event plus the last, partly used chunk of each thread.
@@ -127,8 +113,8 @@ int main(int argc, char** argv) {
   options.buffer_bytes_total = per_thread * threads;
   std::vector<Step> steps;
 
-  int64_t base = rss_bytes();
-  reset_hwm();
+  int64_t base = RssBytes();
+  ResetPeak();
   auto t0 = Clock::now();
   std::unique_ptr<spyglass::session::Session> session;
   if (auto s = spyglass::session::Session::Create(options, "busy", &session); !s.ok()) {
@@ -155,17 +141,17 @@ int main(int argc, char** argv) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done.load() == threads; });
   }
-  steps.push_back({"record", seconds_since(t0), hwm_bytes()});
-  int64_t recorded = rss_bytes() - base;
+  steps.push_back({"record", seconds_since(t0), PeakBytes()});
+  int64_t recorded = RssBytes() - base;
 
-  reset_hwm();
+  ResetPeak();
   t0 = Clock::now();
   auto space = std::make_unique<model::Space>();
   spyglass::session::SessionSummary summary;
   if (auto s = session->Stop(space.get(), &summary); !s.ok()) std::fprintf(stderr, "stop: %s\n", s.message().c_str());
   session.reset();
-  steps.push_back({"stop (recorder -> model)", seconds_since(t0), hwm_bytes()});
-  int64_t model_rss = rss_bytes() - base;
+  steps.push_back({"stop (recorder -> model)", seconds_since(t0), PeakBytes()});
+  int64_t model_rss = RssBytes() - base;
   {
     std::lock_guard<std::mutex> lock(mu);
     collected = true;
@@ -174,14 +160,14 @@ int main(int argc, char** argv) {
   for (auto& w : workers) w.join();
 
   std::string xplane = dir + "/big.xplane.pb", json = dir + "/big.trace.json.gz";
-  reset_hwm();
+  ResetPeak();
   t0 = Clock::now();
   if (auto s = exporter::WriteXSpaceFile(*space, xplane); !s.ok()) std::fprintf(stderr, "xplane: %s\n", s.message().c_str());
-  steps.push_back({"export .xplane.pb", seconds_since(t0), hwm_bytes()});
-  reset_hwm();
+  steps.push_back({"export .xplane.pb", seconds_since(t0), PeakBytes()});
+  ResetPeak();
   t0 = Clock::now();
   if (auto s = exporter::WriteTraceJsonGz(*space, json); !s.ok()) std::fprintf(stderr, "json: %s\n", s.message().c_str());
-  steps.push_back({"export .trace.json.gz", seconds_since(t0), hwm_bytes()});
+  steps.push_back({"export .trace.json.gz", seconds_since(t0), PeakBytes()});
   std::vector<std::string> warnings = space->warnings;
   space.reset();
 
@@ -189,19 +175,19 @@ int main(int argc, char** argv) {
               "\n", events, args ? " with an argument each" : "", threads, summary.events, summary.dropped_events);
   for (const auto& w : warnings) std::printf("warning in the XSpace: %s\n", w.c_str());
   std::printf("baseline RSS %.0f MiB; recorded bytes (RSS of the chunks) %.0f MiB = %.1f B/event; model %.0f MiB\n",
-              mib(base), mib(recorded), static_cast<double>(recorded) / static_cast<double>(events), mib(model_rss));
+              Mib(base), Mib(recorded), static_cast<double>(recorded) / static_cast<double>(events), Mib(model_rss));
   std::printf("%-26s %9s %12s %16s\n", "step", "wall s", "peak MiB", "peak/recorded");
   for (const Step& s : steps)
-    std::printf("%-26s %9.2f %12.0f %15.2fx\n", s.name, s.seconds, mib(s.peak),
+    std::printf("%-26s %9.2f %12.0f %15.2fx\n", s.name, s.seconds, Mib(s.peak),
                 static_cast<double>(s.peak - base) / static_cast<double>(recorded));
-  std::printf("files: %s %.0f MiB, %s %.0f MiB\n", xplane.c_str(), mib(static_cast<int64_t>(fs::file_size(xplane))),
-              json.c_str(), mib(static_cast<int64_t>(fs::file_size(json))));
+  std::printf("files: %s %.0f MiB, %s %.0f MiB\n", xplane.c_str(), Mib(static_cast<int64_t>(fs::file_size(xplane))),
+              json.c_str(), Mib(static_cast<int64_t>(fs::file_size(json))));
   std::fflush(stdout);
   if (!verify) return 0;
 
   int rc = 0;
   {
-    reset_hwm();
+    ResetPeak();
     t0 = Clock::now();
     uint64_t size = fs::file_size(xplane), n = 0;
     bool ok = size <= static_cast<uint64_t>(INT_MAX);
@@ -261,7 +247,7 @@ int main(int argc, char** argv) {
     std::printf("verify: generated protobuf parses %s of the .xplane.pb (%" PRIu64 " bytes, limit %d): %s, %" PRIu64
                 " of %" PRIu64 " events, %.1f s, peak %.0f MiB\n",
                 how.c_str(), size, INT_MAX, ok ? "ok" : "FAILED", n, summary.events, seconds_since(t0),
-                mib(hwm_bytes()));
+                Mib(PeakBytes()));
     if (!ok) rc = 1;
   }
   {

@@ -49,6 +49,7 @@
 #include <libdeflate.h>
 #include <zlib.h>
 
+#include "process_memory.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
@@ -71,26 +72,10 @@ double cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// kB fields of /proc/self/status.
-int64_t status_kb(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0 && line[n] == ':') return std::strtoll(line.c_str() + n + 1, nullptr, 10);
-  return -1;
-}
-int64_t rss_bytes() { return status_kb("VmRSS") * 1024; }
-int64_t hwm_bytes() { return status_kb("VmHWM") * 1024; }
-bool reset_hwm() {
-  int fd = ::open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, "5", 1) == 1;
-  ::close(fd);
-  return ok;
-}
-
-double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+using spyglass::testing::Mib;
+using spyglass::testing::PeakBytes;
+using spyglass::testing::ResetPeak;
+using spyglass::testing::RssBytes;
 
 // ---- the profile -----------------------------------------------------------------
 
@@ -277,22 +262,22 @@ std::vector<Row> g_rows;
 
 template <class F>
 Row measure(const std::string& what, uint64_t events, const std::string& path, F&& f) {
-  reset_hwm();
-  int64_t before = rss_bytes();
+  ResetPeak();
+  int64_t before = RssBytes();
   double c0 = cpu_seconds();
   auto t0 = Clock::now();
   f();
   double s = seconds_since(t0);
   double cpu = cpu_seconds() - c0;
-  int64_t hwm = hwm_bytes();
+  int64_t hwm = PeakBytes();
   std::error_code ec;
   int64_t size = path.empty() ? -1 : static_cast<int64_t>(fs::file_size(path, ec));
   Row r{what, events, s, cpu, size, before, hwm};
   g_rows.push_back(r);
   std::printf("  %-36s %7.3f s (cpu %7.3f s)  %6.2f M events/s  out %7.1f MiB  RSS before %7.1f MiB  peak %7.1f MiB "
               "(+%.1f)\n",
-              what.c_str(), s, cpu, static_cast<double>(events) / s / 1e6, size < 0 ? 0.0 : mib(size), mib(before),
-              mib(hwm), mib(hwm - before));
+              what.c_str(), s, cpu, static_cast<double>(events) / s / 1e6, size < 0 ? 0.0 : Mib(size), Mib(before),
+              Mib(hwm), Mib(hwm - before));
   std::fflush(stdout);
   return r;
 }
@@ -487,22 +472,22 @@ int main(int argc, char** argv) {
     }
     dir = tmpl;
   }
-  if (!reset_hwm()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
+  if (!ResetPeak()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
 
   std::printf("export_bench: %" PRIu64 " events, %d lines on %s, %d names, output in %s\n", n, kLines,
               std::string(model::kHostPlaneName).c_str(), kNumNames, dir.c_str());
-  int64_t rss0 = rss_bytes();
+  int64_t rss0 = RssBytes();
   auto t0 = Clock::now();
   model::Space space = build_space(n);
   double build_s = seconds_since(t0);
-  int64_t model_rss = rss_bytes() - rss0;
+  int64_t model_rss = RssBytes() - rss0;
   uint64_t with_stats = 0;
   for (const auto& l : space.planes[0].lines)
     for (const auto& e : l.events) with_stats += !l.stats_of(e).empty();
   std::printf("model: %" PRIu64 " events (%.1f%% with stats), built in %.2f s; RSS +%.1f MiB, estimate %.1f MiB "
               "(%.1f bytes/event)\n\n",
               space.event_count(), 100.0 * static_cast<double>(with_stats) / static_cast<double>(n), build_s,
-              mib(model_rss), mib(static_cast<int64_t>(model_bytes_estimate(space))),
+              Mib(model_rss), Mib(static_cast<int64_t>(model_bytes_estimate(space))),
               static_cast<double>(model_rss) / static_cast<double>(n));
 
   const std::string xplane_path = dir + "/bench.xplane.pb";
@@ -574,7 +559,7 @@ int main(int argc, char** argv) {
         bool vok = one && x == n;
         ok = ok && vok;
         std::printf("    check: %s, %" PRIu64 " \"ph\":\"X\" events (want %" PRIu64 "), %.1f MiB JSON -> %s\n",
-                    one ? "one gzip member" : "NOT one gzip member", x, n, mib(static_cast<int64_t>(json_bytes)),
+                    one ? "one gzip member" : "NOT one gzip member", x, n, Mib(static_cast<int64_t>(json_bytes)),
                     vok ? "OK" : "FAIL");
       }
       std::error_code ec;
@@ -605,7 +590,7 @@ int main(int argc, char** argv) {
       Row r = measure(name, n, "", [&] { out = fn(json, 1); });
       record(r, static_cast<int64_t>(out));
       std::printf("    %.0f MB/s, %.1f MiB out\n", static_cast<double>(json.size()) / r.seconds / 1e6,
-                  mib(static_cast<int64_t>(out)));
+                  Mib(static_cast<int64_t>(out)));
     }
   }
   // Wall time is what users wait for; CPU time (all threads) is what a loaded machine hides least.
@@ -619,14 +604,14 @@ int main(int argc, char** argv) {
     double best = w.front(), median = w[w.size() / 2];
     std::printf("  %-38s %8.3f %8.3f %9.2f %10.2f %8.3f %8.1f\n", what.c_str(), best, median,
                 static_cast<double>(n) / best / 1e6, static_cast<double>(n) / median / 1e6, c.front(),
-                sizes[what] < 0 ? 0.0 : mib(sizes[what]));
+                sizes[what] < 0 ? 0.0 : Mib(sizes[what]));
   }
 
   Row nb{}, ns{};
   if (naive) {
     pb::XSpace* proto = new pb::XSpace;
     // Peak of the naive path: the larger of the two steps' peaks.
-    int64_t naive_before = rss_bytes();
+    int64_t naive_before = RssBytes();
     nb = measure("naive: build generated XSpace", n, "", [&] { build_proto(space, proto); });
     ns = measure("naive: SerializeToOstream", n, naive_path, [&] {
       std::ofstream out(naive_path, std::ios::binary);
@@ -647,7 +632,7 @@ int main(int argc, char** argv) {
     int64_t naive_peak = std::max(nb.hwm, ns.hwm);
     std::printf("  %-36s %7.3f s  %6.2f M events/s  peak +%.1f MiB over the model\n", "naive: build + serialize",
                 nb.seconds + ns.seconds, static_cast<double>(n) / (nb.seconds + ns.seconds) / 1e6,
-                mib(naive_peak - naive_before));
+                Mib(naive_peak - naive_before));
     delete proto;
     std::error_code ec;
     int64_t ours = static_cast<int64_t>(fs::file_size(xplane_path, ec));
@@ -701,7 +686,7 @@ int main(int argc, char** argv) {
   auto peak_ratio = [&](const Row& r) { return static_cast<double>(r.hwm - rss0) / static_cast<double>(model_rss); };
   double x_rate = static_cast<double>(n) / xr.seconds, j_rate = static_cast<double>(n) / jr.seconds;
   double x_for_10m = xr.seconds * 1e7 / static_cast<double>(n);
-  std::printf("\nGoals (model = %.1f MiB, peak ratio = (peak RSS - RSS before the model) / model):\n", mib(model_rss));
+  std::printf("\nGoals (model = %.1f MiB, peak ratio = (peak RSS - RSS before the model) / model):\n", Mib(model_rss));
   std::printf("  .xplane.pb: %.3f s for %" PRIu64 " events (%.2f s per 10M), goal < 3 s per 10M: %s\n", xr.seconds, n,
               x_for_10m, x_for_10m < 3 ? "MET" : "NOT MET");
   std::vector<double> jw = walls[variants[0].name];
@@ -711,9 +696,9 @@ int main(int argc, char** argv) {
               "goal >= 4 M/s: %s\n",
               j_rate / 1e6, rounds, static_cast<double>(n) / jr.cpu / 1e6, j_rate >= 4e6 ? "MET" : "NOT MET");
   std::printf("  peak during .xplane.pb export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",
-              peak_ratio(xr), mib(xr.hwm - xr.rss_before), peak_ratio(xr) <= 2 ? "MET" : "NOT MET");
+              peak_ratio(xr), Mib(xr.hwm - xr.rss_before), peak_ratio(xr) <= 2 ? "MET" : "NOT MET");
   std::printf("  peak during .trace.json.gz export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",
-              peak_ratio(jr), mib(jr.hwm - jr.rss_before), peak_ratio(jr) <= 2 ? "MET" : "NOT MET");
+              peak_ratio(jr), Mib(jr.hwm - jr.rss_before), peak_ratio(jr) <= 2 ? "MET" : "NOT MET");
   if (naive) {
     std::printf("  naive generated protobuf: build+serialize %.3f s (%.1fx ours), peak %.2fx the model\n",
                 nb.seconds + ns.seconds, (nb.seconds + ns.seconds) / xr.seconds,

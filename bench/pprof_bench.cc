@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "process_memory.h"
 #include "common/gzip.h"
 #include "memory/pprof.h"
 #include "profile.pb.h"
@@ -49,24 +50,10 @@ namespace pb = perftools::profiles;
 
 namespace {
 
-int64_t status_kb(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  int64_t v = 0;
-  size_t n = std::strlen(key);
-  while (f && std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, n) == 0 && line[n] == ':') v = std::atoll(line + n + 1);
-  if (f) std::fclose(f);
-  return v;
-}
-bool reset_hwm() {
-  int fd = ::open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, "5", 1) == 1;
-  ::close(fd);
-  return ok;
-}
-double mib(int64_t b) { return static_cast<double>(b) / (1 << 20); }
+using spyglass::testing::Mib;
+using spyglass::testing::PeakBytes;
+using spyglass::testing::ResetPeak;
+using spyglass::testing::RssBytes;
 
 struct Figures {
   std::vector<double> secs;
@@ -78,12 +65,12 @@ Figures Measure(int rounds, const std::function<uint64_t()>& step, uint64_t* che
   Figures f;
   for (int r = 0; r < rounds; ++r) {
     malloc_trim(0);  // what earlier rounds freed leaves the RSS, so that the peak is this round's
-    reset_hwm();
-    int64_t before = status_kb("VmRSS") * 1024;
+    ResetPeak();
+    int64_t before = RssBytes();
     auto t0 = std::chrono::steady_clock::now();
     *check = step();
     f.secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    f.peaks.push_back(status_kb("VmHWM") * 1024 - before);
+    f.peaks.push_back(PeakBytes() - before);
   }
   return f;
 }
@@ -94,7 +81,7 @@ T Median(std::vector<T> v) {
 }
 void Row(const char* name, const Figures& f, size_t bytes, uint64_t check) {
   std::printf("  %-44s %8.3f %8.3f %10.1f %10.1f   %016llx\n", name, *std::min_element(f.secs.begin(), f.secs.end()),
-              Median(f.secs), mib(Median(f.peaks)), mib(static_cast<int64_t>(bytes)),
+              Median(f.secs), Mib(Median(f.peaks)), Mib(static_cast<int64_t>(bytes)),
               static_cast<unsigned long long>(check));
 }
 
@@ -312,7 +299,7 @@ int main(int argc, char** argv) {
     else if (a == "--empty-mib") empty_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
   }
-  if (!reset_hwm()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
+  if (!ResetPeak()) std::printf("warning: cannot write /proc/self/clear_refs; peaks are process-lifetime peaks\n");
   const mem::ProfileData data = MakeProfile(samples, functions);
   size_t frames = 0;
   for (const mem::ProfileSample& s : data.samples) frames += s.location_ids.size();
@@ -373,7 +360,7 @@ int main(int argc, char** argv) {
   b = {};
 
   const std::string huge = HugeNameProfile(20000);
-  std::printf("hostile: 1 MiB name x 20,000 references (%.2f MiB gzipped)\n", mib(static_cast<int64_t>(huge.size())));
+  std::printf("hostile: 1 MiB name x 20,000 references (%.2f MiB gzipped)\n", Mib(static_cast<int64_t>(huge.size())));
   f = Measure(rounds, [&] { return ReadOurs(huge); }, &c);
   Row("read ours (ParsePprof + names)", f, 0, c);
   f = Measure(rounds, [&] { return ReadGenerated(huge); }, &c);
@@ -381,7 +368,7 @@ int main(int argc, char** argv) {
 
   const std::string empty = EmptySamples(empty_mib);
   std::printf("bomb: %zu MiB of empty samples (%zu M samples, %.2f MiB gzipped)\n", empty_mib, (empty_mib << 20) / 2 >> 20,
-              mib(static_cast<int64_t>(empty.size())));
+              Mib(static_cast<int64_t>(empty.size())));
   std::string error;
   f = Measure(rounds, [&] {
     mem::PprofProfile p;

@@ -17,6 +17,7 @@
 #include "model/xspace.h"
 #include "session/session.h"
 #include "spyglass/annotation.h"
+#include "process_memory.h"
 #include "test_util.h"
 
 using namespace spyglass;
@@ -135,21 +136,8 @@ TEST(XSpaceSizeLimit, NoFileWhenEvenTheMetadataPassesTheLimit) {
   EXPECT_FALSE(std::filesystem::exists(path)) << "no broken or empty file";
 }
 
-int64_t StatusKb(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  size_t n = std::strlen(key);
-  while (std::getline(in, line))
-    if (line.compare(0, n, key) == 0 && line[n] == ':') return std::strtoll(line.c_str() + n + 1, nullptr, 10);
-  return -1;
-}
-bool ResetPeak() {
-  int fd = ::open("/proc/self/clear_refs", O_WRONLY);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, "5", 1) == 1;
-  ::close(fd);
-  return ok;
-}
+using spyglass::testing::ResetPeak;
+using spyglass::testing::StatusKb;
 
 // Collection used to hold the recorder's chunks and the whole model at once
 // (2x the recorded bytes, 3.3x with an argument per event: 113 model bytes
