@@ -1,4 +1,4 @@
-// This process's memory as the kernel counts it, for the tests and
+// A process's memory as the kernel counts it, for the tests and
 // benchmarks that measure a step's peak: VmRSS before, VmHWM after, the
 // high-water mark reset in between (5 written to /proc/self/clear_refs).
 #pragma once
@@ -14,9 +14,10 @@
 
 namespace spyglass::testing {
 
-// A kB field of /proc/self/status ("VmRSS", "VmHWM"); -1 if absent.
-inline int64_t StatusKb(const char* key) {
-  std::ifstream in("/proc/self/status");
+// A kB field of /proc/<pid>/status ("VmRSS", "VmHWM"; pid 0: this
+// process); -1 if absent.
+inline int64_t StatusKb(const char* key, int pid = 0) {
+  std::ifstream in(pid == 0 ? std::string("/proc/self/status") : "/proc/" + std::to_string(pid) + "/status");
   std::string line;
   const size_t n = std::strlen(key);
   while (std::getline(in, line))

@@ -24,6 +24,8 @@
 #include "spyglass/annotation.h"
 #include "spyglass/profiler.h"
 #include "spyglass/server.h"
+#include "annotating_child.h"
+#include "process_memory.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -34,23 +36,17 @@ namespace {
 namespace fs = std::filesystem;
 namespace prof = spyglass::profiler;
 using namespace std::chrono_literals;
+using spyglass::testing::AnnotatingChild;
 using spyglass::testing::Events;
 using spyglass::testing::FindPlane;
 using spyglass::testing::MakeTempDir;
 using spyglass::testing::PlaneStats;
+using spyglass::testing::StatusKb;
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM"); -1 if absent.
-long StatusKiB(pid_t pid, const std::string& field) {
-  std::ifstream f(pid == 0 ? "/proc/self/status" : "/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
-  return -1;
-}
 
 uint64_t WallNs() {
   return static_cast<uint64_t>(
@@ -288,7 +284,7 @@ TEST_F(HostileServerTest, BufferCeilingsBoundWhatARequestRecords) {
 // ---- 3. Terminate ids are bounded in size and number --------------------------
 
 TEST_F(HostileServerTest, HugeTerminateIdsAreRejectedAndNotKept) {
-  long before = StatusKiB(0, "VmRSS");
+  long before = StatusKb("VmRSS");
   std::string id(1 << 20, 'x');
   for (int i = 0; i < 300; ++i) {
     id[0] = static_cast<char>('a' + i % 26);
@@ -304,7 +300,7 @@ TEST_F(HostileServerTest, HugeTerminateIdsAreRejectedAndNotKept) {
     std::copy(s.begin(), s.end(), name.begin());
     ASSERT_TRUE(Terminate(name).ok()) << i;
   }
-  long after = StatusKiB(0, "VmRSS");
+  long after = StatusKb("VmRSS");
   EXPECT_LT(after - before, 100 * 1024) << "RSS grew from " << before << " KiB to " << after << " KiB";
 }
 
@@ -398,54 +394,16 @@ TEST_F(HostileServerTest, HugeFieldsGetShortInvalidArgumentErrors) {
 
 // ---- 6. A capture's memory goes back after the reply ---------------------------
 
-// A child running annotating_server with busy threads; killed on destruction.
-class BusyChild {
- public:
-  explicit BusyChild(int busy_threads) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<std::string> args = {ANNOTATING_SERVER, "0", "--seconds", "120", "--busy",
-                                     std::to_string(busy_threads)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, ANNOTATING_SERVER, &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    std::string out;
-    char c;
-    while (read(fds[0], &c, 1) == 1 && c != '\n') out.push_back(c);
-    close(fds[0]);
-    if (out.rfind("PORT ", 0) == 0) port_ = std::stoi(out.substr(5));
-    EXPECT_GT(port_, 0) << "child said: " << out;
-  }
-  ~BusyChild() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = 0;
-  int port_ = 0;
-};
 
 TEST(HostileServerMemoryTest, CaptureMemoryIsReturnedAfterTheReply) {
-  BusyChild child(2);
+  AnnotatingChild child({"--seconds", "120", "--busy", "2"});
   ASSERT_GT(child.port(), 0);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   auto stub = tensorflow::ProfilerService::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(child.port()), grpc::InsecureChannelCredentials(), args));
   std::this_thread::sleep_for(500ms);  // let the child settle
-  long before = StatusKiB(child.pid(), "VmRSS");
+  long before = StatusKb("VmRSS", child.pid());
   tensorflow::ProfileRequest r;
   r.mutable_opts()->set_version(1);
   r.mutable_opts()->set_host_tracer_level(2);
@@ -461,13 +419,13 @@ TEST(HostileServerMemoryTest, CaptureMemoryIsReturnedAfterTheReply) {
   ctx.set_deadline(std::chrono::system_clock::now() + 100s);
   grpc::Status g = stub->Profile(&ctx, r, &resp);
   ASSERT_TRUE(g.ok()) << g.error_message();
-  long peak = StatusKiB(child.pid(), "VmHWM");
+  long peak = StatusKb("VmHWM", child.pid());
   // The server frees the reply once it is sent, maybe just after we got it.
   constexpr long kBoundKiB = 200 * 1024;
-  long after = StatusKiB(child.pid(), "VmRSS");
+  long after = StatusKb("VmRSS", child.pid());
   for (int i = 0; i < 100 && after - before >= kBoundKiB; ++i) {
     std::this_thread::sleep_for(100ms);
-    after = StatusKiB(child.pid(), "VmRSS");
+    after = StatusKb("VmRSS", child.pid());
   }
   std::printf("child RSS before %ld KiB, peak %ld KiB, after %ld KiB, reply %zu bytes\n", before, peak, after,
               resp.ByteSizeLong());

@@ -27,6 +27,7 @@
 #include "spyglass/annotation.h"
 #include "spyglass/profiler.h"
 #include "spyglass/server.h"
+#include "annotating_child.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -37,6 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace prof = spyglass::profiler;
 using namespace std::chrono_literals;
+using spyglass::testing::AnnotatingChild;
 using spyglass::testing::Events;
 using spyglass::testing::FindPlane;
 using spyglass::testing::MakeTempDir;
@@ -69,46 +71,6 @@ class Annotator {
   std::thread t_;
 };
 
-// A child process running annotating_server; killed on destruction.
-class Child {
- public:
-  explicit Child(std::vector<std::string> extra = {}) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<std::string> args = {ANNOTATING_SERVER, "0", "--seconds", "60"};
-    for (auto& e : extra) args.push_back(e);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, ANNOTATING_SERVER, &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    std::string out;
-    char c;
-    while (read(fds[0], &c, 1) == 1 && c != '\n') out.push_back(c);
-    close(fds[0]);
-    if (out.rfind("PORT ", 0) == 0) port_ = std::stoi(out.substr(5));
-    EXPECT_GT(port_, 0) << "child said: " << out;
-  }
-  ~Child() { Kill(); }
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = 0;
-    }
-  }
-  int pid() const { return pid_; }
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = 0;
-  int port_ = 0;
-};
 
 // A listening TCP socket on a free loopback port.
 int ListenSocket(int* port, int backlog = 16) {
@@ -474,8 +436,8 @@ std::pair<uint64_t, uint64_t> ProfileWindow(const tensorflow::profiler::XSpace& 
 // `spyglass collect a,b`: two processes captured in the same window, one file
 // per address in one run directory, each with that process's own events.
 TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
-  Child a({"--name", "multi_a_step"});
-  Child b({"--name", "multi_b_step"});
+  AnnotatingChild a({"--name", "multi_a_step"});
+  AnnotatingChild b({"--name", "multi_b_step"});
   ASSERT_GT(a.port(), 0);
   ASSERT_GT(b.port(), 0);
   std::string dir = MakeTempDir();
@@ -503,7 +465,7 @@ TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
   EXPECT_FALSE(fs::exists(run / "perfetto_trace.json.gz"));  // --no_perfetto_link
 
   struct Host {
-    const Child* child;
+    const AnnotatingChild* child;
     std::string stem, own, other;
   } hosts[] = {{&a, stem_a, "multi_a_step", "multi_b_step"}, {&b, stem_b, "multi_b_step", "multi_a_step"}};
   std::vector<std::pair<uint64_t, uint64_t>> windows;
@@ -545,7 +507,7 @@ TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
 // One live and one dead address: the live one is written, the dead one named,
 // exit 0 (README: non-zero only when no server returned events). Both dead: non-zero.
 TEST(ClientTest, CliWithOneDeadHostWritesTheLiveOne) {
-  Child live({"--name", "live_host_step"});
+  AnnotatingChild live({"--name", "live_host_step"});
   ASSERT_GT(live.port(), 0);
   int dead_port = 0;
   close(ListenSocket(&dead_port));
@@ -621,7 +583,7 @@ TEST(SubprocessTest, RegistrationErrors) {
   close(ListenSocket(&port));
   Status s = prof::register_subprocess(999999, port, &r, 300);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
-  Child child;
+  AnnotatingChild child;
   ASSERT_TRUE(prof::register_subprocess(child.pid(), child.port(), &r, 5000).ok());
   prof::SubprocessRegistration r2;
   EXPECT_EQ(prof::register_subprocess(child.pid(), child.port(), &r2, 5000).code(), StatusCode::kAlreadyExists);
@@ -631,8 +593,8 @@ TEST(SubprocessTest, RegistrationErrors) {
 }
 
 TEST(SubprocessTest, CaptureMergesChildrenAndSurvivesADeadOne) {
-  Child a({"--name", "child_a_step"});
-  Child b({"--name", "child_b_step"});
+  AnnotatingChild a({"--name", "child_a_step"});
+  AnnotatingChild b({"--name", "child_b_step"});
   prof::SubprocessRegistration ra, rb;
   ASSERT_TRUE(prof::register_subprocess(a.pid(), a.port(), &ra, 5000).ok());
   ASSERT_TRUE(prof::register_subprocess(b.pid(), b.port(), &rb, 5000).ok());
