@@ -680,22 +680,15 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
 }  // namespace
 
 uint64_t EstimateTraceJsonBytes(const model::Space& space, uint64_t stop_above) {
+  const TraceJsonOptions options;
+  const Doc doc(space, options);  // the per-event costs that also size the slices
   uint64_t total = 0;
-  for (const model::Plane& p : space.planes) {
-    const auto& metadata = p.event_metadata();
-    for (const model::Line& l : p.lines) {
+  for (const Doc::PlaneInfo& info : doc.planes)
+    for (const model::Line& l : info.plane->lines)
       for (const model::Event& e : l.events) {
-        total += 64;  // "ph", pid, tid, ts, dur and punctuation
-        if (e.metadata_id < metadata.size()) {
-          const model::EventMetadata& md = metadata[e.metadata_id];
-          total += (md.display_name.empty() ? md.name : md.display_name).size();
-          for (const model::Stat& st : md.stats) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
-        }
-        for (const model::Stat& st : l.stats_of(e)) total += 16 + p.stat_name(st).size() + p.stat_text(st).size();
+        total += info.cost[e.metadata_id] + Doc::StatsBytes(*info.plane, l.stats_of(e));
         if (total > stop_above) return total;
       }
-    }
-  }
   return total;
 }
 
