@@ -42,4 +42,18 @@ inline constexpr std::string_view kPidMetadata = "pid";
 inline constexpr std::string_view kCommandLineMetadata = "command_line";
 inline constexpr std::string_view kStartTimeMetadata = "start_time_ns";
 
+// GPU device planes and launch events (spec GPU.md §4; XProf's names).
+inline constexpr std::string_view kCorrelationIdStat = "correlation_id";  // uint64: launch <-> device event
+inline constexpr std::string_view kContextIdStat = "context_id";
+inline constexpr std::string_view kDeviceIdStat = "device_id";
+inline constexpr std::string_view kKernelDetailsStat = "kernel_details";
+inline constexpr std::string_view kMemcpyDetailsStat = "memcpy_details";
+inline constexpr std::string_view kMemsetDetailsStat = "Memset_details";
+inline constexpr std::string_view kMemallocDetailsStat = "memalloc_details";
+inline constexpr std::string_view kCudaGraphIdStat = "cuda_graph_id";
+inline constexpr std::string_view kCudaGraphExecIdStat = "cuda_graph_exec_id";
+inline constexpr std::string_view kTfOpStat = "tf_op";  // outermost annotation open at launch
+inline constexpr std::string_view kAnnotationStackStat = "annotation_stack";  // all of them, outer::inner
+inline constexpr std::string_view kDeviceVendorStat = "device_vendor";
+
 }  // namespace spyglass::model

@@ -2,6 +2,7 @@
 #include <string_view>
 
 #include "common/quote.h"
+#include "gpu/gpu_options.h"
 #include "spyglass/options.h"
 
 namespace spyglass::profiler {
@@ -93,6 +94,7 @@ Status ValidateOptions(const ProfileOptions& o) {
                                     "TRACE_ONLY_XLA, TRACE_COMPUTE, TRACE_COMPUTE_AND_SYNC; got " + QuoteInput(m));
     }
   }
+  if (Status s = gpu::ValidateGpuOptions(o); !s.ok()) return s;
   if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)
     return InvalidArgumentError("buffer bounds must be positive");
   return Status::Ok();

@@ -70,7 +70,7 @@ enum TracerRank : int {
   kRankSubprocesses = 50,
   kRankHost = 100,             // the recorder behind TraceAnnotation
   kRankPython = 200,           // records into the host recorder: needs it running
-  kRankDevice = 300,           // GPU tracers (none yet)
+  kRankDevice = 300,           // GPU tracers (src/gpu/gpu_tracer.cc)
   kRankMemoryTimeline = 400,   // live-bytes counters on the host plane
 };
 

@@ -1,0 +1,113 @@
+// Our own declarations of the parts of the CUPTI / CUDA driver ABI the GPU
+// tracer uses (spec GPU.md §1.2, §1.3, §6.3): result codes, callback ids,
+// activity kinds, and the byte offsets of the record fields we read. No NVIDIA
+// header is needed to build; tests/gpu/cupti_abi_check.cc compiles the same
+// values against the real headers (pip nvidia-cuda-cupti) when they are found
+// and static_asserts that they agree.
+//
+// Record versions only append fields, so one offset serves Kernel4..Kernel10,
+// Memcpy5/6, Memset4, GraphTrace2; cuptiActivityGetNextRecord knows the size.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace spyglass::gpu::abi {
+
+using CUptiResult = int;
+inline constexpr int kSuccess = 0;
+inline constexpr int kErrorMaxLimitReached = 12;
+inline constexpr int kErrorNotInitialized = 15;
+inline constexpr int kErrorInvalidKind = 21;
+inline constexpr int kErrorInsufficientPrivileges = 35;
+inline constexpr int kErrorMultipleSubscribers = 39;
+inline constexpr int kErrorVirtualizedInsufficientPrivileges = 40;
+inline constexpr int kErrorUnknown = 999;
+
+// CUpti_CallbackDomain.
+inline constexpr int kDomainDriverApi = 1;
+// CUpti_ApiCallbackSite.
+inline constexpr int kApiEnter = 0;
+inline constexpr int kApiExit = 1;
+
+// Driver callback ids (cupti_driver_cbid.h).
+namespace cbid {
+inline constexpr uint32_t kMemFreeHost = 38, kMemHostAlloc = 39;
+inline constexpr uint32_t kMemsetD8Async = 216, kMemsetD16Async = 218, kMemsetD32Async = 220, kMemsetD2D8Async = 222,
+                          kMemsetD2D16Async = 224, kMemsetD2D32Async = 226;
+inline constexpr uint32_t kMemAlloc = 243, kMemAllocPitch = 244, kMemFree = 245;
+inline constexpr uint32_t kMemsetD8 = 249, kMemsetD16 = 250, kMemsetD32 = 251, kMemsetD2D8 = 252, kMemsetD2D16 = 253,
+                          kMemsetD2D32 = 254;
+inline constexpr uint32_t kMemcpyHtoD = 276, kMemcpyHtoDAsync = 277, kMemcpyDtoH = 278, kMemcpyDtoHAsync = 279,
+                          kMemcpyDtoD = 280, kMemcpyDtoDAsync = 281, kMemcpyAtoH = 282, kMemcpyAtoHAsync = 283,
+                          kMemcpyAtoD = 284, kMemcpyDtoA = 285, kMemcpyAtoA = 286, kMemcpy2D = 287,
+                          kMemcpy2DUnaligned = 288, kMemcpy2DAsync = 289, kMemcpy3D = 290, kMemcpy3DAsync = 291,
+                          kMemcpyHtoA = 292, kMemcpyHtoAAsync = 293;
+inline constexpr uint32_t kMemAllocHost = 294;
+inline constexpr uint32_t kMemcpy = 305, kMemcpyAsync = 306, kLaunchKernel = 307, kMemcpyPeer = 318,
+                          kMemcpyPeerAsync = 319;
+inline constexpr uint32_t kMemAllocManaged = 371, kLaunchCooperativeKernel = 477,
+                          kLaunchCooperativeKernelMultiDevice = 480;
+inline constexpr uint32_t kGraphLaunch = 514, kGraphLaunchPtsz = 515;
+inline constexpr uint32_t kMemAllocAsync = 598, kMemAllocAsyncPtsz = 599, kMemFreeAsync = 600,
+                          kMemFreeAsyncPtsz = 601, kMemAllocFromPoolAsync = 611, kMemAllocFromPoolAsyncPtsz = 612;
+inline constexpr uint32_t kLaunchKernelEx = 652;
+}  // namespace cbid
+
+// CUpti_ActivityKind.
+namespace kind {
+inline constexpr uint32_t kMemcpy = 1, kMemset = 2, kKernel = 3, kConcurrentKernel = 10, kMarker = 12,
+                          kMarkerData = 13, kOverhead = 17, kMemcpy2 = 22, kGraphTrace = 51;
+}  // namespace kind
+
+// CUpti_ActivityMemcpyKind.
+inline constexpr uint8_t kCopyHtoD = 1, kCopyDtoH = 2, kCopyDtoD = 8, kCopyPtoP = 10;
+inline constexpr uint8_t kMemcpyFlagAsync = 1;  // CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC
+inline constexpr uint16_t kMemsetFlagAsync = 1;  // CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC
+
+// CUpti_CallbackData (LP64).
+namespace cbdata {
+inline constexpr size_t kCallbackSite = 0, kFunctionName = 8, kFunctionParams = 16, kFunctionReturnValue = 24,
+                        kSymbolName = 32, kContext = 40, kContextUid = 48, kCorrelationData = 56,
+                        kCorrelationId = 64, kSize = 72;
+}  // namespace cbdata
+
+// Field offsets of the activity records (CUpti_ActivityKernel4+, Memcpy5+,
+// MemcpyPtoP4, Memset4, GraphTrace2).
+namespace kernel {
+inline constexpr size_t kRegistersPerThread = 6, kStart = 16, kEnd = 24, kDeviceId = 40, kContextId = 44,
+                        kStreamId = 48, kGridX = 52, kBlockX = 64, kStaticShared = 76, kDynamicShared = 80,
+                        kCorrelationId = 92, kName = 104, kGraphId = 156;
+}
+namespace memcpy {
+inline constexpr size_t kCopyKind = 4, kSrcKind = 5, kDstKind = 6, kFlags = 7, kBytes = 8, kStart = 16, kEnd = 24,
+                        kDeviceId = 32, kContextId = 36, kStreamId = 40, kCorrelationId = 44, kGraphId = 72;
+}
+namespace memcpy_p2p {
+inline constexpr size_t kSrcDeviceId = 44, kDstDeviceId = 52, kCorrelationId = 60;
+}
+namespace memset {
+inline constexpr size_t kBytes = 8, kStart = 16, kEnd = 24, kDeviceId = 32, kContextId = 36, kStreamId = 40,
+                        kCorrelationId = 44, kFlags = 48, kMemoryKind = 50;
+}
+namespace graph_trace {
+inline constexpr size_t kCorrelationId = 4, kStart = 8, kEnd = 16, kDeviceId = 24, kGraphId = 28, kContextId = 32,
+                        kStreamId = 36;
+}
+
+// Reads a field of type T at byte `offset` of a record (records are 8-byte
+// aligned, but fields are read by memcpy: no aliasing assumptions).
+template <class T>
+inline T Field(const void* record, size_t offset) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(record) + offset, sizeof(T));
+  return v;
+}
+
+// Function types resolved with dlsym (opaque handles are void*).
+using CallbackFunc = void (*)(void* userdata, int domain, uint32_t cbid, const void* cbdata);
+using BufferRequestedFunc = void (*)(uint8_t** buffer, size_t* size, size_t* max_num_records);
+using BufferCompletedFunc = void (*)(void* context, uint32_t stream_id, uint8_t* buffer, size_t size,
+                                     size_t valid_size);
+
+}  // namespace spyglass::gpu::abi

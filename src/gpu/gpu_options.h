@@ -1,0 +1,39 @@
+// The GPU keys of ProfileOptions.advanced_configuration (spec GPU.md §1.4):
+// their ranges, checked by ValidateOptions, and their values for the tracer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spyglass/options.h"
+#include "spyglass/status.h"
+
+namespace spyglass::gpu {
+
+// Bound on gpu_max_callback_api_events (and what 0, "no limit", means): the
+// host-call array is reserved up front (48 bytes an event, pages committed as used).
+inline constexpr int64_t kMaxCallbackEvents = int64_t{1} << 26;
+inline constexpr int64_t kMaxActivityEvents = int64_t{1} << 31;
+
+struct GpuOptions {
+  int64_t max_callback_api_events = 2 * 1024 * 1024;
+  int64_t max_activity_api_events = 2 * 1024 * 1024;
+  int64_t max_annotation_strings = 1024 * 1024;
+  bool enable_nvtx_tracking = false;
+  bool enable_activity_graph_trace = false;
+  bool dump_graph_node_mapping = false;
+  std::vector<std::string> pm_sample_counters;
+  int64_t pm_sample_interval_us = 500;
+  int64_t pm_sample_buffer_size_per_gpu_mb = 64;
+  int64_t num_chips_to_profile_per_task = 0;  // 0: all
+  bool any_gpu_key = false;                   // the user set a gpu_* key
+};
+
+// Range checks of the gpu_* keys (types are checked with every key in
+// src/session/options.cc).
+Status ValidateGpuOptions(const profiler::ProfileOptions& options);
+// The values (call after ValidateGpuOptions succeeded).
+GpuOptions ParseGpuOptions(const profiler::ProfileOptions& options);
+
+}  // namespace spyglass::gpu

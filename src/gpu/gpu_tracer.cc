@@ -1,0 +1,315 @@
+// The NVIDIA GPU tracer (rank kRankDevice): CUPTI activity records for
+// kernels, copies, memsets and graph launches, driver-API callbacks for the
+// launching calls and GPU memory. CUPTI and the driver are opened with
+// dlopen; without them the tracer says why and the host trace goes on.
+#include <dlfcn.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "gpu/cupti_abi.h"
+#include "gpu/cupti_loader.h"
+#include "gpu/gpu_callback.h"
+#include "gpu/gpu_convert.h"
+#include "gpu/gpu_options.h"
+#include "session/tracer.h"
+#include "spyglass/internal/recorder.h"
+
+namespace spyglass::gpu {
+namespace {
+
+using abi::CUptiResult;
+
+struct Cupti {
+  CUptiResult (*GetVersion)(uint32_t*);
+  CUptiResult (*Subscribe)(void**, abi::CallbackFunc, void*);
+  CUptiResult (*Unsubscribe)(void*);
+  CUptiResult (*EnableCallback)(uint32_t, void*, int, uint32_t);
+  CUptiResult (*ActivityEnable)(uint32_t);
+  CUptiResult (*ActivityDisable)(uint32_t);
+  CUptiResult (*ActivityRegisterCallbacks)(abi::BufferRequestedFunc, abi::BufferCompletedFunc);
+  CUptiResult (*ActivityFlushAll)(uint32_t);
+  CUptiResult (*ActivityGetNextRecord)(uint8_t*, size_t, void**);
+  CUptiResult (*ActivityGetNumDroppedRecords)(void*, uint32_t, size_t*);
+  CUptiResult (*GetTimestamp)(uint64_t*);
+  CUptiResult (*GetResultString)(CUptiResult, const char**);
+  CUptiResult (*GetDeviceId)(void*, uint32_t*);
+};
+
+struct Driver {
+  int (*Init)(unsigned);
+  int (*DeviceGetCount)(int*);
+};
+
+template <class F>
+bool Resolve(void* h, const char* name, F* f, std::string* missing) {
+  *f = reinterpret_cast<F>(dlsym(h, name));
+  if (*f == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
+  return *f != nullptr;
+}
+
+// Callback ids enabled (spec GPU.md §1.2 and §7.2: launches, copies,
+// memsets, graph launches, allocations and frees).
+constexpr uint32_t kCallbackIds[] = {
+    307, 477, 480, 652,                                                       // launches
+    276, 277, 278, 279, 280, 281, 282, 283, 284, 285, 286, 287, 288, 289, 290, 291, 292, 293, 305, 306, 318, 319,
+    216, 218, 220, 222, 224, 226, 249, 250, 251, 252, 253, 254,               // memsets
+    514, 515,                                                                 // graph launches
+    243, 244, 371, 294, 39, 245, 38, 598, 599, 600, 601, 611, 612,            // memory
+};
+
+constexpr size_t kBufferBytes = 1 << 20;
+
+// One GPU session at a time (the session guarantees it); CUPTI's buffer
+// callbacks are plain functions and find it here.
+struct Active;
+std::mutex g_mu;
+Active* g_active = nullptr;
+
+struct Active {
+  Cupti cupti{};
+  GpuCollector collector;
+  std::vector<std::array<int64_t, 3>> samples;  // (cupti ns, ticks before, ticks after)
+  uint64_t cupti_dropped = 0;
+  explicit Active(GpuLimits l) : collector(l) {}
+};
+
+void TakeSample(Active* a) {
+  uint64_t before = internal::now_ticks(), ts = 0;
+  a->cupti.GetTimestamp(&ts);
+  uint64_t after = internal::now_ticks();
+  if (a->samples.size() < 4096 && ts != 0)
+    a->samples.push_back({static_cast<int64_t>(ts), static_cast<int64_t>(before), static_cast<int64_t>(after)});
+}
+
+void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void BufferCompleted(void* ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_active != nullptr) {
+    Active* a = g_active;
+    void* record = nullptr;
+    for (size_t guard = 0; guard < kBufferBytes && valid > 0; ++guard) {
+      if (a->cupti.ActivityGetNextRecord(buffer, valid, &record) != abi::kSuccess) break;
+      a->collector.AddRecord(record);
+    }
+    size_t dropped = 0;
+    if (a->cupti.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == abi::kSuccess && dropped != 0) {
+      uint32_t dev = 0;
+      if (ctx != nullptr) a->cupti.GetDeviceId(ctx, &dev);
+      a->collector.CountDropped(dev, "CUPTI's buffers were full (Activity Event dropped by Cupti Lib)", dropped);
+    }
+    TakeSample(a);  // a clock sample during the session
+  }
+  std::free(buffer);
+}
+
+std::string ResultText(const Cupti& c, CUptiResult r) {
+  const char* s = nullptr;
+  if (c.GetResultString) c.GetResultString(r, &s);
+  return "CUPTI error " + std::to_string(r) + (s ? std::string(" (") + s + ")" : "");
+}
+
+std::string ExplainCuptiError(const Cupti& c, const char* call, CUptiResult r) {
+  if (r == abi::kErrorInsufficientPrivileges || r == abi::kErrorVirtualizedInsufficientPrivileges)
+    return std::string(call) + ": CUPTI_ERROR_INSUFFICIENT_PRIVILEGES: this user may not profile the GPU. Fix: "
+           "allow profiling for all users with the nvidia module option NVreg_RestrictProfilingToAdminUsers=0 "
+           "(options nvidia \"NVreg_RestrictProfilingToAdminUsers=0\" in /etc/modprobe.d/, update-initramfs -u, "
+           "reboot; /proc/driver/nvidia/params shows RmProfilingAdminOnly), or run as root / with CAP_SYS_ADMIN "
+           "(containers: --cap-add=SYS_ADMIN).";
+  if (r == abi::kErrorMultipleSubscribers || r == abi::kErrorMaxLimitReached)
+    return std::string(call) + ": another CUPTI subscriber is already attached to this process (Nsight Systems "
+           "or Nsight Compute, cuda-gdb, compute-sanitizer, or another profiler such as PyTorch's kineto); "
+           "only one may trace. Stop the other tool's tracing, or run without it.";
+  if (r == abi::kErrorNotInitialized)
+    return std::string(call) + ": " + ResultText(c, r) +
+           ": libcupti is newer than the NVIDIA driver, or no CUDA context could be made; use the libcupti that "
+           "matches the driver (SPYGLASS_CUPTI_PATH).";
+  return std::string(call) + ": " + ResultText(c, r);
+}
+
+class GpuTracer : public session::Tracer {
+ public:
+  explicit GpuTracer(const profiler::ProfileOptions& o) : options_(ParseGpuOptions(o)) {}
+  ~GpuTracer() override { Disable(); }
+
+  Status Start() override {
+    std::string why;
+    bool driver_present = false;
+    if (!Enable(&why, &driver_present)) {
+      off_reason_ = why;
+      // Quiet on a machine without an NVIDIA driver unless GPU options were set.
+      if (driver_present || options_.any_gpu_key) std::fprintf(stderr, "spyglass: GPU tracer off: %s\n", why.c_str());
+      return UnavailableError("GPU tracer off: " + why);
+    }
+    return Status::Ok();
+  }
+
+  Status Stop() override {
+    if (active_ == nullptr || stopped_) return Status::Ok();
+    stopped_ = true;
+    Cupti& c = active_->cupti;
+    if (subscriber_ != nullptr) {
+      for (uint32_t id : kCallbackIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
+      c.Unsubscribe(subscriber_);
+      subscriber_ = nullptr;
+    }
+    for (uint32_t k : kinds_)
+      if (k != abi::kind::kConcurrentKernel) c.ActivityDisable(k);  // left on: NVIDIA deadlock (spec §1.1)
+    c.ActivityFlushAll(1 /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED */);
+    std::lock_guard<std::mutex> lock(g_mu);
+    TakeSample(active_.get());
+    g_active = nullptr;
+    return Status::Ok();
+  }
+
+  Status CollectData(model::Space* space) override {
+    if (active_ == nullptr) {
+      if (!off_reason_.empty()) space->warnings.push_back("GPU tracer off: " + off_reason_);
+      return Status::Ok();
+    }
+    for (const char* k : Unsupported())
+      space->warnings.push_back(std::string("GPU option ") + k + " is accepted but not implemented by this Spyglass");
+    internal::TickConverter ticks = internal::TickConverter::Calibrate();
+    ClockMap clock;
+    for (const auto& s : active_->samples)
+      clock.AddSample(static_cast<uint64_t>(s[0]), ticks.ns_between(start_ticks_, s[1]),
+                      ticks.ns_between(start_ticks_, s[2]));
+    uint64_t n = sink_.size();
+    for (uint64_t i = 0; i < n; ++i)
+      if (sink_.events[i].end_ns != 0) active_->collector.AddApiEvent(sink_.events[i]);
+    for (uint32_t d = 0; d < CallbackSink::kMaxDevices; ++d)
+      active_->collector.CountDropped(d, "total driver(callback) events reaches max (gpu_max_callback_api_events)",
+                                      sink_.dropped[d].load());
+    events_ = n + active_->collector.records();
+    dropped_ = active_->collector.dropped();
+    active_->collector.Export(clock, space);
+    sink_.Release();
+    return Status::Ok();
+  }
+
+  void AddStats(session::SessionSummary* summary) const override {
+    summary->events += events_;
+    summary->dropped_events += dropped_;
+  }
+
+ private:
+  std::vector<const char*> Unsupported() const {
+    std::vector<const char*> out;
+    if (options_.enable_nvtx_tracking) out.push_back("gpu_enable_nvtx_tracking");
+    if (!options_.pm_sample_counters.empty()) out.push_back("gpu_pm_sample_counters");
+    if (options_.dump_graph_node_mapping) out.push_back("gpu_dump_graph_node_mapping");
+    return out;
+  }
+
+  bool Enable(std::string* why, bool* driver_present) {
+    void* driver = LoadDriver(why);
+    if (driver == nullptr) return false;
+    *driver_present = true;
+    Driver d{};
+    std::string missing;
+    Resolve(driver, "cuInit", &d.Init, &missing);
+    Resolve(driver, "cuDeviceGetCount", &d.DeviceGetCount, &missing);
+    if (!missing.empty()) return *why = "the NVIDIA driver lacks " + missing, false;
+    int count = 0;
+    if (int r = d.Init(0); r != 0) return *why = "cuInit failed with CUDA error " + std::to_string(r) + " (no usable GPU)", false;
+    if (d.DeviceGetCount(&count) != 0 || count <= 0) return *why = "no NVIDIA GPU found", false;
+    Loaded lib = LoadCupti();
+    if (lib.handle == nullptr) return *why = lib.error, false;
+    auto active = std::make_unique<Active>(GpuLimits{static_cast<uint64_t>(options_.max_activity_api_events),
+                                                     static_cast<uint32_t>(options_.num_chips_to_profile_per_task)});
+    Cupti& c = active->cupti;
+    void* h = lib.handle;
+    Resolve(h, "cuptiGetVersion", &c.GetVersion, &missing);
+    Resolve(h, "cuptiSubscribe", &c.Subscribe, &missing);
+    Resolve(h, "cuptiUnsubscribe", &c.Unsubscribe, &missing);
+    Resolve(h, "cuptiEnableCallback", &c.EnableCallback, &missing);
+    Resolve(h, "cuptiActivityEnable", &c.ActivityEnable, &missing);
+    Resolve(h, "cuptiActivityDisable", &c.ActivityDisable, &missing);
+    Resolve(h, "cuptiActivityRegisterCallbacks", &c.ActivityRegisterCallbacks, &missing);
+    Resolve(h, "cuptiActivityFlushAll", &c.ActivityFlushAll, &missing);
+    Resolve(h, "cuptiActivityGetNextRecord", &c.ActivityGetNextRecord, &missing);
+    Resolve(h, "cuptiActivityGetNumDroppedRecords", &c.ActivityGetNumDroppedRecords, &missing);
+    Resolve(h, "cuptiGetTimestamp", &c.GetTimestamp, &missing);
+    Resolve(h, "cuptiGetResultString", &c.GetResultString, &missing);
+    Resolve(h, "cuptiGetDeviceId", &c.GetDeviceId, &missing);
+    if (!missing.empty()) return *why = lib.path + " lacks " + missing, false;
+    uint32_t version = 0;
+    if (CUptiResult r = c.GetVersion(&version); r != abi::kSuccess) return *why = ExplainCuptiError(c, "cuptiGetVersion", r), false;
+
+    if (!sink_.Reserve(static_cast<uint64_t>(options_.max_callback_api_events)))
+      return *why = "cannot reserve the callback event array", false;
+    sink_.get_timestamp = c.GetTimestamp;
+    sink_.get_device_id = c.GetDeviceId;
+    sink_.num_devices = options_.num_chips_to_profile_per_task > 0
+                            ? static_cast<uint32_t>(options_.num_chips_to_profile_per_task)
+                            : CallbackSink::kMaxDevices;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_active = active.get();
+    }
+    active_ = std::move(active);
+    start_ticks_ = internal::now_ticks();
+    TakeSample(active_.get());
+    if (CUptiResult r = c.Subscribe(&subscriber_, &ApiCallback, &sink_); r != abi::kSuccess) {
+      subscriber_ = nullptr;
+      return Fail(why, ExplainCuptiError(c, "cuptiSubscribe", r));
+    }
+    for (uint32_t id : kCallbackIds)
+      if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
+        return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    if (CUptiResult r = c.ActivityRegisterCallbacks(&BufferRequested, &BufferCompleted); r != abi::kSuccess)
+      return Fail(why, ExplainCuptiError(c, "cuptiActivityRegisterCallbacks", r));
+    kinds_ = {abi::kind::kConcurrentKernel, abi::kind::kMemcpy, abi::kind::kMemcpy2, abi::kind::kMemset};
+    if (options_.enable_activity_graph_trace) kinds_.push_back(abi::kind::kGraphTrace);
+    for (uint32_t k : kinds_)
+      if (CUptiResult r = c.ActivityEnable(k); r != abi::kSuccess)
+        return Fail(why, ExplainCuptiError(c, "cuptiActivityEnable", r));
+    return true;
+  }
+
+  bool Fail(std::string* why, std::string text) {
+    *why = std::move(text);
+    stopped_ = false;
+    (void)Stop();
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_active = nullptr;
+    active_.reset();
+    sink_.Release();
+    return false;
+  }
+
+  void Disable() {
+    if (active_ != nullptr && !stopped_) (void)Stop();
+  }
+
+  GpuOptions options_;
+  std::unique_ptr<Active> active_;
+  CallbackSink sink_;
+  void* subscriber_ = nullptr;
+  std::vector<uint32_t> kinds_;
+  uint64_t start_ticks_ = 0;
+  bool stopped_ = false;
+  std::string off_reason_;
+  uint64_t events_ = 0, dropped_ = 0;
+};
+
+std::unique_ptr<session::Tracer> MakeGpuTracer(const profiler::ProfileOptions& options) {
+  if (options.device_tracer_level == 0) return nullptr;
+  return std::make_unique<GpuTracer>(options);
+}
+
+}  // namespace
+}  // namespace spyglass::gpu
+
+SPYGLASS_REGISTER_TRACER(device, spyglass::session::kRankDevice, spyglass::gpu::MakeGpuTracer);
