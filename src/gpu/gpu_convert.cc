@@ -292,7 +292,6 @@ struct StreamLine {
 }  // namespace
 
 void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
-  model::Plane& host = space->plane(model::kHostPlaneName);
   // Launches first: their annotations, read before our events join the lines.
   std::vector<std::pair<int64_t, const ApiEvent*>> launches;
   for (const ApiEvent& a : api_) {
@@ -300,7 +299,8 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     if (k == ApiKind::kLaunch || k == ApiKind::kGraphLaunch || k == ApiKind::kMemcpy || k == ApiKind::kMemset)
       launches.emplace_back(clock.ToPs(a.start_ns), &a);
   }
-  std::unordered_map<uint32_t, Annotation> annotations = AnnotationsOfLaunches(host, launches, clock);
+  std::unordered_map<uint32_t, Annotation> annotations =
+      AnnotationsOfLaunches(space->plane(model::kHostPlaneName), launches, clock);
   std::unordered_map<uint32_t, const char*> kernel_of;  // correlation id -> kernel name (launch events' names)
 
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
@@ -443,7 +443,9 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     std::vector<DeviceEvent>().swap(d.events);
   }
 
-  // Host calls on their threads' lines.
+  // Host calls on their threads' lines (the plane is looked up again: adding
+  // device planes moved it).
+  model::Plane& host = space->plane(model::kHostPlaneName);
   const uint32_t h_corr = host.intern_stat(model::kCorrelationIdStat), h_dev = host.intern_stat(model::kDeviceIdStat),
                  h_memcpy = host.intern_stat(model::kMemcpyDetailsStat),
                  h_alloc = host.intern_stat(model::kMemallocDetailsStat);

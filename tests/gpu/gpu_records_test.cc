@@ -1,0 +1,305 @@
+// CUPTI records and callback data built in memory with NVIDIA's own struct
+// layouts (headers from the pip wheel nvidia-cuda-cupti, never committed),
+// converted by the GPU tracer's code into an .xplane.pb that
+// gpu_xprof_check.py then reads with XProf's own converter. Also checks that
+// our ABI declarations (src/gpu/cupti_abi.h) agree with the headers.
+//
+//   gpu_records_test <out.xplane.pb>
+#include <cupti.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "export/xplane/xplane_writer.h"
+#include "gpu/cupti_abi.h"
+#include "gpu/gpu_callback.h"
+#include "gpu/gpu_convert.h"
+#include "memory/pprof.h"
+#include "model/schema.h"
+#include "spyglass/memory.h"
+
+namespace abi = spyglass::gpu::abi;
+
+// Our declarations against NVIDIA's.
+#define SAME(T, field, ours) static_assert(offsetof(T, field) == (ours), #T "." #field)
+SAME(CUpti_ActivityKernel9, registersPerThread, abi::kernel::kRegistersPerThread);
+SAME(CUpti_ActivityKernel9, start, abi::kernel::kStart);
+SAME(CUpti_ActivityKernel9, end, abi::kernel::kEnd);
+SAME(CUpti_ActivityKernel9, deviceId, abi::kernel::kDeviceId);
+SAME(CUpti_ActivityKernel9, contextId, abi::kernel::kContextId);
+SAME(CUpti_ActivityKernel9, streamId, abi::kernel::kStreamId);
+SAME(CUpti_ActivityKernel9, gridX, abi::kernel::kGridX);
+SAME(CUpti_ActivityKernel9, blockX, abi::kernel::kBlockX);
+SAME(CUpti_ActivityKernel9, staticSharedMemory, abi::kernel::kStaticShared);
+SAME(CUpti_ActivityKernel9, dynamicSharedMemory, abi::kernel::kDynamicShared);
+SAME(CUpti_ActivityKernel9, correlationId, abi::kernel::kCorrelationId);
+SAME(CUpti_ActivityKernel9, name, abi::kernel::kName);
+SAME(CUpti_ActivityKernel9, graphId, abi::kernel::kGraphId);
+SAME(CUpti_ActivityKernel4, correlationId, abi::kernel::kCorrelationId);
+SAME(CUpti_ActivityKernel4, name, abi::kernel::kName);
+SAME(CUpti_ActivityMemcpy5, copyKind, abi::memcpy::kCopyKind);
+SAME(CUpti_ActivityMemcpy5, srcKind, abi::memcpy::kSrcKind);
+SAME(CUpti_ActivityMemcpy5, dstKind, abi::memcpy::kDstKind);
+SAME(CUpti_ActivityMemcpy5, flags, abi::memcpy::kFlags);
+SAME(CUpti_ActivityMemcpy5, bytes, abi::memcpy::kBytes);
+SAME(CUpti_ActivityMemcpy5, start, abi::memcpy::kStart);
+SAME(CUpti_ActivityMemcpy5, deviceId, abi::memcpy::kDeviceId);
+SAME(CUpti_ActivityMemcpy5, contextId, abi::memcpy::kContextId);
+SAME(CUpti_ActivityMemcpy5, streamId, abi::memcpy::kStreamId);
+SAME(CUpti_ActivityMemcpy5, correlationId, abi::memcpy::kCorrelationId);
+SAME(CUpti_ActivityMemcpy5, graphId, abi::memcpy::kGraphId);
+SAME(CUpti_ActivityMemcpyPtoP4, srcDeviceId, abi::memcpy_p2p::kSrcDeviceId);
+SAME(CUpti_ActivityMemcpyPtoP4, dstDeviceId, abi::memcpy_p2p::kDstDeviceId);
+SAME(CUpti_ActivityMemcpyPtoP4, correlationId, abi::memcpy_p2p::kCorrelationId);
+SAME(CUpti_ActivityMemset4, bytes, abi::memset::kBytes);
+SAME(CUpti_ActivityMemset4, start, abi::memset::kStart);
+SAME(CUpti_ActivityMemset4, deviceId, abi::memset::kDeviceId);
+SAME(CUpti_ActivityMemset4, streamId, abi::memset::kStreamId);
+SAME(CUpti_ActivityMemset4, correlationId, abi::memset::kCorrelationId);
+SAME(CUpti_ActivityMemset4, flags, abi::memset::kFlags);
+SAME(CUpti_ActivityMemset4, memoryKind, abi::memset::kMemoryKind);
+SAME(CUpti_ActivityGraphTrace2, correlationId, abi::graph_trace::kCorrelationId);
+SAME(CUpti_ActivityGraphTrace2, start, abi::graph_trace::kStart);
+SAME(CUpti_ActivityGraphTrace2, deviceId, abi::graph_trace::kDeviceId);
+SAME(CUpti_ActivityGraphTrace2, graphId, abi::graph_trace::kGraphId);
+SAME(CUpti_ActivityGraphTrace2, streamId, abi::graph_trace::kStreamId);
+SAME(CUpti_CallbackData, callbackSite, abi::cbdata::kCallbackSite);
+SAME(CUpti_CallbackData, functionName, abi::cbdata::kFunctionName);
+SAME(CUpti_CallbackData, functionParams, abi::cbdata::kFunctionParams);
+SAME(CUpti_CallbackData, functionReturnValue, abi::cbdata::kFunctionReturnValue);
+SAME(CUpti_CallbackData, symbolName, abi::cbdata::kSymbolName);
+SAME(CUpti_CallbackData, context, abi::cbdata::kContext);
+SAME(CUpti_CallbackData, correlationData, abi::cbdata::kCorrelationData);
+SAME(CUpti_CallbackData, correlationId, abi::cbdata::kCorrelationId);
+static_assert(sizeof(CUpti_CallbackData) == abi::cbdata::kSize);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel == abi::cbid::kLaunchKernel);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx == abi::cbid::kLaunchKernelEx);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2 == abi::cbid::kMemcpyHtoDAsync);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2 == abi::cbid::kMemcpyDtoH);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async == abi::cbid::kMemsetD32Async);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch == abi::cbid::kGraphLaunch);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 == abi::cbid::kMemAlloc);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged == abi::cbid::kMemAllocManaged);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 == abi::cbid::kMemAllocHost);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync == abi::cbid::kMemAllocAsync);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 == abi::cbid::kMemFree);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync == abi::cbid::kMemFreeAsync);
+static_assert(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL == abi::kind::kConcurrentKernel);
+static_assert(CUPTI_ACTIVITY_KIND_MEMCPY == abi::kind::kMemcpy);
+static_assert(CUPTI_ACTIVITY_KIND_MEMSET == abi::kind::kMemset);
+static_assert(CUPTI_ACTIVITY_KIND_GRAPH_TRACE == abi::kind::kGraphTrace);
+static_assert(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES == abi::kErrorInsufficientPrivileges);
+static_assert(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED == abi::kErrorMultipleSubscribers);
+static_assert(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD == abi::kCopyHtoD && CUPTI_ACTIVITY_MEMCPY_KIND_DTOH == abi::kCopyDtoH);
+static_assert(CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC == abi::kMemcpyFlagAsync);
+
+namespace {
+
+int failures = 0;
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                     \
+    }                                                                 \
+  } while (0)
+
+constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;  // CUPTI clock (ns) at the session start
+uint64_t At(uint64_t us) { return kT0 + us * 1000; }
+
+uint64_t g_now = 0;
+int FakeTimestamp(uint64_t* t) {
+  *t = g_now;
+  return 0;
+}
+int FakeDeviceId(void*, uint32_t* d) {
+  *d = 0;
+  return 0;
+}
+
+// One driver call through the real callback: enter at `start_us`, exit at `end_us`.
+void Call(spyglass::gpu::CallbackSink& sink, CUpti_driver_api_trace_cbid id, const char* fn, uint32_t corr,
+          void* params, uint64_t start_us, uint64_t end_us, CUresult ret = CUDA_SUCCESS) {
+  uint64_t scratch = 0;
+  CUpti_CallbackData d{};
+  d.functionName = fn;
+  d.functionParams = params;
+  d.functionReturnValue = &ret;
+  d.context = reinterpret_cast<CUcontext>(0x1000);
+  d.correlationData = &scratch;
+  d.correlationId = corr;
+  d.callbackSite = CUPTI_API_ENTER;
+  g_now = At(start_us);
+  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+  d.callbackSite = CUPTI_API_EXIT;
+  g_now = At(end_us);
+  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: gpu_records_test <out.xplane.pb>\n");
+    return 2;
+  }
+  using namespace spyglass;
+  const uint32_t tid = static_cast<uint32_t>(gettid());
+
+  // What the host tracer wrote: train > layer1 on this thread, in ps since start.
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  model::Line& line = host.line_with_id(tid);
+  line.name = line.display_name = "main";
+  model::Event train{0, 1'000'000'000, host.intern_event("train"), model::kNoStats};      // 0..1000 us
+  model::Event layer{10'000'000, 500'000'000, host.intern_event("layer1"), model::kNoStats};  // 10..510 us
+  line.events = {train, layer};
+
+  // Callbacks on this thread, through the real callback with NVIDIA's layouts.
+  gpu::CallbackSink sink;
+  CHECK(sink.Reserve(1024));
+  sink.get_timestamp = &FakeTimestamp;
+  sink.get_device_id = &FakeDeviceId;
+  CUdeviceptr dptr = 0x7f0000100000ull;
+  cuMemAlloc_v2_params alloc{&dptr, 4u << 20};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2", 1, &alloc, 12, 14);
+  CUdeviceptr managed = 0x7f0000900000ull;
+  cuMemAllocManaged_params man{&managed, 1u << 20, 1};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, "cuMemAllocManaged", 2, &man, 15, 16);
+  CUdeviceptr failed = 0x7f0000a00000ull;
+  cuMemAlloc_v2_params bad{&failed, 8u << 20};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2", 3, &bad, 16, 17, CUDA_ERROR_OUT_OF_MEMORY);
+  char host_src[16];
+  cuMemcpyHtoDAsync_v2_params h2d{dptr, host_src, 1u << 20, nullptr};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2", 10, &h2d, 20, 22);
+  cuLaunchKernel_params launch{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", 11, &launch, 30, 33);
+  cuMemsetD32Async_params ms{dptr, 0, 1024, nullptr};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, "cuMemsetD32Async", 12, &ms, 34, 35);
+  cuMemcpyDtoH_v2_params d2h{host_src, dptr, 65536};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2", 13, &d2h, 600, 700);  // outside layer1
+  CHECK(sink.size() == 7);
+
+  // GPU memory: the live allocation is in the profile as gpu:0 / device with a
+  // stack; the failed call is not; the freed one goes.
+  cuMemFree_v2_params fr{managed};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree_v2", 14, &fr, 800, 801);
+  std::string pprof;
+  CHECK(profiler::device_memory_profile(&pprof, "gpu").ok());
+  memory::PprofProfile prof;
+  CHECK(memory::ParsePprof(pprof, &prof).ok());
+  int gpu_samples = 0;
+  for (const auto& s : prof.samples) {
+    auto dev = s.labels.find("device"), kind = s.labels.find("kind");
+    if (dev == s.labels.end() || dev->second != "gpu:0") continue;
+    ++gpu_samples;
+    CHECK(kind != s.labels.end() && kind->second == "device");
+    CHECK(prof.bytes_index >= 0 && s.values[prof.bytes_index] == (4 << 20));
+    CHECK(!s.frames.empty());
+  }
+  CHECK(gpu_samples == 1);
+
+  // Device records with NVIDIA's layouts.
+  gpu::GpuCollector collector;
+  CUpti_ActivityKernel9 k{};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.start = At(40);
+  k.end = At(140);  // 100 us
+  k.deviceId = 0;
+  k.contextId = 1;
+  k.streamId = 7;
+  k.gridX = 256, k.gridY = 2, k.gridZ = 1;
+  k.blockX = 128, k.blockY = 1, k.blockZ = 1;
+  k.registersPerThread = 32;
+  k.staticSharedMemory = 1024;
+  k.dynamicSharedMemory = 0;
+  k.correlationId = 11;
+  k.name = "_Z10vector_addPfS_S_i";
+  collector.AddRecord(&k);
+  CUpti_ActivityMemcpy5 c{};
+  c.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  c.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+  c.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+  c.dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  c.flags = CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC;
+  c.bytes = 1u << 20;
+  c.start = At(25);
+  c.end = At(35);
+  c.contextId = 1;
+  c.streamId = 7;
+  c.correlationId = 10;
+  collector.AddRecord(&c);
+  CUpti_ActivityMemcpy5 c2 = c;
+  c2.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+  c2.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  c2.dstKind = CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+  c2.flags = 0;
+  c2.bytes = 65536;
+  c2.start = At(610);
+  c2.end = At(650);
+  c2.streamId = 8;
+  c2.correlationId = 13;
+  collector.AddRecord(&c2);
+  CUpti_ActivityMemset4 m{};
+  m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  m.bytes = 4096;
+  m.start = At(150);
+  m.end = At(152);
+  m.contextId = 1;
+  m.streamId = 7;
+  m.correlationId = 12;
+  m.flags = CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC;
+  m.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  collector.AddRecord(&m);
+  CUpti_ActivityGraphTrace2 g{};
+  g.kind = CUPTI_ACTIVITY_KIND_GRAPH_TRACE;
+  g.start = At(700);
+  g.end = At(720);
+  g.graphId = 5;
+  g.contextId = 1;
+  g.streamId = 9;
+  g.correlationId = 20;
+  collector.AddRecord(&g);
+  CHECK(collector.records() == 5);
+
+  for (uint64_t i = 0; i < sink.size(); ++i) collector.AddApiEvent(sink.events[i]);
+  gpu::ClockMap clock;
+  clock.AddSample(kT0, 0, 0);
+  clock.AddSample(At(1000), 1'000'000, 1'000'000);
+  collector.Export(clock, &space);
+  space.hostnames.push_back("gpuhost");
+
+  const model::Plane* dev = space.find_plane("/device:GPU:0");
+  CHECK(dev != nullptr);
+  if (dev != nullptr) {
+    CHECK(dev->lines.size() == 3);
+    bool kernel_annotated = false;
+    for (const model::Line& l : dev->lines)
+      for (const model::Event& e : l.events)
+        if (dev->event_metadata()[e.metadata_id].name == "vector_add(float*, float*, float*, int)") {
+          CHECK(l.name == "Stream #7(Compute,MemcpyH2D,Memset)");
+          CHECK(e.duration_ps == 100'000'000);
+          for (const model::Stat& s : l.stats_of(e))
+            if (dev->stat_name(s) == model::kAnnotationStackStat) kernel_annotated = dev->stat_text(s) == "train::layer1";
+        }
+    CHECK(kernel_annotated);
+  }
+  // The launch on this thread's line, named by its kernel.
+  bool launch_found = false;
+  const model::Plane& host_after = *space.find_plane(model::kHostPlaneName);
+  for (const model::Event& e : host_after.lines[0].events)
+    if (host_after.event_metadata()[e.metadata_id].name == "vector_add(float*, float*, float*, int)") {
+      launch_found = true;
+      CHECK(e.offset_ps == 30'000'000 && e.duration_ps == 3'000'000);
+    }
+  CHECK(launch_found);
+
+  Status s = exporter::WriteXSpaceFile(space, argv[1]);
+  CHECK(s.ok());
+  if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);
+  else std::printf("ok: wrote %s\n", argv[1]);
+  return failures ? 1 : 0;
+}

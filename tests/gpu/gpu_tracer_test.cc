@@ -1,0 +1,179 @@
+// The GPU tracer without a GPU: option ranges, the libcupti search and its
+// message, a session on a machine with no NVIDIA driver (host trace on, an
+// XSpace warning, stderr quiet unless a GPU key was set, a start error with
+// raise_error_on_start_failure), and the pip libcupti loaded with no driver.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gpu/cupti_loader.h"
+#include "gpu/gpu_options.h"
+#include "session/session.h"
+#include "spyglass/annotation.h"
+
+namespace spyglass {
+namespace {
+
+profiler::ProfileOptions With(const std::string& key, profiler::AdvancedValue v) {
+  profiler::ProfileOptions o;
+  o.advanced_configuration.emplace(key, std::move(v));
+  return o;
+}
+
+TEST(GpuOptions, EveryGuideKeyAccepted) {
+  profiler::ProfileOptions o;
+  o.advanced_configuration = {{"gpu_max_callback_api_events", 1000},
+                              {"gpu_max_activity_api_events", 0},
+                              {"gpu_max_annotation_strings", 100},
+                              {"gpu_enable_nvtx_tracking", true},
+                              {"gpu_enable_cupti_activity_graph_trace", true},
+                              {"gpu_pm_sample_counters", "sm__cycles_active.avg, dram__bytes_read.sum"},
+                              {"gpu_pm_sample_interval_us", 500},
+                              {"gpu_pm_sample_buffer_size_per_gpu_mb", 64},
+                              {"gpu_num_chips_to_profile_per_task", 2},
+                              {"gpu_dump_graph_node_mapping", true}};
+  EXPECT_TRUE(profiler::ValidateOptions(o).ok()) << profiler::ValidateOptions(o).message();
+  gpu::GpuOptions g = gpu::ParseGpuOptions(o);
+  EXPECT_TRUE(g.any_gpu_key);
+  EXPECT_EQ(g.max_callback_api_events, 1000);
+  EXPECT_EQ(g.max_activity_api_events, 0);
+  EXPECT_EQ(g.pm_sample_counters, (std::vector<std::string>{"sm__cycles_active.avg", "dram__bytes_read.sum"}));
+  EXPECT_EQ(g.num_chips_to_profile_per_task, 2);
+  EXPECT_TRUE(g.enable_activity_graph_trace);
+  // 0 callback events means no limit (as XLA), bounded by ours.
+  EXPECT_EQ(gpu::ParseGpuOptions(With("gpu_max_callback_api_events", 0)).max_callback_api_events,
+            gpu::kMaxCallbackEvents);
+  EXPECT_FALSE(gpu::ParseGpuOptions(profiler::ProfileOptions{}).any_gpu_key);
+}
+
+TEST(GpuOptions, RangesAndTypesRejected) {
+  auto message = [](const profiler::ProfileOptions& o) { return profiler::ValidateOptions(o).message(); };
+  EXPECT_NE(message(With("gpu_pm_sample_buffer_size_per_gpu_mb", 32)).find("between 64 and 4096, got 32"),
+            std::string::npos);
+  EXPECT_NE(message(With("gpu_pm_sample_interval_us", 0)).find("'gpu_pm_sample_interval_us' must be between 1"),
+            std::string::npos);
+  EXPECT_NE(message(With("gpu_max_callback_api_events", int64_t{1} << 40)).find("must be between 0 and"),
+            std::string::npos);
+  EXPECT_NE(message(With("gpu_max_activity_api_events", -1)).find("must not be negative"), std::string::npos);
+  EXPECT_NE(message(With("gpu_enable_nvtx_tracking", 1)).find("takes a bool value"), std::string::npos);
+  EXPECT_NE(message(With("gpu_pm_sample_counters", 5)).find("takes a string value"), std::string::npos);
+  EXPECT_NE(message(With("gpu_pm_sample_counters", "sm__x;rm -rf")).find("is not a metric name"), std::string::npos);
+  std::string unknown = message(With("gpu_enable_everything", true));
+  EXPECT_NE(unknown.find("unknown advanced_configuration key 'gpu_enable_everything'"), std::string::npos) << unknown;
+}
+
+TEST(CuptiLoader, NotFoundListsEveryPlaceAndTheFix) {
+  setenv("SPYGLASS_CUPTI_PATH", "/nonexistent/cupti", 1);
+  setenv("CUDA_HOME", "/opt/cuda-test", 1);
+  setenv("VIRTUAL_ENV", "/nonexistent/venv", 1);
+  setenv("LD_LIBRARY_PATH", "/nonexistent/ld", 1);
+  gpu::Loaded l = gpu::LoadCupti();
+  unsetenv("SPYGLASS_CUPTI_PATH");
+  unsetenv("CUDA_HOME");
+  unsetenv("VIRTUAL_ENV");
+  ASSERT_EQ(l.handle, nullptr) << "a libcupti was found at " << l.path;
+  EXPECT_NE(l.error.find("libcupti not found. Searched:"), std::string::npos) << l.error;
+  EXPECT_NE(l.error.find("/nonexistent/cupti (absent)"), std::string::npos) << l.error;
+  EXPECT_NE(l.error.find("LD_LIBRARY_PATH=/nonexistent/ld"), std::string::npos) << l.error;
+  EXPECT_NE(l.error.find("/opt/cuda-test/extras/CUPTI/lib64/libcupti.so.13 (absent)"), std::string::npos) << l.error;
+  EXPECT_NE(l.error.find("/usr/local/cuda/extras/CUPTI/lib64/"), std::string::npos) << l.error;
+  EXPECT_NE(l.error.find("pip install nvidia-cuda-cupti"), std::string::npos) << l.error;
+}
+
+TEST(CuptiLoader, WheelsOfTheRunningPythonAreSearched) {
+  // The site-packages of a Python that loaded us (here: named by VIRTUAL_ENV).
+  char dir[] = "/tmp/spyglass_venv_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string sp = std::string(dir) + "/lib/python3.11/site-packages";
+  ASSERT_EQ(std::system(("mkdir -p " + sp).c_str()), 0);
+  setenv("VIRTUAL_ENV", dir, 1);
+  std::vector<std::string> c = gpu::CuptiCandidates();
+  unsetenv("VIRTUAL_ENV");
+  bool cu13 = false, cu12 = false;
+  for (const std::string& p : c) {
+    cu13 |= p == sp + "/nvidia/cu13/lib/libcupti.so.13";
+    cu12 |= p == sp + "/nvidia/cuda_cupti/lib/libcupti.so.12";
+  }
+  EXPECT_TRUE(cu13 && cu12);
+  (void)std::system((std::string("rm -rf ") + dir).c_str());
+}
+
+bool HasDriver() {
+  std::string e;
+  return gpu::LoadDriver(&e) != nullptr;
+}
+
+TEST(GpuTracer, NoDriverHostTraceGoesOnWithAWarning) {
+  if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  profiler::ProfileOptions o;  // device_tracer_level = 1, no GPU key
+  testing::internal::CaptureStderr();
+  std::unique_ptr<session::Session> s;
+  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
+  { profiler::TraceAnnotation a("host_work"); }
+  model::Space space;
+  session::SessionSummary summary;
+  EXPECT_TRUE(s->Stop(&space, &summary).ok());
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("GPU tracer"), std::string::npos) << "stderr must stay quiet: " << err;
+  ASSERT_EQ(space.warnings.size(), 1u);
+  EXPECT_NE(space.warnings[0].find("GPU tracer off: no NVIDIA driver (libcuda.so.1"), std::string::npos)
+      << space.warnings[0];
+  EXPECT_GE(summary.events, 1u);  // the host trace
+  EXPECT_EQ(space.find_plane("/device:GPU:0"), nullptr);
+}
+
+TEST(GpuTracer, NoDriverWithAGpuKeySaysSoOnStderrOnce) {
+  if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  profiler::ProfileOptions o = With("gpu_max_activity_api_events", 1000);
+  testing::internal::CaptureStderr();
+  std::unique_ptr<session::Session> s;
+  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
+  model::Space space;
+  session::SessionSummary summary;
+  (void)s->Stop(&space, &summary);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, err.substr(0, err.find('\n') + 1)) << "one line: " << err;
+  EXPECT_EQ(err.rfind("spyglass: GPU tracer off: no NVIDIA driver", 0), 0u) << err;
+}
+
+TEST(GpuTracer, RaiseErrorOnStartFailure) {
+  if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  profiler::ProfileOptions o;
+  o.raise_error_on_start_failure = true;
+  std::unique_ptr<session::Session> s;
+  Status st = session::Session::Create(o, "busy", &s);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("GPU tracer off: no NVIDIA driver"), std::string::npos) << st.message();
+  EXPECT_EQ(s, nullptr);
+  // device_tracer_level=0: no GPU tracer, no error.
+  o.device_tracer_level = 0;
+  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
+  s.reset();
+}
+
+// The pip wheel's libcupti on this driverless machine: it loads (our loader
+// finds it by SPYGLASS_CUPTI_PATH), and the session still reports the missing
+// driver, which is checked first, rather than failing inside CUPTI.
+TEST(GpuTracer, PipLibcuptiWithoutDriver) {
+  const char* dir = std::getenv("SPYGLASS_TEST_CUPTI_DIR");
+  if (dir == nullptr || *dir == 0) GTEST_SKIP() << "SPYGLASS_TEST_CUPTI_DIR not set (pip nvidia-cuda-cupti)";
+  if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  setenv("SPYGLASS_CUPTI_PATH", dir, 1);
+  gpu::Loaded l = gpu::LoadCupti();
+  ASSERT_NE(l.handle, nullptr) << l.error;
+  using GetTimestamp = int (*)(uint64_t*);
+  auto ts = reinterpret_cast<GetTimestamp>(dlsym(l.handle, "cuptiGetTimestamp"));
+  ASSERT_NE(ts, nullptr);
+  profiler::ProfileOptions o;
+  o.raise_error_on_start_failure = true;
+  std::unique_ptr<session::Session> s;
+  Status st = session::Session::Create(o, "busy", &s);
+  unsetenv("SPYGLASS_CUPTI_PATH");
+  EXPECT_NE(st.message().find("no NVIDIA driver"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace spyglass
