@@ -32,3 +32,10 @@ if $browser; then
   [ -d tests/browser/node_modules/speedscope ] && [ -d tests/browser/node_modules/playwright-core ] ||
     (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
+if $browser; then
+  # NVIDIA's CUPTI headers and libcupti for the GPU record tests (tests/gpu; no
+  # GPU needed): pip wheels into the build tree, never committed.
+  [ -f build/cuda_pip/nvidia/cu13/include/crt/host_defines.h ] && [ -f build/cuda_pip/nvidia/cu13/lib/libcupti.so.13 ] ||
+    python3 -m pip install -q --no-deps --target build/cuda_pip \
+      nvidia-cuda-cupti==13.5.25 nvidia-cuda-runtime==13.5.37 nvidia-cuda-crt==13.5.37
+fi
