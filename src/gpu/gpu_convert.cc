@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -335,7 +336,19 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     std::unordered_map<const char*, uint32_t> name_ids;
     std::unordered_map<uint32_t, uint32_t> ctx_ids;
     std::unordered_map<std::string, uint32_t> detail_ids;
+    // Formatting a detail string per event would cost more than the rest of
+    // the conversion: one string per distinct (type, values) key.
+    struct KeyHash {
+      size_t operator()(const std::array<uint64_t, 5>& k) const {
+        uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (uint64_t v : k) h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+        return h ^ (h >> 31);
+      }
+    };
+    std::unordered_map<std::array<uint64_t, 5>, uint32_t, KeyHash> detail_by_key;
     std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> annotation_ids;
+    uint32_t memset_ids[8] = {};
+    uint32_t copy_ids[11] = {};
     char buf[256];
     auto detail = [&](int n) {
       std::string s(buf, std::min<int>(n, sizeof(buf) - 1));
@@ -374,32 +387,56 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
           auto it = name_ids.find(e.name);
           if (it == name_ids.end()) it = name_ids.emplace(e.name, p.intern_event(Demangle(e.name))).first;
           ev.metadata_id = it->second;
-          kernel_of.emplace(e.correlation_id, e.name);
-          int len = std::snprintf(buf, sizeof buf,
-                                  "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
-                                  e.registers, e.static_shared, e.dynamic_shared, e.grid[0], e.grid[1], e.grid[2],
-                                  e.block[0], e.block[1], e.block[2]);
-          stats[n++] = ref(k_kernel, detail(len));
+          if (!annotations.empty() || !api_.empty()) kernel_of.emplace(e.correlation_id, e.name);
+          std::array<uint64_t, 5> key{uint64_t{e.registers} << 32 | e.static_shared,
+                                      uint64_t{e.dynamic_shared} << 32 | e.grid[0],
+                                      uint64_t{e.grid[1]} << 32 | e.grid[2], uint64_t{e.block[0]} << 32 | e.block[1],
+                                      uint64_t{e.block[2]} << 32 | 1};
+          auto dit = detail_by_key.find(key);
+          if (dit == detail_by_key.end()) {
+            int len = std::snprintf(buf, sizeof buf,
+                                    "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
+                                    e.registers, e.static_shared, e.dynamic_shared, e.grid[0], e.grid[1],
+                                    e.grid[2], e.block[0], e.block[1], e.block[2]);
+            dit = detail_by_key.emplace(key, detail(len)).first;
+          }
+          stats[n++] = ref(k_kernel, dit->second);
           streams[last].types[0] = true;
           break;
         }
         case Type::kMemcpy: {
-          const char* type = CopyTypeName(e.copy_kind);
-          ev.metadata_id = p.intern_event(type);
-          int len = std::snprintf(buf, sizeof buf, "kind_src:%s kind_dst:%s size:%llu dest:%u async:%u",
-                                  MemoryKindName(e.src_kind), MemoryKindName(e.dst_kind),
-                                  static_cast<unsigned long long>(e.bytes), e.dst_device, e.async);
-          stats[n++] = ref(k_memcpy, detail(len));
+          uint32_t& cid = copy_ids[e.copy_kind < 11 ? e.copy_kind : 0];
+          if (cid == 0) cid = p.intern_event(CopyTypeName(e.copy_kind));
+          ev.metadata_id = cid;
+          std::array<uint64_t, 5> key{e.bytes, uint64_t{e.src_kind} << 16 | uint64_t{e.dst_kind} << 8 | e.async,
+                                      e.dst_device, 2, 0};
+          auto dit = detail_by_key.find(key);
+          if (dit == detail_by_key.end()) {
+            int len = std::snprintf(buf, sizeof buf, "kind_src:%s kind_dst:%s size:%llu dest:%u async:%u",
+                                    MemoryKindName(e.src_kind), MemoryKindName(e.dst_kind),
+                                    static_cast<unsigned long long>(e.bytes), e.dst_device, e.async);
+            dit = detail_by_key.emplace(key, detail(len)).first;
+          }
+          stats[n++] = ref(k_memcpy, dit->second);
           int t = e.copy_kind == abi::kCopyHtoD ? 1 : e.copy_kind == abi::kCopyDtoH ? 2 : e.copy_kind == abi::kCopyDtoD ? 3 : 4;
           streams[last].types[t] = true;
           break;
         }
         case Type::kMemset: {
-          int len = std::snprintf(buf, sizeof buf, "Memset %u", e.dst_kind);
-          ev.metadata_id = p.intern_event(std::string_view(buf, len));
-          len = std::snprintf(buf, sizeof buf, "kind:%s num_bytes:%llu async:%u", MemoryKindName(e.dst_kind),
-                              static_cast<unsigned long long>(e.bytes), e.async);
-          stats[n++] = ref(k_memset, detail(len));
+          std::array<uint64_t, 5> key{e.bytes, uint64_t{e.dst_kind} << 8 | e.async, 0, 3, 0};
+          auto dit = detail_by_key.find(key);
+          if (dit == detail_by_key.end()) {
+            int len = std::snprintf(buf, sizeof buf, "kind:%s num_bytes:%llu async:%u", MemoryKindName(e.dst_kind),
+                                    static_cast<unsigned long long>(e.bytes), e.async);
+            dit = detail_by_key.emplace(key, detail(len)).first;
+          }
+          stats[n++] = ref(k_memset, dit->second);
+          uint32_t& mid = memset_ids[e.dst_kind < 8 ? e.dst_kind : 0];
+          if (mid == 0 || e.dst_kind >= 8) {
+            int len = std::snprintf(buf, sizeof buf, "Memset %u", e.dst_kind);
+            mid = p.intern_event(std::string_view(buf, len));
+          }
+          ev.metadata_id = mid;
           streams[last].types[5] = true;
           break;
         }
@@ -449,11 +486,16 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
   const uint32_t h_corr = host.intern_stat(model::kCorrelationIdStat), h_dev = host.intern_stat(model::kDeviceIdStat),
                  h_memcpy = host.intern_stat(model::kMemcpyDetailsStat),
                  h_alloc = host.intern_stat(model::kMemallocDetailsStat);
-  std::map<int64_t, model::Line*> touched;
+  std::map<int64_t, size_t> touched;  // tid -> line index (lines move as they are added)
   std::unordered_map<const char*, uint32_t> names;
   for (const ApiEvent& a : api_) {
-    model::Line*& line = touched[a.tid];
-    if (line == nullptr) line = &host.line_with_id(a.tid);
+    auto [tit, fresh] = touched.emplace(a.tid, 0);
+    if (fresh) {
+      host.line_with_id(a.tid);
+      for (size_t li = 0; li < host.lines.size(); ++li)
+        if (host.lines[li].id == a.tid) tit->second = li;
+    }
+    model::Line* line = &host.lines[tit->second];
     model::Event ev;
     ev.offset_ps = clock.ToPs(a.start_ns);
     ev.duration_ps = a.end_ns > a.start_ns ? static_cast<int64_t>(a.end_ns - a.start_ns) * 1000 : 0;
@@ -491,7 +533,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     line->events.push_back(ev);
     line->add_stats(line->events.back(), std::span<const model::Stat>(stats, n));
   }
-  for (auto& [tid, line] : touched) line->sort_events();
+  for (auto& [tid, index] : touched) host.lines[index].sort_events();
 
   // Drops, per GPU and reason, as the host tracer reports its own.
   std::string warning;
