@@ -284,6 +284,14 @@ std::unordered_map<uint32_t, Annotation> AnnotationsOfLaunches(const model::Plan
   return out;
 }
 
+// Records arrive mostly in time order per stream: check before sorting.
+void SortIfNeeded(model::Line& l) {
+  bool sorted = std::is_sorted(l.events.begin(), l.events.end(), [](const model::Event& a, const model::Event& b) {
+    return a.offset_ps != b.offset_ps ? a.offset_ps < b.offset_ps : a.duration_ps > b.duration_ps;
+  });
+  if (!sorted) l.sort_events();
+}
+
 struct StreamLine {
   uint32_t stream;
   size_t index;
@@ -475,7 +483,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       model::Line& l = p.lines[s.index];
       l.name = "Stream #" + std::to_string(s.stream) + (types.empty() ? "" : "(" + types + ")");
       l.display_name = l.name;
-      l.sort_events();
+      SortIfNeeded(l);
     }
     std::vector<DeviceEvent>().swap(d.events);
   }
@@ -488,14 +496,27 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
                  h_alloc = host.intern_stat(model::kMemallocDetailsStat);
   std::map<int64_t, size_t> touched;  // tid -> line index (lines move as they are added)
   std::unordered_map<const char*, uint32_t> names;
+  int64_t last_tid = -1;
+  size_t last_index = 0;
+  auto uint = [](uint32_t key, uint64_t v) {
+    model::Stat s;
+    s.metadata_id = key;
+    s.kind = model::StatKind::kUint64;
+    s.u64 = v;
+    return s;
+  };
   for (const ApiEvent& a : api_) {
-    auto [tit, fresh] = touched.emplace(a.tid, 0);
-    if (fresh) {
-      host.line_with_id(a.tid);
-      for (size_t li = 0; li < host.lines.size(); ++li)
-        if (host.lines[li].id == a.tid) tit->second = li;
+    if (a.tid != last_tid) {
+      auto [tit, fresh] = touched.emplace(a.tid, 0);
+      if (fresh) {
+        host.line_with_id(a.tid);
+        for (size_t li = 0; li < host.lines.size(); ++li)
+          if (host.lines[li].id == a.tid) tit->second = li;
+      }
+      last_tid = a.tid;
+      last_index = tit->second;
     }
-    model::Line* line = &host.lines[tit->second];
+    model::Line* line = &host.lines[last_index];
     model::Event ev;
     ev.offset_ps = clock.ToPs(a.start_ns);
     ev.duration_ps = a.end_ns > a.start_ns ? static_cast<int64_t>(a.end_ns - a.start_ns) * 1000 : 0;
@@ -513,12 +534,8 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     ev.metadata_id = nit->second;
     model::Stat stats[3];
     int n = 0;
-    stats[n++] = host.uint_stat(model::kDeviceIdStat, a.device);
-    stats[n - 1].metadata_id = h_dev;
-    if (kind != ApiKind::kAlloc && kind != ApiKind::kFree) {
-      stats[n++] = host.uint_stat(model::kCorrelationIdStat, a.correlation_id);
-      stats[n - 1].metadata_id = h_corr;
-    }
+    stats[n++] = uint(h_dev, a.device);
+    if (kind != ApiKind::kAlloc && kind != ApiKind::kFree) stats[n++] = uint(h_corr, a.correlation_id);
     if (kind == ApiKind::kMemcpy && a.bytes != 0) {
       char buf[96];
       int len = std::snprintf(buf, sizeof buf, "size:%llu", static_cast<unsigned long long>(a.bytes));
@@ -533,7 +550,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     line->events.push_back(ev);
     line->add_stats(line->events.back(), std::span<const model::Stat>(stats, n));
   }
-  for (auto& [tid, index] : touched) host.lines[index].sort_events();
+  for (auto& [tid, index] : touched) SortIfNeeded(host.lines[index]);
 
   // Drops, per GPU and reason, as the host tracer reports its own.
   std::string warning;
