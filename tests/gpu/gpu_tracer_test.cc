@@ -7,9 +7,13 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "gpu/cupti_abi.h"
 #include "gpu/cupti_loader.h"
+#include "gpu/gpu_convert.h"
+#include "model/schema.h"
 #include "gpu/gpu_options.h"
 #include "session/session.h"
 #include "spyglass/annotation.h"
@@ -173,6 +177,57 @@ TEST(GpuTracer, PipLibcuptiWithoutDriver) {
   Status st = session::Session::Create(o, "busy", &s);
   unsetenv("SPYGLASS_CUPTI_PATH");
   EXPECT_NE(st.message().find("no NVIDIA driver"), std::string::npos) << st.message();
+}
+
+TEST(ClockMap, OffsetAtStartAndDriftFromSamples) {
+  // CUPTI's clock runs 100 ppm fast and starts 5 s ahead of the host's.
+  gpu::ClockMap c;
+  const uint64_t c0 = 5'000'000'000;
+  for (int i = 0; i <= 10; ++i) {
+    int64_t host = int64_t{i} * 1'000'000'000;  // a sample a second
+    c.AddSample(c0 + static_cast<uint64_t>(host + host / 10000), host - 200, host + 200);
+  }
+  EXPECT_EQ(c.bound_ns(), 200);
+  // 7.5 s into the session: without drift correction the error would be 750 us.
+  int64_t at = 7'500'000'000;
+  int64_t ps = c.ToPs(c0 + static_cast<uint64_t>(at + at / 10000));
+  EXPECT_NEAR(static_cast<double>(ps), static_cast<double>(at) * 1000, 1000.0);  // within 1 ns
+}
+
+// A cap on device records drops the rest, counts them per GPU and says so.
+TEST(GpuCollector, ActivityCapDropsAreCountedPerGpuAndShown) {
+  namespace abi = gpu::abi;
+  gpu::GpuCollector c(gpu::GpuLimits{3, 0});
+  alignas(8) unsigned char rec[208] = {};
+  auto put32 = [&](size_t off, uint32_t v) { std::memcpy(rec + off, &v, 4); };
+  auto put64 = [&](size_t off, uint64_t v) { std::memcpy(rec + off, &v, 8); };
+  put32(0, abi::kind::kMemset);
+  put64(abi::memset::kBytes, 64);
+  for (uint32_t i = 0; i < 5; ++i) {
+    put64(abi::memset::kStart, 1000 + i * 10);
+    put64(abi::memset::kEnd, 1005 + i * 10);
+    put32(abi::memset::kDeviceId, i % 2);  // GPUs 0,1,0 kept; 1,0 dropped
+    put32(abi::memset::kCorrelationId, i + 1);
+    c.AddRecord(rec);
+  }
+  EXPECT_EQ(c.records(), 3u);
+  EXPECT_EQ(c.dropped(), 2u);
+  gpu::ClockMap clock;
+  clock.AddSample(1000, 0, 0);
+  model::Space space;
+  c.Export(clock, &space);
+  ASSERT_EQ(space.warnings.size(), 1u);
+  EXPECT_NE(space.warnings[0].find("GPU 0: 1 events dropped because total device(activity) events reaches max"),
+            std::string::npos) << space.warnings[0];
+  EXPECT_NE(space.warnings[0].find("GPU 1: 1 events dropped"), std::string::npos) << space.warnings[0];
+  for (const char* name : {"/device:GPU:0", "/device:GPU:1"}) {
+    const model::Plane* p = space.find_plane(name);
+    ASSERT_NE(p, nullptr) << name;
+    bool stat = false;
+    for (const model::Stat& s : p->stats) stat |= p->stat_name(s) == model::kDroppedEventsStat && s.u64 == 1;
+    EXPECT_TRUE(stat) << name;
+  }
+  EXPECT_EQ(space.find_plane("/device:GPU:0")->lines.at(0).events.size(), 2u);
 }
 
 }  // namespace
