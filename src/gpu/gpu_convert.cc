@@ -354,7 +354,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       }
     };
     std::unordered_map<std::array<uint64_t, 5>, uint32_t, KeyHash> detail_by_key;
-    std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> annotation_ids;
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> annotation_ids;  // stack -> (tf_op, stack)
     uint32_t memset_ids[8] = {};
     uint32_t copy_ids[11] = {};
     char buf[256];
@@ -463,14 +463,18 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       if (e.graph_id != 0 && e.type != Type::kGraph) stats[n++] = uint(k_graph, e.graph_id);
       auto ait = annotations.find(e.correlation_id);
       if (ait != annotations.end()) {
-        auto idit = annotation_ids.find(e.correlation_id);
-        if (idit == annotation_ids.end())
+        auto idit = annotation_ids.find(ait->second.stack);
+        if (idit == annotation_ids.end() && annotation_ids.size() < limits_.max_annotation_strings)
           idit = annotation_ids
-                     .emplace(e.correlation_id,
+                     .emplace(ait->second.stack,
                               std::pair{p.intern_stat(ait->second.outermost), p.intern_stat(ait->second.stack)})
                      .first;
-        stats[n++] = ref(k_tf_op, idit->second.first);
-        stats[n++] = ref(k_stack, idit->second.second);
+        if (idit != annotation_ids.end()) {
+          stats[n++] = ref(k_tf_op, idit->second.first);
+          stats[n++] = ref(k_stack, idit->second.second);
+        } else {
+          ++d.dropped["its annotation was over gpu_max_annotation_strings (event kept without it)"];
+        }
       }
       line.events.push_back(ev);
       line.add_stats(line.events.back(), std::span<const model::Stat>(stats, n));

@@ -63,6 +63,7 @@ uint64_t BytesOfCall(uint32_t cbid, const void* params);
 struct GpuLimits {
   uint64_t max_activity_events = 2ull * 1024 * 1024;  // 0: keep none (as XLA)
   uint32_t num_gpus_to_profile = 0;                   // 0: all
+  uint64_t max_annotation_strings = 1024 * 1024;      // distinct annotation stacks kept per GPU
 };
 
 class GpuCollector {

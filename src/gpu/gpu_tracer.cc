@@ -227,7 +227,8 @@ class GpuTracer : public session::Tracer {
     Loaded lib = LoadCupti();
     if (lib.handle == nullptr) return *why = lib.error, false;
     auto active = std::make_unique<Active>(GpuLimits{static_cast<uint64_t>(options_.max_activity_api_events),
-                                                     static_cast<uint32_t>(options_.num_chips_to_profile_per_task)});
+                                                     static_cast<uint32_t>(options_.num_chips_to_profile_per_task),
+                                                     static_cast<uint64_t>(options_.max_annotation_strings)});
     Cupti& c = active->cupti;
     void* h = lib.handle;
     Resolve(h, "cuptiGetVersion", &c.GetVersion, &missing);

@@ -99,6 +99,14 @@ int main(int argc, char** argv) {
          "kernel starts after its launch (clock alignment): launch " + std::to_string(launch.start_ps / 1000) +
              " ns, kernel " + std::to_string(k.start_ps / 1000) + " ns");
 
+  // The live-bytes counter track of GPU 0 (memory timeline tracer).
+  bool counter = false;
+  for (const auto& l : host->lines)
+    if (l.name == model::kCounterLineName)
+      for (const auto& e : l.events)
+        counter |= host->event_metadata()[e.metadata_id].name.find("gpu:0") != std::string::npos;
+  Expect(counter, "a live-bytes counter track for gpu:0 on the host plane");
+
   memory::PprofProfile prof;
   s = memory::ReadPprofFile(argv[2], &prof);
   Expect(s.ok(), "read " + std::string(argv[2]) + (s.ok() ? "" : ": " + s.message()));
