@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "gpu/cupti_abi.h"
 #include "gpu/gpu_callback.h"
@@ -296,6 +297,11 @@ int main(int argc, char** argv) {
       CHECK(e.offset_ps == 30'000'000 && e.duration_ps == 3'000'000);
     }
   CHECK(launch_found);
+
+  // Our own trace JSON: a flow arrow from the launch to the kernel.
+  std::string json = exporter::TraceJsonString(space);
+  CHECK(json.find("\"bind_id\":11,\"flow_out\":true") != std::string::npos);
+  CHECK(json.find("\"bind_id\":11,\"flow_in\":true") != std::string::npos);
 
   Status s = exporter::WriteXSpaceFile(space, argv[1]);
   CHECK(s.ok());

@@ -358,6 +358,10 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
   uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
   std::string head = "{\"ph\":\"X\",\"pid\":" + std::to_string(info.pid) + ",\"tid\":" + std::to_string(tid) + ",\"ts\":";
   int64_t line_ps = l.timestamp_ns * 1000;
+  // A GPU launch and its device event share a correlation_id: a flow arrow
+  // (bind_id) from the host call to the device event.
+  const model::StatMetadata* corr = info.plane->find_stat_metadata(model::kCorrelationIdStat);
+  const char* flow = info.plane->name.rfind(model::kGpuPlanePrefix, 0) == 0 ? "\"flow_in\":true" : "\"flow_out\":true";
   for (size_t i = begin; i < end; ++i) {
     const model::Event& e = l.events[i];
     o.event(head);
@@ -368,6 +372,14 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
     o.raw(info.names[e.metadata_id]);
     const model::EventMetadata& md = metadata[e.metadata_id];
     std::span<const model::Stat> stats = l.stats_of(e);
+    if (corr != nullptr)
+      for (const model::Stat& st : stats)
+        if (st.metadata_id == corr->id && st.kind == model::StatKind::kUint64) {
+          o.raw(",\"cat\":\"gpu_launch\",\"bind_id\":");
+          o.i64(static_cast<int64_t>(st.u64));
+          o.ch(',');
+          o.raw(flow);
+        }
     if (!stats.empty() || !md.stats.empty()) WriteArgs(o, *info.plane, md, stats, scratch);
     o.ch('}');
   }
