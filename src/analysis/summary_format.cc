@@ -8,6 +8,8 @@
 namespace spyglass::analysis {
 namespace {
 
+constexpr size_t kThreadTables = 4;
+
 void WriteDistribution(JsonWriter& j, const Distribution& d) {
   j.begin_object();
   j.field("count", d.count);
@@ -169,9 +171,9 @@ std::string SummaryToText(const Summary& s, size_t width) {
 
   const Distribution& d = s.steps.duration;
   if (d.count) {
-    out += "\nSteps (\"" + s.steps.name + "\")\n";
-    TextTable t({"count", "mean", "p50", "p90", "p99", "max", "stddev"}, width);
-    t.add({std::to_string(d.count), FormatNs(d.mean_ns), FormatNs(d.p50_ns), FormatNs(d.p90_ns), FormatNs(d.p99_ns),
+    out += "\nSteps\n";
+    TextTable t({"step", "count", "mean", "p50", "p90", "p99", "max", "stddev"}, width);
+    t.add({s.steps.name, std::to_string(d.count), FormatNs(d.mean_ns), FormatNs(d.p50_ns), FormatNs(d.p90_ns), FormatNs(d.p99_ns),
            FormatNs(d.max_ns), FormatNs(d.stddev_ns)});
     out += t.render();
     if (!s.steps.slowest.empty()) {
@@ -203,9 +205,11 @@ std::string SummaryToText(const Summary& s, size_t width) {
       t.add({th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns), FormatPct(th.busy_share),
              th.top_self.empty() ? "" : th.top_self[0].name});
     out += t.render();
+    // The busiest few threads' own tables (all of them with --thread).
+    size_t shown = 0;
     for (const ThreadSummary& th : s.threads)
-      if (!th.top_self.empty() && s.threads.size() > 1)
-        annotations(th.top_self, ("Top by self time in " + th.name).c_str());
+      if (th.top_self.size() > 1 && shown++ < kThreadTables)
+        annotations(th.top_self, ("Top by self time in thread " + th.name + " (" + std::to_string(th.id) + ")").c_str());
   }
 
   auto ops = [&](const std::vector<DeviceOpRow>& rows, const char* title) {
