@@ -215,7 +215,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (min_start_ps_ <= max_end_ps_) {
       out->start_ns = static_cast<double>(min_start_ps_) / 1e3;
       out->end_ns = static_cast<double>(max_end_ps_) / 1e3;
-      if (wall_ns == 0) wall_ns = out->end_ns - out->start_ns;
+      // Events may reach past the session's bounds (JAX's Python calls around start_trace).
+      wall_ns = std::max(wall_ns, out->end_ns - out->start_ns);
     }
     if (!window_.all) {
       wall_ns = 0;
@@ -326,7 +327,11 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (!stack_.empty()) {
       Open& parent = stack_.back();
       parent.child_ps += std::min(end, parent.end) - start;
-    } else if (end > covered_end_) {
+    }
+    // Busy: the union of all intervals (events start in order), so that an
+    // event overlapping its parent's end (Python's calls around a TraceMe)
+    // still counts.
+    if (end > covered_end_) {
       busy_ps_ += end - std::max(start, covered_end_);
       covered_end_ = end;
     }

@@ -199,7 +199,7 @@ std::string SummaryToText(const Summary& s, size_t width) {
   annotations(s.top_self, "Top annotations by self time (all threads)");
 
   if (!s.threads.empty()) {
-    out += "\nThreads (busy = time inside an outermost event)\n";
+    out += "\nThreads (busy = time inside any event)\n";
     TextTable t({"thread", "id", "events", "busy", "% wall", "top by self time"}, width);
     for (const ThreadSummary& th : s.threads)
       t.add({th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns), FormatPct(th.busy_share),
