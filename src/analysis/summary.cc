@@ -286,14 +286,6 @@ class SummaryVisitor : public profile::ProfileVisitor {
     Steps(out);
   }
 
-  // The steps: those of the most frequent step name.
-  std::vector<Step> AllSteps(std::string* name) const {
-    size_t best = 0;
-    for (const auto& [n, v] : steps_by_name_)
-      if (v.size() > best) best = v.size(), *name = n;
-    return best ? steps_by_name_.at(*name) : std::vector<Step>{};
-  }
-
   std::string producer;
   double profile_start_ns = 0, profile_stop_ns = 0;
   uint64_t planes = 0, lines = 0, events = 0, incomplete = 0;
@@ -371,21 +363,33 @@ class SummaryVisitor : public profile::ProfileVisitor {
   }
 
   void Steps(Summary* out) {
-    std::vector<Step> steps = AllSteps(&out->steps.name);
+    // The most frequent step name's steps (moved: a long run has millions).
+    size_t best = 0;
+    std::vector<Step>* steps = nullptr;
+    for (auto& [n, v] : steps_by_name_)
+      if (v.size() > best) best = v.size(), out->steps.name = n, steps = &v;
+    if (!steps) return;
     if (options_.step_first || options_.step_last) {
-      std::erase_if(steps, [&](const Step& s) {
+      std::erase_if(*steps, [&](const Step& s) {
         return (options_.step_first && s.number < *options_.step_first) ||
                (options_.step_last && s.number > *options_.step_last);
       });
     }
-    std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; });
+    std::sort(steps->begin(), steps->end(), [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; });
     std::vector<double> d;
-    for (const Step& s : steps) d.push_back(s.duration_ns);
-    out->steps.duration = Distribute(d);
-    out->steps.all = steps;
-    std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.duration_ns > b.duration_ns; });
-    if (steps.size() > options_.slowest_steps) steps.resize(options_.slowest_steps);
-    out->steps.slowest = steps;
+    d.reserve(steps->size());
+    for (const Step& s : *steps) d.push_back(s.duration_ns);
+    out->steps.duration = Distribute(std::move(d));
+    std::vector<size_t> order(steps->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    size_t n = std::min(options_.slowest_steps, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(), [&](size_t a, size_t b) {
+      return (*steps)[a].duration_ns != (*steps)[b].duration_ns ? (*steps)[a].duration_ns > (*steps)[b].duration_ns
+                                                                : a < b;
+    });
+    for (size_t i = 0; i < n; ++i) out->steps.slowest.push_back((*steps)[order[i]]);
+    out->steps.all = std::move(*steps);
+    steps_by_name_.clear();
   }
 
   const SummaryOptions& options_;
