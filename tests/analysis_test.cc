@@ -247,6 +247,9 @@ TEST(Summary, UnsortedLinesGiveTheSameNumbers) {
   }
   EXPECT_DOUBLE_EQ(shuffled.threads[0].busy_ns, 550 * kMsNs);
   EXPECT_DOUBLE_EQ(shuffled.steps.duration.p99_ns, sorted.steps.duration.p99_ns);
+  ASSERT_EQ(shuffled.steps.all.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(shuffled.steps.all[i].number, static_cast<int64_t>(i));
+  EXPECT_EQ(shuffled.steps.slowest[0].number, 9);
 }
 
 TEST(Summary, StepAndThreadFilters) {

@@ -128,6 +128,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     current_.name = model::ValidUtf8(name);
     current_.id = l.id;
     line_aggs_.clear();
+    dense_aggs_.clear();
     stack_.clear();
     covered_end_ = INT64_MIN;
     busy_ps_ = 0;
@@ -196,14 +197,17 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (!thread_ || (line_unsorted_ && !buffered_pass)) return;
     while (!stack_.empty()) Pop();
     // Name strings once per line, not per event.
-    for (auto& [md, la] : line_aggs_) {
+    auto add = [&](const LineAgg& la) {
       const Agg& a = la.agg;
+      if (a.count == 0) return;
       std::string name = model::ValidUtf8(la.name);
       Agg& t = current_aggs_[name];
       t.count += a.count, t.total_ps += a.total_ps, t.self_ps += a.self_ps;
       Agg& all = all_aggs_[name];
       all.count += a.count, all.total_ps += a.total_ps, all.self_ps += a.self_ps;
-    }
+    };
+    for (const LineAgg& la : dense_aggs_) add(la);
+    for (const auto& [md, la] : line_aggs_) add(la);
     if (current_.events == 0 && current_aggs_.empty()) return;
     current_.busy_ns = static_cast<double>(busy_ps_) / 1e3;
     threads_.push_back({std::move(current_), std::move(current_aggs_)});
@@ -330,9 +334,17 @@ class SummaryVisitor : public profile::ProfileVisitor {
     stack_.push_back({start, end, dur, 0, md, name});
   }
 
+  LineAgg& AggOf(uint64_t md) {
+    if (md < kDenseIds) {
+      if (md >= dense_aggs_.size()) dense_aggs_.resize(md + 1);
+      return dense_aggs_[md];
+    }
+    return line_aggs_[md];
+  }
+
   void Pop() {
     const Open& o = stack_.back();
-    LineAgg& la = line_aggs_[o.md];
+    LineAgg& la = AggOf(o.md);
     la.name = o.name;
     Agg& a = la.agg;
     ++a.count;
@@ -375,7 +387,23 @@ class SummaryVisitor : public profile::ProfileVisitor {
                (options_.step_last && s.number > *options_.step_last);
       });
     }
-    std::sort(steps->begin(), steps->end(), [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; });
+    // By start: each thread's steps come in order, so merge those runs.
+    auto by_start = [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; };
+    std::vector<size_t> runs{0};
+    for (size_t i = 1; i < steps->size(); ++i)
+      if ((*steps)[i].start_ns < (*steps)[i - 1].start_ns) runs.push_back(i);
+    runs.push_back(steps->size());
+    while (runs.size() > 2) {
+      std::vector<size_t> merged{0};
+      for (size_t i = 0; i + 2 < runs.size(); i += 2) {
+        std::inplace_merge(steps->begin() + static_cast<ptrdiff_t>(runs[i]),
+                           steps->begin() + static_cast<ptrdiff_t>(runs[i + 1]),
+                           steps->begin() + static_cast<ptrdiff_t>(runs[i + 2]), by_start);
+        merged.push_back(runs[i + 2]);
+      }
+      if (runs.size() % 2 == 0) merged.push_back(runs.back());
+      runs = std::move(merged);
+    }
     std::vector<double> d;
     d.reserve(steps->size());
     for (const Step& s : *steps) d.push_back(s.duration_ns);
@@ -400,6 +428,9 @@ class SummaryVisitor : public profile::ProfileVisitor {
   bool device_ = false, metadata_ = false, counters_ = false, ops_ = false, thread_ = false;
   // The current line.
   ThreadSummary current_;
+  // By metadata id: a vector for the small dense ids writers assign.
+  static constexpr uint64_t kDenseIds = 1 << 16;
+  std::vector<LineAgg> dense_aggs_;
   std::unordered_map<uint64_t, LineAgg> line_aggs_;
   std::unordered_map<std::string, Agg> current_aggs_;
   std::vector<Open> stack_;
