@@ -8,7 +8,10 @@ Makes the run with big_session_bench --steps (a training loop's shape: steps
 "train" of 8 nested annotations, 4 threads) unless --dir already holds
 big.xplane.pb, then measures, each in its own process, wall time and peak RSS
 (getrusage of the child):
-  floor     read the file's bytes once (cat > /dev/null)
+  floor     read the file's bytes once (cat > /dev/null); the streaming scan
+            alone (read_bench scan: every event decoded, nothing kept)
+  naive     the whole file parsed with the generated protobuf classes
+            (read_bench protobuf), and our whole model (read_bench model)
   spyglass  `spyglass summary` (text) and `spyglass summary --json`
   jax       jax.profiler.ProfileData.from_file (load only)
   xprof     XProf's converter (xprof pip package): trace_viewer@ and overview_page
@@ -67,6 +70,7 @@ def main():
   ap.add_argument("--build", default="build")
   ap.add_argument("--repeat", type=int, default=3)
   ap.add_argument("--no-xprof", action="store_true")
+  ap.add_argument("--no-jax", action="store_true")
   ap.add_argument("--timeout", type=int, default=600)
   args = ap.parse_args()
   cli = os.path.join(args.build, "spyglass")
@@ -96,10 +100,15 @@ def main():
     sys.stdout.flush()
 
   row("floor: cat file > /dev/null", ["sh", "-c", f"cat '{path}' > /dev/null"], args.repeat)
+  read_bench = os.path.join(args.build, "bench", "read_bench")
+  row("floor: streaming scan, nothing kept", [read_bench, "scan", path], args.repeat)
   row("spyglass summary", [cli, "summary", path], args.repeat)
   row("spyglass summary --json", [cli, "summary", "--json", path], args.repeat)
+  row("naive: generated protobuf, whole XSpace", [read_bench, "protobuf", path], 1)
+  row("whole model (ProfileReader::Read)", [read_bench, "model", path], 1)
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-  row("jax ProfileData.from_file (load only)", [sys.executable, "-c", JAX_LOAD, path], 1, env)
+  if not args.no_jax:
+    row("jax ProfileData.from_file (load only)", [sys.executable, "-c", JAX_LOAD, path], 1, env)
   if not args.no_xprof:
     for tool in ("overview_page", "trace_viewer@"):
       row(f"xprof converter {tool}", [sys.executable, "-c", XPROF_CONVERT, path, tool], 1, env)
