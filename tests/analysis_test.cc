@@ -430,6 +430,30 @@ TEST(FindProfileFiles, RunFolderAndLogDir) {
   EXPECT_FALSE(s.ok());
 }
 
+TEST(Summary, RunFolderWithTwoHosts) {
+  std::string dir = testing::MakeTempDir();
+  WriteKnown(dir, "hostA.xplane.pb");
+  WriteKnown(dir, "hostB.xplane.pb", {.matmul_scale = 2, .gpu = false});
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(dir, {}, &s).ok());
+  EXPECT_EQ(s.file, dir);
+  EXPECT_EQ(s.events, 68u + 53u);
+  ASSERT_EQ(s.threads.size(), 4u);  // main and loader of each host, named by host
+  std::vector<std::string> names;
+  for (const auto& t : s.threads) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"hostA loader", "hostA main", "hostB loader", "hostB main"}));
+  EXPECT_EQ(s.hostnames.size(), 2u);
+  EXPECT_EQ(s.steps.duration.count, 10u);  // the first host's steps
+  // All-thread tables summed over hosts: matmul 137.5 + 275 ms.
+  const auto* matmul = Find(s.top_total, "matmul");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_EQ(matmul->count, 20u);
+  EXPECT_NEAR(matmul->total_ns, 412.5 * kMsNs, 1e-3);
+  EXPECT_DOUBLE_EQ(matmul->share, 412.5 / 800);
+  ASSERT_EQ(s.kernels.size(), 1u);  // hostB has no GPU
+}
+
 // --- the CLI --------------------------------------------------------------------
 
 struct CliResult {

@@ -514,7 +514,10 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
       host = std::filesystem::path(r->path()).filename().string();
       host = host.substr(0, host.rfind(".xplane.pb"));
     }
-    SummaryVisitor v(options, window, host);
+    // Several files: every row, so that the hosts' tables can be summed.
+    SummaryOptions per_file = options;
+    if (files.size() > 1) per_file.top = 0;
+    SummaryVisitor v(per_file, window, host);
     profile::ProfileReader scan;
     profile::ReadOptions ro;
     ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
@@ -536,8 +539,9 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     out->file_bytes = total;
     return Status::Ok();
   }
-  // Several hosts: their threads, devices and counters side by side; the
-  // steps and all-thread tables of the first file that has steps, else the first.
+  // Several hosts: their threads and counters side by side; the all-thread
+  // tables and devices summed by name; the steps of the first file that has
+  // them (each host runs the same steps).
   size_t main = 0;
   for (size_t i = 0; i < parts.size(); ++i)
     if (parts[i].steps.duration.count) {
@@ -558,6 +562,52 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     merged.counters.insert(merged.counters.end(), p.counters.begin(), p.counters.end());
     merged.dropped.insert(merged.dropped.end(), p.dropped.begin(), p.dropped.end());
   }
+  for (Summary& p : parts) merged.wall_ns = std::max(merged.wall_ns, p.wall_ns);
+  auto share = [&](double ns) { return merged.wall_ns > 0 ? ns / merged.wall_ns : 0; };
+  size_t top = options.top == 0 ? SIZE_MAX : options.top;
+  // The hosts' rows of one name summed.
+  auto sum_rows = [&](std::vector<AnnotationRow> Summary::*table, bool by_self) {
+    std::map<std::string, AnnotationRow> by_name;
+    for (Summary& p : parts)
+      for (const AnnotationRow& r : p.*table) {
+        AnnotationRow& m = by_name[r.name];
+        m.name = r.name;
+        m.count += r.count, m.total_ns += r.total_ns, m.self_ns += r.self_ns;
+      }
+    std::vector<AnnotationRow> v;
+    for (auto& [name, r] : by_name) {
+      r.mean_ns = r.count ? r.total_ns / static_cast<double>(r.count) : 0;
+      r.share = share(r.total_ns), r.self_share = share(r.self_ns);
+      v.push_back(std::move(r));
+    }
+    std::sort(v.begin(), v.end(), [by_self](const AnnotationRow& a, const AnnotationRow& b) {
+      double x = by_self ? a.self_ns : a.total_ns, y = by_self ? b.self_ns : b.total_ns;
+      return x != y ? x > y : a.name < b.name;
+    });
+    if (v.size() > top) v.resize(top);
+    merged.*table = std::move(v);
+  };
+  sum_rows(&Summary::top_total, false);
+  sum_rows(&Summary::top_self, true);
+  for (auto table : {&Summary::kernels, &Summary::copies}) {
+    std::vector<DeviceOpRow> v;
+    for (Summary& p : parts) v.insert(v.end(), (p.*table).begin(), (p.*table).end());
+    std::sort(v.begin(), v.end(), [](const DeviceOpRow& a, const DeviceOpRow& b) {
+      return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+    });
+    if (v.size() > top) v.resize(top);
+    for (DeviceOpRow& r : v) r.share = share(r.total_ns);
+    merged.*table = std::move(v);
+  }
+  for (ThreadSummary& t : merged.threads) {
+    t.busy_share = share(t.busy_ns);
+    for (auto* rows : {&t.top_total, &t.top_self}) {
+      if (rows->size() > top) rows->resize(top);
+      for (AnnotationRow& r : *rows) r.share = share(r.total_ns), r.self_share = share(r.self_ns);
+    }
+  }
+  std::stable_sort(merged.threads.begin(), merged.threads.end(),
+                   [](const ThreadSummary& a, const ThreadSummary& b) { return a.busy_ns > b.busy_ns; });
   *out = std::move(merged);
   out->file = file;
   out->file_bytes = total;
