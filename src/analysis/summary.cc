@@ -6,7 +6,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "analysis/json_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "spyglass/profile_reader.h"
