@@ -304,6 +304,11 @@ TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
   ASSERT_EQ(d.failures.size(), 1u);
   EXPECT_NE(d.failures[0].find("step time regressed +25.0%"), std::string::npos) << d.failures[0];
   EXPECT_FALSE(d.gate_error);
+  // Counter peaks side by side (the same here).
+  ASSERT_EQ(d.counters.size(), 1u);
+  EXPECT_EQ(d.counters[0].name, "memory host");
+  EXPECT_EQ(d.counters[0].base_ns, 500);
+  EXPECT_EQ(d.counters[0].delta_ns, 0);
   // Noise from the spread of step times (10..100 ms): large here.
   EXPECT_GT(d.noise_pct, 10);
 }
