@@ -61,8 +61,9 @@ std::vector<std::string> XPlaneFilesIn(const fs::path& dir) {
 // Field errors of a scan, worded for the user.
 Status WireError(Next n, const std::string& path, size_t at, uint64_t size) {
   if (n == Next::kTruncated)
-    return InvalidArgumentError(path + " is truncated: it ends inside a record (at byte " + std::to_string(at) +
-                                " of " + std::to_string(size) + "); was the writer stopped before it finished?");
+    return InvalidArgumentError(path + " is truncated: the record at byte " + std::to_string(at) +
+                                " runs past the end of the file (" + std::to_string(size) +
+                                " bytes); was the writer stopped before it finished?");
   return InvalidArgumentError(path + " is not a profile: the bytes near offset " + std::to_string(at) +
                               " are not a serialized XSpace (.xplane.pb)");
 }
