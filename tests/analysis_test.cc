@@ -290,6 +290,11 @@ TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
       analysis::DiffRuns(WriteKnown(dir, "base.xplane.pb"), WriteKnown(dir, "new.xplane.pb", {.matmul_scale = 2}), o, &d)
           .ok());
   EXPECT_TRUE(d.per_step);
+  // By total time its parents grew as much; the bigger relative change leads.
+  ASSERT_GE(d.annotations.size(), 3u);
+  EXPECT_EQ(d.annotations[0].name, "matmul");
+  EXPECT_EQ(d.annotations[0].delta_ns, 13.75 * kMsNs);
+  EXPECT_EQ(d.annotations[1].name, "forward");
   // Self time isolates it: matmul +100%, nothing else moved.
   ASSERT_FALSE(d.self.empty());
   EXPECT_EQ(d.self[0].name, "matmul");

@@ -39,7 +39,11 @@ std::vector<DiffRow> Match(const std::vector<T>& base, const std::vector<T>& nex
   for (const auto& [name, s] : by_name)
     out.push_back(Row(name, kind, s.base_count, s.base, s.new_count, s.next, noise_pct));
   std::stable_sort(out.begin(), out.end(),
-                   [](const DiffRow& a, const DiffRow& b) { return std::fabs(a.delta_ns) > std::fabs(b.delta_ns); });
+                   [](const DiffRow& a, const DiffRow& b) {
+                     double x = std::fabs(a.delta_ns), y = std::fabs(b.delta_ns);
+                     // Ties (a parent grows with its child): the bigger relative change first.
+                     return x != y ? x > y : std::fabs(a.delta_pct) > std::fabs(b.delta_pct);
+                   });
   return out;
 }
 
