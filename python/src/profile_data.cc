@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "errors.h"
 #include "model/xspace.h"
@@ -62,16 +63,27 @@ nb::object StatValue(const model::Plane& plane, const model::Stat& s) {
   return nb::none();
 }
 
-// Iterators of a profile's parts. Each keeps the model alive.
-struct StatIterator {
+// A model and the Python objects made once for it: each event name is made a
+// str once, then shared by every event of that name. Held by every object of
+// the profile; released (with the GIL, as Python objects are) by the last.
+struct Profile {
+  explicit Profile(SpacePtr s) : space(std::move(s)), names(space->planes.size()) {}
   SpacePtr space;
-  const model::Plane* plane;
-  std::span<const model::Stat> stats;
-  size_t next = 0;
+  std::vector<std::vector<nb::object>> names;  // [plane][event metadata id]
+
+  nb::object EventName(const model::Plane* plane, uint32_t id) {
+    auto& n = names[static_cast<size_t>(plane - space->planes.data())];
+    const auto& md = plane->event_metadata();
+    if (id >= md.size()) return Str({});
+    if (n.empty()) n.resize(md.size());
+    if (!n[id].is_valid()) n[id] = Str(md[id].name);
+    return n[id];
+  }
 };
+using ProfilePtr = std::shared_ptr<Profile>;
 
 struct ProfileEvent {
-  SpacePtr space;
+  ProfilePtr profile;
   const model::Plane* plane;
   const model::Line* line;
   const model::Event* event;
@@ -81,46 +93,94 @@ struct ProfileEvent {
     return static_cast<double>(static_cast<__int128>(event->offset_ps / 1000) + line->timestamp_ns);
   }
   double duration_ns() const { return static_cast<double>(event->duration_ps / 1000); }
-  nb::str name() const {
-    const auto& md = plane->event_metadata();
-    return Str(event->metadata_id < md.size() ? std::string_view(md[event->metadata_id].name) : std::string_view());
+};
+
+struct ProfileLine {
+  ProfilePtr profile;
+  const model::Plane* plane;
+  const model::Line* line;
+};
+
+struct ProfilePlane {
+  ProfilePtr profile;
+  const model::Plane* plane;
+};
+
+struct ProfileData {
+  ProfilePtr profile;
+};
+
+// Iterators of a profile's parts (tp_iternext without an exception at the
+// end: a C++ throw per stat list would cost more than the list).
+struct StatIterator {
+  ProfilePtr profile;
+  const model::Plane* plane;
+  std::span<const model::Stat> stats;
+  size_t next = 0;
+  nb::object Next() {
+    if (next >= stats.size()) return {};
+    const model::Stat& s = stats[next++];
+    return nb::make_tuple(Str(plane->stat_name(s)), StatValue(*plane, s));
   }
 };
 
 struct EventIterator {
-  SpacePtr space;
+  ProfilePtr profile;
   const model::Plane* plane;
   const model::Line* line;
   size_t next = 0;
-};
-
-struct ProfileLine {
-  SpacePtr space;
-  const model::Plane* plane;
-  const model::Line* line;
+  nb::object Next() {
+    if (next >= line->events.size()) return {};
+    return nb::cast(ProfileEvent{profile, plane, line, &line->events[next++]});
+  }
 };
 
 struct LineIterator {
-  SpacePtr space;
+  ProfilePtr profile;
   const model::Plane* plane;
   size_t next = 0;
-};
-
-struct ProfilePlane {
-  SpacePtr space;
-  const model::Plane* plane;
+  nb::object Next() {
+    if (next >= plane->lines.size()) return {};
+    return nb::cast(ProfileLine{profile, plane, &plane->lines[next++]});
+  }
 };
 
 struct PlaneIterator {
-  SpacePtr space;
+  ProfilePtr profile;
   size_t next = 0;
+  nb::object Next() {
+    const auto& planes = profile->space->planes;
+    if (next >= planes.size()) return {};
+    return nb::cast(ProfilePlane{profile, &planes[next++]});
+  }
 };
 
-struct ProfileData {
-  SpacePtr space;
-};
+template <typename It>
+PyObject* IterNext(PyObject* self) noexcept {
+  try {
+    return nb::inst_ptr<It>(self)->Next().release().ptr();  // null at the end: StopIteration
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
 
-[[noreturn]] void StopIteration() { throw nb::stop_iteration(); }
+PyObject* IterSelf(PyObject* self) noexcept {
+  Py_INCREF(self);
+  return self;
+}
+
+template <typename It>
+void BindIterator(nb::module_& m, const char* name) {
+  static PyType_Slot slots[] = {{Py_tp_iter, reinterpret_cast<void*>(IterSelf)},
+                                {Py_tp_iternext, reinterpret_cast<void*>(IterNext<It>)},
+                                {0, nullptr}};
+  nb::class_<It>(m, name, nb::type_slots(slots));
+}
+
+ProfileData Wrap(SpacePtr space) { return ProfileData{std::make_shared<Profile>(std::move(space))}; }
 
 // os.fspath(path) as UTF-8 (str or os.PathLike, as open() takes).
 std::string FsPath(nb::handle path) {
@@ -139,7 +199,7 @@ ProfileData FromFile(nb::handle path) {
     s = model::ReadXSpaceFile(p, space.get());
   }
   if (!s.ok()) RaiseRuntimeError(s);
-  return ProfileData{std::move(space)};
+  return Wrap(std::move(space));
 }
 
 ProfileData FromBytes(nb::bytes bytes) {
@@ -151,7 +211,7 @@ ProfileData FromBytes(nb::bytes bytes) {
     s = model::ReadXSpaceBytes(std::string_view(bytes.c_str(), bytes.size()), space.get());
   }
   if (!s.ok()) RaiseRuntimeError(s);
-  return ProfileData{std::move(space)};
+  return Wrap(std::move(space));
 }
 
 ProfileData FromText(const std::string& text) {
@@ -162,7 +222,7 @@ ProfileData FromText(const std::string& text) {
     s = model::ReadXSpaceText(text, space.get());
   }
   if (!s.ok()) RaiseRuntimeError(s);
-  return ProfileData{std::move(space)};
+  return Wrap(std::move(space));
 }
 
 nb::bytes TextToBytes(const std::string& text) {
@@ -179,19 +239,14 @@ nb::bytes TextToBytes(const std::string& text) {
 }  // namespace
 
 std::shared_ptr<const model::Space> SpaceOf(nb::handle profile_data) {
-  return nb::cast<const ProfileData&>(profile_data).space;
+  return nb::cast<const ProfileData&>(profile_data).profile->space;
 }
 
 void BindProfileData(nb::module_& m) {
-  auto self = [](nb::handle it) { return nb::borrow(it); };
-
-  nb::class_<StatIterator>(m, "_StatIterator")
-      .def("__iter__", self)
-      .def("__next__", [](StatIterator& it) {
-        if (it.next >= it.stats.size()) StopIteration();
-        const model::Stat& s = it.stats[it.next++];
-        return nb::make_tuple(Str(it.plane->stat_name(s)), StatValue(*it.plane, s));
-      });
+  BindIterator<StatIterator>(m, "_StatIterator");
+  BindIterator<EventIterator>(m, "_EventIterator");
+  BindIterator<LineIterator>(m, "_LineIterator");
+  BindIterator<PlaneIterator>(m, "_PlaneIterator");
 
   nb::class_<ProfileEvent>(m, "ProfileEvent", "An event of a ProfileLine (jax.profiler.ProfileEvent).")
       .def_prop_ro("start_ns", &ProfileEvent::start_ns, "Start time of the event in nanoseconds.")
@@ -199,47 +254,28 @@ void BindProfileData(nb::module_& m) {
       .def_prop_ro(
           "end_ns", [](const ProfileEvent& e) { return e.start_ns() + e.duration_ns(); },
           "End time of the event in nanoseconds.")
-      .def_prop_ro("name", &ProfileEvent::name, "Name of the event.")
+      .def_prop_ro(
+          "name", [](const ProfileEvent& e) { return e.profile->EventName(e.plane, e.event->metadata_id); },
+          "Name of the event.")
       .def_prop_ro(
           "stats",
-          [](const ProfileEvent& e) { return StatIterator{e.space, e.plane, e.line->stats_of(*e.event)}; },
+          [](const ProfileEvent& e) { return StatIterator{e.profile, e.plane, e.line->stats_of(*e.event)}; },
           "Stats of the event: an iterator of (name, value) tuples.");
-
-  nb::class_<EventIterator>(m, "_EventIterator")
-      .def("__iter__", self)
-      .def("__next__", [](EventIterator& it) {
-        if (it.next >= it.line->events.size()) StopIteration();
-        return ProfileEvent{it.space, it.plane, it.line, &it.line->events[it.next++]};
-      });
 
   nb::class_<ProfileLine>(m, "ProfileLine", "A line (thread, stream) of a ProfilePlane (jax.profiler.ProfileLine).")
       .def_prop_ro("name", [](const ProfileLine& l) { return Str(l.line->name); }, "Name of the line.")
       .def_prop_ro(
-          "events", [](const ProfileLine& l) { return EventIterator{l.space, l.plane, l.line}; },
+          "events", [](const ProfileLine& l) { return EventIterator{l.profile, l.plane, l.line}; },
           "Events in the line: an iterator of ProfileEvent.");
-
-  nb::class_<LineIterator>(m, "_LineIterator")
-      .def("__iter__", self)
-      .def("__next__", [](LineIterator& it) {
-        if (it.next >= it.plane->lines.size()) StopIteration();
-        return ProfileLine{it.space, it.plane, &it.plane->lines[it.next++]};
-      });
 
   nb::class_<ProfilePlane>(m, "ProfilePlane", "A plane (host, device) of a ProfileData (jax.profiler.ProfilePlane).")
       .def_prop_ro("name", [](const ProfilePlane& p) { return Str(p.plane->name); }, "Name of the plane.")
       .def_prop_ro(
-          "lines", [](const ProfilePlane& p) { return LineIterator{p.space, p.plane}; },
+          "lines", [](const ProfilePlane& p) { return LineIterator{p.profile, p.plane}; },
           "Lines in the plane: an iterator of ProfileLine.")
       .def_prop_ro(
-          "stats", [](const ProfilePlane& p) { return StatIterator{p.space, p.plane, p.plane->stats}; },
+          "stats", [](const ProfilePlane& p) { return StatIterator{p.profile, p.plane, p.plane->stats}; },
           "Stats of the plane: an iterator of (name, value) tuples.");
-
-  nb::class_<PlaneIterator>(m, "_PlaneIterator")
-      .def("__iter__", self)
-      .def("__next__", [](PlaneIterator& it) {
-        if (it.next >= it.space->planes.size()) StopIteration();
-        return ProfilePlane{it.space, &it.space->planes[it.next++]};
-      });
 
   nb::class_<ProfileData>(m, "ProfileData",
                           "A profile read into memory (jax.profiler.ProfileData): a serialized XSpace, as in "
@@ -252,13 +288,13 @@ void BindProfileData(nb::module_& m) {
       .def_static("from_text_proto", &FromText, "Creates a ProfileData from a text proto.")
       .def_static("text_proto_to_serialized_xspace", &TextToBytes, "Converts a text proto to a serialized XSpace.")
       .def_prop_ro(
-          "planes", [](const ProfileData& d) { return PlaneIterator{d.space}; },
+          "planes", [](const ProfileData& d) { return PlaneIterator{d.profile}; },
           "Planes of the profile: an iterator of ProfilePlane.")
       .def(
           "find_plane_with_name",
           [](const ProfileData& d, std::string_view name) -> std::optional<ProfilePlane> {
-            for (const model::Plane& p : d.space->planes)
-              if (p.name == name) return ProfilePlane{d.space, &p};
+            for (const model::Plane& p : d.profile->space->planes)
+              if (p.name == name) return ProfilePlane{d.profile, &p};
             return std::nullopt;
           },
           "name"_a, "Finds the plane with the given name (None if there is none).");
@@ -266,7 +302,7 @@ void BindProfileData(nb::module_& m) {
   m.def("_last_trace_profile_data", []() -> std::optional<ProfileData> {
     SpacePtr space = session::LastTraceSpace();
     if (!space) return std::nullopt;
-    return ProfileData{std::move(space)};
+    return Wrap(std::move(space));
   });
 }
 
