@@ -124,6 +124,30 @@ def test_names_match_real_jax_classes():
     assert hasattr(profiler, name)
 
 
+def test_signatures_match_real_jax(spyglass_file):
+  import inspect  # pylint: disable=g-import-not-at-top
+  jp = jax_profiler()
+  for path in ["trace", "start_trace", "export_profile_data", "ProfileSession.__init__",
+               "ProfileSession.export_profile_data", "ProfileSession.start", "ProfileSession.stop"]:
+    theirs, ours = jp, profiler
+    for part in path.split("."):
+      theirs, ours = theirs and getattr(theirs, part, None), getattr(ours, part)
+    if theirs is None:
+      continue  # not in this jax
+    # Ours add perfetto_link_timeout_s, keyword-only. Defaults as the newest jax's (older: trace(log_dir)).
+    newest = hasattr(jp, "ProfileSession")
+    keep = lambda f: [(p.name, p.kind, p.default if newest else None)
+                      for p in inspect.signature(f).parameters.values() if p.kind != p.KEYWORD_ONLY]
+    assert keep(ours) == keep(theirs), path
+  # The C++ classes' keyword names, by calling with them.
+  with open(spyglass_file, "rb") as f:
+    raw = f.read()
+  for cls in [profiler.ProfileData, jp.ProfileData]:
+    a = cls.from_file(proto_file_path=spyglass_file)
+    b = cls.from_serialized_xspace(serialized_xspace=raw)
+    assert a.find_plane_with_name(name="/host:CPU").name == b.find_plane_with_name(name="/host:CPU").name
+
+
 def test_same_analysis_as_jax_on_a_jax_file(jax_file):
   jp = jax_profiler()
   ours = analyse(profiler.ProfileData, jax_file)
@@ -364,7 +388,7 @@ def test_export_profile_data_of_a_jax_file_is_read_by_xprof(tmp_path, jax_file):
 def test_session_semantics_match_real_jax(tmp_path):
   jp = jax_profiler()
   if not hasattr(jp, "ProfileSession"):
-    pytest.skip("this jax has no ProfileSession (added in jax 0.10.3)")
+    pytest.skip("this jax has no ProfileSession (jax 0.12 has it)")
   script = """
 out = []
 def attempt(f):
