@@ -84,6 +84,13 @@ class EventDecoder {
     std::string_view payload;
     uint64_t v;
     Next n;
+    // Counted first: a vector grown by doubling would peak at 3x its size.
+    size_t events = 0;
+    while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField)
+      events += number == kLineEvents && type == kLengthDelimited;
+    if (n != Next::kEnd) return false;
+    line->events.reserve(line->events.size() + events);
+    pos = 0;
     while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField) {
       if (number != kLineEvents || type != kLengthDelimited) continue;
       Event ev;
