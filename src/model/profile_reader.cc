@@ -115,7 +115,8 @@ class NameTable {
   }
 
  private:
-  static constexpr int64_t kDenseLimit = 1 << 24;
+  // A hostile id costs no more than this (16 bytes a slot).
+  static constexpr int64_t kDenseLimit = 1 << 16;
   std::vector<std::string_view> dense_;
   std::unordered_map<int64_t, std::string_view> sparse_;
 };
@@ -266,10 +267,10 @@ Status ProfileData::FromSerialized(std::string_view bytes, ProfileData* out) {
 
 size_t ProfileData::plane_count() const { return space_->planes.size(); }
 ProfilePlane ProfileData::plane(size_t i) const { return ProfilePlane(&space_->planes.at(i)); }
-bool ProfileData::find_plane(std::string_view name, ProfilePlane* out) const {
+std::optional<ProfilePlane> ProfileData::find_plane(std::string_view name) const {
   const model::Plane* p = space_->find_plane(name);
-  if (p) *out = ProfilePlane(p);
-  return p != nullptr;
+  if (!p) return std::nullopt;
+  return ProfilePlane(p);
 }
 const std::vector<std::string>& ProfileData::hostnames() const { return space_->hostnames; }
 const std::vector<std::string>& ProfileData::errors() const { return space_->errors; }
@@ -376,8 +377,8 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
   NameTable event_names, stat_names;
   std::vector<ProfileStat> plane_stats, event_stats;
   std::vector<std::string_view> lines;
-  uint64_t next_progress = 0;
-  constexpr uint64_t kProgressStep = 16 << 20;
+  uint64_t next_progress = 0, released = 0;
+  constexpr uint64_t kProgressStep = 16 << 20, kReleaseStep = 16 << 20, kPage = 4096;
   size_t pos = 0;
   uint32_t number, type;
   std::string_view plane;
@@ -431,6 +432,14 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
     for (size_t li = 0; li < lines.size(); ++li) {
       std::string_view line = lines[li];
       uint64_t at = static_cast<uint64_t>(line.data() - data_);
+      // The pages read so far leave this process (they stay in the page
+      // cache, and come back if read again): memory stays near what the
+      // visitor keeps, whatever the file's size.
+      if (at - released >= kReleaseStep) {
+        uint64_t end = at & ~(kPage - 1);
+        if (end > released) madvise(const_cast<char*>(data_) + released, end - released, MADV_DONTNEED);
+        released = std::max(released, end);
+      }
       if (options_.progress && at >= next_progress) {
         options_.progress(at, size_);
         next_progress = at + kProgressStep;
