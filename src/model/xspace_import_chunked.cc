@@ -84,13 +84,6 @@ class EventDecoder {
     std::string_view payload;
     uint64_t v;
     Next n;
-    // Counted first: a vector grown by doubling would peak at 3x its size.
-    size_t events = 0;
-    while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField)
-      events += number == kLineEvents && type == kLengthDelimited;
-    if (n != Next::kEnd) return false;
-    line->events.reserve(line->events.size() + events);
-    pos = 0;
     while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField) {
       if (number != kLineEvents || type != kLengthDelimited) continue;
       Event ev;
@@ -208,8 +201,22 @@ Status ImportPlane(std::string_view bytes, Plane* out) {
   EventDecoder decoder(plane, out);
   out->lines.reserve(lines.size());
   for (std::string_view l : lines) {
+    // One pass for the line's fields but its events, and their count (a
+    // vector grown by doubling would peak at 3x its size).
     std::string line_header;
-    if (!Split(l, kLineEvents, &line_header, nullptr)) return bad;
+    size_t events = 0, pos = 0;
+    uint32_t number, type;
+    std::string_view payload;
+    Next n;
+    while (true) {
+      size_t start = pos;
+      if ((n = NextField(l, &pos, &number, &type, &payload)) != Next::kField) break;
+      if (number == kLineEvents && type == kLengthDelimited)
+        ++events;
+      else
+        line_header.append(l.substr(start, pos - start));
+    }
+    if (n != Next::kEnd) return bad;
     tp::XLine xl;
     if (!xl.ParseFromString(line_header)) return bad;
     model::Line& line = out->lines.emplace_back();
@@ -219,6 +226,7 @@ Status ImportPlane(std::string_view bytes, Plane* out) {
     line.display_name = ValidUtf8(xl.display_name());
     line.timestamp_ns = xl.timestamp_ns();
     line.duration_ps = xl.duration_ps();
+    line.events.reserve(events);
     if (!decoder.DecodeLine(l, &line)) return bad;
   }
   return Status::Ok();
