@@ -7,7 +7,8 @@ Needs `spyglass` importable (pip install .); jax and protoc (for the naive
 protobuf parse) are compared when present, else reported as n/a. Without
 --file, Spyglass first records N annotations (two threads; half with an int
 argument) and loads the .xplane.pb it wrote. Each figure is measured in its
-own fresh interpreter, best of R rounds (time) and the largest peak memory:
+own fresh interpreter; rounds interleave the kinds; best of R rounds (time)
+and the largest peak memory:
 
   floor      reading the file's bytes (open().read())
   naive      the generated Python protobuf module's XSpace.ParseFromString
@@ -136,20 +137,27 @@ def main():
     print()
     print("| load | best of %d (s) | peak memory above start (MiB) | x file size | events walked |" % args.rounds)
     print("|---|---|---|---|---|")
-    for kind in kinds:
-      if (kind == "naive" and pb2 is None) or (kind.startswith("jax") and not has("jax")):
-        print(f"| {kind} | n/a | | | |")
-        continue
-      runs = []
-      for _ in range(args.rounds):
+    kinds = [k for k in kinds
+             if not ((k == "naive" and pb2 is None) or (k.startswith("jax") and not has("jax")))]
+    runs = {k: [] for k in kinds}
+    # Rounds interleaved (every kind once per round), so that a busy spell of
+    # a shared machine falls on all of them alike.
+    for _ in range(args.rounds):
+      for kind in kinds:
         p = subprocess.run([sys.executable, "-c", CHILD, kind, path, pb2 or ""], capture_output=True, text=True,
                            timeout=1800)
         if p.returncode != 0:
           raise SystemExit(f"{kind} failed:\n{p.stderr}")
-        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
-      best = min(r["seconds"] for r in runs)
-      peak = max(r["peak_kb"] for r in runs) / 1024
-      walked = runs[0]["walked"]
+        runs[kind].append(json.loads(p.stdout.strip().splitlines()[-1]))
+    for kind in ["floor", "naive", "spyglass", "jax", "spyglass+walk", "jax+walk"]:
+      if kind not in runs:
+        if args.no_walk and kind.endswith("walk"):
+          continue
+        print(f"| {kind} | n/a | | | |")
+        continue
+      best = min(r["seconds"] for r in runs[kind])
+      peak = max(r["peak_kb"] for r in runs[kind]) / 1024
+      walked = runs[kind][0]["walked"]
       print(f"| {kind} | {best:.3f} | {peak:.0f} | {peak * 2**20 / size:.2f} | {walked or ''} |", flush=True)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
