@@ -44,16 +44,23 @@ namespace {
 
 using SpacePtr = std::shared_ptr<const model::Space>;
 
+// A new reference from the C API, or the Python error it set (MemoryError).
+template <typename T = nb::object>
+T Steal(PyObject* o) {
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal<T>(o);
+}
+
 nb::str Str(std::string_view s) {
   // The model's names are valid UTF-8; a bytes stat value may not be.
-  return nb::steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+  return Steal<nb::str>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
 }
 
 nb::object StatValue(const model::Plane& plane, const model::Stat& s) {
   switch (s.kind) {
-    case model::StatKind::kInt64: return nb::steal(PyLong_FromLongLong(s.i64));
-    case model::StatKind::kUint64: return nb::steal(PyLong_FromUnsignedLongLong(s.u64));
-    case model::StatKind::kDouble: return nb::steal(PyFloat_FromDouble(s.f64));
+    case model::StatKind::kInt64: return Steal(PyLong_FromLongLong(s.i64));
+    case model::StatKind::kUint64: return Steal(PyLong_FromUnsignedLongLong(s.u64));
+    case model::StatKind::kDouble: return Steal(PyFloat_FromDouble(s.f64));
     case model::StatKind::kString:
     case model::StatKind::kBytes: return Str(plane.stat_str(s));
     case model::StatKind::kRef:
@@ -184,8 +191,7 @@ ProfileData Wrap(SpacePtr space) { return ProfileData{std::make_shared<Profile>(
 
 // os.fspath(path) as UTF-8 (str or os.PathLike, as open() takes).
 std::string FsPath(nb::handle path) {
-  nb::object p = nb::steal(PyOS_FSPath(path.ptr()));
-  if (!p.is_valid()) throw nb::python_error();
+  nb::object p = Steal(PyOS_FSPath(path.ptr()));
   if (PyBytes_Check(p.ptr())) return std::string(PyBytes_AS_STRING(p.ptr()), PyBytes_GET_SIZE(p.ptr()));
   return nb::cast<std::string>(p);
 }
