@@ -287,6 +287,12 @@ def test_bad_input_raises_runtime_error_as_jax(tmp_path, spyglass_file):
         make(jp.ProfileData)
   with pytest.raises(TypeError):
     profiler.ProfileData.from_serialized_xspace("not bytes")
+  # Over the 1 GiB bound: refused before anything is read (a sparse file).
+  huge = tmp_path / "huge.xplane.pb"
+  with open(huge, "wb") as f:
+    f.truncate((1 << 30) + 1)
+  with pytest.raises(RuntimeError, match="too large"):
+    profiler.ProfileData.from_file(huge)
   # An empty file is an empty XSpace, for jax too.
   empty = tmp_path / "empty.xplane.pb"
   empty.write_bytes(b"")
