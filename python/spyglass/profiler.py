@@ -161,12 +161,14 @@ class ProfileSession:
     with _state.lock:
       if not self._is_running:
         raise RuntimeError("No profile started")
-      try:
-        _spyglass.stop_trace()
-      finally:
-        self._is_running = False
-        _state.session = None
-        self._profile_data = _spyglass._last_trace_profile_data()
+      self._is_running = False
+      _state.session = None
+    # Outside the lock: the Perfetto link may wait for the browser. A start
+    # meanwhile fails in the core ("already started") until the trace stopped.
+    try:
+      _spyglass.stop_trace()
+    finally:
+      self._profile_data = _spyglass._last_trace_profile_data()
     return self._profile_data
 
   def export_profile_data(self, log_dir, create_perfetto_link: bool = False,
