@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,8 @@
 #include "analysis/summary.h"
 #include "annotation_type.h"
 #include "errors.h"
+#include "profile_data.h"
+#include "session/profiler_api_internal.h"
 #include "sinks/perfetto_link.h"
 #include "python_memory.h"
 #include "python_tracer.h"
@@ -193,6 +196,26 @@ NB_MODULE(_spyglass, m) {
     }
     Check(s);
   }, "log_dir"_a, "create_perfetto_trace"_a = false);
+  BindProfileData(m);
+  // jax.profiler.export_profile_data's writing step, for a ProfileData.
+  m.def("export_profile_data", [](nb::handle data, const std::string& log_dir, const std::string& session_id,
+                                  bool create_perfetto_trace, bool create_perfetto_link, int perfetto_link_timeout_s) {
+    std::shared_ptr<const model::Space> space = SpaceOf(data);
+    profiler::TraceOptions t;
+    t.create_perfetto_link = create_perfetto_link;
+    t.create_perfetto_trace = create_perfetto_trace || create_perfetto_link;
+    t.profiler_options.session_id = session_id;
+    t.perfetto_link_timeout_s = perfetto_link_timeout_s;
+    t.perfetto_link_cancelled = CtrlCPressed;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = session::ExportSpace(*space, log_dir, t);
+    }
+    if (PyErr_Occurred()) throw nb::python_error();  // KeyboardInterrupt during the Perfetto link's wait
+    Check(s);
+  }, "profile_data"_a, "log_dir"_a, "session_id"_a = "", "create_perfetto_trace"_a = false,
+     "create_perfetto_link"_a = false, "perfetto_link_timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("last_trace_files", &LastTraceFiles);
   m.def("last_trace_stats", &LastTraceStats);
   m.def("set_metadata", [](const std::string& k, const std::string& v) { profiler::set_metadata(k, v); });
