@@ -37,6 +37,8 @@ inline constexpr std::string_view kLiveBytesStat = "live_bytes";   // on counter
 
 // Stats of the /host:metadata plane (besides the user's set_metadata keys).
 inline constexpr std::string_view kVersionMetadata = "spyglass_version";
+// The file format's version (int64): readers refuse a newer one (spyglass/profile_reader.h).
+inline constexpr std::string_view kFormatVersionMetadata = "spyglass_format_version";
 inline constexpr std::string_view kHostnameMetadata = "hostname";
 inline constexpr std::string_view kPidMetadata = "pid";
 inline constexpr std::string_view kCommandLineMetadata = "command_line";

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "spyglass/profile_reader.h"  // kProfileFormatVersion
 #include "spyglass/profiler.h"  // version()
 #include "trace/recorder.h"
 
@@ -157,6 +158,7 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
   if (options_.enable_hlo_proto) {
     model::Plane& md = space->plane(model::kMetadataPlaneName);
     md.stats.push_back(md.str_stat(model::kVersionMetadata, version()));
+    md.stats.push_back(md.int_stat(model::kFormatVersionMetadata, profile::kProfileFormatVersion));
     md.stats.push_back(md.str_stat(model::kHostnameMetadata, Hostname()));
     md.stats.push_back(md.str_stat(model::kPidMetadata, std::to_string(getpid())));
     md.stats.push_back(md.str_stat(model::kCommandLineMetadata, CommandLine()));
