@@ -15,7 +15,8 @@ std::string_view embedded_report_js();
 
 namespace {
 
-using nlohmann::json;
+// Keys in the order written (the summary's order is the reading order).
+using json = nlohmann::ordered_json;
 
 std::string Base64(std::string_view in) {
   static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -1,23 +1,22 @@
 // `spyglass report RUN -o report.html`: one self-contained HTML page of a
-// run (src/report/report.h), its summary from src/analysis/.
+// run (src/report/report.h): the events through spyglass/profile_reader.h,
+// the tables from src/analysis/.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "commands.h"
-#include "common/quote.h"
 #include "export/output_file.h"
 #include "memory/pprof.h"
+#include "analysis/summary.h"
 #include "model/schema.h"
-#include "model/xspace_import_chunked.h"
 #include "report/report.h"
+#include "spyglass/profile_reader.h"
 
 namespace spyglass::cli {
 namespace {
@@ -60,33 +59,27 @@ class Progress {
   std::thread thread_;
 };
 
-// The .xplane.pb files RUN names: the file, a run folder's files, or the
-// newest run of a log dir.
-Status FindRunFiles(const std::string& run, std::vector<std::string>* files) {
-  std::error_code ec;
-  fs::path p(run);
-  if (!fs::exists(p, ec)) return NotFoundError("no such file or directory: " + QuoteInput(run));
-  if (!fs::is_directory(p, ec)) {
-    files->push_back(run);
-    return Status::Ok();
+// Feeds each line of a profile to the timeline (counter tracks left out).
+class TimelineVisitor : public profile::ProfileVisitor {
+ public:
+  TimelineVisitor(report::TimelineBuilder* b, std::string host) : b_(b), host_(std::move(host)) {}
+  bool OnPlane(const profile::PlaneHeader& p) override {
+    plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
+    return true;
   }
-  auto pbs_in = [&](const fs::path& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().string().ends_with(".xplane.pb")) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  };
-  *files = pbs_in(p);
-  if (!files->empty()) return Status::Ok();
-  std::vector<fs::path> runs;
-  for (const auto& e : fs::directory_iterator(p / "plugins" / "profile", ec))
-    if (e.is_directory(ec)) runs.push_back(e.path());
-  std::sort(runs.begin(), runs.end());
-  for (auto it = runs.rbegin(); it != runs.rend() && files->empty(); ++it) *files = pbs_in(*it);
-  if (files->empty()) return NotFoundError("no .xplane.pb in " + QuoteInput(run) + " nor in a run under it");
-  return Status::Ok();
-}
+  bool OnLine(const profile::LineHeader& l) override {
+    if (l.name == model::kCounterLineName) return false;
+    std::string name(l.display_name.empty() ? l.name : l.display_name);
+    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name);
+    return true;
+  }
+  void OnEvent(const profile::EventRecord& e) override { b_->AddEvent(e.name, e.start_ps, e.duration_ps); }
+  void OnLineEnd() override { b_->EndLine(); }
+
+ private:
+  report::TimelineBuilder* b_;
+  std::string host_, plane_;
+};
 
 // memory.*.prof in the run folder, in the log dir above it, and in RUN.
 std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file) {
@@ -115,7 +108,7 @@ constexpr size_t kMaxNearbyProfiles = 16;
 int RunReport(const std::string& run, const std::string& output, const std::vector<std::string>& memory_files) {
   Progress progress;
   std::vector<std::string> files;
-  if (Status s = FindRunFiles(run, &files); !s.ok()) {
+  if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) {
     std::cerr << "spyglass report: " << s.message() << "\n";
     return 1;
   }
@@ -123,29 +116,32 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
   in.title = run;
   report::TimelineBuilder timeline;
   for (const std::string& f : files) {
-    progress.Set("reading " + f);
-    std::ifstream is(f, std::ios::binary);
-    std::stringstream buf;
-    buf << is.rdbuf();
-    model::Space space;
-    if (Status s = model::ImportXSpaceBytesChunked(buf.str(), &space); !s.ok()) {
-      std::cerr << "spyglass report: " << f << ": " << s.message() << "\n";
+    progress.Set("reading the events of " + f);
+    profile::ProfileReader reader;
+    // Several files (hosts) of one run: their planes named after the file.
+    std::string host;
+    if (files.size() > 1) {
+      host = fs::path(f).filename().string();
+      host = host.substr(0, host.rfind(".xplane.pb"));
+    }
+    TimelineVisitor visitor(&timeline, host);
+    Status s = reader.Open(f);
+    if (s.ok()) s = reader.Scan(visitor);
+    if (!s.ok()) {
+      std::cerr << "spyglass report: " << s.message() << "\n";
       return 1;
     }
-    progress.Set("laying out the timeline of " + f);
-    for (const model::Plane& p : space.planes)
-      for (const model::Line& l : p.lines) {
-        if (l.name == model::kCounterLineName) continue;
-        timeline.BeginLine(p.name, l.display_name.empty() ? l.name : l.display_name);
-        for (const model::Event& e : l.events) {
-          const auto& m = p.event_metadata()[e.metadata_id < p.event_metadata().size() ? e.metadata_id : 0];
-          timeline.AddEvent(m.display_name.empty() ? m.name : m.display_name, l.timestamp_ns * 1000 + e.offset_ps,
-                            e.duration_ps);
-        }
-        timeline.EndLine();
-      }
   }
   in.timeline = timeline.Finish();
+  progress.Set("summarizing " + run);
+  analysis::SummaryOptions options;
+  options.top = 20;
+  analysis::Summary summary;
+  if (Status s = analysis::Summarize(run, options, &summary); !s.ok()) {
+    std::cerr << "spyglass report: " << s.message() << "\n";
+    return 1;
+  }
+  in.summary_json = analysis::SummaryToJson(summary);
 
   // Memory profiles: those named must read; those found nearby are shown if they do.
   std::vector<std::pair<std::string, bool>> profiles;

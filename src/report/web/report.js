@@ -49,12 +49,13 @@
 
   // ---- summary tables (whatever the analysis gives, as tables) ----------------
   const kMaxRows = 200;
-  function table(rows, cls) {
-    const keys = [];
-    for (const r of rows.slice(0, kMaxRows)) for (const k in r) if (!keys.includes(k)) keys.push(k);
+  // A table of objects; `cols` picks and orders the columns (default: all keys).
+  function table(rows, cls, cols) {
+    const keys = cols ? cols.slice() : [];
+    if (!cols) for (const r of rows.slice(0, kMaxRows)) for (const k in r) if (!keys.includes(k)) keys.push(k);
     const t = el('table', cls ? { class: cls } : {});
     const head = el('tr');
-    for (const k of keys) head.appendChild(el('th', { class: typeof rows[0][k] === 'number' ? 'num' : '' }, k));
+    for (const k of keys) head.appendChild(el('th', { class: rows.length && typeof rows[0][k] === 'number' ? 'num' : '' }, k.replace(/_ns$/, '').replace(/_/g, ' ')));
     t.appendChild(head);
     for (const r of rows.slice(0, kMaxRows)) {
       const tr = el('tr');
@@ -63,6 +64,62 @@
     }
     return t;
   }
+  function section(parent, title, rows, cols, note) {
+    if (!Array.isArray(rows) || !rows.length) return;
+    parent.appendChild(el('h3', {}, title));
+    if (note) parent.appendChild(el('div', { class: 'more' }, note));
+    parent.appendChild(table(rows, '', cols));
+    if (rows.length > kMaxRows) parent.appendChild(el('div', { class: 'more' }, `${rows.length - kMaxRows} more rows`));
+  }
+
+  // The tables of `spyglass summary` (src/analysis/summary.h); keys this page
+  // does not know are shown as generic tables after them.
+  function renderSummary(box, s) {
+    const known = new Set();
+    const take = (k) => { known.add(k); return s[k]; };
+    const kv = el('table', { class: 'kv' });
+    for (const k of ['file', 'producer', 'hostnames', 'file_bytes', 'planes', 'lines', 'events', 'wall_ns']) {
+      const v = take(k);
+      if (v === undefined || v === '' || (Array.isArray(v) && !v.length)) continue;
+      const tr = el('tr');
+      tr.appendChild(el('th', {}, k === 'wall_ns' ? 'wall time' : k.replace('_', ' ')));
+      tr.appendChild(el('td', { class: typeof v === 'number' ? 'num' : '' }, fmtCell(k, v)));
+      kv.appendChild(tr);
+    }
+    box.appendChild(kv);
+    for (const k of ['start_ns', 'end_ns']) take(k);
+    const st = take('steps');
+    if (st && st.duration && st.duration.count) {
+      section(box, `Steps ("${st.name}")`, [st.duration], ['count', 'mean_ns', 'stddev_ns', 'min_ns', 'p50_ns', 'p90_ns', 'p99_ns', 'max_ns']);
+      section(box, 'Slowest steps', (st.slowest || []).map((x) => ({ step: x.number, duration_ns: x.duration_ns, start_ns: x.start_ns })));
+    }
+    const ann = ['name', 'count', 'total_ns', 'self_ns', 'mean_ns', 'share', 'self_share'];
+    section(box, 'Top annotations by total time (all threads)', take('top_total'), ann);
+    section(box, 'Top annotations by self time (all threads)', take('top_self'), ann);
+    const threads = take('threads');
+    section(box, 'Threads', threads, ['plane', 'name', 'id', 'events', 'busy_ns', 'busy_share']);
+    for (const t of threads || []) {
+      if (!(t.top_total || []).length) continue;
+      const d = el('details', { class: 'thread' });
+      d.appendChild(el('summary', {}, `${t.plane} · ${t.name}: top annotations`));
+      section(d, 'by total time', t.top_total, ann);
+      section(d, 'by self time', t.top_self, ann);
+      box.appendChild(d);
+    }
+    const ops = ['device', 'name', 'count', 'total_ns', 'mean_ns', 'share'];
+    section(box, 'GPU kernels', take('kernels'), ops);
+    section(box, 'GPU copies', take('copies'), ops);
+    section(box, 'Counter peaks', take('counters'), ['plane', 'name', 'samples', 'peak', 'peak_at_ns', 'last']);
+    section(box, 'Dropped', take('dropped'), ['plane', 'name', 'value']);
+    for (const k of ['errors', 'warnings']) {
+      const v = take(k);
+      if (Array.isArray(v) && v.length) section(box, k, v.map((m) => ({ [k.slice(0, -1)]: m })));
+    }
+    const rest = {};
+    for (const k in s) if (!known.has(k)) rest[k] = s[k];
+    if (Object.keys(rest).length) renderValue(box, '', rest, 0);
+  }
+
   function renderValue(parent, key, v, depth) {
     if (Array.isArray(v) && v.length && v.every(isObj)) {
       parent.appendChild(el(depth ? 'h3' : 'h3', {}, key));
@@ -89,21 +146,7 @@
     }
   }
 
-  // The per-step durations of the summary: the first array of objects that
-  // have a step number and a duration, anywhere in it.
-  function findSteps(s, depth) {
-    if (!s || depth > 4) return null;
-    if (Array.isArray(s)) {
-      if (s.length && s.every(isObj) && stepOf(s[0]) !== undefined && durOf(s[0]) !== undefined) return s;
-      return null;
-    }
-    if (!isObj(s)) return null;
-    for (const k of ['steps', 'step_times', 'per_step']) if (k in s) { const r = findSteps(s[k], depth + 1); if (r) return r; }
-    for (const k in s) { const r = findSteps(s[k], depth + 1); if (r) return r; }
-    return null;
-  }
-  function stepOf(o) { for (const k of ['step', 'step_num', 'number', 'num']) if (typeof o[k] === 'number') return o[k]; return undefined; }
-  function durOf(o) { for (const k of ['duration_ns', 'ns', 'dur_ns', 'time_ns']) if (typeof o[k] === 'number') return o[k]; return undefined; }
+  const stepOf = (o) => o.number, durOf = (o) => o.duration_ns;
 
   function renderSteps(steps) {
     const box = $('sg-steps');
@@ -432,12 +475,12 @@
     report.data = data;
     $('sg-title').textContent = `${data.title} · ${data.generator}`;
     for (const n of data.notes || []) $('sg-notes').appendChild(el('li', {}, n));
-    const steps = findSteps(data.summary, 0);
-    if (steps && steps.length) renderSteps(steps);
+    const steps = data.summary && data.summary.steps && data.summary.steps.all;
+    if (Array.isArray(steps) && steps.length) renderSteps(steps);
     if (data.summary) {
       const box = $('sg-summary');
       box.textContent = '';
-      renderValue(box, '', data.summary, 0);
+      if (isObj(data.summary)) renderSummary(box, data.summary);
     }
     if (data.flames.length) {
       const box = $('sg-memory');
