@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -121,8 +122,8 @@ class SPYGLASS_API ProfileData {
 
   size_t plane_count() const;
   ProfilePlane plane(size_t i) const;
-  // The first plane of that name; false if none.
-  bool find_plane(std::string_view name, ProfilePlane* out) const;
+  // The first plane of that name.
+  std::optional<ProfilePlane> find_plane(std::string_view name) const;
   const std::vector<std::string>& hostnames() const;
   const std::vector<std::string>& errors() const;
   const std::vector<std::string>& warnings() const;

@@ -77,7 +77,10 @@ class SummaryVisitor : public profile::ProfileVisitor {
   // Only these lines' events, buffered and sorted (a second pass over lines
   // a writer left unsorted).
   std::vector<std::pair<size_t, size_t>> unsorted;  // (plane, line)
-  bool buffered_pass = false;
+  void StartBufferedPass() {
+    buffered_pass = true;
+    plane_index_ = SIZE_MAX;
+  }
 
   bool OnPlane(const PlaneHeader& p) override {
     ++plane_index_;
@@ -312,6 +315,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
     std::string_view name;
   };
 
+  bool buffered_pass = false;
+
   size_t Top() const { return options_.top == 0 ? SIZE_MAX : options_.top; }
 
   void Nest(int64_t start, int64_t dur, uint64_t md, std::string_view name) {
@@ -476,7 +481,7 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     if (Status s = scan.Open(r->path(), ro); !s.ok()) return s;
     if (Status s = scan.Scan(v); !s.ok()) return s;
     if (!v.unsorted.empty()) {
-      v.buffered_pass = true;
+      v.StartBufferedPass();
       if (Status s = scan.Scan(v); !s.ok()) return s;
     }
     done += scan.size_bytes();

@@ -115,7 +115,8 @@ class NameTable {
   }
 
  private:
-  static constexpr int64_t kDenseLimit = 1 << 24;
+  // A hostile id costs no more than this (16 bytes a slot).
+  static constexpr int64_t kDenseLimit = 1 << 16;
   std::vector<std::string_view> dense_;
   std::unordered_map<int64_t, std::string_view> sparse_;
 };
@@ -266,10 +267,10 @@ Status ProfileData::FromSerialized(std::string_view bytes, ProfileData* out) {
 
 size_t ProfileData::plane_count() const { return space_->planes.size(); }
 ProfilePlane ProfileData::plane(size_t i) const { return ProfilePlane(&space_->planes.at(i)); }
-bool ProfileData::find_plane(std::string_view name, ProfilePlane* out) const {
+std::optional<ProfilePlane> ProfileData::find_plane(std::string_view name) const {
   const model::Plane* p = space_->find_plane(name);
-  if (p) *out = ProfilePlane(p);
-  return p != nullptr;
+  if (!p) return std::nullopt;
+  return ProfilePlane(p);
 }
 const std::vector<std::string>& ProfileData::hostnames() const { return space_->hostnames; }
 const std::vector<std::string>& ProfileData::errors() const { return space_->errors; }
