@@ -87,7 +87,7 @@ try {
     // Zoomed into the first thousandth: the finest level there.
     const zoomed = r.timeline.setView(0, total / 1000);
     r.timeline.setView(0, total);
-    return { colored, whole, zoomed, tracks, events };
+    return { colored, whole, zoomed, tracks, events, total };
   });
   check(tl !== null, 'no timeline');
   if (tl) {
@@ -98,6 +98,20 @@ try {
       `all at once: ${tl.whole.drawn} spans drawn of ${tl.events} events (level ${tl.whole.maxLevel})`);
     check(tl.zoomed.drawn > 0, 'nothing drawn when zoomed in');
     for (const t of opt.tracks) check(tl.tracks.includes(t), `no timeline track '${t}' (${tl.tracks.join(', ')})`);
+    // The wheel zooms in where the mouse is; a drag pans.
+    await page.locator('#tl-canvas').scrollIntoViewIfNeeded();
+    const box = await page.locator('#tl-canvas').boundingBox();
+    await page.mouse.move(box.x + box.width * 0.6, box.y + 40);
+    await page.mouse.wheel(0, -800);
+    await page.waitForTimeout(100);
+    const zoomedIn = await page.evaluate(() => window.spyglassReport.timeline.view());
+    check(zoomedIn[0] > 0 && zoomedIn[1] - zoomedIn[0] < tl.total / 2, `the wheel did not zoom in: view ${zoomedIn}`);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.3, box.y + 40, { steps: 5 });
+    await page.mouse.up();
+    await page.waitForTimeout(100);
+    const panned = await page.evaluate(() => window.spyglassReport.timeline.view());
+    check(panned[0] > zoomedIn[0], `dragging left did not move the view later: ${zoomedIn} -> ${panned}`);
     Object.assign(timing, { events: tl.events, drawn_whole: tl.whole.drawn, level_whole: tl.whole.maxLevel });
   }
 
