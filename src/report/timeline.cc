@@ -34,7 +34,7 @@ void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line) {
 }
 
 void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps) {
-  auto it = name_ids_.find(std::string(name));
+  auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
     it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
     tl_.names.emplace_back(name);
@@ -102,8 +102,8 @@ void TimelineBuilder::EndLine() {
   // Parents before children, then one lane per depth: an event goes one
   // below its innermost open parent, or further down while that lane is
   // still busy (events that overlap without nesting).
-  std::sort(spans_.begin(), spans_.end(),
-            [](const Span& a, const Span& b) { return a.start != b.start ? a.start < b.start : a.end > b.end; });
+  auto before = [](const Span& a, const Span& b) { return a.start != b.start ? a.start < b.start : a.end > b.end; };
+  if (!std::is_sorted(spans_.begin(), spans_.end(), before)) std::sort(spans_.begin(), spans_.end(), before);
   TimelineTrack track;
   track.plane = plane_;
   track.name = line_;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,7 +74,12 @@ class TimelineBuilder {
   Timeline tl_;
   std::vector<int64_t> base_ns_;  // of each track: absolute ns of its first event
   int64_t end_ps_ = INT64_MIN;
-  std::unordered_map<std::string, uint32_t> name_ids_;
+  // Looked up by string_view: no string made per event.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::string plane_, line_;
   std::vector<Span> spans_;
 };
