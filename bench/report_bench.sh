@@ -15,9 +15,13 @@ trap 'rm -rf "$T"' EXIT
 echo "run: $events events, big.xplane.pb $(stat -c %s "$T/big.xplane.pb") bytes"
 best=""
 for i in $(seq "$runs"); do
-  /usr/bin/time -f "%e %M" -o "$T/time" "$build/spyglass" report "$T/big.xplane.pb" -o "$T/report.html" >/dev/null
-  read -r s kb <"$T/time"
-  echo "spyglass report: ${s} s wall, peak RSS $((kb / 1024)) MiB"
+  /usr/bin/time -f "%e %U %S %M" -o "$T/time" "$build/spyglass" report "$T/big.xplane.pb" -o "$T/report.html" \
+    >/dev/null 2>"$T/stderr"
+  read -r s user sys kb <"$T/time"
+  echo "spyglass report: ${s} s wall, ${user} s user + ${sys} s sys, peak RSS $((kb / 1024)) MiB"
+  /usr/bin/time -f "%e %U %S %M" -o "$T/time" "$build/spyglass" summary "$T/big.xplane.pb" >/dev/null 2>&1
+  read -r s user sys kb <"$T/time"
+  echo "  (spyglass summary of the same file: ${s} s wall, ${user} s user + ${sys} s sys, peak RSS $((kb / 1024)) MiB)"
 done
 echo "report.html: $(stat -c %s "$T/report.html") bytes"
 # The naive page: the same page drawing every event (the level choice removed).

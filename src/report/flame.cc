@@ -1,6 +1,7 @@
 #include "report/flame.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <unordered_map>

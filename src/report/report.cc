@@ -93,7 +93,8 @@ std::string RenderReport(const ReportInput& in) {
   const Timeline& tl = in.timeline;
   json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
                {"notes", in.notes}, {"timeline", TimelineJson(tl)}};
-  data["summary"] = in.summary_json.empty() ? json(nullptr) : json::parse(in.summary_json, nullptr, false);
+  json summary = in.summary_json.empty() ? json(nullptr) : json::parse(in.summary_json, nullptr, false);
+  data["summary"] = summary.is_discarded() ? json(nullptr) : std::move(summary);
   json flames = json::array();
   for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
   data["flames"] = std::move(flames);

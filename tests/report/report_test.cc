@@ -179,6 +179,24 @@ TEST(FlameTest, KnownProfile) {
   EXPECT_EQ(g.top_sites[1].value, 500 << 10);
 }
 
+// Several devices: a subtree each; negative values (not a live-memory
+// profile) weigh nothing and are counted.
+TEST(FlameTest, DevicesAndNegativeValues) {
+  spyglass::memory::ProfileData d;
+  d.functions = {{"main", "", "w.cc", 1}, {"upload", "", "w.cc", 2}};
+  d.locations = {{0x10, {{1, 5}}}, {0x20, {{2, 9}}}};
+  d.samples = {{{1}, 1, 100, "heap", "cpu:0"}, {{2, 1}, 1, 300, "device", "gpu:0"}, {{1}, 1, -50, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::FlameGraph g = report::BuildFlameGraph(p, "x.prof");
+  EXPECT_EQ(g.total, 400);
+  EXPECT_EQ(g.negative_samples, 1u);
+  std::vector<std::string> order;
+  for (size_t i = 0; i < g.node_name.size(); ++i) order.push_back(g.names[g.node_name[i]] + "=" + std::to_string(g.node_value[i]));
+  EXPECT_EQ(order, (std::vector<std::string>{"all=400", "[gpu:0 device]=300", "main=300", "upload=300",
+                                             "[cpu:0 heap]=100", "main=100"}));
+}
+
 // Names come from the profile: a name that closes the script element or
 // starts a comment must stay data.
 TEST(ReportPageTest, NamesCannotEndTheScript) {

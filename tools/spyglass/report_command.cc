@@ -1,7 +1,6 @@
 // `spyglass report RUN -o report.html`: one self-contained HTML page of a
 // run (src/report/report.h): the events through spyglass/profile_reader.h,
 // the tables from src/analysis/.
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
