@@ -247,6 +247,9 @@ TEST(Summary, UnsortedLinesGiveTheSameNumbers) {
   }
   EXPECT_DOUBLE_EQ(shuffled.threads[0].busy_ns, 550 * kMsNs);
   EXPECT_DOUBLE_EQ(shuffled.steps.duration.p99_ns, sorted.steps.duration.p99_ns);
+  ASSERT_EQ(shuffled.steps.all.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(shuffled.steps.all[i].number, static_cast<int64_t>(i));
+  EXPECT_EQ(shuffled.steps.slowest[0].number, 9);
 }
 
 TEST(Summary, StepAndThreadFilters) {
@@ -287,6 +290,11 @@ TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
       analysis::DiffRuns(WriteKnown(dir, "base.xplane.pb"), WriteKnown(dir, "new.xplane.pb", {.matmul_scale = 2}), o, &d)
           .ok());
   EXPECT_TRUE(d.per_step);
+  // By total time its parents grew as much; the bigger relative change leads.
+  ASSERT_GE(d.annotations.size(), 3u);
+  EXPECT_EQ(d.annotations[0].name, "matmul");
+  EXPECT_EQ(d.annotations[0].delta_ns, 13.75 * kMsNs);
+  EXPECT_EQ(d.annotations[1].name, "forward");
   // Self time isolates it: matmul +100%, nothing else moved.
   ASSERT_FALSE(d.self.empty());
   EXPECT_EQ(d.self[0].name, "matmul");
@@ -301,6 +309,11 @@ TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
   ASSERT_EQ(d.failures.size(), 1u);
   EXPECT_NE(d.failures[0].find("step time regressed +25.0%"), std::string::npos) << d.failures[0];
   EXPECT_FALSE(d.gate_error);
+  // Counter peaks side by side (the same here).
+  ASSERT_EQ(d.counters.size(), 1u);
+  EXPECT_EQ(d.counters[0].name, "memory host");
+  EXPECT_EQ(d.counters[0].base_ns, 500);
+  EXPECT_EQ(d.counters[0].delta_ns, 0);
   // Noise from the spread of step times (10..100 ms): large here.
   EXPECT_GT(d.noise_pct, 10);
 }
@@ -425,6 +438,30 @@ TEST(FindProfileFiles, RunFolderAndLogDir) {
   EXPECT_EQ(files, std::vector<std::string>{newest});
   Status s = profile::FindProfileFiles(dir + "/plugins", &files);
   EXPECT_FALSE(s.ok());
+}
+
+TEST(Summary, RunFolderWithTwoHosts) {
+  std::string dir = testing::MakeTempDir();
+  WriteKnown(dir, "hostA.xplane.pb");
+  WriteKnown(dir, "hostB.xplane.pb", {.matmul_scale = 2, .gpu = false});
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(dir, {}, &s).ok());
+  EXPECT_EQ(s.file, dir);
+  EXPECT_EQ(s.events, 68u + 53u);
+  ASSERT_EQ(s.threads.size(), 4u);  // main and loader of each host, named by host
+  std::vector<std::string> names;
+  for (const auto& t : s.threads) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"hostA loader", "hostA main", "hostB loader", "hostB main"}));
+  EXPECT_EQ(s.hostnames.size(), 2u);
+  EXPECT_EQ(s.steps.duration.count, 10u);  // the first host's steps
+  // All-thread tables summed over hosts: matmul 137.5 + 275 ms.
+  const auto* matmul = Find(s.top_total, "matmul");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_EQ(matmul->count, 20u);
+  EXPECT_NEAR(matmul->total_ns, 412.5 * kMsNs, 1e-3);
+  EXPECT_DOUBLE_EQ(matmul->share, 412.5 / 800);
+  ASSERT_EQ(s.kernels.size(), 1u);  // hostB has no GPU
 }
 
 // --- the CLI --------------------------------------------------------------------

@@ -39,7 +39,11 @@ std::vector<DiffRow> Match(const std::vector<T>& base, const std::vector<T>& nex
   for (const auto& [name, s] : by_name)
     out.push_back(Row(name, kind, s.base_count, s.base, s.new_count, s.next, noise_pct));
   std::stable_sort(out.begin(), out.end(),
-                   [](const DiffRow& a, const DiffRow& b) { return std::fabs(a.delta_ns) > std::fabs(b.delta_ns); });
+                   [](const DiffRow& a, const DiffRow& b) {
+                     double x = std::fabs(a.delta_ns), y = std::fabs(b.delta_ns);
+                     // Ties (a parent grows with its child): the bigger relative change first.
+                     return x != y ? x > y : std::fabs(a.delta_pct) > std::fabs(b.delta_pct);
+                   });
   return out;
 }
 
@@ -95,6 +99,14 @@ Diff CompareSummaries(Summary base, Summary next, const DiffOptions& options) {
                  d.noise_pct);
   d.kernels = Match(base.kernels, next.kernels, "kernel", total, bp, np, d.noise_pct);
   d.copies = Match(base.copies, next.copies, "copy", total, bp, np, d.noise_pct);
+  {
+    std::map<std::string, std::pair<const CounterPeak*, const CounterPeak*>> by_name;
+    for (const CounterPeak& c : base.counters) by_name[c.name].first = &c;
+    for (const CounterPeak& c : next.counters) by_name[c.name].second = &c;
+    for (const auto& [name, p] : by_name)
+      d.counters.push_back(Row(name, "counter", p.first ? p.first->samples : 0, p.first ? p.first->peak : 0,
+                               p.second ? p.second->samples : 0, p.second ? p.second->peak : 0, -1));
+  }
 
   if (options.fail_above_pct >= 0) {
     char buf[256];
@@ -168,6 +180,8 @@ std::string DiffToJson(const Diff& d) {
   WriteRows(j, d.kernels);
   j.key("copies");
   WriteRows(j, d.copies);
+  j.key("counters");
+  WriteRows(j, d.counters);
   j.key("failures");
   j.begin_array();
   for (const std::string& f : d.failures) j.value(f);
@@ -212,6 +226,14 @@ std::string DiffToText(const Diff& d, size_t width) {
   table(d.self, std::string("Annotations by self time, biggest change first") + unit);
   table(d.kernels, std::string("GPU kernels") + unit);
   table(d.copies, std::string("GPU copies") + unit);
+  if (!d.counters.empty()) {
+    out += "\nCounter peaks\n";
+    TextTable t({"name", "base", "new", "delta", "delta %"}, width);
+    for (const DiffRow& r : d.counters)
+      t.add({r.name, r.base_count ? FormatNumber(r.base_ns) : "-", r.new_count ? FormatNumber(r.new_ns) : "-",
+             (r.delta_ns >= 0 ? "+" : "-") + FormatNumber(std::fabs(r.delta_ns)), Pct(r.delta_pct)});
+    out += t.render();
+  }
   if (!d.failures.empty()) {
     out += "\nFAILED:\n";
     for (const std::string& f : d.failures) out += "  " + f + "\n";

@@ -21,7 +21,7 @@ struct DiffOptions {
 
 struct DiffRow {
   std::string name;
-  std::string kind;  // "step", "annotation", "self", "kernel", "copy"
+  std::string kind;  // "step", "annotation", "self", "kernel", "copy", "counter"
   uint64_t base_count = 0, new_count = 0;
   double base_ns = 0, new_ns = 0;  // per step when both runs have steps
   double delta_ns = 0;
@@ -35,6 +35,9 @@ struct Diff {
   double noise_pct = -1;      // the step mean's standard error, both runs (-1: unknown)
   std::vector<DiffRow> steps;  // mean, p50, p90, p99, max
   std::vector<DiffRow> annotations, self, kernels, copies;  // by |delta_ns|
+  // Counter peaks (kind "counter"): base_ns and new_ns hold the peaks, in
+  // the counter's unit (bytes for live memory), not per step.
+  std::vector<DiffRow> counters;
   std::vector<std::string> failures;  // the gate's findings; empty: passed
   bool gate_error = false;            // nothing to gate on (no steps, no annotation)
 };

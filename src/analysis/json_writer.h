@@ -2,6 +2,7 @@
 // strings): commas and escaping in one place.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,11 +32,16 @@ class JsonWriter {
       out_ += "null";
       return;
     }
-    char buf[32];
-    // Integral values print as integers; others with enough digits.
-    if (v == std::floor(v) && std::fabs(v) < 9e15) std::snprintf(buf, sizeof(buf), "%.0f", v);
-    else std::snprintf(buf, sizeof(buf), "%.6g", v);
-    out_ += buf;
+    char buf[64];
+    // Integral values print as integers; others in the shortest form that
+    // reads back the same.
+    if (v == std::floor(v) && std::fabs(v) < 9e15) {
+      std::snprintf(buf, sizeof(buf), "%.0f", v);
+      out_ += buf;
+      return;
+    }
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out_.append(buf, r.ptr);
   }
   void value(uint64_t v) { value_prefix(), out_ += std::to_string(v); }
   void value(int64_t v) { value_prefix(), out_ += std::to_string(v); }

@@ -6,7 +6,6 @@
 #include <map>
 #include <unordered_map>
 
-#include "analysis/json_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "spyglass/profile_reader.h"
@@ -128,6 +127,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     current_.name = model::ValidUtf8(name);
     current_.id = l.id;
     line_aggs_.clear();
+    dense_aggs_.clear();
     stack_.clear();
     covered_end_ = INT64_MIN;
     busy_ps_ = 0;
@@ -196,14 +196,17 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (!thread_ || (line_unsorted_ && !buffered_pass)) return;
     while (!stack_.empty()) Pop();
     // Name strings once per line, not per event.
-    for (auto& [md, la] : line_aggs_) {
+    auto add = [&](const LineAgg& la) {
       const Agg& a = la.agg;
+      if (a.count == 0) return;
       std::string name = model::ValidUtf8(la.name);
       Agg& t = current_aggs_[name];
       t.count += a.count, t.total_ps += a.total_ps, t.self_ps += a.self_ps;
       Agg& all = all_aggs_[name];
       all.count += a.count, all.total_ps += a.total_ps, all.self_ps += a.self_ps;
-    }
+    };
+    for (const LineAgg& la : dense_aggs_) add(la);
+    for (const auto& [md, la] : line_aggs_) add(la);
     if (current_.events == 0 && current_aggs_.empty()) return;
     current_.busy_ns = static_cast<double>(busy_ps_) / 1e3;
     threads_.push_back({std::move(current_), std::move(current_aggs_)});
@@ -215,7 +218,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (min_start_ps_ <= max_end_ps_) {
       out->start_ns = static_cast<double>(min_start_ps_) / 1e3;
       out->end_ns = static_cast<double>(max_end_ps_) / 1e3;
-      if (wall_ns == 0) wall_ns = out->end_ns - out->start_ns;
+      // Events may reach past the session's bounds (JAX's Python calls around start_trace).
+      wall_ns = std::max(wall_ns, out->end_ns - out->start_ns);
     }
     if (!window_.all) {
       wall_ns = 0;
@@ -285,14 +289,6 @@ class SummaryVisitor : public profile::ProfileVisitor {
     Steps(out);
   }
 
-  // The steps: those of the most frequent step name.
-  std::vector<Step> AllSteps(std::string* name) const {
-    size_t best = 0;
-    for (const auto& [n, v] : steps_by_name_)
-      if (v.size() > best) best = v.size(), *name = n;
-    return best ? steps_by_name_.at(*name) : std::vector<Step>{};
-  }
-
   std::string producer;
   double profile_start_ns = 0, profile_stop_ns = 0;
   uint64_t planes = 0, lines = 0, events = 0, incomplete = 0;
@@ -326,16 +322,28 @@ class SummaryVisitor : public profile::ProfileVisitor {
     if (!stack_.empty()) {
       Open& parent = stack_.back();
       parent.child_ps += std::min(end, parent.end) - start;
-    } else if (end > covered_end_) {
+    }
+    // Busy: the union of all intervals (events start in order), so that an
+    // event overlapping its parent's end (Python's calls around a TraceMe)
+    // still counts.
+    if (end > covered_end_) {
       busy_ps_ += end - std::max(start, covered_end_);
       covered_end_ = end;
     }
     stack_.push_back({start, end, dur, 0, md, name});
   }
 
+  LineAgg& AggOf(uint64_t md) {
+    if (md < kDenseIds) {
+      if (md >= dense_aggs_.size()) dense_aggs_.resize(md + 1);
+      return dense_aggs_[md];
+    }
+    return line_aggs_[md];
+  }
+
   void Pop() {
     const Open& o = stack_.back();
-    LineAgg& la = line_aggs_[o.md];
+    LineAgg& la = AggOf(o.md);
     la.name = o.name;
     Agg& a = la.agg;
     ++a.count;
@@ -366,21 +374,49 @@ class SummaryVisitor : public profile::ProfileVisitor {
   }
 
   void Steps(Summary* out) {
-    std::vector<Step> steps = AllSteps(&out->steps.name);
+    // The most frequent step name's steps (moved: a long run has millions).
+    size_t best = 0;
+    std::vector<Step>* steps = nullptr;
+    for (auto& [n, v] : steps_by_name_)
+      if (v.size() > best) best = v.size(), out->steps.name = n, steps = &v;
+    if (!steps) return;
     if (options_.step_first || options_.step_last) {
-      std::erase_if(steps, [&](const Step& s) {
+      std::erase_if(*steps, [&](const Step& s) {
         return (options_.step_first && s.number < *options_.step_first) ||
                (options_.step_last && s.number > *options_.step_last);
       });
     }
-    std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; });
+    // By start: each thread's steps come in order, so merge those runs.
+    auto by_start = [](const Step& a, const Step& b) { return a.start_ns < b.start_ns; };
+    std::vector<size_t> runs{0};
+    for (size_t i = 1; i < steps->size(); ++i)
+      if ((*steps)[i].start_ns < (*steps)[i - 1].start_ns) runs.push_back(i);
+    runs.push_back(steps->size());
+    while (runs.size() > 2) {
+      std::vector<size_t> merged{0};
+      for (size_t i = 0; i + 2 < runs.size(); i += 2) {
+        std::inplace_merge(steps->begin() + static_cast<ptrdiff_t>(runs[i]),
+                           steps->begin() + static_cast<ptrdiff_t>(runs[i + 1]),
+                           steps->begin() + static_cast<ptrdiff_t>(runs[i + 2]), by_start);
+        merged.push_back(runs[i + 2]);
+      }
+      if (runs.size() % 2 == 0) merged.push_back(runs.back());
+      runs = std::move(merged);
+    }
     std::vector<double> d;
-    for (const Step& s : steps) d.push_back(s.duration_ns);
-    out->steps.duration = Distribute(d);
-    out->steps.all = steps;
-    std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.duration_ns > b.duration_ns; });
-    if (steps.size() > options_.slowest_steps) steps.resize(options_.slowest_steps);
-    out->steps.slowest = steps;
+    d.reserve(steps->size());
+    for (const Step& s : *steps) d.push_back(s.duration_ns);
+    out->steps.duration = Distribute(std::move(d));
+    std::vector<size_t> order(steps->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    size_t n = std::min(options_.slowest_steps, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(), [&](size_t a, size_t b) {
+      return (*steps)[a].duration_ns != (*steps)[b].duration_ns ? (*steps)[a].duration_ns > (*steps)[b].duration_ns
+                                                                : a < b;
+    });
+    for (size_t i = 0; i < n; ++i) out->steps.slowest.push_back((*steps)[order[i]]);
+    out->steps.all = std::move(*steps);
+    steps_by_name_.clear();
   }
 
   const SummaryOptions& options_;
@@ -391,6 +427,9 @@ class SummaryVisitor : public profile::ProfileVisitor {
   bool device_ = false, metadata_ = false, counters_ = false, ops_ = false, thread_ = false;
   // The current line.
   ThreadSummary current_;
+  // By metadata id: a vector for the small dense ids writers assign.
+  static constexpr uint64_t kDenseIds = 1 << 16;
+  std::vector<LineAgg> dense_aggs_;
   std::unordered_map<uint64_t, LineAgg> line_aggs_;
   std::unordered_map<std::string, Agg> current_aggs_;
   std::vector<Open> stack_;
@@ -474,7 +513,10 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
       host = std::filesystem::path(r->path()).filename().string();
       host = host.substr(0, host.rfind(".xplane.pb"));
     }
-    SummaryVisitor v(options, window, host);
+    // Several files: every row, so that the hosts' tables can be summed.
+    SummaryOptions per_file = options;
+    if (files.size() > 1) per_file.top = 0;
+    SummaryVisitor v(per_file, window, host);
     profile::ProfileReader scan;
     profile::ReadOptions ro;
     ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
@@ -496,8 +538,9 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     out->file_bytes = total;
     return Status::Ok();
   }
-  // Several hosts: their threads, devices and counters side by side; the
-  // steps and all-thread tables of the first file that has steps, else the first.
+  // Several hosts: their threads and counters side by side; the all-thread
+  // tables and devices summed by name; the steps of the first file that has
+  // them (each host runs the same steps).
   size_t main = 0;
   for (size_t i = 0; i < parts.size(); ++i)
     if (parts[i].steps.duration.count) {
@@ -518,6 +561,52 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     merged.counters.insert(merged.counters.end(), p.counters.begin(), p.counters.end());
     merged.dropped.insert(merged.dropped.end(), p.dropped.begin(), p.dropped.end());
   }
+  for (Summary& p : parts) merged.wall_ns = std::max(merged.wall_ns, p.wall_ns);
+  auto share = [&](double ns) { return merged.wall_ns > 0 ? ns / merged.wall_ns : 0; };
+  size_t top = options.top == 0 ? SIZE_MAX : options.top;
+  // The hosts' rows of one name summed.
+  auto sum_rows = [&](std::vector<AnnotationRow> Summary::*table, bool by_self) {
+    std::map<std::string, AnnotationRow> by_name;
+    for (Summary& p : parts)
+      for (const AnnotationRow& r : p.*table) {
+        AnnotationRow& m = by_name[r.name];
+        m.name = r.name;
+        m.count += r.count, m.total_ns += r.total_ns, m.self_ns += r.self_ns;
+      }
+    std::vector<AnnotationRow> v;
+    for (auto& [name, r] : by_name) {
+      r.mean_ns = r.count ? r.total_ns / static_cast<double>(r.count) : 0;
+      r.share = share(r.total_ns), r.self_share = share(r.self_ns);
+      v.push_back(std::move(r));
+    }
+    std::sort(v.begin(), v.end(), [by_self](const AnnotationRow& a, const AnnotationRow& b) {
+      double x = by_self ? a.self_ns : a.total_ns, y = by_self ? b.self_ns : b.total_ns;
+      return x != y ? x > y : a.name < b.name;
+    });
+    if (v.size() > top) v.resize(top);
+    merged.*table = std::move(v);
+  };
+  sum_rows(&Summary::top_total, false);
+  sum_rows(&Summary::top_self, true);
+  for (auto table : {&Summary::kernels, &Summary::copies}) {
+    std::vector<DeviceOpRow> v;
+    for (Summary& p : parts) v.insert(v.end(), (p.*table).begin(), (p.*table).end());
+    std::sort(v.begin(), v.end(), [](const DeviceOpRow& a, const DeviceOpRow& b) {
+      return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+    });
+    if (v.size() > top) v.resize(top);
+    for (DeviceOpRow& r : v) r.share = share(r.total_ns);
+    merged.*table = std::move(v);
+  }
+  for (ThreadSummary& t : merged.threads) {
+    t.busy_share = share(t.busy_ns);
+    for (auto* rows : {&t.top_total, &t.top_self}) {
+      if (rows->size() > top) rows->resize(top);
+      for (AnnotationRow& r : *rows) r.share = share(r.total_ns), r.self_share = share(r.self_ns);
+    }
+  }
+  std::stable_sort(merged.threads.begin(), merged.threads.end(),
+                   [](const ThreadSummary& a, const ThreadSummary& b) { return a.busy_ns > b.busy_ns; });
   *out = std::move(merged);
   out->file = file;
   out->file_bytes = total;

@@ -41,7 +41,8 @@ struct StepSummary {
   std::string name;            // the step annotation's name ("train" of "train 3")
   Distribution duration;
   std::vector<Step> slowest;   // slowest first
-  std::vector<Step> all;       // by start time (the report's chart)
+  std::vector<Step> all;       // by start time (the report's chart); JSON
+                               // keeps every all_stride-th, at most 10000
 };
 
 // One name's events: in one thread, or over all threads when `thread` is empty.

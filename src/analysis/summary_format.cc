@@ -1,4 +1,5 @@
 // The summary as JSON and as text tables (SummaryToJson, SummaryToText).
+#include <algorithm>
 #include <cstdio>
 
 #include "analysis/json_writer.h"
@@ -9,6 +10,7 @@ namespace spyglass::analysis {
 namespace {
 
 constexpr size_t kThreadTables = 4;
+constexpr size_t kMaxJsonSteps = 10000;
 
 void WriteDistribution(JsonWriter& j, const Distribution& d) {
   j.begin_object();
@@ -24,9 +26,10 @@ void WriteDistribution(JsonWriter& j, const Distribution& d) {
   j.end_object();
 }
 
-void WriteSteps(JsonWriter& j, const std::vector<Step>& steps) {
+void WriteSteps(JsonWriter& j, const std::vector<Step>& steps, size_t stride = 1) {
   j.begin_array();
-  for (const Step& s : steps) {
+  for (size_t i = 0; i < steps.size(); i += stride) {
+    const Step& s = steps[i];
     j.begin_object();
     j.field("number", s.number);
     j.field("start_ns", s.start_ns);
@@ -97,8 +100,12 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
   WriteDistribution(j, s.steps.duration);
   j.key("slowest");
   WriteSteps(j, s.steps.slowest);
+  // Every step up to kMaxJsonSteps; beyond, every stride-th (a chart's worth).
+  size_t stride = (s.steps.all.size() + kMaxJsonSteps - 1) / kMaxJsonSteps;
+  stride = std::max<size_t>(stride, 1);
+  j.field("all_stride", static_cast<uint64_t>(stride));
   j.key("all");
-  WriteSteps(j, s.steps.all);
+  WriteSteps(j, s.steps.all, stride);
   j.end_object();
   j.key("top_total");
   WriteRows(j, s.top_total);
@@ -199,7 +206,7 @@ std::string SummaryToText(const Summary& s, size_t width) {
   annotations(s.top_self, "Top annotations by self time (all threads)");
 
   if (!s.threads.empty()) {
-    out += "\nThreads (busy = time inside an outermost event)\n";
+    out += "\nThreads (busy = time inside any event)\n";
     TextTable t({"thread", "id", "events", "busy", "% wall", "top by self time"}, width);
     for (const ThreadSummary& th : s.threads)
       t.add({th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns), FormatPct(th.busy_share),

@@ -61,8 +61,9 @@ std::vector<std::string> XPlaneFilesIn(const fs::path& dir) {
 // Field errors of a scan, worded for the user.
 Status WireError(Next n, const std::string& path, size_t at, uint64_t size) {
   if (n == Next::kTruncated)
-    return InvalidArgumentError(path + " is truncated: it ends inside a record (at byte " + std::to_string(at) +
-                                " of " + std::to_string(size) + "); was the writer stopped before it finished?");
+    return InvalidArgumentError(path + " is truncated: the record at byte " + std::to_string(at) +
+                                " runs past the end of the file (" + std::to_string(size) +
+                                " bytes); was the writer stopped before it finished?");
   return InvalidArgumentError(path + " is not a profile: the bytes near offset " + std::to_string(at) +
                               " are not a serialized XSpace (.xplane.pb)");
 }
@@ -377,8 +378,8 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
   NameTable event_names, stat_names;
   std::vector<ProfileStat> plane_stats, event_stats;
   std::vector<std::string_view> lines;
-  uint64_t next_progress = 0;
-  constexpr uint64_t kProgressStep = 16 << 20;
+  uint64_t next_progress = 0, released = 0;
+  constexpr uint64_t kProgressStep = 16 << 20, kReleaseStep = 16 << 20, kPage = 4096;
   size_t pos = 0;
   uint32_t number, type;
   std::string_view plane;
@@ -432,6 +433,14 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
     for (size_t li = 0; li < lines.size(); ++li) {
       std::string_view line = lines[li];
       uint64_t at = static_cast<uint64_t>(line.data() - data_);
+      // The pages read so far leave this process (they stay in the page
+      // cache, and come back if read again): memory stays near what the
+      // visitor keeps, whatever the file's size.
+      if (at - released >= kReleaseStep) {
+        uint64_t end = at & ~(kPage - 1);
+        if (end > released) madvise(const_cast<char*>(data_) + released, end - released, MADV_DONTNEED);
+        released = std::max(released, end);
+      }
       if (options_.progress && at >= next_progress) {
         options_.progress(at, size_);
         next_progress = at + kProgressStep;

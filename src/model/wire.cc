@@ -5,8 +5,8 @@ namespace spyglass::model::wire {
 // Groups nest at most this deep (protobuf's own recursion limit).
 constexpr int kMaxDepth = 100;
 
-Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
-               uint64_t* varint, int depth) {
+Next NextFieldSlow(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
+                   uint64_t* varint, int depth) {
   if (*pos == msg.size()) return Next::kEnd;
   uint64_t tag, v;
   if (!ReadVarint(msg, pos, &tag)) return *pos == msg.size() ? Next::kTruncated : Next::kBad;

@@ -29,12 +29,41 @@ inline bool ReadVarint(std::string_view msg, size_t* pos, uint64_t* v) {
 // are not protobuf.
 enum class Next { kField, kEnd, kBad, kTruncated };
 
+// NextField for every case (groups, fixed sizes, errors).
+Next NextFieldSlow(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
+                   uint64_t* varint, int depth);
+
 // Reads the field at *pos: its number, wire type and its payload (the bytes
 // of a length-delimited field; a varint's value in *varint). Groups (unknown
 // fields only, in xplane.proto) are skipped whole; an end-group tag is a field
-// only inside one (depth > 0).
-Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
-               uint64_t* varint = nullptr, int depth = 0);
+// only inside one (depth > 0). Inline for the common case (a one-byte tag of
+// a varint or length-delimited field): a profile has tens of millions.
+inline Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
+                      uint64_t* varint = nullptr, int depth = 0) {
+  size_t p = *pos;
+  if (p == msg.size()) return Next::kEnd;
+  uint8_t tag = static_cast<uint8_t>(msg[p]);
+  if (tag < 0x80 && tag >= 8 && ((tag & 7) == kVarint || (tag & 7) == kLengthDelimited)) {
+    size_t q = p + 1;
+    uint64_t v;
+    if (ReadVarint(msg, &q, &v)) {
+      *number = tag >> 3;
+      *type = tag & 7;
+      if (*type == kVarint) {
+        if (varint) *varint = v;
+        *pos = q;
+        return Next::kField;
+      }
+      if (v <= msg.size() - q) {
+        *payload = msg.substr(q, v);
+        if (varint) *varint = 0;
+        *pos = q + v;
+        return Next::kField;
+      }
+    }
+  }
+  return NextFieldSlow(msg, pos, number, type, payload, varint, depth);
+}
 
 // Splits a message into the payloads of field `split` (if `parts`) and the
 // other fields, kept raw and in order in `rest`.

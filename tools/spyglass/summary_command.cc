@@ -163,7 +163,9 @@ void AddSummaryCommands(CLI::App& app) {
     std::cout << (df.json ? analysis::DiffToJson(d) : analysis::DiffToText(d));
     std::cout.flush();
     if (!d.failures.empty()) {
-      for (const std::string& f : d.failures) std::cerr << "spyglass diff: " << f << "\n";
+      // The text report lists them already; with --json, say so on stderr too.
+      if (df.json)
+        for (const std::string& f : d.failures) std::cerr << "spyglass diff: " << f << "\n";
       std::exit(d.gate_error ? 2 : 1);
     }
   });
