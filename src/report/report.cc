@@ -50,7 +50,8 @@ json TimelineJson(const Timeline& tl) {
                       {"lanes", std::move(lanes)}});
   }
   return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},
-          {"names", tl.names},       {"tracks", std::move(tracks)},    {"blob_bytes", tl.blob.size()}};
+          {"names", tl.names},       {"tracks", std::move(tracks)},    {"blob_bytes", tl.blob.size()},
+          {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events}};
 }
 
 json FlameJson(const FlameGraph& g) {

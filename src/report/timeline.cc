@@ -39,7 +39,8 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
     it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
     tl_.names.emplace_back(name);
   }
-  duration_ps = std::max<int64_t>(duration_ps, 0);
+  // Hostile times: no overflow past the end of int64.
+  duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
   spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps});
 }
 
@@ -146,6 +147,25 @@ Timeline TimelineBuilder::Finish() {
   tl_.start_ns = *std::min_element(base_ns_.begin(), base_ns_.end());
   for (size_t i = 0; i < tl_.tracks.size(); ++i) tl_.tracks[i].at_ns = base_ns_[i] - tl_.start_ns;
   tl_.duration_ns = Ns(end_ps_) - tl_.start_ns;
+  if (tl_.tracks.size() > kMaxTracks) {
+    // The busiest threads; the page says how many others there were.
+    std::vector<size_t> order(tl_.tracks.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tl_.tracks[a].events > tl_.tracks[b].events; });
+    std::vector<bool> keep(order.size(), false);
+    for (size_t i = 0; i < kMaxTracks; ++i) keep[order[i]] = true;
+    std::vector<TimelineTrack> kept;
+    for (size_t i = 0; i < tl_.tracks.size(); ++i) {
+      if (keep[i]) {
+        kept.push_back(std::move(tl_.tracks[i]));
+      } else {
+        ++tl_.hidden_tracks;
+        tl_.hidden_track_events += tl_.tracks[i].events;
+      }
+    }
+    tl_.tracks = std::move(kept);
+  }
   std::stable_sort(tl_.tracks.begin(), tl_.tracks.end(), [](const TimelineTrack& a, const TimelineTrack& b) {
     return PlaneOrder(a.plane) < PlaneOrder(b.plane);
   });

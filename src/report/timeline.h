@@ -42,6 +42,7 @@ struct Timeline {
   uint64_t events = 0;
   std::vector<std::string> names;  // span name ids index this
   std::vector<TimelineTrack> tracks;
+  uint64_t hidden_tracks = 0, hidden_track_events = 0;  // past kMaxTracks: the smallest, not shown
   // Each level: per span, as LEB128 varints, the zigzag gap from the end of
   // the previous span (the first: from its track's at_ns), the duration, the
   // name id and (levels > 0) the number of events merged; times in ns.
@@ -49,6 +50,7 @@ struct Timeline {
 };
 
 inline constexpr size_t kMaxLanes = 128;
+inline constexpr size_t kMaxTracks = 2000;
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.

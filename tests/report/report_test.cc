@@ -148,6 +148,37 @@ TEST(TimelineTest, TooDeepIsCountedNotDrawn) {
   EXPECT_EQ(tl.tracks[0].hidden, 10u);
 }
 
+// Too many threads: the busiest kMaxTracks are kept, the rest counted; times
+// at the ends of int64 do not overflow.
+TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
+  report::TimelineBuilder b;
+  const size_t n = report::kMaxTracks + 5;
+  for (size_t i = 0; i < n; ++i) {
+    b.BeginLine("/host:CPU", "t" + std::to_string(i));
+    // Thread i has 1 event, except the last 5 which have 3: 5 of one event go.
+    for (int k = 0; k < (i >= report::kMaxTracks ? 3 : 1); ++k) b.AddEvent("e", int64_t{k} * 1000, 500);
+    b.EndLine();
+  }
+  report::Timeline tl = b.Finish();
+  EXPECT_EQ(tl.tracks.size(), report::kMaxTracks);
+  EXPECT_EQ(tl.hidden_tracks, 5u);
+  EXPECT_EQ(tl.hidden_track_events, 5u);
+  EXPECT_EQ(tl.tracks[0].name, "t0");  // in the order given
+  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(n - 1));
+  size_t busiest = 0;
+  for (const auto& t : tl.tracks) busiest += t.events == 3;
+  EXPECT_EQ(busiest, 5u);
+
+  report::TimelineBuilder x;
+  x.BeginLine("/host:CPU", "odd");
+  x.AddEvent("late", INT64_MAX - 10, INT64_MAX);
+  x.AddEvent("negative", -5'000, -1);
+  report::Timeline odd = x.Finish();
+  ASSERT_EQ(odd.tracks.size(), 1u);
+  EXPECT_EQ(odd.events, 2u);
+  EXPECT_GE(odd.duration_ns, 0);
+}
+
 // A profile with known stacks: main -> build_table (640 KiB), main ->
 // grow_cache (500 KiB, through operator new).
 spyglass::memory::PprofProfile KnownProfile() {

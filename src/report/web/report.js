@@ -489,6 +489,10 @@
     }
     const blob = await inflate($('sg-blob').textContent);
     if (blob.length !== data.timeline.blob_bytes) throw new Error('timeline data is damaged');
+    if (data.timeline.hidden_tracks) {
+      $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_tracks} more threads with ` +
+        `${data.timeline.hidden_track_events} events in all are not shown (only the ${data.timeline.tracks.length} busiest)`));
+    }
     if (data.timeline.tracks.length) report.timeline = Timeline(data.timeline, blob);
     else $('tl-info').textContent = 'No events in this run.';
     // Everything drawn once: how long the page took to show (bench/report_bench.sh).
