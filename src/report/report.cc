@@ -46,7 +46,7 @@ json TimelineJson(const Timeline& tl) {
       for (const TimelineLevel& l : levels) lane.push_back({l.threshold_ns, l.spans, l.offset, l.bytes});
       lanes.push_back(std::move(lane));
     }
-    tracks.push_back({{"plane", t.plane}, {"name", t.name}, {"at_ns", t.at_ns}, {"events", t.events}, {"hidden", t.hidden},
+    tracks.push_back({{"plane", t.plane}, {"name", t.name}, {"id", t.id}, {"at_ns", t.at_ns}, {"events", t.events}, {"hidden", t.hidden},
                       {"lanes", std::move(lanes)}});
   }
   return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},

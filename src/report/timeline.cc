@@ -27,9 +27,10 @@ int PlaneOrder(std::string_view name) {
 
 }  // namespace
 
-void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line) {
+void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, int64_t id) {
   plane_ = plane;
   line_ = line;
+  line_id_ = id;
   spans_.clear();
 }
 
@@ -108,6 +109,7 @@ void TimelineBuilder::EndLine() {
   TimelineTrack track;
   track.plane = plane_;
   track.name = line_;
+  track.id = line_id_;
   track.events = spans_.size();
   std::vector<std::vector<Span>> lanes;
   std::vector<int64_t> lane_end;
@@ -170,21 +172,6 @@ Timeline TimelineBuilder::Finish() {
     return PlaneOrder(a.plane) < PlaneOrder(b.plane);
   });
   return std::move(tl_);
-}
-
-Timeline BuildTimeline(const model::Space& space) {
-  TimelineBuilder b;
-  for (const model::Plane& p : space.planes)
-    for (const model::Line& l : p.lines) {
-      if (l.name == model::kCounterLineName) continue;
-      b.BeginLine(p.name, l.display_name.empty() ? l.name : l.display_name);
-      for (const model::Event& e : l.events) {
-        const model::EventMetadata& m = p.event_metadata()[e.metadata_id < p.event_metadata().size() ? e.metadata_id : 0];
-        b.AddEvent(m.display_name.empty() ? m.name : m.display_name, l.timestamp_ns * 1000 + e.offset_ps, e.duration_ps);
-      }
-      b.EndLine();
-    }
-  return b.Finish();
 }
 
 }  // namespace spyglass::report

@@ -18,7 +18,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/xspace.h"
 
 namespace spyglass::report {
 
@@ -30,6 +29,7 @@ struct TimelineLevel {
 
 struct TimelineTrack {
   std::string plane, name;
+  int64_t id = 0;     // the line's id (a thread id on host planes)
   int64_t at_ns = 0;  // where its first event starts, from Timeline::start_ns
   uint64_t events = 0;
   uint64_t hidden = 0;  // events deeper than kMaxLanes (not drawn, counted)
@@ -56,7 +56,7 @@ inline constexpr size_t kMaxTracks = 2000;
 // line's events at a time besides the encoded levels.
 class TimelineBuilder {
  public:
-  void BeginLine(std::string_view plane, std::string_view line);
+  void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
   void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps);
   void EndLine();
   // Host planes first, then devices, each in the order given.
@@ -83,10 +83,8 @@ class TimelineBuilder {
   };
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
   std::string plane_, line_;
+  int64_t line_id_ = 0;
   std::vector<Span> spans_;
 };
-
-// The model's lines, counter lines (_counters_) left out.
-Timeline BuildTimeline(const model::Space& space);
 
 }  // namespace spyglass::report

@@ -69,7 +69,7 @@ class TimelineVisitor : public profile::ProfileVisitor {
   bool OnLine(const profile::LineHeader& l) override {
     if (l.name == model::kCounterLineName) return false;
     std::string name(l.display_name.empty() ? l.name : l.display_name);
-    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name);
+    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id);
     return true;
   }
   void OnEvent(const profile::EventRecord& e) override { b_->AddEvent(e.name, e.start_ps, e.duration_ps); }

@@ -280,7 +280,9 @@
           ctx.fillRect(0, ry, width, HEAD);
           ctx.fillStyle = '#222';
           const t = r.track;
-          ctx.fillText(`${t.plane}  ·  ${t.name}  (${t.events} events${t.hidden ? `, ${t.hidden} nested too deep, not drawn` : ''})`, 4, ry + HEAD / 2);
+          // Thread ids tell apart threads of one name (ids past 2^53 are approximate here).
+          const id = t.id && !t.name.includes(String(t.id)) ? ` [${t.id}]` : '';
+          ctx.fillText(`${t.plane}  ·  ${t.name}${id}  (${t.events} events${t.hidden ? `, ${t.hidden} nested too deep, not drawn` : ''})`, 4, ry + HEAD / 2);
           continue;
         }
         const k = levelFor(r.levels, nsPerPx);
