@@ -18,7 +18,7 @@ using profile::LineHeader;
 using profile::PlaneHeader;
 using profile::ProfileStat;
 
-constexpr std::string_view kStepNumStat = "step_num";
+using model::kStepNumStat;
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
@@ -54,9 +54,13 @@ struct Agg {
   int64_t total_ps = 0, self_ps = 0;
 };
 
-// Lines of device planes that XProf derives (not activity of their own).
-bool IsDeviceOpLine(std::string_view line) { return StartsWith(line, "Stream") || line == "XLA Ops"; }
-bool IsCopy(std::string_view name) { return StartsWith(name, "Memcpy") || StartsWith(name, "Memset"); }
+// Device lines with activity of their own: streams, XLA ops (not lines derived from them).
+bool IsDeviceOpLine(std::string_view line) {
+  return StartsWith(line, model::kStreamLinePrefix) || line == model::kXlaOpsLineName;
+}
+bool IsCopy(std::string_view name) {
+  return StartsWith(name, model::kMemcpyEventPrefix) || StartsWith(name, model::kMemsetEventPrefix);
+}
 
 // Which events count: a window of steps (--step), else all.
 struct Window {
@@ -84,7 +88,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
   bool OnPlane(const PlaneHeader& p) override {
     ++plane_index_;
     plane_name_ = std::string(p.name);
-    device_ = StartsWith(p.name, "/device:");
+    device_ = StartsWith(p.name, model::kDevicePlanePrefix);
     metadata_ = p.name == model::kMetadataPlaneName;
     if (buffered_pass) return std::any_of(unsorted.begin(), unsorted.end(), [&](auto u) { return u.first == plane_index_; });
     ++planes;
@@ -96,7 +100,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
       }
       if (metadata_ && s.kind == ProfileStat::Kind::kString) {
         if (s.name == model::kVersionMetadata) producer = "spyglass " + std::string(s.str);
-        else if (s.name == "jax_version" && producer.empty()) producer = "jax " + std::string(s.str);
+        else if (s.name == model::kJaxVersionMetadata && producer.empty()) producer = "jax " + std::string(s.str);
       }
       if (s.name.find("dropped") != std::string_view::npos && s.is_number() && s.as_double(&v))
         dropped.push_back({plane_name_, std::string(s.name), static_cast<uint64_t>(v)});

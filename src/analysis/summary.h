@@ -94,7 +94,7 @@ struct Summary {
   StepSummary steps;
   std::vector<AnnotationRow> top_total, top_self;  // over all threads
   std::vector<ThreadSummary> threads;              // busiest first
-  std::vector<DeviceOpRow> kernels, copies;        // over all devices
+  std::vector<DeviceOpRow> kernels, copies;        // by device and name, most time first
   std::vector<CounterPeak> counters;
   // What the profile says was lost: stats such as dropped_events (name,
   // value, plane), and the XSpace's errors and warnings.
@@ -106,8 +106,10 @@ struct Summary {
   std::vector<std::string> errors, warnings;
 };
 
-// Summarizes RUN: one .xplane.pb, a run folder (its files together) or a
-// log dir (its newest run).
+// Summarizes RUN: one .xplane.pb, a run folder (its files together: threads
+// named by host, all-thread tables summed, the steps of the first host that
+// has steps) or a log dir (its newest run). Errors: NotFound, or
+// InvalidArgument for a file that is not a profile, truncated, or newer.
 Status Summarize(const std::string& run, const SummaryOptions& options, Summary* out);
 
 // The summary as JSON (an object; the field names of the structs above).

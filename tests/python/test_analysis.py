@@ -161,3 +161,39 @@ def test_jax_written_file(xplane_pb2, tmp_path):
   names = {r["name"] for r in d["annotations"]}
   assert {"outer", "inner", "train"} <= names
   assert analysis.summary(ours)["producer"].startswith("spyglass ")
+
+
+XPROF_STEPS = """
+import json, sys
+from xprof.convert import raw_to_tool_data
+data, _ = raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], "input_pipeline_analyzer", {"use_saved_result": False})
+for table in json.loads(data):
+    cols = [c.get("id") for c in table.get("cols", [])]
+    if "stepnum" in cols and "stepTimeMs" in cols:
+        print(json.dumps({r["c"][cols.index("stepnum")]["v"]: r["c"][cols.index("stepTimeMs")]["v"] for r in table["rows"]}))
+"""
+
+
+def have_xprof():
+  try:
+    import xprof.convert  # pylint: disable=g-import-not-at-top,unused-import
+    return True
+  except ImportError:
+    return False
+
+
+@pytest.mark.skipif(not have_jax() or not have_xprof(), reason="jax or xprof not installed")
+@pytest.mark.parametrize("module", ["jax.profiler", "spyglass.profiler"])
+def test_step_times_match_xprof(module, tmp_path):
+  """Our step durations against XProf's own step table (the peer's numbers)."""
+  path = record(module, tmp_path / "run")
+  p = run_python(XPROF_STEPS, path, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+  xprof_ms = __import__("json").loads(p.stdout.strip().splitlines()[-1])
+  s = analysis.summary(path)
+  ours = {f"{s['steps']['name']} {st['number']}": st["duration_ns"] for st in s["steps"]["all"]}
+  assert len(ours) == 6
+  # XProf may leave out the first and last steps (it trims steps at the
+  # capture's edges); every step it shows must be ours, with our duration.
+  assert len(xprof_ms) >= 4 and set(xprof_ms) <= set(ours), (xprof_ms, ours)
+  for name, ms in xprof_ms.items():
+    assert ours[name] == pytest.approx(ms * 1e6, abs=2), name  # XProf prints ms to 6 decimals
