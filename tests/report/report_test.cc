@@ -1,6 +1,6 @@
 // `spyglass report`: the timeline's levels of detail (decoded back as the
 // page decodes them), the flame graph of a known profile, the page's
-// escaping, and the real CLI's errors (not a profile, truncated, missing run,
+// escaping, and the real CLI's errors (not a profile, truncated, newer format, missing run,
 // a bad memory profile, an output it cannot write).
 #include <sys/wait.h>
 
@@ -312,6 +312,20 @@ TEST_F(ReportCliTest, Truncated) {
   Result r = Cli(dir_ + "/cut.xplane.pb -o " + dir_ + "/r.html");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+}
+
+TEST_F(ReportCliTest, NewerFormat) {
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  space.plane(model::kMetadataPlaneName);
+  space.planes[0].line_with_id(1).events.push_back({0, 1000, space.planes[0].intern_event("work")});
+  model::Plane& md = space.planes[1];
+  md.stats.push_back(md.int_stat(model::kFormatVersionMetadata, 99));
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, dir_ + "/newer.xplane.pb").ok());
+  Result r = Cli(dir_ + "/newer.xplane.pb -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("newer format"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
 }
 
