@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   spyglass::cli::AddCollectCommand(app);
   spyglass::cli::AddMemoryCommands(app);
   spyglass::cli::AddSummaryCommands(app);
+  spyglass::cli::AddReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
