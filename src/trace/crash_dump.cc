@@ -281,7 +281,7 @@ void EventBody(Out& o, Cursor at) {
   }
   if (end == 0) {  // still open at the crash
     end = g.crash_ticks;
-    o.header(4, 2 + VarintSize(kIncompleteKeyId));
+    o.header(4, 3 + VarintSize(kIncompleteKeyId));  // {1 id, 4 int64 1}
     o.vfield(1, kIncompleteKeyId);
     o.vfield(4, 1);
   }

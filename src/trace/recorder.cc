@@ -308,6 +308,34 @@ bool reclaim_retired(Registry& r) {
   return true;
 }
 
+// Ring mode, pool exhausted: the oldest chunk of the live thread that holds
+// the most, if that is more than `self` holds plus one, so that threads
+// share the ring instead of the first one keeping it all. Called with
+// `self->mu` held; only try-locks, so it never waits.
+uint64_t* steal_chunk(Registry& r, ThreadBufferImpl* self) {
+  std::unique_lock<std::mutex> lock(r.mu, std::try_to_lock);
+  if (!lock.owns_lock() || r.collecting) return nullptr;
+  ThreadBufferImpl* victim = nullptr;
+  size_t most = self->chunks.size() + 1;
+  for (ThreadBufferImpl* tb : r.live) {
+    if (tb == self || !tb->mu.try_lock()) continue;
+    if (tb->bound_word == self->bound_word && tb->chunks.size() > most) {
+      victim = tb;
+      most = tb->chunks.size();
+    }
+    tb->mu.unlock();
+  }
+  if (victim == nullptr || !victim->mu.try_lock()) return nullptr;
+  std::lock_guard<std::mutex> vlock(victim->mu, std::adopt_lock);
+  if (victim->chunks.size() < 2) return nullptr;  // changed since: its current chunk stays
+  ChunkUse old = victim->chunks.front();
+  victim->overwritten += count_begins(old.begin, old.end);
+  victim->held_since_ticks = victim->chunks[1].first_ticks;
+  victim->chunks.erase(victim->chunks.begin());
+  victim->bytes -= kChunkBytes;
+  return old.begin;
+}
+
 // Ring mode: the chunk to write next when no new one may be had: the
 // thread's oldest (its current one, if it has only that), its begins counted
 // as overwritten. Only while the session records: after the stop, chunks are
@@ -340,6 +368,8 @@ uint64_t* grow_slow(ThreadBuffer* base, uint32_t words, bool is_end) {
     chunk = r.pool.acquire();
     if (chunk == nullptr && ring && reclaim_retired(r)) chunk = r.pool.acquire();
   }
+  if (chunk == nullptr && ring && g_state.session_word.load(std::memory_order_relaxed) == tb->bound_word)
+    chunk = steal_chunk(r, tb);
   if (chunk == nullptr && ring) {
     // The current chunk's records end here, before the oldest one goes.
     if (!tb->chunks.empty()) tb->chunks.back().end = tb->cursor.load(std::memory_order_relaxed);
