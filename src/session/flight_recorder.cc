@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -165,6 +166,12 @@ void CloseCrashTarget(internal::CrashTarget* c) {
   *c = internal::CrashTarget{};
 }
 
+// At exit with the recorder still running: the crash file is not left behind.
+void RemoveCrashFileAtExit() {
+  Triggers& t = triggers();
+  if (t.crash.tmp_fd >= 0) unlinkat(t.crash.dir_fd, t.crash.tmp_name, 0);
+}
+
 }  // namespace
 
 Status StartFlightRecorderTriggers(const std::string& log_dir, const FlightRecorderConfig& config) {
@@ -172,6 +179,8 @@ Status StartFlightRecorderTriggers(const std::string& log_dir, const FlightRecor
   std::lock_guard<std::mutex> lock(t.mu);
   if (config.dump_on_crash) {
     if (Status s = PrepareCrashTarget(log_dir, config.seconds, &t.crash); !s.ok()) return s;
+    static const int at_exit = std::atexit(RemoveCrashFileAtExit);
+    (void)at_exit;
     struct sigaction sa {};
     sa.sa_sigaction = OnFatalSignal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
