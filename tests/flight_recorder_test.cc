@@ -145,6 +145,47 @@ TEST(FlightRecorder, OverwrittenCountIsExact) {
   EXPECT_GT(stats.held_since_ticks, start);  // the ring says it lost part of the window
 }
 
+// Snapshots while threads overwrite a small ring: every snapshot holds, per
+// thread, a contiguous run of its events (nothing torn, nothing dropped).
+TEST(FlightRecorder, SnapshotsWhileThreadsOverwrite) {
+  in::init_clock();
+  uint64_t start = in::now_ticks();
+  uint64_t word = in::recorder_start(1, {8 * in::kChunkBytes, 8 * in::kChunkBytes, true});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t i = 0; !stop.load(std::memory_order_relaxed) && i < 50'000'000; ++i) {
+        prof::TraceAnnotation outer("outer", {{"seq", i}});
+        if (i % 7 == 0) prof::TraceAnnotation inner(std::string_view(t % 2 ? "copied name" : "other"));
+      }
+    });
+  in::TickConverter clock = in::TickConverter::Calibrate();
+  uint64_t overwritten = 0;
+  for (int k = 0; k < 30; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    model::Plane plane;
+    in::HostCollectStats stats =
+        in::CollectHostEvents(in::recorder_snapshot(word, start), start, in::now_ticks(), clock, &plane, start);
+    EXPECT_EQ(stats.dropped, 0u);
+    EXPECT_GE(stats.overwritten, overwritten);
+    overwritten = stats.overwritten;
+    for (const model::Line& l : plane.lines) {
+      std::vector<int64_t> seqs;
+      for (const model::Event& e : l.events)
+        for (const model::Stat& st : l.stats_of(e))
+          if (plane.stat_name(st) == "seq") seqs.push_back(st.i64);
+      for (size_t i = 1; i < seqs.size(); ++i) ASSERT_EQ(seqs[i], seqs[i - 1] + 1) << "line " << l.name;
+    }
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  in::recorder_stop();
+  (void)in::recorder_collect(word);
+  in::recorder_release(word);
+  EXPECT_GT(overwritten, 0u);
+}
+
 // The public API at a known rate: one event per ~200 us for 1.6 s, a ring of
 // 1 s. The dump holds exactly the events begun inside its window (its Task
 // Environment bounds), each at its time; the recorder runs on.
@@ -309,6 +350,9 @@ TEST(FlightRecorder, BadOptionsFailClearly) {
 // A program killed by SIGSEGV leaves a run: the crash handler's XSpace, with
 // the events (nested, with arguments and steps) and the one still open.
 TEST(FlightRecorder, SegfaultLeavesAReadableRun) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
   std::string dir = MakeTempDir();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -353,6 +397,36 @@ TEST(FlightRecorder, SegfaultLeavesAReadableRun) {
   EXPECT_NE(space.warnings(0).find("signal 11"), std::string::npos);
   // No temporary file is left beside the run.
   for (const auto& e : fs::directory_iterator(dir + "/plugins/profile")) EXPECT_TRUE(e.is_directory()) << e.path();
+}
+
+// A forked child does not inherit the triggers: its crash writes nothing
+// (the crash file is the parent's), and the parent's recorder goes on.
+TEST(FlightRecorder, ForkedChildDoesNotDumpTheParentsRing) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
+  std::string dir = MakeTempDir();
+  prof::TraceOptions t = Ring(30, 8 << 20);
+  t.profiler_options.advanced_configuration.emplace("spyglass_dump_signal", "SIGUSR1");
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("parent"); }
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct sigaction sa {};
+    sigaction(SIGUSR1, nullptr, &sa);
+    if (sa.sa_handler != SIG_DFL) _exit(5);
+    raise(SIGSEGV);
+    _exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
+  EXPECT_TRUE(Runs(dir).empty());
+  ASSERT_TRUE(prof::dump_flight_recorder().ok());
+  EXPECT_EQ(Runs(dir).size(), 1u);
+  ASSERT_TRUE(prof::stop_trace().ok());
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "common/clock.h"
@@ -208,6 +209,24 @@ Status StartFlightRecorderTriggers(const std::string& log_dir, const FlightRecor
         static_cast<uint64_t>(static_cast<double>(config.slow_step_ms) * 1e6 / clock.ns_per_tick()));
   }
   return Status::Ok();
+}
+
+void FlightRecorderAfterForkChild() {
+  // The parent's triggers are not the child's: its dump thread is not here,
+  // and its crash file and pipe are the parent's.
+  Triggers& t = triggers();
+  new (&t.mu) std::mutex;
+  internal::g_dump_wake_fd.store(-1);
+  internal::g_state.slow_step_ticks.store(0);
+  if (t.dump_signal != 0) sigaction(t.dump_signal, &t.old_dump_action, nullptr);
+  if (t.crash_installed) RestoreFatalHandlers();
+  for (int fd : {t.wake[0], t.wake[1], t.crash.tmp_fd, t.crash.dir_fd})
+    if (fd >= 0) close(fd);
+  new (&t.thread) std::thread;  // the parent's thread does not exist here (its object is abandoned)
+  t.wake[0] = t.wake[1] = -1;
+  t.dump_signal = 0;
+  t.crash_installed = false;
+  t.crash = internal::CrashTarget{};
 }
 
 void StopFlightRecorderTriggers() {

@@ -31,5 +31,7 @@ Status ResolveFlightRecorder(const profiler::ProfileOptions& o, FlightRecorderCo
 // now). Stopped by StopFlightRecorderTriggers (stop_trace).
 Status StartFlightRecorderTriggers(const std::string& log_dir, const FlightRecorderConfig& config);
 void StopFlightRecorderTriggers();
+// In a forked child: the parent's triggers are dropped (not stopped).
+void FlightRecorderAfterForkChild();
 
 }  // namespace spyglass::session

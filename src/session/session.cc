@@ -70,6 +70,7 @@ void ResetAfterForkChild() {
   new (&process_name_mu()) std::mutex;
   new (&ring_mu()) std::mutex;
   g_ring_session = nullptr;
+  FlightRecorderAfterForkChild();
 }
 
 bool SessionActive() { return g_session_active.load(); }
