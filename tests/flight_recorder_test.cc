@@ -281,6 +281,10 @@ TEST(FlightRecorder, MemoryStaysWithinTheBudget) {
   // Every thread had its share of the ring: events were overwritten, none dropped.
   EXPECT_EQ(stats.at("dropped_events"), "0");
   EXPECT_GT(std::stoull(stats.at("overwritten_events")), 700000u);
+  // Shown on the timeline too, as drops are.
+  EXPECT_NE(spyglass::testing::ReadGzip(prof::last_trace_files().trace_json_path)
+                .find("events overwritten by the flight recorder's ring"),
+            std::string::npos);
 }
 
 TEST(FlightRecorder, SlowStepDumpsOnce) {
