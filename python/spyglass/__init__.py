@@ -23,4 +23,4 @@ if hasattr(_os, "register_at_fork"):
 if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
   _spyglass.track_numpy(True)
 
-__all__ = ["InvalidArgumentError", "memory", "profiler", "__version__"]
+__all__ = ["InvalidArgumentError", "analysis", "memory", "profiler", "__version__"]

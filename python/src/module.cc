@@ -14,12 +14,15 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "analysis/diff.h"
+#include "analysis/summary.h"
 #include "annotation_type.h"
 #include "errors.h"
 #include "sinks/perfetto_link.h"
@@ -222,5 +225,35 @@ NB_MODULE(_spyglass, m) {
     Check(s);
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
+  // spyglass.analysis: the summary and diff of the CLI, as JSON for json.loads.
+  m.def("_summary_json", [](const std::string& run, size_t top, const std::string& thread,
+                            std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::SummaryOptions o;
+    o.top = top, o.thread = thread, o.step_first = first, o.step_last = last;
+    analysis::Summary s;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::Summarize(run, o, &s);
+    }
+    Check(st);
+    return analysis::SummaryToJson(s);
+  }, "run"_a, "top"_a, "thread"_a, "step_first"_a.none(), "step_last"_a.none());
+  m.def("_diff_json", [](const std::string& base, const std::string& next, size_t top, double fail_above,
+                         const std::vector<std::string>& annotations, const std::string& thread,
+                         std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::DiffOptions o;
+    o.top = top, o.fail_above_pct = fail_above, o.annotations = annotations;
+    o.summary.top = top, o.summary.thread = thread, o.summary.step_first = first, o.summary.step_last = last;
+    analysis::Diff d;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::DiffRuns(base, next, o, &d);
+    }
+    Check(st);
+    return analysis::DiffToJson(d);
+  }, "base"_a, "new"_a, "top"_a, "fail_above"_a, "annotations"_a, "thread"_a, "step_first"_a.none(),
+     "step_last"_a.none());
   m.attr("__version__") = spyglass::version();
 }

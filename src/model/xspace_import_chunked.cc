@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/wire.h"
 #include "model/xspace_import.h"
 #include "xplane.pb.h"
 
@@ -13,93 +14,16 @@ namespace spyglass::model {
 namespace {
 
 namespace tp = tensorflow::profiler;
+using wire::kLengthDelimited;
+using wire::Next;
+using wire::NextField;
+using wire::PutLengthDelimited;
+using wire::Split;
 
 // Field numbers of the messages split here (xplane.proto).
 constexpr uint32_t kSpacePlanes = 1;
 constexpr uint32_t kPlaneLines = 3;
 constexpr uint32_t kLineEvents = 4;
-constexpr uint32_t kLengthDelimited = 2;
-
-bool ReadVarint(std::string_view msg, size_t* pos, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && *pos < msg.size(); shift += 7) {
-    uint8_t b = static_cast<uint8_t>(msg[(*pos)++]);
-    *v |= uint64_t{b & 0x7fu} << shift;
-    if (!(b & 0x80)) return true;
-  }
-  return false;
-}
-
-enum class Next { kField, kEnd, kBad };
-
-// Groups nest at most this deep (protobuf's own recursion limit).
-constexpr int kMaxDepth = 100;
-
-// Reads the field at *pos: its number, wire type and, when length-delimited,
-// its payload. Groups (unknown fields only, in xplane.proto) are skipped
-// whole; an end-group tag is a field only inside one (depth > 0).
-Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
-               int depth = 0) {
-  if (*pos == msg.size()) return Next::kEnd;
-  uint64_t tag, v;
-  if (!ReadVarint(msg, pos, &tag) || tag >> 3 == 0 || tag >> 3 > UINT32_MAX) return Next::kBad;
-  *number = static_cast<uint32_t>(tag >> 3);
-  *type = static_cast<uint32_t>(tag & 7);
-  switch (*type) {
-    case 0: return ReadVarint(msg, pos, &v) ? Next::kField : Next::kBad;
-    case 1: v = 8; break;
-    case 5: v = 4; break;
-    case kLengthDelimited:
-      if (!ReadVarint(msg, pos, &v)) return Next::kBad;
-      break;
-    case 3:  // start group: up to its end-group tag of the same number
-      if (depth >= kMaxDepth) return Next::kBad;
-      while (true) {
-        uint32_t n, t;
-        std::string_view p;
-        if (NextField(msg, pos, &n, &t, &p, depth + 1) != Next::kField) return Next::kBad;
-        if (t == 4) return n == *number ? Next::kField : Next::kBad;
-      }
-    case 4: return depth > 0 ? Next::kField : Next::kBad;
-    default: return Next::kBad;
-  }
-  if (v > msg.size() - *pos) return Next::kBad;
-  *payload = msg.substr(*pos, v);
-  *pos += v;
-  return Next::kField;
-}
-
-// Splits a message into the payloads of field `split` (if `parts`) and the
-// other fields, kept raw and in order in `rest`.
-bool Split(std::string_view msg, uint32_t split, std::string* rest, std::vector<std::string_view>* parts) {
-  size_t pos = 0;
-  while (true) {
-    size_t start = pos;
-    uint32_t number, type;
-    std::string_view payload;
-    Next n = NextField(msg, &pos, &number, &type, &payload);
-    if (n != Next::kField) return n == Next::kEnd;
-    if (number == split && type == kLengthDelimited) {
-      if (parts) parts->push_back(payload);
-    } else {
-      rest->append(msg.substr(start, pos - start));
-    }
-  }
-}
-
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-void PutLengthDelimited(uint32_t field, std::string_view value, std::string* out) {
-  PutVarint(uint64_t{field} << 3 | kLengthDelimited, out);
-  PutVarint(value.size(), out);
-  out->append(value);
-}
 
 // Moves the lines of `piece` (line i of it is a part of line `line_of[i]` of
 // the plane) into `out`: appended to the part already there, else as a new
@@ -166,7 +90,7 @@ Status ImportPlane(std::string_view bytes, size_t chunk_bytes, Plane* out) {
         uint32_t number, type;
         std::string_view event;
         Next n = NextField(lines[line], &pos, &number, &type, &event);
-        if (n == Next::kBad) return bad;
+        if (n == Next::kBad || n == Next::kTruncated) return bad;
         if (n == Next::kEnd) {
           done = true;
           break;

@@ -18,5 +18,7 @@ int RunCollectCommand(const std::string& program, const std::vector<std::string>
                       std::function<bool()> cancelled = {});
 // `spyglass memtop`, `memdiff`, `run` (tools/spyglass/memory_commands.cc).
 void AddMemoryCommands(CLI::App& app);
+// `spyglass summary`, `diff` (tools/spyglass/summary_command.cc).
+void AddSummaryCommands(CLI::App& app);
 
 }  // namespace spyglass::cli
