@@ -27,6 +27,7 @@ allowed=(
   '^spyglass::internal::bind_slow\('
   '^spyglass::internal::grow_slow\('
   '^spyglass::internal::add_arg\('
+  '^spyglass::internal::step_was_slow\(\)$'
   # Looked up with dlsym by the heap hook (libspyglass_heap.so):
   '^spyglass_heap_start_trace$'
   '^spyglass_heap_stop_trace$'
