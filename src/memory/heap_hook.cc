@@ -22,16 +22,26 @@
 //                                    default) to 1073741824 (1 GiB). Any other value
 //                                    is reported on stderr and every allocation is
 //                                    tracked (exact profiles).
-//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
-//                                    D/memory.<pid>.<n>.prof on each SIGUSR2
-//   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
-//                                    their own exit profile too. By default a
-//                                    forked child writes one only once the process
-//                                    that loaded the hook is no longer its parent
-//                                    (a daemon: fork, parent exits); workers of a
-//                                    live parent do not (a snapshot costs a
-//                                    symbolization, ~50 ms). A child that execs
-//                                    loads the hook afresh.
+//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.<comm>.exit.prof at exit,
+//                                    D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2,
+//                                    and a raw dump D/memory.<pid>.<comm>.oom.raw or
+//                                    .signal.raw when an allocation fails or a fatal
+//                                    signal arrives (crash_dump.h; `spyglass run`
+//                                    makes pprof of it). Near a cgroup memory limit
+//                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof.
+//   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
+//                                    (through its execs: a launcher script that
+//                                    execs its program profiles that program).
+//                                    Processes it starts (fork + exec) are not
+//                                    tracked unless SPYGLASS_HEAP_FOLLOW_CHILDREN=1.
+//                                    Unset: the first process to load the hook sets it.
+//   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  children are tracked and write their own
+//                                    profiles: those that exec, and those that do
+//                                    not. By default a forked child (no exec)
+//                                    writes one only once the process that loaded
+//                                    the hook is no longer its parent (a daemon:
+//                                    fork, parent exits); workers of a live parent
+//                                    do not (a snapshot costs a symbolization, ~50 ms).
 //   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
 //                                    (the trace shows a live-bytes counter track);
 //                                    loads libspyglass.so.0 from the hook's directory
@@ -45,6 +55,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -58,6 +69,9 @@
 #include <new>
 #include <string>
 
+#include <fcntl.h>
+
+#include "memory/crash_dump.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
@@ -101,12 +115,30 @@ void WarnBadInterval(const char* value) {
   (void)w;
 }
 
+bool FollowChildren() {
+  const char* f = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
+  return f && f[0] == '1';
+}
+
+// Whether this process (just exec'd, or the first) is one to track: the
+// program (SPYGLASS_HEAP_PID, or none set yet) or, when following children, any.
+bool FollowedProcess() {
+  const char* main = getenv("SPYGLASS_HEAP_PID");
+  if (!main || !*main || FollowChildren()) return true;
+  long pid = 0;
+  for (const char* c = main; *c; ++c) {
+    if (*c < '0' || *c > '9' || pid > (1l << 40)) return true;  // not a pid: no filtering
+    pid = pid * 10 + (*c - '0');
+  }
+  return pid == getpid();
+}
+
 int InitState() {
   // Before the tracker's library is initialized, its dependencies are: their
   // allocations are not the program's (not stored: asked again next time).
   if (!g_initialized.load(std::memory_order_acquire)) return 2;
   const char* e = getenv("SPYGLASS_HEAP");
-  int s = (e && e[0] == '0') ? 2 : 1;
+  int s = (e && e[0] == '0') || !FollowedProcess() ? 2 : 1;
   if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES"); iv && *iv) {
     uint64_t v = 0;
     if (ParseSampleBytes(iv, &v)) {
@@ -201,9 +233,24 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   }
 }
 
+// An allocation of n > 0 bytes failed: the process is likely about to die of
+// it. A raw dump, written from reserved memory (crash_dump.h); once.
+__attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
+  // A size no allocator can give (over PTRDIFF_MAX: glibc refuses at once) is
+  // a bad request, not memory running out.
+  if (n == 0 || n > PTRDIFF_MAX || !HeapOn() || Guard::Inside() || CrashDumpWritten()) return;
+  uintptr_t frames[kHeapFrames];
+  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  FailedAllocation f{n, frames, depth};
+  Guard::EnterOwn();
+  WriteCrashDump(DumpReason::kOutOfMemory, 0, &f);
+  Guard::Leave();
+}
+
 #define SPYGLASS_TRACK(p, n)                                                      \
   do {                                                                            \
     if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n), __builtin_frame_address(0)); \
+    else if (__builtin_expect(!(p), 0)) AllocFailed((n), __builtin_frame_address(0)); \
   } while (0)
 
 __attribute__((noinline)) void UntrackSlow(void* p) {
@@ -255,16 +302,19 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
   void* p = __libc_realloc(old, n);
   if (p == nullptr) {
     if (taken && n != 0) RestoreSlow(rec);  // n == 0: glibc freed the block
+    AllocFailed(n, frame);
     return p;
   }
   if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
   return p;
 }
 
-void* NewOrThrow(size_t n, bool nothrow) {
+// `frame`: operator new's (see TrackSlow), for the stack of a failure.
+void* NewOrThrow(size_t n, bool nothrow, void* frame) {
   while (true) {
     void* p = __libc_malloc(n);
     if (p) return p;
+    AllocFailed(n ? n : 1, frame);
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -274,10 +324,11 @@ void* NewOrThrow(size_t n, bool nothrow) {
   }
 }
 
-void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
+void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow, void* frame) {
   while (true) {
     void* p = __libc_memalign(align, n);
     if (p) return p;
+    AllocFailed(n ? n : 1, frame);
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -293,22 +344,142 @@ sem_t g_sem;
 std::atomic<int> g_snapshots{0};
 pid_t g_pid = 0;                  // the process that loaded the hook
 bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
+bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
   ScopedUntracked untracked;
-  std::string path = *g_dir + "/memory." + std::to_string(getpid()) + "." + tag + ".prof";
-  spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  char name[160];
+  FormatProfileName(name, sizeof name, tag, ".prof");
+  spyglass::Status s = spyglass::profiler::save_device_memory_profile(*g_dir + "/" + name);
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
+// ---- a cgroup memory limit close to being hit ---------------------------------
+// Best effort, v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
+// memory.usage_in_bytes) of the process's own cgroup, as /proc/self/cgroup
+// names it under /sys/fs/cgroup. The snapshot thread polls it (4 times a
+// second) only when a limit is set; at 90% of it a snapshot is written, once
+// until usage falls below 80% again.
+struct CgroupLimit {
+  std::string usage;
+  uint64_t limit = 0;
+  bool armed = true;
+};
+CgroupLimit* g_cgroup = nullptr;
+
+bool ReadNumber(const std::string& path, uint64_t* v) {
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return false;
+  unsigned long long x = 0;
+  bool ok = std::fscanf(f, "%llu", &x) == 1;
+  std::fclose(f);
+  *v = x;
+  return ok;
+}
+
+void FindCgroupLimit() {
+  FILE* f = std::fopen("/proc/self/cgroup", "re");
+  if (!f) return;
+  char line[1024];
+  std::string v1, v2;
+  while (std::fgets(line, sizeof line, f)) {
+    std::string l(line);
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
+    size_t at = l.find(":memory:");
+    if (at != std::string::npos) v1 = l.substr(at + 8);
+  }
+  std::fclose(f);
+  uint64_t limit = 0, usage = 0;
+  std::string dir;
+  if (!v2.empty() && ReadNumber("/sys/fs/cgroup" + v2 + "/memory.max", &limit)) {  // "max": no number, no limit
+    dir = "/sys/fs/cgroup" + v2 + "/memory.current";
+  } else if (!v1.empty() && ReadNumber("/sys/fs/cgroup/memory" + v1 + "/memory.limit_in_bytes", &limit)) {
+    dir = "/sys/fs/cgroup/memory" + v1 + "/memory.usage_in_bytes";
+  }
+  if (dir.empty() || limit == 0 || limit >= (uint64_t{1} << 60) || !ReadNumber(dir, &usage)) return;
+  g_cgroup = new CgroupLimit{dir, limit};
+}
+
+void CheckCgroup() {
+  uint64_t usage = 0;
+  if (!ReadNumber(g_cgroup->usage, &usage)) return;
+  if (g_cgroup->armed && usage >= g_cgroup->limit / 10 * 9) {
+    g_cgroup->armed = false;
+    WriteSnapshot("cgroup");
+  } else if (!g_cgroup->armed && usage < g_cgroup->limit / 10 * 8) {
+    g_cgroup->armed = true;
+  }
+}
+
 void* SnapshotThread(void*) {
+  {
+    ScopedUntracked untracked;
+    FindCgroupLimit();
+  }
   while (true) {
-    if (sem_wait(&g_sem) != 0) {
+    int rc;
+    if (g_cgroup) {
+      timespec until{};
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 250 * 1000 * 1000;
+      if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
+      rc = sem_timedwait(&g_sem, &until);
+    } else {
+      rc = sem_wait(&g_sem);
+    }
+    if (rc != 0) {
+      if (errno == ETIMEDOUT) {
+        ScopedUntracked untracked;
+        CheckCgroup();
+        continue;
+      }
       if (errno == EINTR) continue;
       return nullptr;
     }
     WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+  }
+}
+
+// ---- fatal signals --------------------------------------------------------------
+// Signals whose default action ends the process: a raw dump first, then the
+// default action (the process dies of the signal as it would have). Installed
+// only where the program has left the default; a handler it installs later
+// replaces ours.
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE,  SIGILL,  SIGABRT, SIGSYS, SIGTERM,
+                                 SIGINT,  SIGHUP, SIGQUIT, SIGXCPU, SIGXFSZ, SIGPIPE};
+
+void OnFatalSignal(int sig, siginfo_t* info, void*) {
+  int saved = errno;
+  WriteCrashDump(DumpReason::kSignal, sig, nullptr);
+  // SA_RESETHAND restored the default action. A fault the kernel raised
+  // happens again when the instruction is retried; any other signal is raised
+  // again (SA_NODEFER: delivered now).
+  bool fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && info && info->si_code > 0;
+  if (!fault) raise(sig);
+  errno = saved;
+}
+
+void InstallFatalHandlers() {
+  // The main thread's handler runs on its own stack (a stack overflow leaves none).
+  static constexpr size_t kAltStack = 64 << 10;
+  void* alt = mmap(nullptr, kAltStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (alt != MAP_FAILED) {
+    stack_t ss{};
+    ss.ss_sp = alt;
+    ss.ss_size = kAltStack;
+    stack_t old{};
+    if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
+  }
+  for (int sig : kFatalSignals) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_sigaction = OnFatalSignal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
   }
 }
 
@@ -364,14 +535,22 @@ void StartTrace(const char* dir) {
 
 __attribute__((constructor)) void HeapInit() {
   ScopedUntracked untracked;
-  HeapOn();
   g_pid = getpid();
-  const char* follow = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
-  g_follow_children = follow && follow[0] == '1';
+  g_follow_children = FollowChildren();
+  // The first process to load the hook is the program; what it execs stays
+  // it (same pid), what it starts is a child.
+  if (const char* m = getenv("SPYGLASS_HEAP_PID"); !m || !*m) setenv("SPYGLASS_HEAP_PID", std::to_string(g_pid).c_str(), 1);
+  // A child not followed: nothing tracked, written or traced.
+  g_followed = FollowedProcess();
+  if (!g_followed) return;
+  HeapOn();
   pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
     mkdir(d, 0755);  // the last component, if missing
+    // Kept open for a dump from a dying process (no path lookup then, no allocation).
+    int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
     sem_init(&g_sem, 0, 0);
     pthread_t th;
     pthread_attr_t attr;
@@ -394,6 +573,7 @@ __attribute__((constructor)) void HeapInit() {
 }
 
 __attribute__((destructor)) void HeapFini() {
+  if (!g_followed) return;
   ScopedUntracked untracked;
   const bool child = getpid() != g_pid;  // forked, no exec
   // A forked child that did not exec shares the parent's history; a snapshot
@@ -517,11 +697,11 @@ SPYGLASS_HOOK void* pvalloc(size_t n) {
 
 // operator new/delete (all standard forms).
 #define SPYGLASS_NEW_BODY(n, nothrow)     \
-  void* p = NewOrThrow((n), (nothrow));   \
+  void* p = NewOrThrow((n), (nothrow), __builtin_frame_address(0)); \
   SPYGLASS_TRACK(p, n);                   \
   return p
 #define SPYGLASS_ANEW_BODY(n, a, nothrow)                           \
-  void* p = AlignedNewOrThrow((n), static_cast<size_t>(a), (nothrow)); \
+  void* p = AlignedNewOrThrow((n), static_cast<size_t>(a), (nothrow), __builtin_frame_address(0)); \
   SPYGLASS_TRACK(p, n);                                             \
   return p
 

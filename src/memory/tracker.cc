@@ -33,6 +33,7 @@ class SpinLock {
       }
     }
   }
+  bool try_lock() { return v_.load(std::memory_order_relaxed) == 0 && v_.exchange(1, std::memory_order_acquire) == 0; }
   void unlock() { v_.store(0, std::memory_order_release); }
   void reset() { v_.store(0, std::memory_order_relaxed); }
 
@@ -680,6 +681,29 @@ void InstallForkHandlers() {
 }
 
 std::atomic<bool> g_initialized{false};
+
+uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void* ctx) {
+  uint32_t skipped = 0;
+  for (Shard& s : g_shards) {
+    bool locked = false;
+    for (int spins = 0; spins < (1 << 16) && !locked; ++spins) {
+      locked = s.lock.try_lock();
+      if (!locked && spins > 64) sched_yield();
+    }
+    if (!locked) {
+      ++skipped;
+      continue;
+    }
+    for (uint64_t i = 0; i < s.cap; ++i) {
+      const Slot& sl = s.slots[i];
+      if (sl.ptr != 0) visit({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)}, ctx);
+    }
+    s.lock.unlock();
+  }
+  return skipped;
+}
+uint32_t SiteIdEnd() { return g_sites.end_id(); }
+uint32_t FunctionIdEnd() { return g_functions.end_id(); }
 
 __attribute__((constructor)) static void InitAtLoad() {
   ScopedUntracked untracked;

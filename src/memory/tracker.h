@@ -204,4 +204,14 @@ SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_initialized;
 // resets the locks.
 SPYGLASS_MEM_EXPORT void InstallForkHandlers();
 
+// ---- crash dumps (memory/crash_dump.cc) ----------------------------------------
+// For a dump from a signal handler or a failed allocation: calls `visit` for
+// each live record, under its shard's lock, allocating nothing. A shard whose
+// lock is not had within a bounded wait (held by a thread that crashed in it)
+// is skipped; returns how many were.
+SPYGLASS_MEM_EXPORT uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void* ctx);
+// Ids of sites and functions are below these (for a dump's bitmaps).
+SPYGLASS_MEM_EXPORT uint32_t SiteIdEnd();
+SPYGLASS_MEM_EXPORT uint32_t FunctionIdEnd();
+
 }  // namespace spyglass::memory::internal

@@ -17,7 +17,7 @@ command -v go >/dev/null || fail "go is not installed (apt-get install golang-go
 
 # 1. spyglass run: a snapshot on SIGUSR2 (after step 1) and at exit.
 out=$("$cli" run -o "$T/mem" -- "$prog" grow 5 2>&1)
-check "spyglass run" "$out" "grow: done" "memory snapshots:"
+check "spyglass run" "$out" "grow: done" "memory profiles in"
 early=$(ls "$T"/mem/memory.*.1.prof) late=$(ls "$T"/mem/memory.*.exit.prof)
 
 # 2. go tool pprof reads them.
@@ -62,7 +62,7 @@ check "memdiff on a truncated file" "$msg" "truncated"
 
 # 7. Threads, fork, signal-handler allocations, thread exit under the hook.
 out=$("$cli" run -o "$T/stress" -- "$prog" stress 2>&1)
-check "stress under the hook" "$out" "stress: child ok" "memory snapshots:"
+check "stress under the hook" "$out" "stress: child ok" "memory profiles in"
 
 # 8. Plain LD_PRELOAD, and the sampled mode (profiles scaled back).
 LD_PRELOAD=$lib SPYGLASS_HEAP_PROFILE_DIR=$T/pre "$prog" grow 2 >/dev/null

@@ -40,7 +40,7 @@ libs=$(LD_PRELOAD=$hook SPYGLASS_HEAP_PROFILE_DIR=$T/pre "$tiny" | sort -u)
 refuse "no gRPC/protobuf/absl/OpenSSL/libspyglass under LD_PRELOAD" "$libs" "$heavy_libs"
 check "the hook and its tracker are loaded" "$libs" "libspyglass_heap.so" "libspyglass_memory.so"
 out=$("$cli" run -o "$T/run" -- "$tiny" 2>&1)
-check "spyglass run" "$out" "libspyglass_heap.so" "memory snapshots:"
+check "spyglass run" "$out" "libspyglass_heap.so" "memory profiles in"
 refuse "no gRPC/protobuf/absl/OpenSSL/libspyglass under spyglass run" "$out" "$heavy_libs"
 
 # 2. The profile names the program's blocks and nothing of those libraries.
