@@ -9,8 +9,9 @@
 //                           returns NULL, then abort()s
 //   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
 //                           through a null pointer (SIGSEGV)
-//   process_tree cgroup N   keeps and touches 1 MiB blocks (grab_block) up to
-//                           N MiB, sleeping a little between them, then exits 0
+//   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
+//                           N MiB, 5 ms apart up to S MiB and 100 ms apart
+//                           after that, then exits 0
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -75,10 +76,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(mode, "cgroup") == 0) {
-    int mib = argc > 2 ? atoi(argv[2]) : 0;
+    int mib = argc > 2 ? atoi(argv[2]) : 0, slow = argc > 3 ? atoi(argv[3]) : 0;
     for (int i = 0; i < mib && i < 4096; ++i) {
       if (!grab_block(1)) break;
-      struct timespec ts = {0, 20 * 1000 * 1000};
+      struct timespec ts = {0, (i < slow ? 5 : 100) * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
     struct timespec ts = {0, 600 * 1000 * 1000};  // the watcher polls 4 times a second

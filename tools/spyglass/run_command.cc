@@ -131,6 +131,8 @@ void ConvertDump(const exporter::OutputDir& out, const ProfileFile& f, ProcessRe
   r->ended = r->ended.empty() ? what : r->ended + "; " + what;
 }
 
+constexpr const char* kNearCgroupLimit = "passed 90% of its cgroup memory limit";
+
 // The closing summary: each process that left profiles, the program first.
 void Summarize(const std::string& dir, pid_t main_pid, int status,
                const std::map<std::string, fs::file_time_type>& before) {
@@ -165,6 +167,7 @@ void Summarize(const std::string& dir, pid_t main_pid, int status,
     r.files.push_back(f.name);
     if (f.tag == "exit") r.exit = LiveBytes(out.PathOf(f.name));
     if (f.tag == "peak") r.peak = LiveBytes(out.PathOf(f.name));
+    if (f.tag == "cgroup") r.ended = r.ended.empty() ? kNearCgroupLimit : r.ended + "; " + kNearCgroupLimit;
   }
   if (procs.empty()) {
     std::cerr << "spyglass run: no memory profile was written (did the program exit through _exit, or was it "

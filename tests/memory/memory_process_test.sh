@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# `spyglass run` and processes: which ones get profiles (the program through
+# its execs by default, children with --follow-children, a launcher script's
+# program rather than the launcher), the snapshots of a process that runs out
+# of memory (ulimit -v) or dies of a fatal signal, one near a cgroup memory
+# limit, and the closing summary; exact numbers read back by `go tool pprof`.
+#   memory_process_test.sh <spyglass CLI> <libspyglass_heap.so> <process_tree> <launcher.sh>
+set -euo pipefail
+cli=$1 lib=$2 prog=$3 launcher=$4
+T=$(mktemp -d /tmp/spyglass-proc-XXXXXX)
+cg=""
+cleanup() {
+  rm -rf "$T"
+  [ -n "$cg" ] && rmdir "$cg" 2>/dev/null || true
+}
+trap cleanup EXIT
+export SPYGLASS_HEAP_LIB=$lib GOTOOLCHAIN=local GOFLAGS= HOME=${HOME:-$T}
+unset SPYGLASS_HEAP_SAMPLE_BYTES SPYGLASS_HEAP_FOLLOW_CHILDREN SPYGLASS_HEAP_PROFILE_DIR SPYGLASS_HEAP_PID LD_PRELOAD
+fail() { echo "FAIL: $*"; exit 1; }
+check() { # check <what> <haystack> <needle...>
+  local what=$1 text=$2; shift 2
+  for n in "$@"; do grep -qF -- "$n" <<<"$text" || { echo "$text"; fail "$what: '$n' missing"; }; done
+  echo "ok: $what"
+}
+command -v go >/dev/null || fail "go is not installed (apt-get install golang-go): the tests need 'go tool pprof'"
+# top <profile> [pprof flags]: go tool pprof -top, every node, in bytes.
+top() { local p=$1; shift; go tool pprof -top -unit=B -nodefraction=0 -nodecount=100000 "$@" "$p" 2>/dev/null; }
+# flat <profile> <function> [pprof flags]: what the function holds itself (bytes, or a count).
+flat() {
+  local p=$1 f=$2; shift 2
+  top "$p" "$@" | awk -v f="$f" '{ name = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +/, "", name);
+                                   if (name == f) { v = $1; sub(/B$/, "", v); print v; found = 1 } }
+                                 END { if (!found) print 0 }'
+}
+files() { (cd "$1" && ls | sort | tr '\n' ' '); }
+pt=$(basename "$prog" | cut -c1-15)  # the program's comm
+
+# 1. fork + exec, by default: only the program has a profile; it holds its 3 x 100000 B.
+out=$("$cli" run -o "$T/fe" -- "$prog" forkexec 2>&1)
+main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
+child=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\2/p' <<<"$out")
+[ -n "$main" ] && [ -n "$child" ] || { echo "$out"; fail "forkexec did not run"; }
+[ "$(files "$T/fe")" = "memory.$main.$pt.exit.prof " ] || fail "forkexec: expected only the program's profile, got: $(files "$T/fe")"
+p=$T/fe/memory.$main.$pt.exit.prof
+[ "$(flat "$p" parent_block)" = 300000 ] || { top "$p"; fail "forkexec: parent_block should hold 300000 B"; }
+[ "$(flat "$p" parent_block -sample_index=allocations)" = 3 ] || fail "forkexec: parent_block: 3 allocations"
+[ "$(flat "$p" child_block)" = 0 ] || fail "forkexec: the child's blocks are not the program's"
+check "summary, fork + exec" "$out" "(1 process)" "$main    $pt (main)" "exit status 0" "memory.$main.$pt.exit.prof"
+
+# 2. --follow-children: the child too (its 2 x 50000 B), listed after the program.
+out=$("$cli" run --follow-children -o "$T/fc" -- "$prog" forkexec 2>&1)
+main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
+child=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\2/p' <<<"$out")
+want="memory.$child.$pt.exit.prof memory.$main.$pt.exit.prof "
+[ "$main" -lt "$child" ] && want="memory.$main.$pt.exit.prof memory.$child.$pt.exit.prof "
+[ "$(files "$T/fc")" = "$want" ] || fail "--follow-children: expected the program's and the child's profiles, got: $(files "$T/fc")"
+c=$T/fc/memory.$child.$pt.exit.prof
+[ "$(flat "$c" child_block)" = 100000 ] || { top "$c"; fail "--follow-children: child_block should hold 100000 B"; }
+[ "$(flat "$c" child_block -sample_index=allocations)" = 2 ] || fail "--follow-children: child_block: 2 allocations"
+[ "$(flat "$c" parent_block)" = 0 ] || fail "--follow-children: an exec'd child does not hold its parent's blocks"
+[ "$(flat "$T/fc/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "--follow-children: parent_block"
+check "summary, --follow-children" "$out" "(2 processes)" "$main    $pt (main)" "$child    $pt " "exited"
+first=$(grep -E '^  [0-9]+ ' <<<"$out" | head -1)
+check "the program is listed first" "$first" "$main" "(main)"
+
+# 3. A launcher script (helpers, then exec): the program it launches is profiled, not the launcher.
+out=$("$cli" run -o "$T/la" -- "$launcher" "$prog" forkexec 2>&1)
+main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
+[ "$(files "$T/la")" = "memory.$main.$pt.exit.prof " ] || fail "launcher: expected only the launched program's profile, got: $(files "$T/la")"
+[ "$(flat "$T/la/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "launcher: parent_block should hold 300000 B"
+check "summary, launcher" "$out" "(1 process)" "$main    $pt (main)"
+# ... and with --follow-children, its helpers (basename, ls, 2 x cat) and the program's child too.
+out=$("$cli" run --follow-children -o "$T/lf" -- "$launcher" "$prog" forkexec 2>&1)
+main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
+n=$(ls "$T/lf" | wc -l)
+[ "$n" = 6 ] || fail "launcher, --follow-children: 6 profiles expected, got: $(files "$T/lf")"
+for prog_name in basename ls cat "$pt"; do ls "$T"/lf/memory.*."$prog_name".exit.prof >/dev/null || fail "no profile of $prog_name"; done
+[ "$(ls "$T"/lf/memory.*.cat.exit.prof | wc -l)" = 2 ] || fail "launcher, --follow-children: 2 cat profiles expected"
+check "summary, launcher with --follow-children" "$out" "(6 processes)" "$main    $pt (main)" "basename" " ls "
+
+# 4. Out of memory under ulimit -v: the dump became memory.<pid>.<comm>.oom.prof; it
+# holds what grab_block kept (N x 1 MiB) and names grab_block as the failed allocation.
+set +e
+out=$("$cli" run -o "$T/oom" -- sh -c "ulimit -v 1500000 && exec \"$prog\" oom" 2>&1)
+rc=$?
+set -e
+[ "$rc" = 134 ] || { echo "$out"; fail "oom: expected exit status 134 (SIGABRT after the failure), got $rc"; }
+mib=$(sed -n 's/^oom: malloc failed after \([0-9]*\) MiB$/\1/p' <<<"$out")
+[ -n "$mib" ] && [ "$mib" -gt 10 ] || { echo "$out"; fail "oom: the program did not run out of memory"; }
+p=$(ls "$T"/oom/memory.*."$pt".oom.prof)
+[ "$(files "$T/oom")" = "$(basename "$p") " ] || fail "oom: expected only the OOM profile (the dump converted), got: $(files "$T/oom")"
+[ "$(flat "$p" grab_block)" = $((mib * 1048576)) ] || { top "$p"; fail "oom: grab_block should hold $mib MiB"; }
+failed=$(top "$p" -sample_index=allocations -tagfocus=kind=failed)
+check "oom: the failed allocation's stack" "$failed" "grab_block" "main"
+[ "$(flat "$p" grab_block -sample_index=allocations -tagfocus=kind=failed)" = 1 ] || fail "oom: one failed allocation in grab_block"
+check "oom: the comment" "$(go tool pprof -comments "$p" 2>&1)" "out of memory: an allocation of 1048576 bytes failed in grab_block"
+check "summary, oom" "$out" "(main)" "killed by SIGABRT; out of memory: an allocation of 1.0 MiB failed in grab_block" \
+  "$(basename "$p")"
+check "memtop, oom" "$("$cli" memtop "$p")" "cpu:0  failed" "grab_block"
+
+# 5. A fatal signal (SIGSEGV): memory.<pid>.<comm>.signal.prof holds crash_block's 4 x 25000 B.
+set +e
+out=$("$cli" run -o "$T/segv" -- "$prog" crash 2>&1)
+rc=$?
+set -e
+[ "$rc" = 139 ] || { echo "$out"; fail "crash: expected exit status 139 (SIGSEGV), got $rc"; }
+pid=$(sed -n 's/^crash: \([0-9]*\)$/\1/p' <<<"$out")
+p=$T/segv/memory.$pid.$pt.signal.prof
+[ "$(files "$T/segv")" = "$(basename "$p") " ] || fail "crash: expected only $(basename "$p"), got: $(files "$T/segv")"
+[ "$(flat "$p" crash_block)" = 100000 ] || { top "$p"; fail "crash: crash_block should hold 100000 B"; }
+[ "$(flat "$p" crash_block -sample_index=allocations)" = 4 ] || fail "crash: crash_block: 4 allocations"
+check "crash: the comment" "$(go tool pprof -comments "$p" 2>&1)" "fatal signal 11 (SIGSEGV)"
+check "summary, crash" "$out" "$pid    $pt (main)" "killed by SIGSEGV (snapshot at the signal)"
+
+# 6. Near a cgroup memory limit (v1 or v2, where this machine lets a cgroup be made):
+# a snapshot at 90% of it, before the kernel's OOM killer ends the program
+# (SIGKILL, no handler runs); grab_block holds most of the limit in it.
+if [ -w /sys/fs/cgroup/memory ] && [ -d /sys/fs/cgroup/memory ]; then
+  cg=/sys/fs/cgroup/memory/spyglass-test-$$ limit=memory.limit_in_bytes
+elif [ -w /sys/fs/cgroup ] && grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+  cg=/sys/fs/cgroup/spyglass-test-$$ limit=memory.max
+fi
+if [ -n "$cg" ] && mkdir "$cg" 2>/dev/null && echo $((256 << 20)) >"$cg/$limit" 2>/dev/null; then
+  set +e
+  out=$("$cli" run -o "$T/cg" -- sh -c "echo \$\$ >$cg/cgroup.procs && exec \"$prog\" cgroup 400 200" 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" = 137 ] || { echo "$out"; fail "cgroup: expected the OOM killer's SIGKILL (137), got $rc"; }
+  p=$(ls "$T"/cg/memory.*."$pt".cgroup.prof) || { ls "$T/cg"; fail "no snapshot near the cgroup limit"; }
+  held=$(flat "$p" grab_block)
+  [ "$held" -ge $((200 << 20)) ] && [ "$held" -le $((256 << 20)) ] || fail "cgroup: grab_block holds $held B, expected 200-256 MiB"
+  check "summary, cgroup" "$out" "killed by SIGKILL; passed 90% of its cgroup memory limit" "$(basename "$p")"
+else
+  echo "skip: no cgroup can be made here (cgroup v1 memory or v2 with the memory controller, writable)"
+  cg=""
+fi
+echo "PASS"
