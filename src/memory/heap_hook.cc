@@ -206,10 +206,16 @@ inline bool Sampled(size_t n) {
   return SampledSlow();
 }
 
+pid_t g_self = 0;         // this process (kept up to date across forks)
+pid_t g_forked_from = 0;  // in a forked child: the process that forked it
+
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
   t_rng = 0;
   t_until_sample = 0;
+  // Not getppid(): the parent may be gone already.
+  g_forked_from = g_self;
+  g_self = getpid();
 }
 
 // The recording half, out of line: the inline fast path of every hooked call
@@ -535,7 +541,7 @@ void StartTrace(const char* dir) {
 
 __attribute__((constructor)) void HeapInit() {
   ScopedUntracked untracked;
-  g_pid = getpid();
+  g_pid = g_self = getpid();
   g_follow_children = FollowChildren();
   // The first process to load the hook is the program; what it execs stays
   // it (same pid), what it starts is a child.
@@ -578,8 +584,9 @@ __attribute__((destructor)) void HeapFini() {
   const bool child = getpid() != g_pid;  // forked, no exec
   // A forked child that did not exec shares the parent's history; a snapshot
   // per child (symbolization included) made programs that fork a lot 100x
-  // slower. A daemon's child (its parent gone) is the program: it writes one.
-  if (child && !g_follow_children && getppid() == g_pid) return;
+  // slower (a shell's subshells: dozens). A daemon's child (the process that
+  // forked it gone, so it was reparented) is the program: it writes one.
+  if (child && !g_follow_children && getppid() == g_forked_from) return;
   WriteSnapshot("exit");
 }
 

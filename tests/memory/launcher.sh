@@ -5,4 +5,6 @@
 name=$(basename "$1")
 ls / >/dev/null
 for i in 1 2; do echo "$name" | cat >/dev/null; done
+# Subshells of subshells (forks without exec, their parent not the program).
+version=$( (echo "$name" | (read -r v; echo "$v")) )
 exec "$@"

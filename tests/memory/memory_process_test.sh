@@ -33,6 +33,8 @@ flat() {
                                  END { if (!found) print 0 }'
 }
 files() { (cd "$1" && ls | sort | tr '\n' ' '); }
+# row <what> <summary> <pid> <program text>: the summary has a row for that process.
+row() { grep -qE "^  $3 +$4" <<<"$2" || { echo "$2"; fail "$1: no row '$3 $4'"; }; }
 pt=$(basename "$prog" | cut -c1-15)  # the program's comm
 
 # 1. fork + exec, by default: only the program has a profile; it holds its 3 x 100000 B.
@@ -45,7 +47,8 @@ p=$T/fe/memory.$main.$pt.exit.prof
 [ "$(flat "$p" parent_block)" = 300000 ] || { top "$p"; fail "forkexec: parent_block should hold 300000 B"; }
 [ "$(flat "$p" parent_block -sample_index=allocations)" = 3 ] || fail "forkexec: parent_block: 3 allocations"
 [ "$(flat "$p" child_block)" = 0 ] || fail "forkexec: the child's blocks are not the program's"
-check "summary, fork + exec" "$out" "(1 process)" "$main    $pt (main)" "exit status 0" "memory.$main.$pt.exit.prof"
+check "summary, fork + exec" "$out" "(1 process)" "exit status 0" "memory.$main.$pt.exit.prof"
+row "summary, fork + exec" "$out" "$main" "$pt \(main\)"
 
 # 2. --follow-children: the child too (its 2 x 50000 B), listed after the program.
 out=$("$cli" run --follow-children -o "$T/fc" -- "$prog" forkexec 2>&1)
@@ -59,7 +62,9 @@ c=$T/fc/memory.$child.$pt.exit.prof
 [ "$(flat "$c" child_block -sample_index=allocations)" = 2 ] || fail "--follow-children: child_block: 2 allocations"
 [ "$(flat "$c" parent_block)" = 0 ] || fail "--follow-children: an exec'd child does not hold its parent's blocks"
 [ "$(flat "$T/fc/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "--follow-children: parent_block"
-check "summary, --follow-children" "$out" "(2 processes)" "$main    $pt (main)" "$child    $pt " "exited"
+check "summary, --follow-children" "$out" "(2 processes)" "exited"
+row "summary, --follow-children" "$out" "$main" "$pt \(main\)"
+row "summary, --follow-children" "$out" "$child" "$pt +- +[0-9.]+ KiB +exited"
 first=$(grep -E '^  [0-9]+ ' <<<"$out" | head -1)
 check "the program is listed first" "$first" "$main" "(main)"
 
@@ -68,7 +73,8 @@ out=$("$cli" run -o "$T/la" -- "$launcher" "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
 [ "$(files "$T/la")" = "memory.$main.$pt.exit.prof " ] || fail "launcher: expected only the launched program's profile, got: $(files "$T/la")"
 [ "$(flat "$T/la/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "launcher: parent_block should hold 300000 B"
-check "summary, launcher" "$out" "(1 process)" "$main    $pt (main)"
+check "summary, launcher" "$out" "(1 process)"
+row "summary, launcher" "$out" "$main" "$pt \(main\)"
 # ... and with --follow-children, its helpers (basename, ls, 2 x cat) and the program's child too.
 out=$("$cli" run --follow-children -o "$T/lf" -- "$launcher" "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
@@ -76,7 +82,9 @@ n=$(ls "$T/lf" | wc -l)
 [ "$n" = 6 ] || fail "launcher, --follow-children: 6 profiles expected, got: $(files "$T/lf")"
 for prog_name in basename ls cat "$pt"; do ls "$T"/lf/memory.*."$prog_name".exit.prof >/dev/null || fail "no profile of $prog_name"; done
 [ "$(ls "$T"/lf/memory.*.cat.exit.prof | wc -l)" = 2 ] || fail "launcher, --follow-children: 2 cat profiles expected"
-check "summary, launcher with --follow-children" "$out" "(6 processes)" "$main    $pt (main)" "basename" " ls "
+check "summary, launcher with --follow-children" "$out" "(6 processes)"
+row "summary, launcher with --follow-children" "$out" "$main" "$pt \(main\)"
+for prog_name in basename ls cat; do row "summary, launcher with --follow-children" "$out" "[0-9]+" "$prog_name "; done
 
 # 4. Out of memory under ulimit -v: the dump became memory.<pid>.<comm>.oom.prof; it
 # holds what grab_block kept (N x 1 MiB) and names grab_block as the failed allocation.
@@ -110,7 +118,8 @@ p=$T/segv/memory.$pid.$pt.signal.prof
 [ "$(flat "$p" crash_block)" = 100000 ] || { top "$p"; fail "crash: crash_block should hold 100000 B"; }
 [ "$(flat "$p" crash_block -sample_index=allocations)" = 4 ] || fail "crash: crash_block: 4 allocations"
 check "crash: the comment" "$(go tool pprof -comments "$p" 2>&1)" "fatal signal 11 (SIGSEGV)"
-check "summary, crash" "$out" "$pid    $pt (main)" "killed by SIGSEGV (snapshot at the signal)"
+check "summary, crash" "$out" "killed by SIGSEGV (snapshot at the signal)"
+row "summary, crash" "$out" "$pid" "$pt \(main\)"
 
 # 6. Near a cgroup memory limit (v1 or v2, where this machine lets a cgroup be made):
 # a snapshot at 90% of it, before the kernel's OOM killer ends the program
