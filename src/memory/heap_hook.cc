@@ -22,8 +22,10 @@
 //                                    default) to 1073741824 (1 GiB). Any other value
 //                                    is reported on stderr and every allocation is
 //                                    tracked (exact profiles).
-//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
-//                                    D/memory.<pid>.<n>.prof on each SIGUSR2
+//   SPYGLASS_HEAP_PROFILE_DIR=D      write at exit D/memory.<pid>.<comm>.exit.prof (live
+//                                    now), .peak.prof (live at the high-water mark) and
+//                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
+//                                    time), and D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
 //                                    their own exit profile too. By default a
 //                                    forked child writes one only once the process
@@ -59,6 +61,7 @@
 #include <string>
 
 #include "memory/symbolize.h"
+#include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
@@ -294,11 +297,26 @@ std::atomic<int> g_snapshots{0};
 pid_t g_pid = 0;                  // the process that loaded the hook
 bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
   ScopedUntracked untracked;
-  std::string path = *g_dir + "/memory." + std::to_string(getpid()) + "." + tag + ".prof";
+  std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
   spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+}
+
+// At exit: the live set now, the live set at the peak, and the series.
+void WriteExitFiles() {
+  if (!g_dir) return;
+  ScopedUntracked untracked;
+  WriteSnapshot("exit");
+  const long pid = getpid();
+  const std::string comm = spyglass::memory::SelfComm();
+  spyglass::Status s =
+      spyglass::memory::save_peak_profile(*g_dir + "/" + spyglass::memory::MemoryProfileName(pid, comm, "peak"));
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+  s = spyglass::memory::SaveTimeline(*g_dir + "/" + spyglass::memory::MemoryTimelineName(pid, comm));
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
@@ -400,7 +418,7 @@ __attribute__((destructor)) void HeapFini() {
   // per child (symbolization included) made programs that fork a lot 100x
   // slower. A daemon's child (its parent gone) is the program: it writes one.
   if (child && !g_follow_children && getppid() == g_pid) return;
-  WriteSnapshot("exit");
+  WriteExitFiles();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------

@@ -110,8 +110,10 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
     } else {
       std::cerr << "spyglass run: memory snapshots:\n";
       for (const std::string& f : files) std::cerr << "  " << f << "\n";
-      std::cerr << "Read them with: spyglass memtop " << files.back() << "   or   go tool pprof -top "
-                << files.back() << "\n";
+      std::string exit_prof = files.back();  // the exit profile (not the .timeline.tsv)
+      for (const std::string& f : files)
+        if (f.size() > 10 && f.compare(f.size() - 10, 10, ".exit.prof") == 0) exit_prof = f;
+      std::cerr << "Read them with: spyglass memtop " << exit_prof << "   or   go tool pprof -top " << exit_prof << "\n";
     }
   }
   if (!trace_dir.empty()) std::cerr << "spyglass run: trace written under " << trace_dir << "/plugins/profile/\n";
