@@ -129,14 +129,15 @@ size_t FormatProfileName(char* out, size_t cap, const char* tag, const char* ext
   char comm[32];
   size_t cn = ReadProcSelf("comm", comm, sizeof comm);
   while (cn > 0 && (comm[cn - 1] == '\n' || comm[cn - 1] == ' ')) comm[--cn] = '\0';
-  if (cn == 0) std::memcpy(comm, "unknown", cn = 7);
+  // As SafeComm (memory/timeline.h), which names the process's other files.
   for (size_t i = 0; i < cn; ++i) {
     char c = comm[i];
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
               c == '+' || c == '-';
     if (!ok) comm[i] = '_';
   }
-  if (comm[0] == '.') comm[0] = '_';  // never "." or ".." components
+  if (cn == 0 || (cn == 1 && comm[0] == '.') || (cn == 2 && comm[0] == '.' && comm[1] == '.'))
+    std::memcpy(comm, "unknown", cn = 7);
   char tmp[160];
   size_t n = 0;
   auto put = [&](const char* s, size_t len) {

@@ -44,7 +44,7 @@ SPYGLASS_MEM_EXPORT bool WriteCrashDump(DumpReason reason, int signal, const Fai
 SPYGLASS_MEM_EXPORT bool CrashDumpWritten();
 
 // "memory.<pid>.<comm>.<tag><ext>" into out (NUL-terminated, cut to cap):
-// <comm> is /proc/self/comm with characters other than [A-Za-z0-9._+-] as '_'.
+// <comm> is /proc/self/comm as SafeComm (memory/timeline.h) makes it.
 // Async-signal-safe. Returns the length.
 SPYGLASS_MEM_EXPORT size_t FormatProfileName(char* out, size_t cap, const char* tag, const char* ext);
 

@@ -22,8 +22,10 @@
 //                                    default) to 1073741824 (1 GiB). Any other value
 //                                    is reported on stderr and every allocation is
 //                                    tracked (exact profiles).
-//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.<comm>.exit.prof at exit,
-//                                    D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2,
+//   SPYGLASS_HEAP_PROFILE_DIR=D      write at exit D/memory.<pid>.<comm>.exit.prof (live
+//                                    now), .peak.prof (live at the high-water mark) and
+//                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
+//                                    time), D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2,
 //                                    and a raw dump D/memory.<pid>.<comm>.oom.raw or
 //                                    .signal.raw when an allocation fails or a fatal
 //                                    signal arrives (crash_dump.h; `spyglass run`
@@ -73,6 +75,7 @@
 
 #include "memory/crash_dump.h"
 #include "memory/symbolize.h"
+#include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
@@ -352,12 +355,26 @@ pid_t g_pid = 0;                  // the process that loaded the hook
 bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
   ScopedUntracked untracked;
-  char name[160];
-  FormatProfileName(name, sizeof name, tag, ".prof");
-  spyglass::Status s = spyglass::profiler::save_device_memory_profile(*g_dir + "/" + name);
+  std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
+  spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+}
+
+// At exit: the live set now, the live set at the peak, and the series.
+void WriteExitFiles() {
+  if (!g_dir) return;
+  ScopedUntracked untracked;
+  WriteSnapshot("exit");
+  const long pid = getpid();
+  const std::string comm = spyglass::memory::SelfComm();
+  spyglass::Status s =
+      spyglass::memory::save_peak_profile(*g_dir + "/" + spyglass::memory::MemoryProfileName(pid, comm, "peak"));
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+  s = spyglass::memory::SaveTimeline(*g_dir + "/" + spyglass::memory::MemoryTimelineName(pid, comm));
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
@@ -587,7 +604,7 @@ __attribute__((destructor)) void HeapFini() {
   // slower (a shell's subshells: dozens). A daemon's child (the process that
   // forked it gone, so it was reparented) is the program: it writes one.
   if (child && !g_follow_children && getppid() == g_forked_from) return;
-  WriteSnapshot("exit");
+  WriteExitFiles();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------

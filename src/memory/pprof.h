@@ -45,6 +45,8 @@ std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
 
 // A snapshot of the tracker now (devices matching `backend`), gzipped pprof.
 Status SnapshotPprof(std::string_view backend, std::string* out);
+// The live set at each selected device's high-water mark (tracker.h, "Peak").
+Status PeakPprof(std::string_view backend, std::string* out);
 
 // ---- reading ----------------------------------------------------------------
 // Default bound on what reading one profile may use: its bytes after gunzip

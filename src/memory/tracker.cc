@@ -1,10 +1,12 @@
 #include "memory/tracker.h"
+#include "memory/timeline.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace spyglass::memory::internal {
@@ -62,6 +64,35 @@ struct ClassNames {
 constinit ClassNames g_classes{};
 std::atomic<uint32_t> g_class_count{0};
 SpinLock g_class_lock;
+// Per class: its device, whether sampled records of it are weighted (the heap
+// hook's kind "heap"), and the stats of its records without a stack.
+uint8_t g_class_device[kMaxClasses + 1];
+bool g_class_weighted[kMaxClasses + 1];
+SiteStats g_class_stats[kMaxClasses + 1];
+
+// ---- devices -------------------------------------------------------------------
+struct alignas(64) Device {
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<int64_t> window_max{0};
+};
+Device g_devices[kMaxDevices];
+char g_device_names[kMaxDevices][kDeviceChars];
+uint8_t g_device_name_len[kMaxDevices];
+std::atomic<uint32_t> g_device_count{0};
+
+// Caller holds g_class_lock.
+uint32_t InternDeviceLocked(std::string_view name) {
+  uint32_t n = g_device_count.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < n; ++i)
+    if (g_device_name_len[i] == name.size() && std::memcmp(g_device_names[i], name.data(), name.size()) == 0) return i;
+  if (n == kMaxDevices) return kMaxDevices - 1;
+  std::memcpy(g_device_names[n], name.data(), name.size());
+  g_device_name_len[n] = static_cast<uint8_t>(name.size());
+  g_device_count.store(n + 1, std::memory_order_release);
+  return n;
+}
 
 // ---- live table ------------------------------------------------------------
 // Slot: ptr (0 = empty), meta = size << 24 | site.
@@ -397,6 +428,12 @@ bool Guard::EnterOwn() {
   return true;
 }
 bool Guard::InsideTracking() { return t_guard == 1; }
+int Guard::BeginOwn() {
+  int previous = t_guard;
+  t_guard = 2;
+  return previous;
+}
+void Guard::Restore(int previous) { t_guard = previous; }
 
 uint32_t InternClass(std::string_view device, std::string_view kind) {
   device = device.substr(0, kDeviceChars - 1);
@@ -418,6 +455,8 @@ uint32_t InternClass(std::string_view device, std::string_view kind) {
     return kMaxClasses;
   }
   uint32_t c = n + 1;
+  g_class_device[c] = static_cast<uint8_t>(InternDeviceLocked(c == kMaxClasses ? "other" : device));
+  g_class_weighted[c] = kind == "heap" && c != kMaxClasses;
   std::memcpy(g_classes.device[c], device.data(), device.size());
   g_classes.device_len[c] = static_cast<uint8_t>(device.size());
   std::memcpy(g_classes.kind[c], kind.data(), kind.size());
@@ -462,6 +501,55 @@ uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_rela
 bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
 namespace {
+
+constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
+constexpr uint32_t kTimelineCheckOps = 128;
+
+inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
+  if (site >= kFirstSite)
+    if (const Site* s = GetSite(site)) return const_cast<SiteStats*>(&s->stats);
+  return &g_class_stats[cls];
+}
+
+// Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
+// the site's and its device's totals, remembering the peak lazily (tracker.h).
+void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign) {
+  SiteStats* st = StatsOf(site, cls);
+  int64_t b = static_cast<int64_t>(size), c = kCountUnit;
+  if (__builtin_expect(g_class_weighted[cls], 1)) {
+    if (uint64_t interval = g_sample_interval.load(std::memory_order_relaxed)) {
+      // The Poisson sample's weight (as the snapshot's).
+      double w = 1.0 / (1.0 - std::exp(-static_cast<double>(size ? size : 1) / static_cast<double>(interval)));
+      b = std::llround(static_cast<double>(size) * w);
+      c = std::llround(static_cast<double>(kCountUnit) * w);
+    }
+  }
+  Device& d = g_devices[g_class_device[cls]];
+  const uint64_t epoch = d.epoch.load(std::memory_order_relaxed);
+  if (st->stamp.load(std::memory_order_relaxed) != epoch) {
+    // First change of this site since its device's latest peak: its value now is its value at the peak.
+    st->peak_bytes.store(st->bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->peak_count.store(st->count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->stamp.store(epoch, std::memory_order_release);
+  }
+  st->bytes.fetch_add(sign * b, std::memory_order_relaxed);
+  st->count.fetch_add(sign * c, std::memory_order_relaxed);
+  const int64_t v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
+  if (sign > 0) {
+    if (v > d.window_max.load(std::memory_order_relaxed)) d.window_max.store(v, std::memory_order_relaxed);
+    int64_t peak = d.peak.load(std::memory_order_relaxed);
+    if (v > peak) {
+      while (v > peak && !d.peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
+      }
+      d.epoch.fetch_add(1, std::memory_order_release);
+    }
+  }
+  if (__builtin_expect(t_timeline_countdown-- == 0, 0)) {
+    t_timeline_countdown = kTimelineCheckOps;
+    TimelineTick();
+  }
+}
+
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
 void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
@@ -499,10 +587,13 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   }
   if (old_size >= 0) {
     Count(kReplaced);
-    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(old_site), -old_size);
+    const uint32_t old_cls = SiteClass(old_site);
+    Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1);
+    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
   } else if (g_filter.load(std::memory_order_relaxed)) {
     FilterAdd(ptr);
   }
+  Account(site, cls, size, 1);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
@@ -548,7 +639,9 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
     return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
-  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+  const uint32_t cls = SiteClass(site);
+  Account(site, cls, static_cast<uint64_t>(size), -1);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
 }
@@ -655,6 +748,55 @@ void CounterRelease() {
   g_counter_idx.store(0, std::memory_order_relaxed);
 }
 
+uint32_t DeviceCount() { return g_device_count.load(std::memory_order_acquire); }
+std::string_view DeviceName(uint32_t device) {
+  if (device >= DeviceCount()) return "unknown";
+  return {g_device_names[device], g_device_name_len[device]};
+}
+uint32_t ClassDeviceIndex(uint32_t cls) { return cls <= kMaxClasses ? g_class_device[cls] : 0; }
+DeviceTotals GetDeviceTotals(uint32_t device) {
+  DeviceTotals t;
+  if (device >= kMaxDevices) return t;
+  const Device& d = g_devices[device];
+  t.live_bytes = d.live.load(std::memory_order_relaxed);
+  t.peak_bytes = d.peak.load(std::memory_order_relaxed);
+  t.peak_epoch = d.epoch.load(std::memory_order_acquire);
+  return t;
+}
+int64_t TakeWindowMax(uint32_t device) {
+  if (device >= kMaxDevices) return 0;
+  Device& d = g_devices[device];
+  return d.window_max.exchange(d.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+const SiteStats* GetSiteStats(uint32_t id) {
+  if (id < kFirstSite) return id <= kMaxClasses ? &g_class_stats[id] : nullptr;
+  const Site* s = GetSite(id);
+  return s ? &s->stats : nullptr;
+}
+uint32_t FirstSiteId() { return kFirstSite; }
+uint32_t EndSiteId() { return g_sites.end_id(); }
+SiteValue SiteNow(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+SiteValue SiteAtPeak(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  const uint64_t epoch = g_devices[g_class_device[SiteClass(id)]].epoch.load(std::memory_order_acquire);
+  if (st->stamp.load(std::memory_order_acquire) == epoch)
+    return {st->peak_bytes.load(std::memory_order_relaxed), st->peak_count.load(std::memory_order_relaxed)};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+void ResetPeaks() {
+  for (Device& d : g_devices) {
+    int64_t live = d.live.load(std::memory_order_relaxed);
+    d.peak.store(live, std::memory_order_relaxed);
+    d.window_max.store(live, std::memory_order_relaxed);
+    d.epoch.fetch_add(1, std::memory_order_release);  // every site's value at the peak is its value now
+  }
+}
+
 namespace {
 void PrepareFork() {
   Guard::Enter();
@@ -670,6 +812,8 @@ void ChildFork() {
   for (Shard& s : g_shards) s.lock.reset();
   g_class_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
+  ResetPeaks();               // nor are its peak and its timeline
+  spyglass::memory::TimelineReset();
   Guard::Leave();
 }
 std::atomic<bool> g_fork_installed{false};

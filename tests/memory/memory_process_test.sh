@@ -33,6 +33,8 @@ flat() {
                                  END { if (!found) print 0 }'
 }
 files() { (cd "$1" && ls | sort | tr '\n' ' '); }
+# at_exit <pid>...: the names of what those processes write at exit (sorted as ls does).
+at_exit() { for p in "$@"; do for t in exit.prof peak.prof timeline.tsv; do echo "memory.$p.$pt.$t"; done; done | sort | tr '\n' ' '; }
 # row <what> <summary> <pid> <program text>: the summary has a row for that process.
 row() { grep -qE "^  $3 +$4" <<<"$2" || { echo "$2"; fail "$1: no row '$3 $4'"; }; }
 pt=$(basename "$prog" | cut -c1-15)  # the program's comm
@@ -42,21 +44,20 @@ out=$("$cli" run -o "$T/fe" -- "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
 child=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\2/p' <<<"$out")
 [ -n "$main" ] && [ -n "$child" ] || { echo "$out"; fail "forkexec did not run"; }
-[ "$(files "$T/fe")" = "memory.$main.$pt.exit.prof " ] || fail "forkexec: expected only the program's profile, got: $(files "$T/fe")"
+[ "$(files "$T/fe")" = "$(at_exit "$main")" ] || fail "forkexec: expected only the program's profile, got: $(files "$T/fe")"
 p=$T/fe/memory.$main.$pt.exit.prof
 [ "$(flat "$p" parent_block)" = 300000 ] || { top "$p"; fail "forkexec: parent_block should hold 300000 B"; }
 [ "$(flat "$p" parent_block -sample_index=allocations)" = 3 ] || fail "forkexec: parent_block: 3 allocations"
 [ "$(flat "$p" child_block)" = 0 ] || fail "forkexec: the child's blocks are not the program's"
+[ "$(flat "$T/fe/memory.$main.$pt.peak.prof" parent_block)" = 300000 ] || fail "forkexec: peak: parent_block should hold 300000 B"
 check "summary, fork + exec" "$out" "(1 process)" "exit status 0" "memory.$main.$pt.exit.prof"
-row "summary, fork + exec" "$out" "$main" "$pt \(main\)"
+row "summary, fork + exec" "$out" "$main" "$pt \(main\) +297.0 KiB +297.0 KiB +exit status 0"
 
 # 2. --follow-children: the child too (its 2 x 50000 B), listed after the program.
 out=$("$cli" run --follow-children -o "$T/fc" -- "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
 child=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\2/p' <<<"$out")
-want="memory.$child.$pt.exit.prof memory.$main.$pt.exit.prof "
-[ "$main" -lt "$child" ] && want="memory.$main.$pt.exit.prof memory.$child.$pt.exit.prof "
-[ "$(files "$T/fc")" = "$want" ] || fail "--follow-children: expected the program's and the child's profiles, got: $(files "$T/fc")"
+[ "$(files "$T/fc")" = "$(at_exit "$main" "$child")" ] || fail "--follow-children: expected the program's and the child's profiles, got: $(files "$T/fc")"
 c=$T/fc/memory.$child.$pt.exit.prof
 [ "$(flat "$c" child_block)" = 100000 ] || { top "$c"; fail "--follow-children: child_block should hold 100000 B"; }
 [ "$(flat "$c" child_block -sample_index=allocations)" = 2 ] || fail "--follow-children: child_block: 2 allocations"
@@ -64,22 +65,22 @@ c=$T/fc/memory.$child.$pt.exit.prof
 [ "$(flat "$T/fc/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "--follow-children: parent_block"
 check "summary, --follow-children" "$out" "(2 processes)" "exited"
 row "summary, --follow-children" "$out" "$main" "$pt \(main\)"
-row "summary, --follow-children" "$out" "$child" "$pt +- +[0-9.]+ KiB +exited"
+row "summary, --follow-children" "$out" "$child" "$pt +101.7 KiB +101.7 KiB +exited"
 first=$(grep -E '^  [0-9]+ ' <<<"$out" | head -1)
 check "the program is listed first" "$first" "$main" "(main)"
 
 # 3. A launcher script (helpers, then exec): the program it launches is profiled, not the launcher.
 out=$("$cli" run -o "$T/la" -- "$launcher" "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
-[ "$(files "$T/la")" = "memory.$main.$pt.exit.prof " ] || fail "launcher: expected only the launched program's profile, got: $(files "$T/la")"
+[ "$(files "$T/la")" = "$(at_exit "$main")" ] || fail "launcher: expected only the launched program's profile, got: $(files "$T/la")"
 [ "$(flat "$T/la/memory.$main.$pt.exit.prof" parent_block)" = 300000 ] || fail "launcher: parent_block should hold 300000 B"
 check "summary, launcher" "$out" "(1 process)"
 row "summary, launcher" "$out" "$main" "$pt \(main\)"
 # ... and with --follow-children, its helpers (basename, ls, 2 x cat) and the program's child too.
 out=$("$cli" run --follow-children -o "$T/lf" -- "$launcher" "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")
-n=$(ls "$T/lf" | wc -l)
-[ "$n" = 6 ] || fail "launcher, --follow-children: 6 profiles expected, got: $(files "$T/lf")"
+n=$(ls "$T"/lf/*.exit.prof | wc -l)
+[ "$n" = 6 ] || fail "launcher, --follow-children: 6 exit profiles expected, got: $(files "$T/lf")"
 for prog_name in basename ls cat "$pt"; do ls "$T"/lf/memory.*."$prog_name".exit.prof >/dev/null || fail "no profile of $prog_name"; done
 [ "$(ls "$T"/lf/memory.*.cat.exit.prof | wc -l)" = 2 ] || fail "launcher, --follow-children: 2 cat profiles expected"
 check "summary, launcher with --follow-children" "$out" "(6 processes)"

@@ -54,7 +54,8 @@ std::string FindHeapLib() {
   return "";
 }
 
-// One profile file: memory.<pid>.<comm>.<tag>.<prof|raw> (comm may hold dots).
+// One profile file: memory.<pid>.<comm>.<tag>.<prof|raw>, or the series
+// memory.<pid>.<comm>.timeline.tsv (comm may hold dots).
 struct ProfileFile {
   std::string name;
   long pid = 0;
@@ -71,7 +72,7 @@ bool ParseProfileName(const std::string& name, ProfileFile* f) {
   if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return false;
   *f = {name, std::stol(pid), name.substr(b + 1, tag - b - 1), name.substr(tag + 1, ext - tag - 1),
         name.substr(ext + 1)};
-  return f->ext == "prof" || f->ext == "raw";
+  return f->ext == "prof" || f->ext == "raw" || (f->ext == "tsv" && f->tag == "timeline");
 }
 
 // Live bytes in a profile (the sum of space/bytes); -1 if unreadable.
@@ -153,7 +154,7 @@ void Summarize(const std::string& dir, pid_t main_pid, int status,
   }
   // Dumps first: a .raw becomes a .prof of the same stem.
   std::sort(files.begin(), files.end(), [](const ProfileFile& a, const ProfileFile& b) {
-    return std::tie(a.pid, b.ext, a.name) < std::tie(b.pid, a.ext, b.name);
+    return std::make_tuple(a.pid, a.ext != "raw", a.name) < std::make_tuple(b.pid, b.ext != "raw", b.name);
   });
   for (const ProfileFile& f : files) {
     ProcessReport& r = procs[f.pid];
