@@ -53,6 +53,20 @@ p=$T/fe/memory.$main.$pt.exit.prof
 check "summary, fork + exec" "$out" "(1 process)" "exit status 0" "memory.$main.$pt.exit.prof"
 row "summary, fork + exec" "$out" "$main" "$pt \(main\) +297.0 KiB +297.0 KiB +exit status 0"
 
+# ... and over time (memtop --over-time): the program's device chart and its call site.
+chart=$("$cli" memtop --over-time --width 40 "$p")
+check "memtop --over-time" "$chart" "Live bytes over time in $T/fe/memory.$main.$pt.timeline.tsv" "cpu:0: peak 297.0 KiB" \
+  "max  293.0 KiB  parent_block <- main"
+[ "$(grep -c '^ *[0-9.]* *[KMG]*i*B* *|[ #]*$' <<<"$chart")" -ge 8 ] || { echo "$chart"; fail "memtop --over-time: no 8-row chart"; }
+set +e
+msg=$("$cli" memtop --over-time "$T/fe/nonsense" 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -qF "reads a memory.<pid>.<program>.timeline.tsv" <<<"$msg" || { echo "$msg"; fail "memtop --over-time on a bad name: rc $rc"; }
+printf 'not a timeline\n' >"$T/bad.timeline.tsv"
+msg=$("$cli" memtop --over-time "$T/bad.timeline.tsv" 2>&1); rc=$?
+set -e
+[ "$rc" = 1 ] && grep -qF "not a spyglass memory timeline" <<<"$msg" || { echo "$msg"; fail "memtop --over-time on a bad file: rc $rc"; }
+echo "ok: memtop --over-time refuses bad input"
+
 # 2. --follow-children: the child too (its 2 x 50000 B), listed after the program.
 out=$("$cli" run --follow-children -o "$T/fc" -- "$prog" forkexec 2>&1)
 main=$(sed -n 's/^forkexec: \([0-9]*\) child \([0-9]*\) status 0$/\1/p' <<<"$out")

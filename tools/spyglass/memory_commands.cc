@@ -1,11 +1,14 @@
 // `spyglass memtop` and `memdiff`: thin clients of src/memory/.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "common/quote.h"
 #include "memory/pprof.h"
+#include "memory/timeline_chart.h"
 #include "memory/tracker.h"
 
 namespace spyglass::cli {
@@ -34,6 +37,34 @@ bool ReaderOptions(const char* cmd, size_t flag_mb, memory::PprofReadOptions* ou
   return true;
 }
 
+// memtop --over-time: the timeline of `file` (a .timeline.tsv, or a profile
+// memory.<pid>.<comm>.<tag>.prof whose process wrote one beside it).
+int OverTime(const std::string& file, size_t top, size_t width) {
+  std::string tsv = file;
+  const std::string kSuffix = ".timeline.tsv";
+  if (tsv.size() < kSuffix.size() || tsv.compare(tsv.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    size_t ext = tsv.rfind(".prof");
+    size_t tag = ext == std::string::npos || ext == 0 ? std::string::npos : tsv.rfind('.', ext - 1);
+    if (ext != tsv.size() - 5 || tag == std::string::npos) {
+      std::cerr << "spyglass memtop: --over-time reads a memory.<pid>.<program>.timeline.tsv, or a profile "
+                   "memory.<pid>.<program>.<tag>.prof beside one; not "
+                << QuoteInput(file) << "\n";
+      return 2;
+    }
+    tsv = tsv.substr(0, tag) + kSuffix;
+  }
+  memory::Timeline t;
+  if (Status s = memory::ReadTimelineFile(tsv, &t); !s.ok()) {
+    std::cerr << "spyglass memtop: " << s.message() << "\n";
+    return 1;
+  }
+  memory::TimelineChartOptions o;
+  o.width = width;
+  o.top_sites = std::min<size_t>(top, 20);
+  std::cout << memory::TimelineChart(t, tsv, o);
+  return 0;
+}
+
 }  // namespace
 
 void AddMemoryCommands(CLI::App& app) {
@@ -50,7 +81,18 @@ void AddMemoryCommands(CLI::App& app) {
         ->check(CLI::Range(size_t{1}, kMaxProfileMbCeiling));
   };
   max_mb_option(top);
+  static bool over_time = false;
+  static size_t chart_width = 60;
+  top->add_flag("--over-time", over_time,
+                "print live bytes over time as a text chart (per device, then the top call sites), from the "
+                "memory.<pid>.<program>.timeline.tsv beside the profile (or given instead of it)");
+  top->add_option("--width", chart_width, "columns of time in the --over-time chart")
+      ->check(CLI::Range(size_t{10}, size_t{400}))
+      ->default_val(60);
   top->callback([] {
+    if (over_time) {
+      std::exit(OverTime(top_file, top_n, chart_width));
+    }
     memory::PprofProfile p;
     memory::PprofReadOptions opts;
     if (!ReaderOptions("memtop", max_mb, &opts)) std::exit(2);
