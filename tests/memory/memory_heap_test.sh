@@ -76,4 +76,7 @@ check "sampled mode" "$st" "grow_cache(int)"
 "$cli" run --memory --trace "$T/trace" -o "$T/mem2" -- "$prog" grow 2 >/dev/null 2>&1
 json=$(zcat "$(find "$T/trace" -name '*.trace.json.gz' | head -1)")
 check "counter track in the trace" "$json" '"ph":"C"' '"name":"memory cpu:0"' '"live_bytes":'
+# ... and one per top call site (the memory timeline's).
+check "call-site counter tracks in the trace" "$json" '"name":"memory cpu:0 grow_cache(int) <- main' \
+  '"name":"memory cpu:0 build_table() <- main'
 echo "memory_heap_test: all passed"
