@@ -66,6 +66,9 @@ msg=$("$cli" memtop --over-time "$T/bad.timeline.tsv" 2>&1); rc=$?
 set -e
 [ "$rc" = 1 ] && grep -qF "not a spyglass memory timeline" <<<"$msg" || { echo "$msg"; fail "memtop --over-time on a bad file: rc $rc"; }
 echo "ok: memtop --over-time refuses bad input"
+out=$("$cli" run --timeline -o "$T/tl" -- "$prog" forkexec 2>&1)
+check "run --timeline" "$out" "Over time: spyglass memtop --over-time" "Live bytes over time in" "cpu:0: peak 297.0 KiB" \
+  "parent_block <- main"
 
 # 2. --follow-children: the child too (its 2 x 50000 B), listed after the program.
 out=$("$cli" run --follow-children -o "$T/fc" -- "$prog" forkexec 2>&1)

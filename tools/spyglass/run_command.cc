@@ -20,6 +20,7 @@
 #include "export/output_file.h"
 #include "memory/crash_dump.h"
 #include "memory/pprof.h"
+#include "memory/timeline_chart.h"
 #include "memory/tracker.h"
 
 namespace spyglass::cli {
@@ -135,12 +136,13 @@ void ConvertDump(const exporter::OutputDir& out, const ProfileFile& f, ProcessRe
 constexpr const char* kNearCgroupLimit = "passed 90% of its cgroup memory limit";
 
 // The closing summary: each process that left profiles, the program first.
-void Summarize(const std::string& dir, pid_t main_pid, int status,
-               const std::map<std::string, fs::file_time_type>& before) {
+// Returns the program's timeline file, if it wrote one.
+std::string Summarize(const std::string& dir, pid_t main_pid, int status,
+                      const std::map<std::string, fs::file_time_type>& before) {
   exporter::OutputDir out;
   if (Status s = exporter::OutputDir::Open(dir, &out); !s.ok()) {
     std::cerr << "spyglass run: " << s.message() << "\n";
-    return;
+    return "";
   }
   std::map<long, ProcessReport> procs;
   std::vector<ProfileFile> files;
@@ -173,7 +175,7 @@ void Summarize(const std::string& dir, pid_t main_pid, int status,
   if (procs.empty()) {
     std::cerr << "spyglass run: no memory profile was written (did the program exit through _exit, or was it "
                  "killed by SIGKILL?)\n";
-    return;
+    return "";
   }
   for (auto& [pid, r] : procs) {
     if (pid == main_pid) {
@@ -213,10 +215,17 @@ void Summarize(const std::string& dir, pid_t main_pid, int status,
   }
   if (!read_first.empty())
     std::cerr << "Read them with: spyglass memtop " << read_first << "   or   go tool pprof -top " << read_first << "\n";
+  std::string timeline;
+  if (procs.count(main_pid))
+    for (const std::string& f : procs[main_pid].files)
+      if (f.size() > 13 && f.compare(f.size() - 13, 13, ".timeline.tsv") == 0) timeline = out.PathOf(f);
+  if (!timeline.empty())
+    std::cerr << "Over time: spyglass memtop --over-time " << timeline << "\n";
+  return timeline;
 }
 
 int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, uint64_t sample_bytes,
-        bool follow_children, const std::vector<std::string>& command) {
+        bool follow_children, bool timeline, const std::vector<std::string>& command) {
   if (command.empty()) {
     std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] -- <command...>)\n";
     return 2;
@@ -277,7 +286,16 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (memory) Summarize(dir, pid, status, before);
+  if (memory) {
+    std::string tsv = Summarize(dir, pid, status, before);
+    memory::Timeline t;
+    if (timeline && !tsv.empty()) {
+      if (Status s = memory::ReadTimelineFile(tsv, &t); s.ok())
+        std::cerr << "\n" << memory::TimelineChart(t, tsv);
+      else
+        std::cerr << "spyglass run: " << s.message() << "\n";
+    }
+  }
   if (!trace_dir.empty()) std::cerr << "spyglass run: trace written under " << trace_dir << "/plugins/profile/\n";
   return code;
 }
@@ -298,6 +316,10 @@ void AddRunCommand(CLI::App& app) {
                   ".oom.prof when an allocation fails, .signal.prof on a fatal signal, .cgroup.prof near a "
                   "cgroup memory limit")
       ->default_val(".");
+  static bool timeline = false;
+  run->add_flag("--timeline", timeline,
+                "at the end, chart the program's live bytes over time (per device and top call sites; the series "
+                "is always recorded, at bounded cost, in memory.<pid>.<program>.timeline.tsv: see memtop --over-time)");
   static bool follow_children = false;
   run->add_flag("--follow-children", follow_children,
                 "profile the processes the program starts too (by default only the program, through its "
@@ -315,7 +337,7 @@ void AddRunCommand(CLI::App& app) {
                 << " (got '" << sample_bytes.substr(0, 32) << (sample_bytes.size() > 32 ? "...'" : "'") << ")\n";
       std::exit(2);
     }
-    std::exit(Run(memory, trace_dir, out_dir, bytes, follow_children, command));
+    std::exit(Run(memory, trace_dir, out_dir, bytes, follow_children, timeline, command));
   });
 }
 
