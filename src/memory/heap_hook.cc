@@ -209,8 +209,15 @@ inline bool Sampled(size_t n) {
   return SampledSlow();
 }
 
-pid_t g_self = 0;         // this process (kept up to date across forks)
-pid_t g_forked_from = 0;  // in a forked child: the process that forked it
+pid_t g_pid = 0;                  // the process that loaded the hook
+bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
+pid_t g_self = 0;                 // this process (kept up to date across forks)
+pid_t g_forked_from = 0;          // in a forked child: the process that forked it
+
+// A forked child (no exec) of a live parent, children not followed: a worker,
+// whose history is its parent's; it writes no files (exit, dumps).
+// Async-signal-safe.
+bool QuietWorker() { return !g_follow_children && getpid() != g_pid && getppid() == g_forked_from; }
 
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
@@ -247,7 +254,7 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
 __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   // A size no allocator can give (over PTRDIFF_MAX: glibc refuses at once) is
   // a bad request, not memory running out.
-  if (n == 0 || n > PTRDIFF_MAX || !HeapOn() || Guard::Inside() || CrashDumpWritten()) return;
+  if (n == 0 || n > PTRDIFF_MAX || !HeapOn() || Guard::Inside() || CrashDumpWritten() || QuietWorker()) return;
   uintptr_t frames[kHeapFrames];
   int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
   FailedAllocation f{n, frames, depth};
@@ -351,8 +358,6 @@ void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow, void* frame) {
 std::string* g_dir = nullptr;
 sem_t g_sem;
 std::atomic<int> g_snapshots{0};
-pid_t g_pid = 0;                  // the process that loaded the hook
-bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
 // D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
@@ -475,7 +480,7 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE,  SIGILL,  SIGABRT, SIG
 
 void OnFatalSignal(int sig, siginfo_t* info, void*) {
   int saved = errno;
-  WriteCrashDump(DumpReason::kSignal, sig, nullptr);
+  if (!QuietWorker()) WriteCrashDump(DumpReason::kSignal, sig, nullptr);
   // SA_RESETHAND restored the default action. A fault the kernel raised
   // happens again when the instruction is retried; any other signal is raised
   // again (SA_NODEFER: delivered now).
@@ -598,12 +603,11 @@ __attribute__((constructor)) void HeapInit() {
 __attribute__((destructor)) void HeapFini() {
   if (!g_followed) return;
   ScopedUntracked untracked;
-  const bool child = getpid() != g_pid;  // forked, no exec
   // A forked child that did not exec shares the parent's history; a snapshot
   // per child (symbolization included) made programs that fork a lot 100x
   // slower (a shell's subshells: dozens). A daemon's child (the process that
   // forked it gone, so it was reparented) is the program: it writes one.
-  if (child && !g_follow_children && getppid() == g_forked_from) return;
+  if (QuietWorker()) return;
   WriteExitFiles();
 }
 

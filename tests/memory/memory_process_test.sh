@@ -104,6 +104,21 @@ check "summary, launcher with --follow-children" "$out" "(6 processes)"
 row "summary, launcher with --follow-children" "$out" "$main" "$pt \(main\)"
 for prog_name in basename ls cat; do row "summary, launcher with --follow-children" "$out" "[0-9]+" "$prog_name "; done
 
+# 3b. Workers (forks, no exec) ended by SIGTERM, as a pool's terminate() does: nothing of
+# theirs by default; with --follow-children, a snapshot at the signal each, holding child_block.
+out=$("$cli" run -o "$T/wk" -- "$prog" workers 2>&1)
+check "workers" "$out" "workers: 3 killed by SIGTERM" "(1 process)"
+main=$(ls "$T/wk" | sed -n 's/^memory\.\([0-9]*\)\..*exit\.prof$/\1/p')
+[ "$(files "$T/wk")" = "$(at_exit "$main")" ] || fail "workers: expected only the program's files, got: $(files "$T/wk")"
+out=$("$cli" run --follow-children -o "$T/wf" -- "$prog" workers 2>&1)
+check "workers, --follow-children" "$out" "workers: 3 killed by SIGTERM" "(4 processes)" "killed by SIGTERM (snapshot at the signal)"
+n=0
+for p in "$T"/wf/memory.*."$pt".signal.prof; do
+  [ "$(flat "$p" child_block)" = 50000 ] || { top "$p"; fail "workers: $p: child_block should hold 50000 B"; }
+  n=$((n + 1))
+done
+[ "$n" = 3 ] || fail "workers, --follow-children: 3 signal profiles expected, got: $(files "$T/wf")"
+
 # 4. Out of memory under ulimit -v: the dump became memory.<pid>.<comm>.oom.prof; it
 # holds what grab_block kept (N x 1 MiB) and names grab_block as the failed allocation.
 set +e

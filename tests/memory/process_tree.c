@@ -9,9 +9,13 @@
 //                           returns NULL, then abort()s
 //   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
 //                           through a null pointer (SIGSEGV)
+//   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
+//                           them (as a pool's terminate() does), reaps them,
+//                           then exits 0
 //   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
 //                           N MiB, 5 ms apart up to S MiB and 100 ms apart
 //                           after that, then exits 0
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -60,6 +64,31 @@ int main(int argc, char** argv) {
     waitpid(pid, &status, 0);
     printf("forkexec: %d child %d status %d\n", (int)getpid(), (int)pid, status);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  if (strcmp(mode, "workers") == 0) {
+    pid_t kids[3];
+    for (int i = 0; i < 3; ++i) {
+      kids[i] = fork();
+      if (kids[i] == 0) {
+        child_block();
+        for (int k = 0; k < 3000; ++k) {  // 30 s at most: the parent ends it long before
+          struct timespec ts = {0, 10 * 1000 * 1000};
+          nanosleep(&ts, NULL);
+        }
+        _exit(0);
+      }
+    }
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int killed = 0;
+    for (int i = 0; i < 3; ++i) {
+      kill(kids[i], SIGTERM);
+      int status = 0;
+      waitpid(kids[i], &status, 0);
+      killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+    }
+    printf("workers: %d killed by SIGTERM\n", killed);
+    return 0;
   }
   if (strcmp(mode, "oom") == 0) {
     int n = 0;

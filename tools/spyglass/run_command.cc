@@ -105,6 +105,15 @@ struct ProcessReport {
 // beside them; the dump goes once converted.
 void ConvertDump(const exporter::OutputDir& out, const ProfileFile& f, ProcessReport* r) {
   std::string raw;
+  std::error_code ec;
+  // Dumps are the tracker's tables: bounded as the profile readers are.
+  if (uintmax_t size = fs::file_size(out.PathOf(f.name), ec); ec || size > memory::kDefaultMaxProfileBytes) {
+    std::cerr << "spyglass run: " << out.PathOf(f.name) << ": "
+              << (ec ? ec.message() : "over " + std::to_string(memory::kDefaultMaxProfileBytes >> 20) + " MiB")
+              << "; left as it is\n";
+    r->files.push_back(f.name);
+    return;
+  }
   {
     std::ifstream in(out.PathOf(f.name), std::ios::binary);
     raw.assign(std::istreambuf_iterator<char>(in), {});
