@@ -233,16 +233,42 @@ void ReseedChild() {
 // `frame` is the hooked function's own frame, so the stack starts at its
 // caller whichever unwinder runs (libunwind/glibc skip themselves, this
 // function and the hook).
+// The thread's previous stack and its site (frame-pointer unwinder): a
+// loop allocating from one place walks the same stack again and again; the
+// walk compares it on the way and skips hashing and the site lookup.
+struct LastStack {
+  uintptr_t frames[kHeapFrames];
+  int depth;
+  uint32_t site;
+  uint32_t generation;
+};
+constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = {};
+
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
     uintptr_t frames[kHeapFrames];
-    int depth;
-    switch (CurrentUnwinder()) {
-      case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, frames, kHeapFrames); break;
-      case Unwinder::kLibunwind: depth = CaptureLibunwind(frames, kHeapFrames, 3); break;
-      default: depth = CaptureGlibc(frames, kHeapFrames, 3); break;
+    const uint32_t cls = HeapClass();
+    uint32_t site;
+    if (CurrentUnwinder() == Unwinder::kFramePointer) {
+      uint64_t hash;
+      bool same;
+      int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
+      const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
+      if (same && t_last.site != 0 && t_last.generation == generation) {
+        site = t_last.site;
+      } else {
+        site = InternStack(cls, frames, depth, hash);
+        std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
+        t_last.depth = depth;
+        t_last.site = site;
+        t_last.generation = generation;
+      }
+    } else {
+      int depth = CurrentUnwinder() == Unwinder::kLibunwind ? CaptureLibunwind(frames, kHeapFrames, 3)
+                                                            : CaptureGlibc(frames, kHeapFrames, 3);
+      site = InternStack(cls, frames, depth, 0);
     }
-    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);

@@ -74,6 +74,7 @@ struct PprofProfile {
   std::vector<PprofSample> samples;
   int64_t time_nanos = 0;
   int count_index = -1, bytes_index = -1;  // of allocations/count and space/bytes
+  std::vector<std::string_view> comments;  // "spyglass: peak cpu:0 1006666 bytes", ...
   std::shared_ptr<const void> storage;     // what the views point into
 };
 // Accepts gzipped or plain serialized profiles; any inconsistency is an

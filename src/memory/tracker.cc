@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -285,15 +287,7 @@ constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only,
 // 2^23 hash slots (64 MiB virtual), 512 MiB of stacks at most.
 constinit InternTable g_sites(1ull << 23, kFirstSite, kMaxSites, 512ull << 20);
 
-uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
-  uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
-  // One multiply per frame (stacks are hashed on every recorded allocation),
-  // then a full mix.
-  for (int i = 0; i < depth; ++i) {
-    h = (h ^ frames[i]) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 32;
-  }
-  h = Mix(h);
+uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth, uint64_t h) {
   const size_t frame_bytes = sizeof(uintptr_t) * static_cast<size_t>(depth);
   uint32_t id = g_sites.Intern(
       h, sizeof(Site) + frame_bytes,
@@ -502,6 +496,113 @@ bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
 namespace {
 
+// ---- one writing thread: no atomic read-modify-writes ------------------------
+// While a single thread records and removes (most programs, and the
+// benchmarks), its table and totals updates need no lock and no atomic
+// read-modify-write (each costs ~20 cycles; a record/remove pair did eight).
+// That thread, the "writer", is the first one to record; it marks each
+// operation with g_writer_busy (plain stores) and uses plain loads and stores.
+// The first time another thread records, or a reader needs the tables
+// consistent (ForEachLive, TableBytes), the process switches to shared mode
+// for good: MakeShared sets the mode, then membarrier(PRIVATE_EXPEDITED)
+// makes every thread pass a full barrier, so that the writer either sees the
+// new mode before its next operation or has its busy mark visible, and
+// MakeShared waits for that operation to end. Without membarrier the
+// process starts shared. Readers of single values (totals, site stats, the
+// timeline) read them with relaxed loads in either mode.
+enum : int { kModeSingle = 0, kModeSwitching = 1, kModeShared = 2 };
+std::atomic<int> g_mode{kModeShared};
+std::atomic<uintptr_t> g_writer{0};
+std::atomic<int> g_writer_busy{0};
+
+bool RegisterMembarrier() {
+#if defined(__SANITIZE_THREAD__)
+  return false;  // TSan does not know membarrier's ordering: shared mode only
+#elif defined(SYS_membarrier)
+  constexpr int kQuery = 0, kPrivateExpedited = 1 << 3, kRegisterPrivateExpedited = 1 << 4;
+  long cmds = syscall(SYS_membarrier, kQuery, 0, 0);
+  if (cmds < 0 || (cmds & kPrivateExpedited) == 0) return false;
+  return syscall(SYS_membarrier, kRegisterPrivateExpedited, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+void MakeSharedSlow() {
+  int m = kModeSingle;
+  if (g_mode.compare_exchange_strong(m, kModeSwitching, std::memory_order_seq_cst)) {
+#ifdef SYS_membarrier
+    syscall(SYS_membarrier, 1 << 3 /* PRIVATE_EXPEDITED */, 0, 0);
+#endif
+    for (int spins = 0; g_writer_busy.load(std::memory_order_acquire) != 0; ++spins)
+      if (spins > 64) sched_yield();
+    g_mode.store(kModeShared, std::memory_order_release);
+    return;
+  }
+  for (int spins = 0; g_mode.load(std::memory_order_acquire) != kModeShared; ++spins)
+    if (spins > 64) sched_yield();
+}
+inline void MakeShared() {
+  if (g_mode.load(std::memory_order_acquire) != kModeShared) MakeSharedSlow();
+}
+
+// One record/remove: whether it may use plain updates (then End() must be called).
+struct Op {
+  bool plain = false;
+  Op() {
+    if (__builtin_expect(g_mode.load(std::memory_order_relaxed) != kModeSingle, 0)) {
+      MakeShared();
+      return;
+    }
+    const uintptr_t me = reinterpret_cast<uintptr_t>(&t_guard);
+    uintptr_t w = g_writer.load(std::memory_order_relaxed);
+    if (__builtin_expect(w == 0, 0)) {
+      if (!g_writer.compare_exchange_strong(w, me, std::memory_order_acq_rel)) {
+        MakeShared();
+        return;
+      }
+      w = me;
+    }
+    if (w != me) {
+      MakeShared();
+      return;
+    }
+    g_writer_busy.store(1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the membarrier on the other side is the hardware fence
+    if (g_mode.load(std::memory_order_relaxed) == kModeSingle) {
+      plain = true;
+      return;
+    }
+    g_writer_busy.store(0, std::memory_order_release);
+    MakeShared();
+  }
+  ~Op() {
+    if (plain) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      g_writer_busy.store(0, std::memory_order_release);
+    }
+  }
+};
+
+template <typename T>
+inline void AddTo(std::atomic<T>& a, T v, bool plain) {
+  if (plain)
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  else
+    a.fetch_add(v, std::memory_order_relaxed);
+}
+
+// A shard lock that the single writer skips.
+struct ShardLock {
+  ShardLock(SpinLock& l, bool plain) : l_(plain ? nullptr : &l) {
+    if (l_) l_->lock();
+  }
+  ~ShardLock() {
+    if (l_) l_->unlock();
+  }
+  SpinLock* l_;
+};
+
 constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
 constexpr uint32_t kTimelineCheckOps = 128;
 
@@ -513,7 +614,7 @@ inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
 
 // Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
 // the site's and its device's totals, remembering the peak lazily (tracker.h).
-void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign) {
+void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plain) {
   SiteStats* st = StatsOf(site, cls);
   int64_t b = static_cast<int64_t>(size), c = kCountUnit;
   if (__builtin_expect(g_class_weighted[cls], 1)) {
@@ -532,16 +633,27 @@ void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign) {
     st->peak_count.store(st->count.load(std::memory_order_relaxed), std::memory_order_relaxed);
     st->stamp.store(epoch, std::memory_order_release);
   }
-  st->bytes.fetch_add(sign * b, std::memory_order_relaxed);
-  st->count.fetch_add(sign * c, std::memory_order_relaxed);
-  const int64_t v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
+  AddTo(st->bytes, sign * b, plain);
+  AddTo(st->count, sign * c, plain);
+  int64_t v;
+  if (plain) {
+    v = d.live.load(std::memory_order_relaxed) + sign * b;
+    d.live.store(v, std::memory_order_relaxed);
+  } else {
+    v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
+  }
   if (sign > 0) {
     if (v > d.window_max.load(std::memory_order_relaxed)) d.window_max.store(v, std::memory_order_relaxed);
     int64_t peak = d.peak.load(std::memory_order_relaxed);
     if (v > peak) {
-      while (v > peak && !d.peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
+      if (plain) {
+        d.peak.store(v, std::memory_order_relaxed);
+        d.epoch.store(d.epoch.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      } else {
+        while (v > peak && !d.peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
+        }
+        d.epoch.fetch_add(1, std::memory_order_release);
       }
-      d.epoch.fetch_add(1, std::memory_order_release);
     }
   }
   if (__builtin_expect(t_timeline_countdown-- == 0, 0)) {
@@ -557,8 +669,9 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t old_size = -1;
   uint32_t old_site = 0;
+  Op op;
   {
-    LockGuard lock(s.lock);
+    ShardLock lock(s.lock, op.plain);
     uint64_t count = s.count.load(std::memory_order_relaxed);
     if ((count + 1) * 5 > s.cap * 4) {
       if (count >= g_max_per_shard || !Grow(s)) {
@@ -588,12 +701,12 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   if (old_size >= 0) {
     Count(kReplaced);
     const uint32_t old_cls = SiteClass(old_site);
-    Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1);
+    Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, op.plain);
     if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
   } else if (g_filter.load(std::memory_order_relaxed)) {
     FilterAdd(ptr);
   }
-  Account(site, cls, size, 1);
+  Account(site, cls, size, 1, op.plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
@@ -601,7 +714,23 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, depth > 0 ? InternSite(cls, frames, depth) : cls, cls, false);
+  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, cls, false);
+}
+
+uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash) {
+  if (depth <= 0) return cls;
+  if (hash == 0) {
+    uint64_t h = kStackHashSeed;
+    for (int i = 0; i < depth; ++i) h = StackHashStep(h, frames[i]);
+    hash = StackHashFinish(h, cls, depth);
+  }
+  return InternSite(cls, frames, depth, hash);
+}
+
+void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site) {
+  if (ptr == 0) return;
+  if (size > kMaxSize) size = kMaxSize;
+  Insert(ptr, size, site, SiteClass(site), false);
 }
 
 void Restore(const LiveRecord& r) {
@@ -618,8 +747,9 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   int64_t size = -1;
   uint32_t site = 0;
   bool double_free = false;
+  Op op;
   {
-    LockGuard lock(s.lock);
+    ShardLock lock(s.lock, op.plain);
     bool found = false;
     uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
     if (found) {
@@ -640,7 +770,7 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
   const uint32_t cls = SiteClass(site);
-  Account(site, cls, static_cast<uint64_t>(size), -1);
+  Account(site, cls, static_cast<uint64_t>(size), -1, op.plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
@@ -652,6 +782,7 @@ bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
 bool Take(uintptr_t ptr, LiveRecord* out) { return Erase(ptr, true, out); }
 
 void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
+  MakeShared();  // the tables are read under their locks
   std::vector<LiveRecord> batch;
   for (Shard& s : g_shards) {
     batch.clear();
@@ -679,6 +810,7 @@ uint64_t LiveCount() {
   return n;
 }
 uint64_t TableBytes() {
+  MakeShared();
   uint64_t n = 0;
   for (Shard& s : g_shards) {
     LockGuard lock(s.lock);
@@ -695,7 +827,10 @@ uint32_t SiteClass(uint32_t id) {
 }
 uint64_t SiteCount() { return g_sites.published.load(std::memory_order_relaxed); }
 
+std::atomic<uint32_t> g_site_generation{0};
+
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
+  g_site_generation.fetch_add(1, std::memory_order_release);
   const uint32_t end = g_sites.end_id();
   for (uint32_t id = kFirstSite; id < end; ++id) {
     // Sites are written once; only their frame words change here (the arena is ours).
@@ -799,6 +934,7 @@ void ResetPeaks() {
 
 namespace {
 void PrepareFork() {
+  MakeShared();  // the shard locks below must mean something
   Guard::Enter();
   g_class_lock.lock();
   for (Shard& s : g_shards) s.lock.lock();
@@ -810,6 +946,10 @@ void ParentFork() {
 }
 void ChildFork() {
   for (Shard& s : g_shards) s.lock.reset();
+  // One thread now: single-writer mode again if membarrier works here.
+  g_writer.store(0, std::memory_order_relaxed);
+  g_writer_busy.store(0, std::memory_order_relaxed);
+  g_mode.store(RegisterMembarrier() ? kModeSingle : kModeShared, std::memory_order_release);
   g_class_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
   ResetPeaks();               // nor are its peak and its timeline
@@ -851,6 +991,7 @@ uint32_t FunctionIdEnd() { return g_functions.end_id(); }
 
 __attribute__((constructor)) static void InitAtLoad() {
   ScopedUntracked untracked;
+  if (RegisterMembarrier()) g_mode.store(kModeSingle, std::memory_order_release);
   InstallForkHandlers();
   g_initialized.store(true, std::memory_order_release);
 }

@@ -64,6 +64,34 @@ class ScopedUntracked {
   bool entered_;
 };
 
+inline uint64_t Mix(uint64_t x) {
+  x *= 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return x;
+}
+
+// The stack hash, one step per frame so that an unwinder can compute it
+// while it walks (one multiply and a rotate: its latency hides behind the
+// walk's loads), then finished with the class and depth.
+inline constexpr uint64_t kStackHashSeed = 0x243F6A8885A308D3ull;
+inline uint64_t StackHashStep(uint64_t h, uintptr_t frame) {
+  h = (h ^ frame) * 0x9E3779B97F4A7C15ull;
+  return (h << 29) | (h >> 35);
+}
+inline uint64_t StackHashFinish(uint64_t h, uint32_t cls, int depth) {
+  return Mix(h ^ (static_cast<uint64_t>(cls) << 40) ^ static_cast<uint64_t>(depth) * 0x100000001b3ull);
+}
+// The site id of (cls, frames[0..depth)) whose StackHashFinish is `hash`,
+// interned if new; `cls` when the site table is full (counted). Caller holds the guard.
+SPYGLASS_MEM_EXPORT uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash);
+// Records an allocation at a site InternStack returned (or a class id: no stack).
+SPYGLASS_MEM_EXPORT void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site);
+// Bumped when sites' frames are rewritten (RewriteSiteFrames): a cache of
+// stack -> site made before must be dropped.
+SPYGLASS_MEM_EXPORT extern std::atomic<uint32_t> g_site_generation;
+
 // Records an allocation whose stack is `frames[0..depth)` (innermost first,
 // return addresses). Caller holds the guard. `sampled` marks heap-hook
 // samples (weighted at snapshot time).
@@ -99,13 +127,6 @@ SPYGLASS_MEM_EXPORT void Restore(const LiveRecord& r);
 // sampling: a live heap well under 32 GiB).
 inline constexpr uint64_t kFilterSize = 1ull << 16;
 SPYGLASS_MEM_EXPORT extern std::atomic<uint8_t*> g_filter;
-inline uint64_t Mix(uint64_t x) {
-  x *= 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 32;
-  return x;
-}
 // Heap blocks are 16-byte aligned and spread out: the address bits are index enough.
 inline uint64_t FilterIndex(uintptr_t ptr) { return (ptr >> 4) & (kFilterSize - 1); }
 inline bool MaybeTrackedInline(uintptr_t ptr) {
