@@ -967,6 +967,15 @@ void InstallForkHandlers() {
 std::atomic<bool> g_initialized{false};
 
 uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void* ctx) {
+  // Single-writer mode: the writer updates without the shard locks. If this
+  // thread is that writer (a signal on it, or its allocation failing), no
+  // other thread changes the tables until it goes on: read them as they are
+  // (from a signal inside one of its own updates, that one may be half done).
+  // Otherwise switch to shared mode, which waits for the writer's update in
+  // progress, so that the locks below mean something.
+  const bool self_writer = g_mode.load(std::memory_order_acquire) != kModeShared &&
+                           g_writer.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(&t_guard);
+  if (!self_writer) MakeShared();
   uint32_t skipped = 0;
   for (Shard& s : g_shards) {
     bool locked = false;
