@@ -4,9 +4,9 @@
 # program rather than the launcher), the snapshots of a process that runs out
 # of memory (ulimit -v) or dies of a fatal signal, one near a cgroup memory
 # limit, and the closing summary; exact numbers read back by `go tool pprof`.
-#   memory_process_test.sh <spyglass CLI> <libspyglass_heap.so> <process_tree> <launcher.sh>
+#   memory_process_test.sh <spyglass CLI> <libspyglass_heap.so> <process_tree> <launcher.sh> <oom_new>
 set -euo pipefail
-cli=$1 lib=$2 prog=$3 launcher=$4
+cli=$1 lib=$2 prog=$3 launcher=$4 oom_new=$5
 T=$(mktemp -d /tmp/spyglass-proc-XXXXXX)
 cg=""
 cleanup() {
@@ -138,6 +138,35 @@ check "oom: the comment" "$(go tool pprof -comments "$p" 2>&1)" "out of memory: 
 check "summary, oom" "$out" "(main)" "killed by SIGABRT; out of memory: an allocation of 1.0 MiB failed in grab_block" \
   "$(basename "$p")"
 check "memtop, oom" "$("$cli" memtop "$p")" "cpu:0  failed" "grab_block"
+
+# 4b. The same through operator new (std::bad_alloc left uncaught: std::terminate, SIGABRT).
+set +e
+out=$("$cli" run -o "$T/new" -- sh -c "ulimit -v 1500000 && exec \"$oom_new\"" 2>&1)
+rc=$?
+set -e
+[ "$rc" = 134 ] || { echo "$out"; fail "oom_new: expected exit status 134, got $rc"; }
+p=$(ls "$T"/new/memory.*.oom_new.oom.prof)
+[ "$(top "$p" -sample_index=allocations -tagfocus=kind=failed | grep -c 'grab_array()')" -ge 1 ] \
+  || { top "$p" -sample_index=allocations -tagfocus=kind=failed; fail "oom_new: the failed allocation is not grab_array()'s"; }
+held=$(flat "$p" "grab_array()")
+[ "$held" -gt $((10 << 20)) ] && [ $((held % 1048576)) = 0 ] || fail "oom_new: grab_array() holds $held B, expected whole MiB"
+check "summary, operator new" "$out" "killed by SIGABRT; out of memory: an allocation of 1.0 MiB failed in grab_array()"
+
+# 4c. A Python MemoryError (CPython's allocator returns NULL): python3 may be a launcher
+# itself (pyenv's shim, a bash script that runs helpers and execs python): the
+# profiles are Python's.
+if command -v python3 >/dev/null; then
+  set +e
+  out=$("$cli" run -o "$T/py" -- python3 -c 'x = bytearray(10**13)' 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" = 1 ] || { echo "$out"; fail "python MemoryError: expected exit status 1, got $rc"; }
+  check "python MemoryError" "$out" "MemoryError" "(1 process)" "exit status 1; out of memory: an allocation of 9.1 TiB failed"
+  p=$(ls "$T"/py/memory.*.oom.prof)
+  case "$(basename "$p")" in memory.*.python*.oom.prof) ;; *) fail "python MemoryError: $(basename "$p") is not python's";; esac
+  ls "$T"/py/memory.*.python*.exit.prof >/dev/null || fail "python MemoryError: no exit profile of python"
+  [ "$(ls "$T/py" | grep -vc python)" = 0 ] || fail "python MemoryError: profiles of the launcher's helpers: $(files "$T/py")"
+fi
 
 # 5. A fatal signal (SIGSEGV): memory.<pid>.<comm>.signal.prof holds crash_block's 4 x 25000 B.
 set +e
