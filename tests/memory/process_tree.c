@@ -12,6 +12,9 @@
 //   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
 //                           them (as a pool's terminate() does), reaps them,
 //                           then exits 0
+//   process_tree live N [term]  keeps N blocks of 16-527 B (live_block), then
+//                           exits 0 or, with `term`, raises SIGTERM (the
+//                           dump's cost, BENCHMARKS.md)
 //   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
 //                           N MiB, 5 ms apart up to S MiB and 100 ms apart
 //                           after that, then exits 0
@@ -33,6 +36,7 @@ __attribute__((noinline)) static void keep(void* p) {
 __attribute__((noinline)) void parent_block(void) { keep(malloc(100000)); }
 __attribute__((noinline)) void child_block(void) { keep(malloc(50000)); }
 __attribute__((noinline)) void crash_block(void) { keep(malloc(25000)); }
+__attribute__((noinline)) void* live_block(int i) { return malloc(16 + (size_t)(i % 512)); }
 __attribute__((noinline)) int grab_block(int touch) {
   char* p = malloc(1 << 20);
   if (!p) return 0;
@@ -64,6 +68,13 @@ int main(int argc, char** argv) {
     waitpid(pid, &status, 0);
     printf("forkexec: %d child %d status %d\n", (int)getpid(), (int)pid, status);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  if (strcmp(mode, "live") == 0) {
+    int n = argc > 2 ? atoi(argv[2]) : 0;
+    static void* blocks[1 << 20];
+    for (int i = 0; i < n && i < (1 << 20); ++i) blocks[i] = live_block(i);
+    if (argc > 3 && strcmp(argv[3], "term") == 0) raise(SIGTERM);
+    return 0;
   }
   if (strcmp(mode, "workers") == 0) {
     pid_t kids[3];
