@@ -61,6 +61,13 @@ std::unordered_map<uint64_t, const char*>* g_cfunc_names = nullptr;
 
 const char* Intern(std::string s) { return g_names->insert(std::move(s)).first->c_str(); }
 
+// The code extra of Spyglass's own stop path (profiler.stop_trace, trace's
+// __exit__, the exit hook of a trace started from outside; see _untraced):
+// not recorded, and neither is what it calls. Their frames are open when the
+// session stops: recorded, they would end it as "incomplete", as the start's
+// frames are not recorded either (the hooks go in during the start).
+const char kUntraced[] = "<untraced>";
+
 // Per thread: how many of the events this tracer began are still open, so
 // that returns of frames entered before the session (or whose begin was
 // dropped) end nothing.
@@ -80,8 +87,14 @@ inline ThreadDepth& Depth() {
 }
 
 inline void BeginEvent(const char* name) {
-  uint64_t w = in::begin_static(name, kLevel);
   ThreadDepth& d = Depth();
+  // Inside a frame not recorded (untraced, or its begin dropped) nothing is
+  // recorded: each return then ends what its call began.
+  if (SPYGLASS_UNLIKELY(d.skipped > 0 || name == kUntraced)) {
+    ++d.skipped;
+    return;
+  }
+  uint64_t w = in::begin_static(name, kLevel);
   if (SPYGLASS_LIKELY(w != 0)) {
     d.word = w;
     ++d.depth;
@@ -216,6 +229,23 @@ PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// _untraced(func): marks func's code as Spyglass's own stop path (kUntraced).
+PyObject* MarkUntraced(PyObject*, PyObject* func) {
+  PyObject* code = PyObject_GetAttrString(func, "__code__");
+  if (code == nullptr) return nullptr;
+  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_code_extra, const_cast<char*>(kUntraced)) : -1;
+  Py_DECREF(code);
+  if (r != 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_untraced() takes a Python function");
+    return nullptr;
+  }
+  Py_INCREF(func);
+  return func;
+}
+
+PyMethodDef g_untraced_def = {"_untraced", MarkUntraced, METH_O,
+                              "Decorator: the Python tracer records neither this function nor what it calls."};
+
 PyMethodDef g_bootstrap_def = {"_thread_profile_bootstrap",
                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Bootstrap)),
                                METH_FASTCALL, "Installs Spyglass's Python tracer on a new thread."};
@@ -320,6 +350,8 @@ bool RegisterPythonTracer(PyObject* module) {
   if (g_bootstrap == nullptr) return false;
   Py_INCREF(g_bootstrap);
   if (PyModule_AddObject(module, "_thread_profile_bootstrap", g_bootstrap) < 0) return false;
+  PyObject* untraced = PyCFunction_NewEx(&g_untraced_def, nullptr, nullptr);
+  if (untraced == nullptr || PyModule_AddObject(module, "_untraced", untraced) < 0) return false;
   // Registered here rather than at load: the tracer needs the state above.
   session::RegisterTracer("python", session::kRankPython, MakePythonTracer);
   return true;
