@@ -244,6 +244,8 @@ NB_MODULE(_spyglass, m) {
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("_start_from_settings", &StartFromSettings, "settings"_a = nb::none());
   m.def("_stop_started", &StopStarted);
+  m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
+        "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
   m.attr("__version__") = spyglass::version();
 }
