@@ -1,5 +1,8 @@
 // `spyglass run`: runs a program with the heap hook (libspyglass_heap.so)
-// preloaded and reports the memory profiles it wrote.
+// preloaded and reports the memory profiles it wrote. --trace, --server and
+// --flight-recorder are the SPYGLASS_* settings (session/env_start.h), checked
+// here by the same parser and handed to the program's environment: libspyglass
+// (linked, or loaded by the hook) starts them at load.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +25,7 @@
 #include "memory/pprof.h"
 #include "memory/timeline_chart.h"
 #include "memory/tracker.h"
+#include "session/env_start.h"
 
 namespace spyglass::cli {
 namespace {
@@ -233,13 +237,28 @@ std::string Summarize(const std::string& dir, pid_t main_pid, int status,
   return timeline;
 }
 
-int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, uint64_t sample_bytes,
+// The SPYGLASS_* settings given as flags (name -> value).
+using Settings = std::vector<std::pair<const char*, std::string>>;
+
+int Run(bool memory, const Settings& settings, const std::string& out_dir, uint64_t sample_bytes,
         bool follow_children, bool timeline, const std::vector<std::string>& command) {
   if (command.empty()) {
-    std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] -- <command...>)\n";
+    std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] [--server PORT] "
+                 "[--flight-recorder S] -- <command...>)\n";
     return 2;
   }
-  if (!memory && trace_dir.empty()) memory = true;
+  session::StartSettings parsed;
+  auto get = [&](const char* name) -> const char* {
+    for (const auto& [n, v] : settings)
+      if (std::strcmp(n, name) == 0) return v.c_str();
+    return nullptr;
+  };
+  if (Status s = session::ParseStartSettings(get, &parsed); !s.ok()) {
+    std::cerr << "spyglass run: " << s.message() << "\n";
+    return 2;
+  }
+  const std::string& trace_dir = parsed.trace_dir;
+  if (!memory && parsed.empty()) memory = true;
   std::string lib = FindHeapLib();
   if (lib.empty()) {
     std::cerr << "spyglass run: cannot find libspyglass_heap.so (set SPYGLASS_HEAP_LIB)\n";
@@ -277,7 +296,12 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
     else
       unsetenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
     if (sample_bytes) setenv("SPYGLASS_HEAP_SAMPLE_BYTES", std::to_string(sample_bytes).c_str(), 1);
-    if (!trace_dir.empty()) setenv("SPYGLASS_TRACE_DIR", fs::absolute(trace_dir, ec).c_str(), 1);
+    for (const auto& [name, value] : settings) {
+      if (std::strcmp(name, session::kEnvTraceDir) == 0)
+        setenv(name, trace_dir.c_str(), 1);  // absolute: the program may change directory
+      else
+        setenv(name, value.c_str(), 1);
+    }
     std::vector<char*> argv;
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -305,21 +329,31 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
         std::cerr << "spyglass run: " << s.message() << "\n";
     }
   }
-  if (!trace_dir.empty()) std::cerr << "spyglass run: trace written under " << trace_dir << "/plugins/profile/\n";
   return code;
 }
 
 }  // namespace
 
 void AddRunCommand(CLI::App& app) {
-  auto* run = app.add_subcommand("run", "Run a program with the heap hook preloaded; write memory snapshots on exit "
-                                        "and on SIGUSR2, and a trace if asked");
+  auto* run = app.add_subcommand("run", "Run a program with profiling started from outside: a trace (--trace), the "
+                                        "profiler server (--server), the flight recorder (--flight-recorder), heap "
+                                        "snapshots on exit and on SIGUSR2 (--memory, the default without those); "
+                                        "Python programs: python -m spyglass run");
   static bool memory = false;
-  static std::string trace_dir, out_dir = ".";
+  static std::string trace_dir, server, flight_recorder, options, out_dir = ".";
   static std::string sample_bytes = "0";
   static std::vector<std::string> command;
   run->add_flag("--memory", memory, "track the heap (default when --trace is not given)");
-  run->add_option("--trace", trace_dir, "also record a trace into this log dir (with a live-bytes counter track)");
+  run->add_option("--trace", trace_dir,
+                  "record a trace from start to exit into this log dir (with --memory: a live-bytes counter track); "
+                  "the program's SPYGLASS_TRACE_DIR");
+  run->add_option("--server", server,
+                  "start the profiler server at load, on [ADDRESS:]PORT (127.0.0.1 unless ADDRESS; 0: a free port, "
+                  "printed): `spyglass collect PORT MS` captures it; SPYGLASS_SERVER_PORT");
+  run->add_option("--flight-recorder", flight_recorder,
+                  "keep the last SECONDS of events in the flight recorder's ring; SPYGLASS_FLIGHT_RECORDER");
+  run->add_option("--options", options,
+                  "key=value,... ProfileOptions fields and advanced keys for the trace; SPYGLASS_OPTIONS");
   run->add_option("-o,--out", out_dir,
                   "where the profiles go: memory.<pid>.<program>.exit.prof at exit, .<n>.prof on SIGUSR2, "
                   ".oom.prof when an allocation fails, .signal.prof on a fatal signal, .cgroup.prof near a "
@@ -346,7 +380,12 @@ void AddRunCommand(CLI::App& app) {
                 << " (got '" << sample_bytes.substr(0, 32) << (sample_bytes.size() > 32 ? "...'" : "'") << ")\n";
       std::exit(2);
     }
-    std::exit(Run(memory, trace_dir, out_dir, bytes, follow_children, timeline, command));
+    Settings settings;
+    if (!trace_dir.empty()) settings.emplace_back(session::kEnvTraceDir, trace_dir);
+    if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
+    if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
+    if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
+    std::exit(Run(memory, settings, out_dir, bytes, follow_children, timeline, command));
   });
 }
 
