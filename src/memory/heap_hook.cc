@@ -58,6 +58,7 @@
 #include <new>
 #include <string>
 
+#include "memory/heap_hook.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
@@ -126,6 +127,9 @@ inline bool HeapOn() {
   return s == 1;
 }
 
+}  // namespace
+
+namespace spyglass::memory::heap {
 uint32_t HeapClass() {
   uint32_t c = g_heap_class.load(std::memory_order_relaxed);
   if (__builtin_expect(c == 0, 0)) {
@@ -134,6 +138,10 @@ uint32_t HeapClass() {
   }
   return c;
 }
+}  // namespace spyglass::memory::heap
+
+namespace {
+using spyglass::memory::heap::HeapClass;
 
 // Exponential gap with mean g_interval (xorshift per thread).
 int64_t NextGap() {
@@ -187,19 +195,41 @@ void ReseedChild() {
 // function and the hook).
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
-    uintptr_t frames[kHeapFrames];
-    int depth;
-    switch (CurrentUnwinder()) {
-      case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, frames, kHeapFrames); break;
-      case Unwinder::kLibunwind: depth = CaptureLibunwind(frames, kHeapFrames, 3); break;
-      default: depth = CaptureGlibc(frames, kHeapFrames, 3); break;
-    }
+    uintptr_t frames[kMaxFrames];
+    int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
+    // A Python program: its frames in place of the interpreter's (heap_python.cc).
+    if (spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed))
+      depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
     Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);
   }
 }
+
+}  // namespace
+
+namespace spyglass::memory::heap {
+// The DWARF unwinders drop their own frame, this one, the recording function
+// and the hooked one (4): the stack starts at the hooked function's caller.
+// noinline, and no tail calls (the asm): that count of frames stays true.
+__attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
+  int depth;
+  switch (CurrentUnwinder()) {
+    case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
+    case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
+    default: depth = CaptureGlibc(out, max, 4); break;
+  }
+  asm volatile("" : "+r"(depth));
+  return depth;
+}
+bool ShouldTrack(size_t n) { return HeapOn() && Sampled(n); }
+bool MaybeTrackedFree(void* p) {
+  return HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+}  // namespace spyglass::memory::heap
+
+namespace {
 
 #define SPYGLASS_TRACK(p, n)                                                      \
   do {                                                                            \
@@ -302,6 +332,16 @@ void WriteSnapshot(const char* tag) {
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
+std::atomic<bool> g_exit_written{false};
+
+}  // namespace
+
+void spyglass::memory::heap::WriteExitSnapshotOnce() {
+  if (!g_exit_written.exchange(true)) WriteSnapshot("exit");
+}
+
+namespace {
+
 void* SnapshotThread(void*) {
   while (true) {
     if (sem_wait(&g_sem) != 0) {
@@ -365,6 +405,10 @@ void StartTrace(const char* dir) {
 __attribute__((constructor)) void HeapInit() {
   ScopedUntracked untracked;
   HeapOn();
+  // A Python program: CPython is built without frame pointers, the
+  // frame-pointer walk would stop (or stray) in libpython. Unless asked
+  // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
+  if (!getenv("SPYGLASS_UNWINDER") && dlsym(RTLD_DEFAULT, "Py_IsInitialized")) SetUnwinder(Unwinder::kLibunwind);
   g_pid = getpid();
   const char* follow = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
   g_follow_children = follow && follow[0] == '1';
@@ -400,7 +444,7 @@ __attribute__((destructor)) void HeapFini() {
   // per child (symbolization included) made programs that fork a lot 100x
   // slower. A daemon's child (its parent gone) is the program: it writes one.
   if (child && !g_follow_children && getppid() == g_pid) return;
-  WriteSnapshot("exit");
+  spyglass::memory::heap::WriteExitSnapshotOnce();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------

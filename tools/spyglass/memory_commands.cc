@@ -48,8 +48,22 @@ std::string FindHeapLib() {
   return "";
 }
 
+// A Python program under the hook: the startup module beside the hook goes
+// on PYTHONPATH (it turns on Python frames, src/memory/heap_python.cc; other
+// programs never read it), and `allocator` "malloc" bypasses pymalloc.
+void SetPythonEnv(const std::string& hook, const std::string& allocator) {
+  fs::path startup = fs::path(hook).parent_path() / "spyglass_python_startup";
+  std::error_code ec;
+  if (fs::exists(startup / "sitecustomize.py", ec)) {
+    std::string path = startup.string();
+    if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
+    setenv("PYTHONPATH", path.c_str(), 1);
+  }
+  if (allocator == "malloc") setenv("PYTHONMALLOC", "malloc", 1);
+}
+
 int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, uint64_t sample_bytes,
-        const std::vector<std::string>& command) {
+        const std::string& python_allocator, const std::vector<std::string>& command) {
   if (command.empty()) {
     std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] -- <command...>)\n";
     return 2;
@@ -80,6 +94,7 @@ int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, u
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("SPYGLASS_HEAP", memory ? "1" : "0", 1);
     if (memory) setenv("SPYGLASS_HEAP_PROFILE_DIR", dir.c_str(), 1);
+    if (memory) SetPythonEnv(lib, python_allocator);
     if (sample_bytes) setenv("SPYGLASS_HEAP_SAMPLE_BYTES", std::to_string(sample_bytes).c_str(), 1);
     if (!trace_dir.empty()) setenv("SPYGLASS_TRACE_DIR", fs::absolute(trace_dir, ec).c_str(), 1);
     std::vector<char*> argv;
@@ -189,7 +204,9 @@ void AddMemoryCommands(CLI::App& app) {
   });
 
   auto* run = app.add_subcommand("run", "Run a program with the heap hook preloaded; write memory snapshots on exit "
-                                        "and on SIGUSR2, and a trace if asked");
+                                        "and on SIGUSR2, and a trace if asked. Python programs (python3 script.py, "
+                                        "also through a launcher script) get Python frames (function, file, line) "
+                                        "interleaved with native ones");
   static bool memory = false;
   static std::string trace_dir, out_dir = ".";
   static std::string sample_bytes = "0";
@@ -201,6 +218,13 @@ void AddMemoryCommands(CLI::App& app) {
                   "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
                       std::to_string(memory::internal::kMaxSampleBytes) + ")")
       ->default_val("0");
+  static std::string python_allocator = "pymalloc";
+  run->add_option("--python-allocator", python_allocator,
+                  "Python programs: 'pymalloc' (default) records Python's objects as Python allocates them; "
+                  "'malloc' sets PYTHONMALLOC=malloc, so that every object is a malloc block (slower, more memory, "
+                  "but the profile is the process's heap as malloc sees it)")
+      ->check(CLI::IsMember({"pymalloc", "malloc"}))
+      ->default_val("pymalloc");
   run->add_option("command", command, "the program and its arguments (after --)")->required();
   run->prefix_command();
   run->callback([] {
@@ -210,7 +234,7 @@ void AddMemoryCommands(CLI::App& app) {
                 << " (got '" << sample_bytes.substr(0, 32) << (sample_bytes.size() > 32 ? "...'" : "'") << ")\n";
       std::exit(2);
     }
-    std::exit(Run(memory, trace_dir, out_dir, bytes, command));
+    std::exit(Run(memory, trace_dir, out_dir, bytes, python_allocator, command));
   });
 }
 
