@@ -37,6 +37,7 @@
 // allocating C code) and below the outermost (main, Py_RunMain) stay.
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -75,6 +76,7 @@ struct Api {
   void* (*frame_get_back)(void*);
   void* (*frame_get_code)(void*);
   int (*frame_get_line)(void*);
+  int (*frame_get_lasti)(void*);  // 3.11+ (nullptr before)
   void (*decref)(void*);
   void* (*getattr)(void*, const char*);
   const char* (*utf8)(void*, ssize_t*);
@@ -146,19 +148,64 @@ std::string_view Utf8Attr(void* obj, const char* attr, void** hold) {
   return {p, static_cast<size_t>(n)};
 }
 
-// The interned (co_name, co_filename) of a code object, cached in its extra slot.
-uint32_t FunctionIdOf(void* code) {
-  void* extra = nullptr;
-  if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr)
-    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(extra));
+// What a code object's extra slot points at: its interned (co_name,
+// co_filename) and the lines of its last few instruction offsets (a line
+// lookup scans the code's line table: the cost that dominated a walk). Only
+// read and written with the GIL held. In an mmap'd arena, never freed (a code
+// object that dies leaves its 48 bytes); when the arena is full, code objects
+// seen later are looked up in full on every walk.
+constexpr int kLineWays = 4;
+struct CodeInfo {
+  uint32_t function;
+  uint32_t next_way;
+  int32_t lasti[kLineWays];
+  int32_t line[kLineWays];
+};
+constexpr size_t kCodeInfoMax = (64u << 20) / sizeof(CodeInfo);  // 64 MiB of address space, touched as used
+CodeInfo* g_code_info = nullptr;
+size_t g_code_info_used = 0;
+
+uint32_t InternCode(void* code) {
   void *name_obj, *file_obj;
   std::string_view name = Utf8Attr(code, "co_name", &name_obj);
   std::string_view file = Utf8Attr(code, "co_filename", &file_obj);
-  uint32_t id = InternFunction(name, file);
+  uint32_t id = InternFunction(name, file);  // 0 (function table full, counted) reads "<unknown>"
   if (name_obj) g_api.decref(name_obj);
   if (file_obj) g_api.decref(file_obj);
-  if (id != 0 && g_api.set_extra(code, g_extra, reinterpret_cast<void*>(uintptr_t{id})) != 0) g_api.err_clear();
-  return id;  // 0 (function table full, counted) reads "<unknown>"
+  return id;
+}
+
+CodeInfo* CodeInfoOf(void* code) {
+  void* extra = nullptr;
+  if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr) return static_cast<CodeInfo*>(extra);
+  if (g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
+  CodeInfo* info = &g_code_info[g_code_info_used];
+  info->function = InternCode(code);
+  info->next_way = 0;
+  for (int i = 0; i < kLineWays; ++i) info->lasti[i] = -1;
+  if (g_api.set_extra(code, g_extra, info) != 0) {
+    g_api.err_clear();
+    return nullptr;
+  }
+  ++g_code_info_used;
+  return info;
+}
+
+// One frame as a symbolic frame.
+uintptr_t FrameWord(void* f, void* code) {
+  CodeInfo* info = CodeInfoOf(code);
+  if (info == nullptr) return SymbolicFrame(InternCode(code), g_api.frame_get_line(f));
+  if (g_api.frame_get_lasti != nullptr) {  // 3.11+
+    const int lasti = g_api.frame_get_lasti(f);
+    for (int i = 0; i < kLineWays; ++i)
+      if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
+    const int line = g_api.frame_get_line(f);
+    const uint32_t w = info->next_way++ % kLineWays;
+    info->lasti[w] = lasti;
+    info->line[w] = line;
+    return SymbolicFrame(info->function, line);
+  }
+  return SymbolicFrame(info->function, g_api.frame_get_line(f));
 }
 
 // The calling thread's Python frames, innermost first; the GIL is held.
@@ -172,7 +219,7 @@ int WalkPython(uintptr_t* out, int max) {
   void* f = g_api.thread_state_get_frame(ts);  // new reference or NULL
   while (f != nullptr && n < max) {
     void* code = g_api.frame_get_code(f);
-    out[n++] = SymbolicFrame(FunctionIdOf(code), g_api.frame_get_line(f));
+    out[n++] = FrameWord(f, code);
     g_api.decref(code);
     void* back = g_api.frame_get_back(f);
     g_api.decref(f);
@@ -323,6 +370,10 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
     g_api.err_clear();
     return 3;
   }
+  Find(&g_api.frame_get_lasti, "PyFrame_GetLasti");  // optional
+  void* arena = mmap(nullptr, kCodeInfoMax * sizeof(CodeInfo), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g_code_info = arena == MAP_FAILED ? nullptr : static_cast<CodeInfo*>(arena);
   FindEvalLoop();  // without it, Python frames go above the native stack
   if (wrap_allocators) {
     for (int d = 0; d < kDomains; ++d) {
