@@ -167,7 +167,8 @@ print(json.dumps(by_line))
 def test_numbers_agree_with_memray(tmp_path):
   """memray (tracing Python's allocators too, as we do) reports the same live
   bytes and blocks per site of the script at its end."""
-  pytest.importorskip("memray")  # scripts/setup.sh and python_test.sh install it
+  # scripts/setup.sh and python_test.sh install memray; a missing one is a broken setup, not a skip.
+  assert subprocess.run([sys.executable, "-c", "import memray"], timeout=120).returncode == 0, "memray missing"
   subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path / "sg"), SCRIPT], check=True,
                  capture_output=True, timeout=300)
   _, samples = exit_profile(str(tmp_path / "sg"))
