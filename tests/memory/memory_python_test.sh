@@ -7,7 +7,7 @@
 # functions and lines, with libffi's native frames (ctypes -> malloc) above the
 # Python ones. A bad --python-allocator is a clear error.
 set -euo pipefail
-cli=$1 script=$2
+cli=$1 script=$(realpath "$2")
 T=$(mktemp -d /tmp/spyglass-pyheap-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 export GOTOOLCHAIN=local GOFLAGS= HOME=${HOME:-$T} PPROF_TMPDIR=$T
@@ -30,13 +30,13 @@ for py in "${pythons[@]}"; do
   traces=$(go tool pprof -traces -lines "$prof" 2>/dev/null)
   for want in "make_bytearrays $script:$(line_of bytearray)" "make_native $script:$(line_of native)" \
               "make_each_domain $script:$(line_of obj)" "ffi_call"; do
-    grep -qF -- "$want" <<<"$traces" || { echo "$traces" | head -100; fail "$py: '$want' not in the traces"; }
+    grep -qF -- "$want" <<<"$traces" || { head -100 <<<"$traces"; fail "$py: '$want' not in the traces"; }
   done
   # The ctypes malloc's stack: libffi's frames, then make_native, main, <module>.
   # The ctypes malloc's stack, innermost first: libffi, then make_native, then main.
   order=$(awk -v s="$script" '/^-----/{f=0; m=0} /ffi_call/{f=NR} index($0, "make_native " s) && f {m=NR}
                               index($0, "main " s) && m {print "ordered"; exit}' <<<"$traces")
-  [ "$order" = ordered ] || { echo "$traces" | grep -B5 -A25 ffi_call | head -60; fail "$py: frames out of order"; }
+  [ "$order" = ordered ] || { grep -B5 -A25 ffi_call <<<"$traces" > "$T/block" || true; head -60 "$T/block"; fail "$py: frames out of order"; }
   echo "ok: $py"
 done
 
