@@ -108,21 +108,33 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
   _spyglass.set_metadata("python_version", python_version)
 
 
+# The stop path is not recorded by the Python tracer (its frames would be cut
+# by the stop and written as incomplete events).
+@_spyglass._untraced
 def stop_trace() -> None:
   """Stops the running trace and writes its files (see start_trace)."""
   _spyglass.stop_trace()
 
 
-@contextlib.contextmanager
-def trace(log_dir, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
-          profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
-  """Context manager: start_trace(...) on entry, stop_trace() on exit (also on errors)."""
-  start_trace(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
-              perfetto_link_timeout_s=perfetto_link_timeout_s)
-  try:
-    yield
-  finally:
-    stop_trace()
+class trace(contextlib.ContextDecorator):  # pylint: disable=invalid-name
+  """Context manager: start_trace(...) on entry, stop_trace() on exit (also on errors).
+
+  As jax.profiler.trace; also usable as a decorator.
+  """
+
+  def __init__(self, log_dir, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
+               profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
+    self._args = (log_dir, create_perfetto_link, create_perfetto_trace, profiler_options)
+    self._timeout = perfetto_link_timeout_s
+
+  def __enter__(self):
+    start_trace(*self._args, perfetto_link_timeout_s=self._timeout)
+    return None
+
+  @_spyglass._untraced
+  def __exit__(self, *exc):
+    _spyglass.stop_trace()
+    return False
 
 
 def annotate_function(func: Callable, name: Optional[str] = None, **decorator_kwargs):

@@ -26,6 +26,7 @@
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
+#include "session/env_start.h"
 #include "spyglass/profiler.h"
 
 namespace nb = nanobind;
@@ -138,6 +139,39 @@ nb::dict LastTraceStats() {
   return d;
 }
 
+// The SPYGLASS_* settings (session/env_start.h), from the environment
+// (`settings` None) or from `python -m spyglass run`'s flags (a dict of the
+// same names), started in this process with the Python tracer on unless
+// SPYGLASS_OPTIONS says python_tracer_level=0. Bad values raise
+// InvalidArgumentError with the one-line message; nothing is started then.
+nb::dict StartFromSettings(nb::handle settings) {
+  session::StartSettings s;
+  s.options.python_tracer_level = 1;  // as the package's ProfileOptions (JAX)
+  std::map<std::string, std::string> given;
+  if (!settings.is_none()) given = nb::cast<std::map<std::string, std::string>>(settings);
+  auto get = [&](const char* name) -> const char* {
+    if (settings.is_none()) return std::getenv(name);
+    auto it = given.find(name);
+    return it == given.end() ? nullptr : it->second.c_str();
+  };
+  Check(session::ParseStartSettings(get, &s));
+  session::Started started;
+  {
+    nb::gil_scoped_release release;  // the Python tracer's start takes the GIL under the core's locks
+    started = session::StartFromSettings(s);
+  }
+  nb::dict d;
+  d["trace"] = started.trace;
+  d["flight_recorder"] = started.flight_recorder;
+  d["server_port"] = started.server_port;
+  return d;
+}
+
+void StopStarted() {
+  nb::gil_scoped_release release;
+  session::StopStarted();
+}
+
 }  // namespace
 }  // namespace spyglass::python
 
@@ -208,6 +242,10 @@ NB_MODULE(_spyglass, m) {
     if (PyErr_Occurred()) throw nb::python_error();
     Check(s);
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
+  m.def("_start_from_settings", &StartFromSettings, "settings"_a = nb::none());
+  m.def("_stop_started", &StopStarted);
+  m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
+        "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
   m.attr("__version__") = spyglass::version();
 }

@@ -11,8 +11,8 @@
 //
 // It loads only what tracking needs (libspyglass_memory, with libc,
 // libstdc++, zlib, libunwind); libspyglass (gRPC, protobuf, ...) is loaded only for
-// SPYGLASS_TRACE_DIR, so the profiler's own libraries neither slow the
-// program's start nor show in its profiles.
+// SPYGLASS_TRACE_DIR / SERVER_PORT / FLIGHT_RECORDER, so the profiler's own
+// libraries neither slow the program's start nor show in its profiles.
 //
 // Environment:
 //   SPYGLASS_HEAP=0                  load but do not track
@@ -32,9 +32,11 @@
 //                                    live parent do not (a snapshot costs a
 //                                    symbolization, ~50 ms). A child that execs
 //                                    loads the hook afresh.
-//   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
-//                                    (the trace shows a live-bytes counter track);
-//                                    loads libspyglass.so.0 from the hook's directory
+//   SPYGLASS_TRACE_DIR, SPYGLASS_SERVER_PORT, SPYGLASS_FLIGHT_RECORDER
+//                                    load libspyglass.so.0 (from the hook's
+//                                    directory), which starts what they ask at
+//                                    its load (src/session/env_start.h); a trace
+//                                    shows a live-bytes counter track
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
 //
 // The hook is compiled with frame pointers; stacks are complete through
@@ -358,48 +360,28 @@ void OnSigusr2(int) {
   errno = saved;
 }
 
-// ---- SPYGLASS_TRACE_DIR: a trace session, from the full library --------------
-bool (*g_stop_trace)(std::string* error) = nullptr;
-
-// libspyglass.so.0: the copy the program already loaded, else the one next to
-// this hook (installed or in the build tree, they lie side by side).
-void* LoadFullLibrary() {
-  if (void* h = dlopen("libspyglass.so.0", RTLD_NOW | RTLD_NOLOAD)) return h;
+// ---- SPYGLASS_TRACE_DIR & co.: the full library ----------------------------
+// libspyglass.so.0 honours the SPYGLASS_* start-from-outside settings when it
+// loads (src/session/env_start.h: one place for programs that link it and for
+// those that get it here). This loads it when one is set: the copy the program
+// already loaded, else the one next to this hook (installed or in the build
+// tree, they lie side by side).
+void LoadFullLibraryIfAsked() {
+  bool asked = false;
+  for (const char* name : {"SPYGLASS_TRACE_DIR", "SPYGLASS_SERVER_PORT", "SPYGLASS_FLIGHT_RECORDER"})
+    if (const char* v = getenv(name); v && *v) asked = true;
+  if (!asked || dlopen("libspyglass.so.0", RTLD_NOW | RTLD_NOLOAD)) return;
   std::string path = "libspyglass.so.0";
   Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&LoadFullLibrary), &self) && self.dli_fname) {
+  if (dladdr(reinterpret_cast<void*>(&LoadFullLibraryIfAsked), &self) && self.dli_fname) {
     std::string hook = self.dli_fname;
     if (size_t slash = hook.rfind('/'); slash != std::string::npos) path = hook.substr(0, slash + 1) + path;
   }
-  return dlopen(path.c_str(), RTLD_NOW);
-}
-
-// An atexit handler, registered after libspyglass's own static destructors
-// (dlopen ran its constructors): the session stops while the library is whole.
-void StopTrace() {
-  if (getpid() != g_pid) return;  // a forked child does not inherit the trace session
-  ScopedUntracked untracked;
-  std::string error;
-  if (!g_stop_trace(&error)) std::fprintf(stderr, "spyglass: %s\n", error.c_str());
-}
-
-void StartTrace(const char* dir) {
-  void* lib = LoadFullLibrary();
-  using StartFn = bool (*)(const char*, std::string*);
-  StartFn start = lib ? reinterpret_cast<StartFn>(dlsym(lib, "spyglass_heap_start_trace")) : nullptr;
-  if (start) g_stop_trace = reinterpret_cast<decltype(g_stop_trace)>(dlsym(lib, "spyglass_heap_stop_trace"));
-  if (!start || !g_stop_trace) {
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
     const char* why = dlerror();
-    std::fprintf(stderr, "spyglass: SPYGLASS_TRACE_DIR is set but libspyglass.so.0 cannot be loaded (%s); no trace\n",
-                 why ? why : "no trace entry point");
-    return;
+    std::fprintf(stderr, "spyglass: SPYGLASS_TRACE_DIR/SERVER_PORT/FLIGHT_RECORDER is set but %s cannot be loaded (%s); not profiling\n",
+                 path.c_str(), why ? why : "?");
   }
-  std::string error;
-  if (!start(dir, &error)) {
-    std::fprintf(stderr, "spyglass: cannot start the trace: %s\n", error.c_str());
-    return;
-  }
-  atexit(StopTrace);
 }
 
 __attribute__((constructor)) void HeapInit() {
@@ -434,7 +416,7 @@ __attribute__((constructor)) void HeapInit() {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     pthread_attr_destroy(&attr);
   }
-  if (const char* t = getenv("SPYGLASS_TRACE_DIR"); t && *t) StartTrace(t);
+  LoadFullLibraryIfAsked();
 }
 
 __attribute__((destructor)) void HeapFini() {

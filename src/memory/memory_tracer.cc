@@ -143,19 +143,3 @@ SPYGLASS_REGISTER_TRACER(memory_timeline, session::kRankMemoryTimeline, MakeMemo
 
 }  // namespace
 }  // namespace spyglass::memory
-
-// The heap hook's SPYGLASS_TRACE_DIR session (src/memory/heap_hook.cc). The
-// hook links only libspyglass_memory; it loads this library with dlopen when a
-// trace is asked for and finds these by name. false: *error says why.
-extern "C" __attribute__((visibility("default"))) bool spyglass_heap_start_trace(const char* dir, std::string* error) {
-  spyglass::profiler::TraceOptions options;
-  options.create_perfetto_trace = true;
-  spyglass::Status s = spyglass::profiler::start_trace(dir, options);
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
-}
-extern "C" __attribute__((visibility("default"))) bool spyglass_heap_stop_trace(std::string* error) {
-  spyglass::Status s = spyglass::profiler::stop_trace();
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
-}

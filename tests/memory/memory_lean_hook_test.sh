@@ -72,7 +72,8 @@ SPYGLASS_TRACE_DIR=$T/trace2 SPYGLASS_HEAP_PROFILE_DIR=$T/alone-prof LD_PRELOAD=
   "$tiny" >/dev/null 2>"$T/alone.err" || { cat "$T/alone.err"; fail "the program failed without libspyglass"; }
 err=$(cat "$T/alone.err")
 check "a clear error without libspyglass" "$err" \
-  "spyglass: SPYGLASS_TRACE_DIR is set but libspyglass.so.0 cannot be loaded (" "); no trace"
+  "spyglass: SPYGLASS_TRACE_DIR/SERVER_PORT/FLIGHT_RECORDER is set but " "libspyglass.so.0 cannot be loaded (" \
+  "); not profiling"
 [ "$(wc -l <"$T/alone.err")" -eq 1 ] || fail "want one line on stderr, got: $err"
 ls "$T"/alone-prof/memory.*.exit.prof >/dev/null || fail "no exit profile without libspyglass"
 echo "ok: the exit profile is written without libspyglass"

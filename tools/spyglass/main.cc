@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       "https://ui.perfetto.dev, or run `xprof --logdir <log_dir>` for XProf.");
   spyglass::cli::AddCollectCommand(app);
   spyglass::cli::AddMemoryCommands(app);
+  spyglass::cli::AddRunCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
