@@ -2,8 +2,8 @@
 # Installs what building and testing Spyglass needs on Debian 12: compilers and
 # libraries from Debian, the real peers (xprof) from PyPI. Idempotent.
 #   bash scripts/setup.sh            what building and the demo need
-#   bash scripts/setup.sh --browser  also the browser-side peers the tests run
-#                                    (Debian's chromium, pinned npm packages)
+#   bash scripts/setup.sh --browser  also the peers only the tests run
+#                                    (Debian's chromium and heaptrack, pinned npm packages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 browser=false
@@ -14,7 +14,9 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
       zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       python3 python3-pip libdw-dev libunwind-dev golang-go)
-$browser && pkgs+=(chromium nodejs)
+# Peers only the tests run (the flag's name is historical): chromium, Node.js,
+# heaptrack (memory_peak_test and BENCHMARKS.md "Memory" compare with it).
+$browser && pkgs+=(chromium nodejs heaptrack)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

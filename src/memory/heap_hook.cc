@@ -22,8 +22,10 @@
 //                                    default) to 1073741824 (1 GiB). Any other value
 //                                    is reported on stderr and every allocation is
 //                                    tracked (exact profiles).
-//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
-//                                    D/memory.<pid>.<n>.prof on each SIGUSR2
+//   SPYGLASS_HEAP_PROFILE_DIR=D      write at exit D/memory.<pid>.<comm>.exit.prof (live
+//                                    now), .peak.prof (live at the high-water mark) and
+//                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
+//                                    time), and D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
 //                                    their own exit profile too. By default a
 //                                    forked child writes one only once the process
@@ -62,6 +64,7 @@
 
 #include "memory/heap_hook.h"
 #include "memory/symbolize.h"
+#include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
@@ -195,14 +198,45 @@ void ReseedChild() {
 // `frame` is the hooked function's own frame, so the stack starts at its
 // caller whichever unwinder runs (libunwind/glibc skip themselves, this
 // function and the hook).
+// The thread's previous stack and its site (frame-pointer unwinder): a
+// loop allocating from one place walks the same stack again and again; the
+// walk compares it on the way and skips hashing and the site lookup.
+struct LastStack {
+  uintptr_t frames[kHeapFrames];
+  int depth;
+  uint32_t site;
+  uint32_t generation;
+};
+constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = {};
+
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
     uintptr_t frames[kMaxFrames];
-    int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
-    // A Python program: its frames in place of the interpreter's (heap_python.cc).
-    if (spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed))
-      depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
-    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    const uint32_t cls = HeapClass();
+    uint32_t site;
+    // A Python program: its frames in place of the interpreter's
+    // (heap_python.cc); the same native stack is then no longer the same site.
+    const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
+    if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
+      uint64_t hash;
+      bool same;
+      int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
+      const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
+      if (same && t_last.site != 0 && t_last.generation == generation) {
+        site = t_last.site;
+      } else {
+        site = InternStack(cls, frames, depth, hash);
+        std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
+        t_last.depth = depth;
+        t_last.site = site;
+        t_last.generation = generation;
+      }
+    } else {
+      int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
+      if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      site = InternStack(cls, frames, depth, 0);
+    }
+    RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);
@@ -326,11 +360,26 @@ std::atomic<int> g_snapshots{0};
 pid_t g_pid = 0;                  // the process that loaded the hook
 bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
 
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
   ScopedUntracked untracked;
-  std::string path = *g_dir + "/memory." + std::to_string(getpid()) + "." + tag + ".prof";
+  std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
   spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+}
+
+// At exit: the live set now, the live set at the peak, and the series.
+void WriteExitFiles() {
+  if (!g_dir) return;
+  ScopedUntracked untracked;
+  WriteSnapshot("exit");
+  const long pid = getpid();
+  const std::string comm = spyglass::memory::SelfComm();
+  spyglass::Status s =
+      spyglass::memory::save_peak_profile(*g_dir + "/" + spyglass::memory::MemoryProfileName(pid, comm, "peak"));
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+  s = spyglass::memory::SaveTimeline(*g_dir + "/" + spyglass::memory::MemoryTimelineName(pid, comm));
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
@@ -339,7 +388,7 @@ std::atomic<bool> g_exit_written{false};
 }  // namespace
 
 void spyglass::memory::heap::WriteExitSnapshotOnce() {
-  if (!g_exit_written.exchange(true)) WriteSnapshot("exit");
+  if (!g_exit_written.exchange(true)) WriteExitFiles();
 }
 
 namespace {

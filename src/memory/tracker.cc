@@ -1,10 +1,14 @@
 #include "memory/tracker.h"
+#include "memory/timeline.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace spyglass::memory::internal {
@@ -61,6 +65,35 @@ struct ClassNames {
 constinit ClassNames g_classes{};
 std::atomic<uint32_t> g_class_count{0};
 SpinLock g_class_lock;
+// Per class: its device, whether sampled records of it are weighted (the heap
+// hook's kind "heap"), and the stats of its records without a stack.
+uint8_t g_class_device[kMaxClasses + 1];
+bool g_class_weighted[kMaxClasses + 1];
+SiteStats g_class_stats[kMaxClasses + 1];
+
+// ---- devices -------------------------------------------------------------------
+struct alignas(64) Device {
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<int64_t> window_max{0};
+};
+Device g_devices[kMaxDevices];
+char g_device_names[kMaxDevices][kDeviceChars];
+uint8_t g_device_name_len[kMaxDevices];
+std::atomic<uint32_t> g_device_count{0};
+
+// Caller holds g_class_lock.
+uint32_t InternDeviceLocked(std::string_view name) {
+  uint32_t n = g_device_count.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < n; ++i)
+    if (g_device_name_len[i] == name.size() && std::memcmp(g_device_names[i], name.data(), name.size()) == 0) return i;
+  if (n == kMaxDevices) return kMaxDevices - 1;
+  std::memcpy(g_device_names[n], name.data(), name.size());
+  g_device_name_len[n] = static_cast<uint8_t>(name.size());
+  g_device_count.store(n + 1, std::memory_order_release);
+  return n;
+}
 
 // ---- live table ------------------------------------------------------------
 // Slot: ptr (0 = empty), meta = size << 24 | site.
@@ -253,15 +286,7 @@ constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only,
 // 2^23 hash slots (64 MiB virtual), 512 MiB of stacks at most.
 constinit InternTable g_sites(1ull << 23, kFirstSite, kMaxSites, 512ull << 20);
 
-uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
-  uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
-  // One multiply per frame (stacks are hashed on every recorded allocation),
-  // then a full mix.
-  for (int i = 0; i < depth; ++i) {
-    h = (h ^ frames[i]) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 32;
-  }
-  h = Mix(h);
+uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth, uint64_t h) {
   const size_t frame_bytes = sizeof(uintptr_t) * static_cast<size_t>(depth);
   uint32_t id = g_sites.Intern(
       h, sizeof(Site) + frame_bytes,
@@ -396,6 +421,12 @@ bool Guard::EnterOwn() {
   return true;
 }
 bool Guard::InsideTracking() { return t_guard == 1; }
+int Guard::BeginOwn() {
+  int previous = t_guard;
+  t_guard = 2;
+  return previous;
+}
+void Guard::Restore(int previous) { t_guard = previous; }
 
 uint32_t InternClass(std::string_view device, std::string_view kind) {
   device = device.substr(0, kDeviceChars - 1);
@@ -417,6 +448,8 @@ uint32_t InternClass(std::string_view device, std::string_view kind) {
     return kMaxClasses;
   }
   uint32_t c = n + 1;
+  g_class_device[c] = static_cast<uint8_t>(InternDeviceLocked(c == kMaxClasses ? "other" : device));
+  g_class_weighted[c] = kind == "heap" && c != kMaxClasses;
   std::memcpy(g_classes.device[c], device.data(), device.size());
   g_classes.device_len[c] = static_cast<uint8_t>(device.size());
   std::memcpy(g_classes.kind[c], kind.data(), kind.size());
@@ -461,6 +494,173 @@ uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_rela
 bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
 namespace {
+
+// ---- one writing thread: no atomic read-modify-writes ------------------------
+// While a single thread records and removes (most programs, and the
+// benchmarks), its table and totals updates need no lock and no atomic
+// read-modify-write (each costs ~20 cycles; a record/remove pair did eight).
+// That thread, the "writer", is the first one to record; it marks each
+// operation with g_writer_busy (plain stores) and uses plain loads and stores.
+// The first time another thread records, or a reader needs the tables
+// consistent (ForEachLive, TableBytes), the process switches to shared mode
+// for good: MakeShared sets the mode, then membarrier(PRIVATE_EXPEDITED)
+// makes every thread pass a full barrier, so that the writer either sees the
+// new mode before its next operation or has its busy mark visible, and
+// MakeShared waits for that operation to end. Without membarrier the
+// process starts shared. Readers of single values (totals, site stats, the
+// timeline) read them with relaxed loads in either mode.
+enum : int { kModeSingle = 0, kModeSwitching = 1, kModeShared = 2 };
+std::atomic<int> g_mode{kModeShared};
+std::atomic<uintptr_t> g_writer{0};
+std::atomic<int> g_writer_busy{0};
+
+bool RegisterMembarrier() {
+#if defined(__SANITIZE_THREAD__)
+  return false;  // TSan does not know membarrier's ordering: shared mode only
+#elif defined(SYS_membarrier)
+  constexpr int kQuery = 0, kPrivateExpedited = 1 << 3, kRegisterPrivateExpedited = 1 << 4;
+  long cmds = syscall(SYS_membarrier, kQuery, 0, 0);
+  if (cmds < 0 || (cmds & kPrivateExpedited) == 0) return false;
+  return syscall(SYS_membarrier, kRegisterPrivateExpedited, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+void MakeSharedSlow() {
+  int m = kModeSingle;
+  if (g_mode.compare_exchange_strong(m, kModeSwitching, std::memory_order_seq_cst)) {
+#ifdef SYS_membarrier
+    syscall(SYS_membarrier, 1 << 3 /* PRIVATE_EXPEDITED */, 0, 0);
+#endif
+    for (int spins = 0; g_writer_busy.load(std::memory_order_acquire) != 0; ++spins)
+      if (spins > 64) sched_yield();
+    g_mode.store(kModeShared, std::memory_order_release);
+    return;
+  }
+  for (int spins = 0; g_mode.load(std::memory_order_acquire) != kModeShared; ++spins)
+    if (spins > 64) sched_yield();
+}
+inline void MakeShared() {
+  if (g_mode.load(std::memory_order_acquire) != kModeShared) MakeSharedSlow();
+}
+
+// One record/remove: whether it may use plain updates (then End() must be called).
+struct Op {
+  bool plain = false;
+  Op() {
+    if (__builtin_expect(g_mode.load(std::memory_order_relaxed) != kModeSingle, 0)) {
+      MakeShared();
+      return;
+    }
+    const uintptr_t me = reinterpret_cast<uintptr_t>(&t_guard);
+    uintptr_t w = g_writer.load(std::memory_order_relaxed);
+    if (__builtin_expect(w == 0, 0)) {
+      if (!g_writer.compare_exchange_strong(w, me, std::memory_order_acq_rel)) {
+        MakeShared();
+        return;
+      }
+      w = me;
+    }
+    if (w != me) {
+      MakeShared();
+      return;
+    }
+    g_writer_busy.store(1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the membarrier on the other side is the hardware fence
+    if (g_mode.load(std::memory_order_relaxed) == kModeSingle) {
+      plain = true;
+      return;
+    }
+    g_writer_busy.store(0, std::memory_order_release);
+    MakeShared();
+  }
+  ~Op() {
+    if (plain) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      g_writer_busy.store(0, std::memory_order_release);
+    }
+  }
+};
+
+template <typename T>
+inline void AddTo(std::atomic<T>& a, T v, bool plain) {
+  if (plain)
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  else
+    a.fetch_add(v, std::memory_order_relaxed);
+}
+
+// A shard lock that the single writer skips.
+struct ShardLock {
+  ShardLock(SpinLock& l, bool plain) : l_(plain ? nullptr : &l) {
+    if (l_) l_->lock();
+  }
+  ~ShardLock() {
+    if (l_) l_->unlock();
+  }
+  SpinLock* l_;
+};
+
+constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
+constexpr uint32_t kTimelineCheckOps = 128;
+
+inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
+  if (site >= kFirstSite)
+    if (const Site* s = GetSite(site)) return const_cast<SiteStats*>(&s->stats);
+  return &g_class_stats[cls];
+}
+
+// Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
+// the site's and its device's totals, remembering the peak lazily (tracker.h).
+void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plain) {
+  SiteStats* st = StatsOf(site, cls);
+  int64_t b = static_cast<int64_t>(size), c = kCountUnit;
+  if (__builtin_expect(g_class_weighted[cls], 1)) {
+    if (uint64_t interval = g_sample_interval.load(std::memory_order_relaxed)) {
+      // The Poisson sample's weight (as the snapshot's).
+      double w = 1.0 / (1.0 - std::exp(-static_cast<double>(size ? size : 1) / static_cast<double>(interval)));
+      b = std::llround(static_cast<double>(size) * w);
+      c = std::llround(static_cast<double>(kCountUnit) * w);
+    }
+  }
+  Device& d = g_devices[g_class_device[cls]];
+  const uint64_t epoch = d.epoch.load(std::memory_order_relaxed);
+  if (st->stamp.load(std::memory_order_relaxed) != epoch) {
+    // First change of this site since its device's latest peak: its value now is its value at the peak.
+    st->peak_bytes.store(st->bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->peak_count.store(st->count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->stamp.store(epoch, std::memory_order_release);
+  }
+  AddTo(st->bytes, sign * b, plain);
+  AddTo(st->count, sign * c, plain);
+  int64_t v;
+  if (plain) {
+    v = d.live.load(std::memory_order_relaxed) + sign * b;
+    d.live.store(v, std::memory_order_relaxed);
+  } else {
+    v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
+  }
+  if (sign > 0) {
+    if (v > d.window_max.load(std::memory_order_relaxed)) d.window_max.store(v, std::memory_order_relaxed);
+    int64_t peak = d.peak.load(std::memory_order_relaxed);
+    if (v > peak) {
+      if (plain) {
+        d.peak.store(v, std::memory_order_relaxed);
+        d.epoch.store(d.epoch.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      } else {
+        while (v > peak && !d.peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
+        }
+        d.epoch.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+  if (__builtin_expect(t_timeline_countdown-- == 0, 0)) {
+    t_timeline_countdown = kTimelineCheckOps;
+    TimelineTick();
+  }
+}
+
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
 void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
@@ -468,8 +668,9 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t old_size = -1;
   uint32_t old_site = 0;
+  Op op;
   {
-    LockGuard lock(s.lock);
+    ShardLock lock(s.lock, op.plain);
     uint64_t count = s.count.load(std::memory_order_relaxed);
     if ((count + 1) * 5 > s.cap * 4) {
       if (count >= g_max_per_shard || !Grow(s)) {
@@ -498,10 +699,13 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   }
   if (old_size >= 0) {
     Count(kReplaced);
-    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(old_site), -old_size);
+    const uint32_t old_cls = SiteClass(old_site);
+    Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, op.plain);
+    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
   } else if (g_filter.load(std::memory_order_relaxed)) {
     FilterAdd(ptr);
   }
+  Account(site, cls, size, 1, op.plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
@@ -509,7 +713,23 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, depth > 0 ? InternSite(cls, frames, depth) : cls, cls, false);
+  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, cls, false);
+}
+
+uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash) {
+  if (depth <= 0) return cls;
+  if (hash == 0) {
+    uint64_t h = kStackHashSeed;
+    for (int i = 0; i < depth; ++i) h = StackHashStep(h, frames[i]);
+    hash = StackHashFinish(h, cls, depth);
+  }
+  return InternSite(cls, frames, depth, hash);
+}
+
+void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site) {
+  if (ptr == 0) return;
+  if (size > kMaxSize) size = kMaxSize;
+  Insert(ptr, size, site, SiteClass(site), false);
 }
 
 void Restore(const LiveRecord& r) {
@@ -526,8 +746,9 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   int64_t size = -1;
   uint32_t site = 0;
   bool double_free = false;
+  Op op;
   {
-    LockGuard lock(s.lock);
+    ShardLock lock(s.lock, op.plain);
     bool found = false;
     uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
     if (found) {
@@ -547,7 +768,9 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
     return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
-  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+  const uint32_t cls = SiteClass(site);
+  Account(site, cls, static_cast<uint64_t>(size), -1, op.plain);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
 }
@@ -558,6 +781,7 @@ bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
 bool Take(uintptr_t ptr, LiveRecord* out) { return Erase(ptr, true, out); }
 
 void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
+  MakeShared();  // the tables are read under their locks
   std::vector<LiveRecord> batch;
   for (Shard& s : g_shards) {
     batch.clear();
@@ -585,6 +809,7 @@ uint64_t LiveCount() {
   return n;
 }
 uint64_t TableBytes() {
+  MakeShared();
   uint64_t n = 0;
   for (Shard& s : g_shards) {
     LockGuard lock(s.lock);
@@ -601,7 +826,10 @@ uint32_t SiteClass(uint32_t id) {
 }
 uint64_t SiteCount() { return g_sites.published.load(std::memory_order_relaxed); }
 
+std::atomic<uint32_t> g_site_generation{0};
+
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
+  g_site_generation.fetch_add(1, std::memory_order_release);
   const uint32_t end = g_sites.end_id();
   for (uint32_t id = kFirstSite; id < end; ++id) {
     // Sites are written once; only their frame words change here (the arena is ours).
@@ -654,8 +882,58 @@ void CounterRelease() {
   g_counter_idx.store(0, std::memory_order_relaxed);
 }
 
+uint32_t DeviceCount() { return g_device_count.load(std::memory_order_acquire); }
+std::string_view DeviceName(uint32_t device) {
+  if (device >= DeviceCount()) return "unknown";
+  return {g_device_names[device], g_device_name_len[device]};
+}
+uint32_t ClassDeviceIndex(uint32_t cls) { return cls <= kMaxClasses ? g_class_device[cls] : 0; }
+DeviceTotals GetDeviceTotals(uint32_t device) {
+  DeviceTotals t;
+  if (device >= kMaxDevices) return t;
+  const Device& d = g_devices[device];
+  t.live_bytes = d.live.load(std::memory_order_relaxed);
+  t.peak_bytes = d.peak.load(std::memory_order_relaxed);
+  t.peak_epoch = d.epoch.load(std::memory_order_acquire);
+  return t;
+}
+int64_t TakeWindowMax(uint32_t device) {
+  if (device >= kMaxDevices) return 0;
+  Device& d = g_devices[device];
+  return d.window_max.exchange(d.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+const SiteStats* GetSiteStats(uint32_t id) {
+  if (id < kFirstSite) return id <= kMaxClasses ? &g_class_stats[id] : nullptr;
+  const Site* s = GetSite(id);
+  return s ? &s->stats : nullptr;
+}
+uint32_t FirstSiteId() { return kFirstSite; }
+uint32_t EndSiteId() { return g_sites.end_id(); }
+SiteValue SiteNow(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+SiteValue SiteAtPeak(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  const uint64_t epoch = g_devices[g_class_device[SiteClass(id)]].epoch.load(std::memory_order_acquire);
+  if (st->stamp.load(std::memory_order_acquire) == epoch)
+    return {st->peak_bytes.load(std::memory_order_relaxed), st->peak_count.load(std::memory_order_relaxed)};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+void ResetPeaks() {
+  for (Device& d : g_devices) {
+    int64_t live = d.live.load(std::memory_order_relaxed);
+    d.peak.store(live, std::memory_order_relaxed);
+    d.window_max.store(live, std::memory_order_relaxed);
+    d.epoch.fetch_add(1, std::memory_order_release);  // every site's value at the peak is its value now
+  }
+}
+
 namespace {
 void PrepareFork() {
+  MakeShared();  // the shard locks below must mean something
   Guard::Enter();
   g_class_lock.lock();
   for (Shard& s : g_shards) s.lock.lock();
@@ -667,8 +945,14 @@ void ParentFork() {
 }
 void ChildFork() {
   for (Shard& s : g_shards) s.lock.reset();
+  // One thread now: single-writer mode again if membarrier works here.
+  g_writer.store(0, std::memory_order_relaxed);
+  g_writer_busy.store(0, std::memory_order_relaxed);
+  g_mode.store(RegisterMembarrier() ? kModeSingle : kModeShared, std::memory_order_release);
   g_class_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
+  ResetPeaks();               // nor are its peak and its timeline
+  spyglass::memory::TimelineReset();
   Guard::Leave();
 }
 std::atomic<bool> g_fork_installed{false};
@@ -683,6 +967,7 @@ std::atomic<bool> g_initialized{false};
 
 __attribute__((constructor)) static void InitAtLoad() {
   ScopedUntracked untracked;
+  if (RegisterMembarrier()) g_mode.store(kModeSingle, std::memory_order_release);
   InstallForkHandlers();
   g_initialized.store(true, std::memory_order_release);
 }

@@ -49,6 +49,9 @@ void SetUnwinder(Unwinder u) {
 StackBounds ThreadStackBounds() {
   if (__builtin_expect(t_bounds.known, 1)) return {t_bounds.lo, t_bounds.hi};
   t_bounds.known = true;  // set first: pthread_getattr_np may allocate (and re-enter)
+  // For the main thread glibc reads /proc/self/maps (fopen, getline: about 14
+  // mallocs and frees): the profiler's own work, neither tracked nor counted.
+  const int guard = Guard::BeginOwn();
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     void* addr = nullptr;
@@ -59,6 +62,7 @@ StackBounds ThreadStackBounds() {
     }
     pthread_attr_destroy(&attr);
   }
+  Guard::Restore(guard);
   return {t_bounds.lo, t_bounds.hi};
 }
 

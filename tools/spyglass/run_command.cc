@@ -149,8 +149,10 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     } else {
       std::cerr << "spyglass run: memory snapshots:\n";
       for (const std::string& f : files) std::cerr << "  " << f << "\n";
-      std::cerr << "Read them with: spyglass memtop " << files.back() << "   or   go tool pprof -top "
-                << files.back() << "\n";
+      std::string exit_prof = files.back();  // the exit profile (not the .timeline.tsv)
+      for (const std::string& f : files)
+        if (f.size() > 10 && f.compare(f.size() - 10, 10, ".exit.prof") == 0) exit_prof = f;
+      std::cerr << "Read them with: spyglass memtop " << exit_prof << "   or   go tool pprof -top " << exit_prof << "\n";
     }
   }
   return code;
