@@ -316,13 +316,10 @@ int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
   if (!g_python_on.load(std::memory_order_acquire) || !g_api.gil_check()) return depth;
   // What the walk allocates (a frame object, the extra slot) is the
   // profiler's doing: untracked and not counted, as the profiler's own work.
-  // (The caller holds the tracking guard, and holds it again on return.)
-  Guard::Leave();
-  const bool own = Guard::EnterOwn();
+  const int guard = Guard::BeginOwn();
   uintptr_t py[kMaxPythonFrames];
   const int np = WalkPython(py, kMaxPythonFrames);
-  if (own) Guard::Leave();
-  Guard::Enter();
+  Guard::Restore(guard);
   if (np == 0) return depth;
   int evals = 0, first = -1, last = -1;
   for (int i = 0; i < depth; ++i) {
