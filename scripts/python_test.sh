@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 VENV=${SPYGLASS_VENV:-.venv-test}
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy jax xprof
+  "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy jax xprof memray
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
 # Run from outside the source tree so that `import spyglass` is the installed package.
 cd tests/python

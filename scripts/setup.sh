@@ -26,6 +26,8 @@ fi
 # The real peers that tests run: XProf's converter and capture route, JAX's
 # collect_profile and profiler server.
 python3 -c 'import xprof, jax' 2>/dev/null || python3 -m pip install -q xprof jax
+# memray: the peer of the Python memory profiles (tests/python/test_python_heap.py).
+python3 -c 'import memray' 2>/dev/null || python3 -m pip install -q memray
 if $browser; then
   # npm comes with the machine's Node.js; Debian's own nodejs needs its npm package.
   command -v npm >/dev/null || { $SUDO apt-get update -q; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; }

@@ -248,6 +248,11 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
         if (f < kMaxFunctions) g_function_bits[f >> 6] |= uint64_t{1} << (f & 63);
       }
   }
+  for (int i = 0; failed && i < failed->depth; ++i)  // the failed allocation's names too
+    if (IsSymbolicFrame(failed->frames[i])) {
+      uint32_t f = SymbolicFunction(failed->frames[i]);
+      if (f < kMaxFunctions) g_function_bits[f >> 6] |= uint64_t{1} << (f & 63);
+    }
   const uint32_t fend = std::min(FunctionIdEnd(), kMaxFunctions);
   for (uint32_t id = 0; id < fend; ++id) {
     if (!(g_function_bits[id >> 6] >> (id & 63) & 1)) continue;
@@ -446,9 +451,17 @@ Status ConvertCrashDump(std::string_view raw, std::string* pprof_gz, DumpSummary
     s.bytes = 0;  // never allocated: not live
     s.kind = "failed";
     s.device = "cpu:0";
-    // The innermost frame that is not the hook itself.
+    // The innermost interpreter frame (a Python function: the program's own
+    // code), else the innermost native frame that is not the hook itself.
     for (uintptr_t w : failed) {
-      if (IsSymbolicFrame(w)) continue;
+      if (!IsSymbolicFrame(w)) continue;
+      auto f = functions.find(SymbolicFunction(w));
+      if (f == functions.end()) continue;
+      failed_site = f->second.first + " (" + f->second.second + ":" + std::to_string(SymbolicLine(w)) + ")";
+      break;
+    }
+    for (uintptr_t w : failed) {
+      if (IsSymbolicFrame(w) || !failed_site.empty()) continue;
       const SymLocation& sl = syms[w];
       if (!sl.frames.empty() && sl.frames.back().function.find("NewOrThrow") == std::string::npos) {
         failed_site = sl.frames.front().function;

@@ -76,6 +76,7 @@
 #include <fcntl.h>
 
 #include "memory/crash_dump.h"
+#include "memory/heap_hook.h"
 #include "memory/symbolize.h"
 #include "memory/timeline.h"
 #include "memory/tracker.h"
@@ -163,6 +164,9 @@ inline bool HeapOn() {
   return s == 1;
 }
 
+}  // namespace
+
+namespace spyglass::memory::heap {
 uint32_t HeapClass() {
   uint32_t c = g_heap_class.load(std::memory_order_relaxed);
   if (__builtin_expect(c == 0, 0)) {
@@ -171,6 +175,10 @@ uint32_t HeapClass() {
   }
   return c;
 }
+}  // namespace spyglass::memory::heap
+
+namespace {
+using spyglass::memory::heap::HeapClass;
 
 // Exponential gap with mean g_interval (xorshift per thread).
 int64_t NextGap() {
@@ -248,10 +256,13 @@ constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec")
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
-    uintptr_t frames[kHeapFrames];
+    uintptr_t frames[kMaxFrames];
     const uint32_t cls = HeapClass();
     uint32_t site;
-    if (CurrentUnwinder() == Unwinder::kFramePointer) {
+    // A Python program: its frames in place of the interpreter's
+    // (heap_python.cc); the same native stack is then no longer the same site.
+    const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
+    if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
       uint64_t hash;
       bool same;
       int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
@@ -266,8 +277,8 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
         t_last.generation = generation;
       }
     } else {
-      int depth = CurrentUnwinder() == Unwinder::kLibunwind ? CaptureLibunwind(frames, kHeapFrames, 3)
-                                                            : CaptureGlibc(frames, kHeapFrames, 3);
+      int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
+      if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
       site = InternStack(cls, frames, depth, 0);
     }
     RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
@@ -279,17 +290,48 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
 
 // An allocation of n > 0 bytes failed: the process is likely about to die of
 // it. A raw dump, written from reserved memory (crash_dump.h); once.
-__attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
+bool WantFailure(size_t n) {
   // A size no allocator can give (over PTRDIFF_MAX: glibc refuses at once) is
   // a bad request, not memory running out.
-  if (n == 0 || n > PTRDIFF_MAX || !HeapOn() || Guard::Inside() || CrashDumpWritten() || QuietWorker()) return;
-  uintptr_t frames[kHeapFrames];
-  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  return n != 0 && n <= PTRDIFF_MAX && HeapOn() && !Guard::Inside() && !CrashDumpWritten() && !QuietWorker();
+}
+void DumpFailure(size_t n, const uintptr_t* frames, int depth) {
   FailedAllocation f{n, frames, depth};
   Guard::EnterOwn();
   WriteCrashDump(DumpReason::kOutOfMemory, 0, &f);
   Guard::Leave();
 }
+__attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
+  if (!WantFailure(n)) return;
+  uintptr_t frames[kHeapFrames];
+  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  DumpFailure(n, frames, depth);
+}
+}  // namespace
+
+namespace spyglass::memory::heap {
+// The DWARF unwinders drop their own frame, this one, the recording function
+// and the hooked one (4): the stack starts at the hooked function's caller.
+// noinline, and no tail calls (the asm): that count of frames stays true.
+__attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
+  int depth;
+  switch (CurrentUnwinder()) {
+    case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
+    case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
+    default: depth = CaptureGlibc(out, max, 4); break;
+  }
+  asm volatile("" : "+r"(depth));
+  return depth;
+}
+bool ShouldTrack(size_t n) { return HeapOn() && Sampled(n); }
+bool AllocationFailureWanted(size_t n) { return WantFailure(n); }
+void AllocationFailed(size_t n, const uintptr_t* frames, int depth) { DumpFailure(n, frames, depth); }
+bool MaybeTrackedFree(void* p) {
+  return HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+}  // namespace spyglass::memory::heap
+
+namespace {
 
 #define SPYGLASS_TRACK(p, n)                                                      \
   do {                                                                            \
@@ -468,6 +510,17 @@ void CheckCgroup() {
     g_cgroup->armed = true;
   }
 }
+std::atomic<bool> g_exit_written{false};
+
+}  // namespace
+
+void spyglass::memory::heap::WriteExitSnapshotOnce() {
+  // Children not followed and workers of a live parent write nothing.
+  if (!g_followed || QuietWorker()) return;
+  if (!g_exit_written.exchange(true)) WriteExitFiles();
+}
+
+namespace {
 
 void* SnapshotThread(void*) {
   {
@@ -580,6 +633,10 @@ __attribute__((constructor)) void HeapInit() {
   g_followed = FollowedProcess();
   if (!g_followed) return;
   HeapOn();
+  // A Python program: CPython is built without frame pointers, the
+  // frame-pointer walk would stop (or stray) in libpython. Unless asked
+  // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
+  if (!getenv("SPYGLASS_UNWINDER") && dlsym(RTLD_DEFAULT, "Py_IsInitialized")) SetUnwinder(Unwinder::kLibunwind);
   pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
@@ -615,8 +672,7 @@ __attribute__((destructor)) void HeapFini() {
   // per child (symbolization included) made programs that fork a lot 100x
   // slower (a shell's subshells: dozens). A daemon's child (the process that
   // forked it gone, so it was reparented) is the program: it writes one.
-  if (QuietWorker()) return;
-  WriteExitFiles();
+  spyglass::memory::heap::WriteExitSnapshotOnce();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------

@@ -157,14 +157,18 @@ check "summary, operator new" "$out" "killed by SIGABRT; out of memory: an alloc
 # profiles are Python's.
 if command -v python3 >/dev/null; then
   set +e
-  out=$("$cli" run -o "$T/py" -- python3 -c 'x = bytearray(10**13)' 2>&1)
+  printf 'def make_huge():\n    return bytearray(10**13)\n\nmake_huge()\n' >"$T/huge.py"
+  out=$("$cli" run -o "$T/py" -- python3 "$T/huge.py" 2>&1)
   rc=$?
   set -e
   [ "$rc" = 1 ] || { echo "$out"; fail "python MemoryError: expected exit status 1, got $rc"; }
-  check "python MemoryError" "$out" "MemoryError" "(1 process)" "exit status 1; out of memory: an allocation of 9.1 TiB failed"
+  check "python MemoryError" "$out" "MemoryError" "(1 process)" \
+    "exit status 1; out of memory: an allocation of 9.1 TiB failed in make_huge ($T/huge.py:2)"
   p=$(ls "$T"/py/memory.*.oom.prof)
   case "$(basename "$p")" in memory.*.python*.oom.prof) ;; *) fail "python MemoryError: $(basename "$p") is not python's";; esac
   ls "$T"/py/memory.*.python*.exit.prof >/dev/null || fail "python MemoryError: no exit profile of python"
+  check "python MemoryError: the failed allocation's Python stack" \
+    "$(top "$p" -sample_index=allocations -tagfocus=kind=failed)" "make_huge" "bytearray___init___impl"
   [ "$(ls "$T/py" | grep -vc python)" = 0 ] || fail "python MemoryError: profiles of the launcher's helpers: $(files "$T/py")"
 fi
 

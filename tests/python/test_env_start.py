@@ -189,7 +189,9 @@ def test_python_m_spyglass_run_module_with_annotations(tmp_path):
 
 def test_python_m_spyglass_run_bad_flags(tmp_path):
   script = write_script(tmp_path)
-  for flags in (["--server", "nope"], ["--options", "bogus=1"], ["--unknown"], []):
+  # (No flags at all is memory mode: test_python_heap.py.)
+  for flags in (["--server", "nope"], ["--options", "bogus=1"], ["--unknown"], ["--python-allocator", "jemalloc"],
+                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs")]):
     r = run_module(*flags, script)
     assert r.returncode == 2, (flags, r.stdout, r.stderr)
     assert "ARGS" not in r.stdout and r.stderr.startswith("python -m spyglass run: "), r.stderr

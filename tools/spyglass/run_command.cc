@@ -237,11 +237,26 @@ std::string Summarize(const std::string& dir, pid_t main_pid, int status,
   return timeline;
 }
 
+// A Python program under the hook: the startup module beside the hook goes
+// on PYTHONPATH (it turns on Python frames, src/memory/heap_python.cc; other
+// programs never read it), and `allocator` "malloc" bypasses pymalloc.
+void SetPythonEnv(const std::string& hook, const std::string& allocator) {
+  fs::path startup = fs::path(hook).parent_path() / "spyglass_python_startup";
+  std::error_code ec;
+  if (fs::exists(startup / "sitecustomize.py", ec)) {
+    std::string path = startup.string();
+    if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
+    setenv("PYTHONPATH", path.c_str(), 1);
+  }
+  if (allocator == "malloc") setenv("PYTHONMALLOC", "malloc", 1);
+}
+
 // The SPYGLASS_* settings given as flags (name -> value).
 using Settings = std::vector<std::pair<const char*, std::string>>;
 
 int Run(bool memory, const Settings& settings, const std::string& out_dir, uint64_t sample_bytes,
-        bool follow_children, bool timeline, const std::vector<std::string>& command) {
+        const std::string& python_allocator, bool follow_children, bool timeline,
+        const std::vector<std::string>& command) {
   if (command.empty()) {
     std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] [--server PORT] "
                  "[--flight-recorder S] -- <command...>)\n";
@@ -295,6 +310,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
       setenv("SPYGLASS_HEAP_FOLLOW_CHILDREN", "1", 1);
     else
       unsetenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
+    if (memory) SetPythonEnv(lib, python_allocator);
     if (sample_bytes) setenv("SPYGLASS_HEAP_SAMPLE_BYTES", std::to_string(sample_bytes).c_str(), 1);
     for (const auto& [name, value] : settings) {
       if (std::strcmp(name, session::kEnvTraceDir) == 0)
@@ -337,8 +353,9 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
 void AddRunCommand(CLI::App& app) {
   auto* run = app.add_subcommand("run", "Run a program with profiling started from outside: a trace (--trace), the "
                                         "profiler server (--server), the flight recorder (--flight-recorder), heap "
-                                        "snapshots on exit and on SIGUSR2 (--memory, the default without those); "
-                                        "Python programs: python -m spyglass run");
+                                        "snapshots on exit and on SIGUSR2 (--memory, the default without those; "
+                                        "Python programs, also through a launcher script, get Python frames "
+                                        "interleaved with native ones); Python programs: python -m spyglass run too");
   static bool memory = false;
   static std::string trace_dir, server, flight_recorder, options, out_dir = ".";
   static std::string sample_bytes = "0";
@@ -371,6 +388,13 @@ void AddRunCommand(CLI::App& app) {
                   "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
                       std::to_string(memory::internal::kMaxSampleBytes) + ")")
       ->default_val("0");
+  static std::string python_allocator = "pymalloc";
+  run->add_option("--python-allocator", python_allocator,
+                  "Python programs: 'pymalloc' (default) records Python's objects as Python allocates them; "
+                  "'malloc' sets PYTHONMALLOC=malloc, so that every object is a malloc block (slower, more memory, "
+                  "but the profile is the process's heap as malloc sees it)")
+      ->check(CLI::IsMember({"pymalloc", "malloc"}))
+      ->default_val("pymalloc");
   run->add_option("command", command, "the program and its arguments (after --)")->required();
   run->prefix_command();
   run->callback([] {
@@ -385,7 +409,7 @@ void AddRunCommand(CLI::App& app) {
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
     if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
-    std::exit(Run(memory, settings, out_dir, bytes, follow_children, timeline, command));
+    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, command));
   });
 }
 
