@@ -161,18 +161,16 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
   except OSError as e:
     print(f"python -m spyglass run: {e}", file=sys.stderr)
     return 2
+  from . import _spyglass
+  out_dir = os.path.abspath(out_dir)
+  before = _spyglass._memory_dir_listing(out_dir)  # files from earlier runs are not this one's
   child = subprocess.Popen([sys.executable] + (["-m", module] if module else []) + list(program), env=env)
   for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):  # SIGUSR2: a snapshot now
     signal.signal(sig, lambda s, _frame: child.send_signal(s))
   code = child.wait()
-  prefix = f"memory.{child.pid}."
-  files = sorted(os.path.join(os.path.abspath(out_dir), f) for f in os.listdir(out_dir) if f.startswith(prefix))
-  if files:
-    print("spyglass run: memory snapshots:\n" + "".join(f"  {f}\n" for f in files) +
-          f"Read them with: go tool pprof -top {files[-1]}", file=sys.stderr)
-  else:
-    print("spyglass run: no memory snapshot was written (did the program exit through os._exit or a signal?)",
-          file=sys.stderr)
+  # The dumps of dying processes become profiles; one line per process, the program first.
+  print(_spyglass._memory_run_summary(out_dir, child.pid, code < 0, -code if code < 0 else code, before),
+        file=sys.stderr, end="")
   return code if code >= 0 else 128 - code
 
 

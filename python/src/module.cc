@@ -26,6 +26,7 @@
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
+#include "memory/run_summary.h"
 #include "session/env_start.h"
 #include "spyglass/profiler.h"
 
@@ -225,6 +226,15 @@ NB_MODULE(_spyglass, m) {
     Check(s);
   }, "log_dir"_a, "create_perfetto_trace"_a = false);
   m.def("last_trace_files", &LastTraceFiles);
+  // python -m spyglass run (memory): the directory before the run, and the
+  // summary after it (memory/run_summary.h, as `spyglass run` prints it).
+  m.def("_memory_dir_listing", [](const std::string& dir) { return memory::ListDir(dir); });
+  m.def(
+      "_memory_run_summary",
+      [](const std::string& dir, long pid, bool signaled, int code, const memory::DirListing& before) {
+        return memory::SummarizeRun(dir, pid, {signaled, code}, before);
+      },
+      "dir"_a, "pid"_a, "signaled"_a, "code"_a, "before"_a);
   m.def("last_trace_stats", &LastTraceStats);
   m.def("set_metadata", [](const std::string& k, const std::string& v) { profiler::set_metadata(k, v); });
   m.def("clear_metadata", [] { profiler::clear_metadata(); });
