@@ -40,10 +40,10 @@
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  children are tracked and write their own
 //                                    profiles: those that exec, and those that do
 //                                    not. By default a forked child (no exec)
-//                                    writes one only once the process that loaded
-//                                    the hook is no longer its parent (a daemon:
-//                                    fork, parent exits); workers of a live parent
-//                                    do not (a snapshot costs a symbolization, ~50 ms).
+//                                    writes files (at exit, or a dump) only once the
+//                                    process that forked it is gone (a daemon: fork,
+//                                    parent exits); workers of a live parent do not
+//                                    (a snapshot costs a symbolization, ~50 ms).
 //   SPYGLASS_TRACE_DIR, SPYGLASS_SERVER_PORT, SPYGLASS_FLIGHT_RECORDER
 //                                    load libspyglass.so.0 (from the hook's
 //                                    directory), which starts what they ask at

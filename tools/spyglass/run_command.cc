@@ -182,7 +182,8 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--options", options,
                   "key=value,... ProfileOptions fields and advanced keys for the trace; SPYGLASS_OPTIONS");
   run->add_option("-o,--out", out_dir,
-                  "where the profiles go: memory.<pid>.<program>.exit.prof at exit, .<n>.prof on SIGUSR2, "
+                  "where the profiles go: memory.<pid>.<program>.exit.prof and .peak.prof at exit (with the series "
+                  ".timeline.tsv), .<n>.prof on SIGUSR2, "
                   ".oom.prof when an allocation fails, .signal.prof on a fatal signal, .cgroup.prof near a "
                   "cgroup memory limit")
       ->default_val(".");
