@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -41,6 +42,9 @@ bool ParseProfileName(const std::string& name, ProfileFile* f) {
   if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return false;
   *f = {name, std::stol(pid), name.substr(b + 1, tag - b - 1), name.substr(tag + 1, ext - tag - 1),
         name.substr(ext + 1)};
+  // Names as the hook makes them (SafeComm): nothing else is ours, nor printed.
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '+' && c != '-') return false;
   return f->ext == "prof" || f->ext == "raw" || (f->ext == "tsv" && f->tag == "timeline");
 }
 
@@ -50,7 +54,9 @@ int64_t LiveBytes(const std::string& path) {
   if (!ReadPprofFile(path, &p).ok() || p.bytes_index < 0) return -1;
   int64_t total = 0;
   for (const PprofSample& s : p.samples)
-    if (static_cast<size_t>(p.bytes_index) < s.values.size()) total += s.values[p.bytes_index];
+    if (static_cast<size_t>(p.bytes_index) < s.values.size() &&
+        __builtin_add_overflow(total, s.values[p.bytes_index], &total))
+      return -1;  // not a profile of ours
   return total;
 }
 

@@ -104,6 +104,14 @@ check "summary, launcher with --follow-children" "$out" "(6 processes)"
 row "summary, launcher with --follow-children" "$out" "$main" "$pt \(main\)"
 for prog_name in basename ls cat; do row "summary, launcher with --follow-children" "$out" "[0-9]+" "$prog_name "; done
 
+# 3a. Files planted in the directory during the run are not taken as profiles, nor printed:
+# a name with a terminal escape, a dump that is no dump.
+mkdir -p "$T/pl"
+out=$("$cli" run -o "$T/pl" -- sh -c "printf x >'$T/pl/memory.1.'\$(printf '\\033')'[31m.exit.prof'; printf 'not a dump' >'$T/pl/memory.2.x.oom.raw'; exec \"$prog\" child" 2>&1)
+grep -q $'\033' <<<"$out" && { echo "$out" | cat -v; fail "a planted name's escape reached the summary"; }
+check "planted files" "$out" "not a valid spyglass memory dump" "(2 processes)"
+[ -e "$T/pl/memory.2.x.oom.raw" ] || fail "a dump that could not be read was removed"
+
 # 3b. Workers (forks, no exec) ended by SIGTERM, as a pool's terminate() does: nothing of
 # theirs by default; with --follow-children, a snapshot at the signal each, holding child_block.
 out=$("$cli" run -o "$T/wk" -- "$prog" workers 2>&1)
