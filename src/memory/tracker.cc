@@ -14,6 +14,7 @@
 namespace spyglass::memory::internal {
 
 std::atomic<uint8_t*> g_filter{nullptr};
+constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -50,7 +51,6 @@ struct LockGuard {
   SpinLock& l_;
 };
 
-constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 std::atomic<uint64_t> g_counters[kNumCounters];
 
@@ -408,25 +408,7 @@ uint64_t CounterValue(Counter c) {
   return g_counters[c].load(std::memory_order_relaxed);
 }
 
-bool Guard::Enter() {
-  if (t_guard) return false;
-  t_guard = 1;
-  return true;
-}
-void Guard::Leave() { t_guard = 0; }
-bool Guard::Inside() { return t_guard != 0; }
-bool Guard::EnterOwn() {
-  if (t_guard) return false;
-  t_guard = 2;
-  return true;
-}
-bool Guard::InsideTracking() { return t_guard == 1; }
-int Guard::BeginOwn() {
-  int previous = t_guard;
-  t_guard = 2;
-  return previous;
-}
-void Guard::Restore(int previous) { t_guard = previous; }
+
 
 uint32_t InternClass(std::string_view device, std::string_view kind) {
   device = device.substr(0, kDeviceChars - 1);
@@ -690,8 +672,9 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
     s.slots[i].meta = (size << 24) | site;
     s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? old_size : 0),
                   std::memory_order_relaxed);
-    for (uint64_t& r : s.recent)
-      if (r == ptr) r = 0;
+    // s.recent is not cleared of ptr here (that loop was a third of the
+    // insert): a stale entry only matters when ptr comes back untracked and is
+    // then freed, an unknown free that is then counted as a double free.
     if (restored)
       s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
     else

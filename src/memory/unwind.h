@@ -9,6 +9,7 @@
 // The capture is inlined into the hook so that frame 0 is the hook's caller.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "memory/tracker.h"
@@ -16,14 +17,29 @@
 namespace spyglass::memory::internal {
 
 enum class Unwinder : int { kFramePointer = 0, kLibunwind = 1, kGlibc = 2 };
-SPYGLASS_MEM_EXPORT Unwinder CurrentUnwinder();
+SPYGLASS_MEM_EXPORT extern std::atomic<int> g_unwinder;  // -1 until first read
+SPYGLASS_MEM_EXPORT Unwinder CurrentUnwinderSlow();
+inline Unwinder CurrentUnwinder() {
+  int u = g_unwinder.load(std::memory_order_relaxed);
+  if (__builtin_expect(u >= 0, 1)) return static_cast<Unwinder>(u);
+  return CurrentUnwinderSlow();
+}
 SPYGLASS_MEM_EXPORT void SetUnwinder(Unwinder u);
 
 struct StackBounds {
   uintptr_t lo, hi;
 };
+struct StackBoundsCache {
+  uintptr_t lo, hi;
+  bool known;
+};
+SPYGLASS_MEM_EXPORT extern constinit thread_local StackBoundsCache t_bounds __attribute__((tls_model("initial-exec")));
+SPYGLASS_MEM_EXPORT StackBounds ThreadStackBoundsSlow();
 // The calling thread's stack (cached per thread; {0,0} when unknown).
-SPYGLASS_MEM_EXPORT StackBounds ThreadStackBounds();
+inline StackBounds ThreadStackBounds() {
+  if (__builtin_expect(t_bounds.known, 1)) return {t_bounds.lo, t_bounds.hi};
+  return ThreadStackBoundsSlow();
+}
 
 // DWARF-based captures (out of line); `skip` frames of their own dropped.
 SPYGLASS_MEM_EXPORT int CaptureLibunwind(uintptr_t* out, int max, int skip);
