@@ -507,19 +507,56 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
-SPYGLASS_HOOK void* malloc(size_t n) {
+// malloc, free, calloc and operator new/delete, the calls programs make
+// most, decide before the call whether it is tracked (sampling depends on the
+// size only). An untracked call (tracking off, or not a sample) is then one
+// state check and a tail jump into glibc: no frame of ours, no return through
+// us. A tracked call jumps (a tail call too) to a function that allocates and
+// records with its own frame, whose return address is the program's call site.
+#define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
+
+namespace {
+
+// Whether an allocation of n bytes is recorded (advances the sampling countdown).
+inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+// Whether a free of p must look into the tracker.
+inline bool MayUntrack(void* p) {
+  return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+
+__attribute__((noinline)) void* MallocTracked(size_t n) {
   void* p = __libc_malloc(n);
-  SPYGLASS_TRACK(p, n);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
 }
-SPYGLASS_HOOK void free(void* p) {
-  Untrack(p);
+__attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
+  void* p = __libc_calloc(n, m);
+  if (p) TrackSlow(p, n * m, __builtin_frame_address(0));
+  return p;
+}
+__attribute__((noinline)) void FreeTracked(void* p) {
+  UntrackSlow(p);
   __libc_free(p);
 }
-SPYGLASS_HOOK void* calloc(size_t n, size_t m) {
-  void* p = __libc_calloc(n, m);
-  SPYGLASS_TRACK(p, n * m);
+__attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
+  void* p = NewOrThrow(n, nothrow);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
+}
+
+}  // namespace
+
+SPYGLASS_FAST void* malloc(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  return MallocTracked(n);
+}
+SPYGLASS_FAST void free(void* p) {
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
+  return FreeTracked(p);
+}
+SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
@@ -569,8 +606,14 @@ SPYGLASS_HOOK void* pvalloc(size_t n) {
   SPYGLASS_TRACK(p, n);                                             \
   return p
 
-__attribute__((visibility("default"), noinline)) void* operator new(size_t n) { SPYGLASS_NEW_BODY(n, false); }
-__attribute__((visibility("default"), noinline)) void* operator new[](size_t n) { SPYGLASS_NEW_BODY(n, false); }
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new[](size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
 __attribute__((visibility("default"), noinline)) void* operator new(size_t n, const std::nothrow_t&) noexcept {
   SPYGLASS_NEW_BODY(n, true);
 }
@@ -592,9 +635,9 @@ __attribute__((visibility("default"), noinline)) void* operator new[](size_t n, 
   SPYGLASS_ANEW_BODY(n, a, true);
 }
 
-#define SPYGLASS_DELETE_BODY(p) \
-  Untrack(p);                   \
-  __libc_free(p)
+#define SPYGLASS_DELETE_BODY(p)                  \
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p); \
+  return FreeTracked(p)
 __attribute__((visibility("default"))) void operator delete(void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete[](void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { SPYGLASS_DELETE_BODY(p); }
