@@ -205,14 +205,13 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     const uint32_t cls = HeapClass();
     uint32_t site;
     if (CurrentUnwinder() == Unwinder::kFramePointer) {
-      uint64_t hash;
       bool same;
-      int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
+      int depth = CaptureFramePointersCompared(frame, frames, kHeapFrames, t_last.frames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;
       } else {
-        site = InternStack(cls, frames, depth, hash);
+        site = InternStack(cls, frames, depth, 0);
         std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
         t_last.depth = depth;
         t_last.site = site;

@@ -87,9 +87,9 @@ inline uint64_t Mix(uint64_t x) {
   return x;
 }
 
-// The stack hash, one step per frame so that an unwinder can compute it
-// while it walks (one multiply and a rotate: its latency hides behind the
-// walk's loads), then finished with the class and depth.
+// The stack hash: one multiply and a rotate per frame (the steps are
+// independent of the walk, so an unwinder could fold them into it), then
+// finished with the class and depth.
 inline constexpr uint64_t kStackHashSeed = 0x243F6A8885A308D3ull;
 inline uint64_t StackHashStep(uint64_t h, uintptr_t frame) {
   h = (h ^ frame) * 0x9E3779B97F4A7C15ull;

@@ -65,29 +65,26 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
   return n;
 }
 
-// The same walk, hashing the stack on the way (StackHashStep; the multiply
-// overlaps the next load) and comparing it with `last[0..last_depth)`, a
-// thread's previous stack: *same is true when they are equal, and then the
-// caller can reuse that stack's site without hashing or looking it up.
-// Returns the depth; *hash is the StackHashFinish-ed hash for class `cls`
-// (only meaningful when *same is false).
-__attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePointersHashed(
-    void* fp, uintptr_t* out, int max, const uintptr_t* last, int last_depth, uint32_t cls, uint64_t* hash,
-    bool* same) {
+// The same walk, comparing the stack on the way with `last[0..last_depth)`,
+// the thread's previous stack: *same is true when they are equal, and then
+// the caller reuses that stack's site without hashing it or looking it up
+// (a loop allocating from one place walks the same stack again and again).
+// One compare for the stack bounds (unsigned wrap-around) instead of two.
+__attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePointersCompared(
+    void* fp, uintptr_t* out, int max, const uintptr_t* last, int last_depth, bool* same) {
   StackBounds b = ThreadStackBounds();
   uintptr_t p = reinterpret_cast<uintptr_t>(fp);
-  uint64_t h = kStackHashSeed;
   uintptr_t diff = 0;
   int n = 0;
-  if (b.hi != 0) {
+  if (b.hi - b.lo >= 16) {
+    const uintptr_t span = b.hi - b.lo - 16;  // p is valid when p - lo <= span and 8-aligned
     while (n < max) {
-      if (p < b.lo || p + 16 > b.hi || (p & 7) != 0) break;
+      if (p - b.lo > span || (p & 7) != 0) break;
       const uintptr_t* f = reinterpret_cast<const uintptr_t*>(p);
       uintptr_t ret = f[1];
       if (ret < 4096) break;
       out[n] = ret;
       diff |= ret ^ last[n];
-      h = StackHashStep(h, ret);
       ++n;
       uintptr_t next = f[0];
       if (next <= p) break;
@@ -95,7 +92,6 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
     }
   }
   *same = diff == 0 && n == last_depth;
-  *hash = StackHashFinish(h, cls, n);
   return n;
 }
 
