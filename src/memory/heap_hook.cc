@@ -82,7 +82,8 @@ using namespace spyglass::memory::internal;  // NOLINT
 
 constexpr int kHeapFrames = 64;
 
-// 0 unknown, 1 on, 2 off
+// 0 unknown, 1 on, 2 off; 3 and 4: on and off with SIGUSR2 snapshots
+// waiting for the snapshot thread to be started (OnSigusr2).
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
@@ -123,10 +124,12 @@ int InitState() {
   return s;
 }
 
+bool HeapStateSlow(int s);
 inline bool HeapOn() {
   int s = g_heap_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(s == 0, 0)) s = InitState();
-  return s == 1;
+  if (__builtin_expect(s == 1, 1)) return true;
+  if (s == 2) return false;
+  return HeapStateSlow(s);
 }
 
 uint32_t HeapClass() {
@@ -177,10 +180,12 @@ inline bool Sampled(size_t n) {
   return SampledSlow();
 }
 
+void ResetSnapshotThreadInChild();
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
   t_rng = 0;
   t_until_sample = 0;
+  ResetSnapshotThreadInChild();
 }
 
 // The recording half, out of line: the inline fast path of every hooked call
@@ -345,6 +350,49 @@ void WriteExitFiles() {
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
+// The snapshot thread is started at the first SIGUSR2, not at load: a
+// process with a second thread makes glibc's malloc and free take their
+// atomic paths (arena locks, fastbin CAS) and this tracker leave its
+// single-writer mode, which cost a profiled program ~10 % when it never asks
+// for a snapshot. The signal handler cannot start a thread; it marks the
+// state, and the next malloc/free of any thread (or the exit) starts it.
+std::atomic<bool> g_thread_started{false};
+std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
+
+void* SnapshotThread(void*);
+
+void StartSnapshotThread() {
+  ScopedUntracked untracked;
+  if (!g_thread_started.exchange(true)) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
+    if (pthread_create(&th, &attr, SnapshotThread, nullptr) != 0) g_thread_started.store(false);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_attr_destroy(&attr);
+    if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
+  }
+  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+}
+
+// A forked child has no snapshot thread (threads do not survive fork).
+void ResetSnapshotThreadInChild() {
+  g_thread_started.store(false);
+  if (g_dir) sem_init(&g_sem, 0, 0);
+}
+
+bool HeapStateSlow(int s) {
+  if (s == 0) return InitState() == 1;
+  // 3 or 4: snapshots asked for before the thread existed.
+  const int base = s - 2;
+  if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
+  return g_heap_state.load(std::memory_order_relaxed) == 1;
+}
+
 void* SnapshotThread(void*) {
   while (true) {
     if (sem_wait(&g_sem) != 0) {
@@ -357,7 +405,13 @@ void* SnapshotThread(void*) {
 
 void OnSigusr2(int) {
   int saved = errno;
-  sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  if (g_thread_started.load()) {
+    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  } else {
+    g_pending.fetch_add(1);
+    int s = g_heap_state.load();
+    if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
+  }
   errno = saved;
 }
 
@@ -416,22 +470,11 @@ __attribute__((constructor)) void HeapInit() {
     g_dir = new std::string(d);
     mkdir(d, 0755);  // the last component, if missing
     sem_init(&g_sem, 0, 0);
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
-    if (pthread_create(&th, &attr, SnapshotThread, nullptr) == 0) {
-      struct sigaction sa {};
-      sa.sa_handler = OnSigusr2;
-      sa.sa_flags = SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGUSR2, &sa, nullptr);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    pthread_attr_destroy(&attr);
+    struct sigaction sa {};
+    sa.sa_handler = OnSigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, nullptr);
   }
   if (const char* t = getenv("SPYGLASS_TRACE_DIR"); t && *t) StartTrace(t);
 }
@@ -443,6 +486,8 @@ __attribute__((destructor)) void HeapFini() {
   // per child (symbolization included) made programs that fork a lot 100x
   // slower. A daemon's child (its parent gone) is the program: it writes one.
   if (child && !g_follow_children && getppid() == g_pid) return;
+  // SIGUSR2s that never saw their thread start (no malloc/free since): written now.
+  for (int n = g_pending.exchange(0); n > 0; --n) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
   WriteExitFiles();
 }
 
