@@ -26,6 +26,8 @@
 //                                    now), .peak.prof (live at the high-water mark) and
 //                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
 //                                    time), and D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
+//                                    (by a thread started at the first SIGUSR2, from the
+//                                    program's next malloc/free, or at exit if none comes)
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
 //                                    their own exit profile too. By default a
 //                                    forked child writes one only once the process
