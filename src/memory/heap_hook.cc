@@ -25,7 +25,9 @@
 //   SPYGLASS_HEAP_PROFILE_DIR=D      write at exit D/memory.<pid>.<comm>.exit.prof (live
 //                                    now), .peak.prof (live at the high-water mark) and
 //                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
-//                                    time), D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2,
+//                                    time), D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
+//                                    (by a thread started at the first SIGUSR2, from the
+//                                    program's next malloc/free, or at exit if none comes),
 //                                    and a raw dump D/memory.<pid>.<comm>.oom.raw or
 //                                    .signal.raw when an allocation fails or a fatal
 //                                    signal arrives (crash_dump.h; `spyglass run`
@@ -99,7 +101,8 @@ using namespace spyglass::memory::internal;  // NOLINT
 
 constexpr int kHeapFrames = 64;
 
-// 0 unknown, 1 on, 2 off
+// 0 unknown, 1 on, 2 off; 3 and 4: on and off with SIGUSR2 snapshots
+// waiting for the snapshot thread to be started (OnSigusr2).
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
@@ -158,10 +161,12 @@ int InitState() {
   return s;
 }
 
+bool HeapStateSlow(int s);
 inline bool HeapOn() {
   int s = g_heap_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(s == 0, 0)) s = InitState();
-  return s == 1;
+  if (__builtin_expect(s == 1, 1)) return true;
+  if (s == 2) return false;
+  return HeapStateSlow(s);
 }
 
 }  // namespace
@@ -229,10 +234,12 @@ pid_t g_forked_from = 0;          // in a forked child: the process that forked 
 // Async-signal-safe.
 bool QuietWorker() { return !g_follow_children && getpid() != g_pid && getppid() == g_forked_from; }
 
+void ResetSnapshotThreadInChild();
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
   t_rng = 0;
   t_until_sample = 0;
+  ResetSnapshotThreadInChild();
   // Not getppid(): the parent may be gone already.
   g_forked_from = g_self;
   g_self = getpid();
@@ -263,14 +270,13 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     // (heap_python.cc); the same native stack is then no longer the same site.
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
     if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
-      uint64_t hash;
       bool same;
-      int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
+      int depth = CaptureFramePointersCompared(frame, frames, kHeapFrames, t_last.frames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;
       } else {
-        site = InternStack(cls, frames, depth, hash);
+        site = InternStack(cls, frames, depth, 0);
         std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
         t_last.depth = depth;
         t_last.site = site;
@@ -301,11 +307,18 @@ void DumpFailure(size_t n, const uintptr_t* frames, int depth) {
   WriteCrashDump(DumpReason::kOutOfMemory, 0, &f);
   Guard::Leave();
 }
+const void* g_hook_base = nullptr;  // this library's load address
 __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   if (!WantFailure(n)) return;
   uintptr_t frames[kHeapFrames];
   int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
-  DumpFailure(n, frames, depth);
+  // The stack from the program on: frames of the hook itself (operator new
+  // reaching NewOrThrow through another of its functions) dropped.
+  int skip = 0;
+  for (Dl_info info{}; skip < depth && dladdr(reinterpret_cast<void*>(frames[skip] - 1), &info) &&
+                       info.dli_fbase == g_hook_base;)
+    ++skip;
+  DumpFailure(n, frames + skip, depth - skip);
 }
 }  // namespace
 
@@ -395,12 +408,13 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
   return p;
 }
 
-// `frame`: operator new's (see TrackSlow), for the stack of a failure.
-void* NewOrThrow(size_t n, bool nothrow, void* frame) {
+// noinline: a failure's stack starts at its caller (the program, when
+// operator new tail-jumps here; the hook's frames are dropped otherwise).
+__attribute__((noinline)) void* NewOrThrow(size_t n, bool nothrow) {
   while (true) {
     void* p = __libc_malloc(n);
     if (p) return p;
-    AllocFailed(n ? n : 1, frame);
+    AllocFailed(n ? n : 1, __builtin_frame_address(0));
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -410,11 +424,11 @@ void* NewOrThrow(size_t n, bool nothrow, void* frame) {
   }
 }
 
-void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow, void* frame) {
+__attribute__((noinline)) void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
   while (true) {
     void* p = __libc_memalign(align, n);
     if (p) return p;
-    AllocFailed(n ? n : 1, frame);
+    AllocFailed(n ? n : 1, __builtin_frame_address(0));
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -451,6 +465,50 @@ void WriteExitFiles() {
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
   s = spyglass::memory::SaveTimeline(*g_dir + "/" + spyglass::memory::MemoryTimelineName(pid, comm));
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+}
+
+// The snapshot thread is started at the first SIGUSR2, not at load: a
+// process with a second thread makes glibc's malloc and free take their
+// atomic paths (arena locks, fastbin CAS) and this tracker leave its
+// single-writer mode, which cost a profiled program ~10 % when it never asks
+// for a snapshot. The signal handler cannot start a thread; it marks the
+// state, and the next malloc/free of any thread (or the exit) starts it.
+// Under a cgroup memory limit it is started at load (it watches the limit).
+std::atomic<bool> g_thread_started{false};
+std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
+
+void* SnapshotThread(void*);
+
+void StartSnapshotThread() {
+  ScopedUntracked untracked;
+  if (!g_thread_started.exchange(true)) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
+    if (pthread_create(&th, &attr, SnapshotThread, nullptr) != 0) g_thread_started.store(false);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_attr_destroy(&attr);
+    if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
+  }
+  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+}
+
+// A forked child has no snapshot thread (threads do not survive fork).
+void ResetSnapshotThreadInChild() {
+  g_thread_started.store(false);
+  if (g_dir) sem_init(&g_sem, 0, 0);
+}
+
+bool HeapStateSlow(int s) {
+  if (s == 0) return InitState() == 1;
+  // 3 or 4: snapshots asked for before the thread existed.
+  const int base = s - 2;
+  if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
+  return g_heap_state.load(std::memory_order_relaxed) == 1;
 }
 
 // ---- a cgroup memory limit close to being hit ---------------------------------
@@ -517,16 +575,15 @@ std::atomic<bool> g_exit_written{false};
 void spyglass::memory::heap::WriteExitSnapshotOnce() {
   // Children not followed and workers of a live parent write nothing.
   if (!g_followed || QuietWorker()) return;
-  if (!g_exit_written.exchange(true)) WriteExitFiles();
+  if (g_exit_written.exchange(true)) return;
+  // SIGUSR2s that never saw their thread start (no malloc/free since): written now.
+  for (int n = g_pending.exchange(0); n > 0; --n) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+  WriteExitFiles();
 }
 
 namespace {
 
 void* SnapshotThread(void*) {
-  {
-    ScopedUntracked untracked;
-    FindCgroupLimit();
-  }
   while (true) {
     int rc;
     if (g_cgroup) {
@@ -594,7 +651,13 @@ void InstallFatalHandlers() {
 
 void OnSigusr2(int) {
   int saved = errno;
-  sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  if (g_thread_started.load()) {
+    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  } else {
+    g_pending.fetch_add(1);
+    int s = g_heap_state.load();
+    if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
+  }
   errno = saved;
 }
 
@@ -626,6 +689,7 @@ __attribute__((constructor)) void HeapInit() {
   ScopedUntracked untracked;
   g_pid = g_self = getpid();
   g_follow_children = FollowChildren();
+  if (Dl_info info{}; dladdr(reinterpret_cast<void*>(&HeapInit), &info)) g_hook_base = info.dli_fbase;
   // The first process to load the hook is the program; what it execs stays
   // it (same pid), what it starts is a child.
   if (const char* m = getenv("SPYGLASS_HEAP_PID"); !m || !*m) setenv("SPYGLASS_HEAP_PID", std::to_string(g_pid).c_str(), 1);
@@ -645,22 +709,16 @@ __attribute__((constructor)) void HeapInit() {
     int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
     sem_init(&g_sem, 0, 0);
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
-    if (pthread_create(&th, &attr, SnapshotThread, nullptr) == 0) {
-      struct sigaction sa {};
-      sa.sa_handler = OnSigusr2;
-      sa.sa_flags = SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGUSR2, &sa, nullptr);
+    struct sigaction sa {};
+    sa.sa_handler = OnSigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, nullptr);
+    // A cgroup memory limit: the snapshot thread watches it from the start.
+    if (const char* w = getenv("SPYGLASS_HEAP_CGROUP_WATCH"); !w || w[0] != '0') {
+      FindCgroupLimit();
+      if (g_cgroup) StartSnapshotThread();
     }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    pthread_attr_destroy(&attr);
   }
   LoadFullLibraryIfAsked();
 }
@@ -735,19 +793,57 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
-SPYGLASS_HOOK void* malloc(size_t n) {
+#define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
+
+namespace {
+
+// Whether an allocation of n bytes is recorded (advances the sampling countdown).
+inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+// Whether a free of p must look into the tracker.
+inline bool MayUntrack(void* p) {
+  return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+
+__attribute__((noinline)) void* MallocTracked(size_t n) {
   void* p = __libc_malloc(n);
-  SPYGLASS_TRACK(p, n);
+  if (p)
+    TrackSlow(p, n, __builtin_frame_address(0));
+  else
+    AllocFailed(n, __builtin_frame_address(0));
   return p;
 }
-SPYGLASS_HOOK void free(void* p) {
-  Untrack(p);
+__attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
+  void* p = __libc_calloc(n, m);
+  size_t bytes;
+  if (p)
+    TrackSlow(p, n * m, __builtin_frame_address(0));
+  else if (!__builtin_mul_overflow(n, m, &bytes))
+    AllocFailed(bytes, __builtin_frame_address(0));
+  return p;
+}
+__attribute__((noinline)) void FreeTracked(void* p) {
+  UntrackSlow(p);
   __libc_free(p);
 }
-SPYGLASS_HOOK void* calloc(size_t n, size_t m) {
-  void* p = __libc_calloc(n, m);
-  SPYGLASS_TRACK(p, n * m);
+__attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
+  void* p = NewOrThrow(n, nothrow);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
+}
+
+}  // namespace
+
+SPYGLASS_FAST void* malloc(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  return MallocTracked(n);
+}
+SPYGLASS_FAST void free(void* p) {
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
+  return FreeTracked(p);
+}
+SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
@@ -789,16 +885,22 @@ SPYGLASS_HOOK void* pvalloc(size_t n) {
 
 // operator new/delete (all standard forms).
 #define SPYGLASS_NEW_BODY(n, nothrow)     \
-  void* p = NewOrThrow((n), (nothrow), __builtin_frame_address(0)); \
+  void* p = NewOrThrow((n), (nothrow));   \
   SPYGLASS_TRACK(p, n);                   \
   return p
 #define SPYGLASS_ANEW_BODY(n, a, nothrow)                           \
-  void* p = AlignedNewOrThrow((n), static_cast<size_t>(a), (nothrow), __builtin_frame_address(0)); \
+  void* p = AlignedNewOrThrow((n), static_cast<size_t>(a), (nothrow)); \
   SPYGLASS_TRACK(p, n);                                             \
   return p
 
-__attribute__((visibility("default"), noinline)) void* operator new(size_t n) { SPYGLASS_NEW_BODY(n, false); }
-__attribute__((visibility("default"), noinline)) void* operator new[](size_t n) { SPYGLASS_NEW_BODY(n, false); }
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new[](size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
 __attribute__((visibility("default"), noinline)) void* operator new(size_t n, const std::nothrow_t&) noexcept {
   SPYGLASS_NEW_BODY(n, true);
 }
@@ -820,9 +922,9 @@ __attribute__((visibility("default"), noinline)) void* operator new[](size_t n, 
   SPYGLASS_ANEW_BODY(n, a, true);
 }
 
-#define SPYGLASS_DELETE_BODY(p) \
-  Untrack(p);                   \
-  __libc_free(p)
+#define SPYGLASS_DELETE_BODY(p)                  \
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p); \
+  return FreeTracked(p)
 __attribute__((visibility("default"))) void operator delete(void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete[](void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { SPYGLASS_DELETE_BODY(p); }
