@@ -133,7 +133,7 @@ SPYGLASS_API TrackingStats tracking_stats();
 // new peak saves the value it had). Exact in a single-threaded program; with
 // threads a site may be off by the allocations other threads were making at
 // the instant of the peak. A comment line per device gives the peak in bytes
-// (`go tool pprof -comments`). The heap hook writes it at exit as
+// (`go tool pprof -comments`; device_memory_profile's carry it too). The heap hook writes it at exit as
 // memory.<pid>.<comm>.peak.prof.
 SPYGLASS_API Status peak_memory_profile(std::string* out, std::string_view backend = "");
 // The same bytes written to `path` (overwritten).

@@ -26,6 +26,8 @@
 //                                    now), .peak.prof (live at the high-water mark) and
 //                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
 //                                    time), and D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
+//                                    (by a thread started at the first SIGUSR2, from the
+//                                    program's next malloc/free, or at exit if none comes)
 //   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
 //                                    their own exit profile too. By default a
 //                                    forked child writes one only once the process
@@ -85,7 +87,8 @@ using namespace spyglass::memory::internal;  // NOLINT
 
 constexpr int kHeapFrames = 64;
 
-// 0 unknown, 1 on, 2 off
+// 0 unknown, 1 on, 2 off; 3 and 4: on and off with SIGUSR2 snapshots
+// waiting for the snapshot thread to be started (OnSigusr2).
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
@@ -126,10 +129,12 @@ int InitState() {
   return s;
 }
 
+bool HeapStateSlow(int s);
 inline bool HeapOn() {
   int s = g_heap_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(s == 0, 0)) s = InitState();
-  return s == 1;
+  if (__builtin_expect(s == 1, 1)) return true;
+  if (s == 2) return false;
+  return HeapStateSlow(s);
 }
 
 }  // namespace
@@ -187,10 +192,12 @@ inline bool Sampled(size_t n) {
   return SampledSlow();
 }
 
+void ResetSnapshotThreadInChild();
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
   t_rng = 0;
   t_until_sample = 0;
+  ResetSnapshotThreadInChild();
 }
 
 // The recording half, out of line: the inline fast path of every hooked call
@@ -218,14 +225,13 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     // (heap_python.cc); the same native stack is then no longer the same site.
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
     if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
-      uint64_t hash;
       bool same;
-      int depth = CaptureFramePointersHashed(frame, frames, kHeapFrames, t_last.frames, t_last.depth, cls, &hash, &same);
+      int depth = CaptureFramePointersCompared(frame, frames, kHeapFrames, t_last.frames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;
       } else {
-        site = InternStack(cls, frames, depth, hash);
+        site = InternStack(cls, frames, depth, 0);
         std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
         t_last.depth = depth;
         t_last.site = site;
@@ -383,6 +389,49 @@ void WriteExitFiles() {
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
+// The snapshot thread is started at the first SIGUSR2, not at load: a
+// process with a second thread makes glibc's malloc and free take their
+// atomic paths (arena locks, fastbin CAS) and this tracker leave its
+// single-writer mode, which cost a profiled program ~10 % when it never asks
+// for a snapshot. The signal handler cannot start a thread; it marks the
+// state, and the next malloc/free of any thread (or the exit) starts it.
+std::atomic<bool> g_thread_started{false};
+std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
+
+void* SnapshotThread(void*);
+
+void StartSnapshotThread() {
+  ScopedUntracked untracked;
+  if (!g_thread_started.exchange(true)) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
+    if (pthread_create(&th, &attr, SnapshotThread, nullptr) != 0) g_thread_started.store(false);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_attr_destroy(&attr);
+    if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
+  }
+  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+}
+
+// A forked child has no snapshot thread (threads do not survive fork).
+void ResetSnapshotThreadInChild() {
+  g_thread_started.store(false);
+  if (g_dir) sem_init(&g_sem, 0, 0);
+}
+
+bool HeapStateSlow(int s) {
+  if (s == 0) return InitState() == 1;
+  // 3 or 4: snapshots asked for before the thread existed.
+  const int base = s - 2;
+  if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
+  return g_heap_state.load(std::memory_order_relaxed) == 1;
+}
+
 std::atomic<bool> g_exit_written{false};
 
 }  // namespace
@@ -405,7 +454,13 @@ void* SnapshotThread(void*) {
 
 void OnSigusr2(int) {
   int saved = errno;
-  sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  if (g_thread_started.load()) {
+    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  } else {
+    g_pending.fetch_add(1);
+    int s = g_heap_state.load();
+    if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
+  }
   errno = saved;
 }
 
@@ -448,22 +503,11 @@ __attribute__((constructor)) void HeapInit() {
     g_dir = new std::string(d);
     mkdir(d, 0755);  // the last component, if missing
     sem_init(&g_sem, 0, 0);
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
-    if (pthread_create(&th, &attr, SnapshotThread, nullptr) == 0) {
-      struct sigaction sa {};
-      sa.sa_handler = OnSigusr2;
-      sa.sa_flags = SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGUSR2, &sa, nullptr);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    pthread_attr_destroy(&attr);
+    struct sigaction sa {};
+    sa.sa_handler = OnSigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, nullptr);
   }
   LoadFullLibraryIfAsked();
 }
@@ -475,6 +519,8 @@ __attribute__((destructor)) void HeapFini() {
   // per child (symbolization included) made programs that fork a lot 100x
   // slower. A daemon's child (its parent gone) is the program: it writes one.
   if (child && !g_follow_children && getppid() == g_pid) return;
+  // SIGUSR2s that never saw their thread start (no malloc/free since): written now.
+  for (int n = g_pending.exchange(0); n > 0; --n) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
   spyglass::memory::heap::WriteExitSnapshotOnce();
 }
 
@@ -538,19 +584,56 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
-SPYGLASS_HOOK void* malloc(size_t n) {
+// malloc, free, calloc and operator new/delete, the calls programs make
+// most, decide before the call whether it is tracked (sampling depends on the
+// size only). An untracked call (tracking off, or not a sample) is then one
+// state check and a tail jump into glibc: no frame of ours, no return through
+// us. A tracked call jumps (a tail call too) to a function that allocates and
+// records with its own frame, whose return address is the program's call site.
+#define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
+
+namespace {
+
+// Whether an allocation of n bytes is recorded (advances the sampling countdown).
+inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+// Whether a free of p must look into the tracker.
+inline bool MayUntrack(void* p) {
+  return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+
+__attribute__((noinline)) void* MallocTracked(size_t n) {
   void* p = __libc_malloc(n);
-  SPYGLASS_TRACK(p, n);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
 }
-SPYGLASS_HOOK void free(void* p) {
-  Untrack(p);
+__attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
+  void* p = __libc_calloc(n, m);
+  if (p) TrackSlow(p, n * m, __builtin_frame_address(0));
+  return p;
+}
+__attribute__((noinline)) void FreeTracked(void* p) {
+  UntrackSlow(p);
   __libc_free(p);
 }
-SPYGLASS_HOOK void* calloc(size_t n, size_t m) {
-  void* p = __libc_calloc(n, m);
-  SPYGLASS_TRACK(p, n * m);
+__attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
+  void* p = NewOrThrow(n, nothrow);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
+}
+
+}  // namespace
+
+SPYGLASS_FAST void* malloc(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  return MallocTracked(n);
+}
+SPYGLASS_FAST void free(void* p) {
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
+  return FreeTracked(p);
+}
+SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
@@ -600,8 +683,14 @@ SPYGLASS_HOOK void* pvalloc(size_t n) {
   SPYGLASS_TRACK(p, n);                                             \
   return p
 
-__attribute__((visibility("default"), noinline)) void* operator new(size_t n) { SPYGLASS_NEW_BODY(n, false); }
-__attribute__((visibility("default"), noinline)) void* operator new[](size_t n) { SPYGLASS_NEW_BODY(n, false); }
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new[](size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
 __attribute__((visibility("default"), noinline)) void* operator new(size_t n, const std::nothrow_t&) noexcept {
   SPYGLASS_NEW_BODY(n, true);
 }
@@ -623,9 +712,9 @@ __attribute__((visibility("default"), noinline)) void* operator new[](size_t n, 
   SPYGLASS_ANEW_BODY(n, a, true);
 }
 
-#define SPYGLASS_DELETE_BODY(p) \
-  Untrack(p);                   \
-  __libc_free(p)
+#define SPYGLASS_DELETE_BODY(p)                  \
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p); \
+  return FreeTracked(p)
 __attribute__((visibility("default"))) void operator delete(void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete[](void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { SPYGLASS_DELETE_BODY(p); }

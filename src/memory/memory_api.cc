@@ -107,6 +107,19 @@ std::vector<char> MatchingClasses(std::string_view backend) {
   return match;
 }
 
+// "spyglass: peak <device> <bytes> bytes" for each selected device that has
+// had memory: every profile says how high each device went.
+std::vector<std::string> PeakComments(std::string_view backend) {
+  std::vector<std::string> out;
+  for (uint32_t d = 0; d < DeviceCount(); ++d) {
+    std::string_view name = DeviceName(d);
+    DeviceTotals t = GetDeviceTotals(d);
+    if (!DeviceMatches(name, backend) || t.peak_bytes <= 0) continue;
+    out.push_back("spyglass: peak " + std::string(name) + " " + std::to_string(t.peak_bytes) + " bytes");
+  }
+  return out;
+}
+
 // Symbolizes the sites of `by_site` and writes the gzipped pprof.
 std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::vector<std::string> comments);
 
@@ -132,7 +145,7 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     a.count += w;
     a.bytes += w * static_cast<double>(r.size);
   });
-  *out = EncodeSites(by_site, {});
+  *out = EncodeSites(by_site, PeakComments(backend));
   return Status::Ok();
 }
 
@@ -149,12 +162,7 @@ Status PeakPprof(std::string_view backend, std::string* out) {
   for (uint32_t c = 1; c <= ClassCount(); ++c) add(c);
   for (uint32_t id = FirstSiteId(), end = EndSiteId(); id < end; ++id) add(id);
   std::vector<std::string> comments = {"spyglass: the live set at the high-water mark of live bytes, per device"};
-  for (uint32_t d = 0; d < DeviceCount(); ++d) {
-    std::string_view name = DeviceName(d);
-    if (!DeviceMatches(name, backend)) continue;
-    DeviceTotals t = GetDeviceTotals(d);
-    comments.push_back("spyglass: peak " + std::string(name) + " " + std::to_string(t.peak_bytes) + " bytes");
-  }
+  for (std::string& c : PeakComments(backend)) comments.push_back(std::move(c));
   *out = EncodeSites(by_site, std::move(comments));
   return Status::Ok();
 }

@@ -10,8 +10,8 @@
 // at least 50x the scan's duration, so that scans stay under 2% of the time.
 //
 // The series is written beside the exit profile as
-// memory.<pid>.<comm>.timeline.tsv (FormatTimeline; docs: shared/spec/FORMATS.md
-// "Memory timeline"), read back with ReadTimelineFile (spyglass memtop
+// memory.<pid>.<comm>.timeline.tsv (FormatTimeline; the format is in
+// README.md, "Peak and over time"), read back with ReadTimelineFile (spyglass memtop
 // --over-time), and read in process with CurrentTimeline (the trace's
 // counter tracks).
 #pragma once

@@ -14,6 +14,7 @@
 namespace spyglass::memory::internal {
 
 std::atomic<uint8_t*> g_filter{nullptr};
+constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -50,9 +51,18 @@ struct LockGuard {
   SpinLock& l_;
 };
 
-constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 std::atomic<uint64_t> g_counters[kNumCounters];
+
+// Single-writer mode's pending record (see FlushPending).
+struct PendingRecord {
+  uint64_t ptr = 0, size = 0;
+  uint32_t site = 0;
+};
+PendingRecord g_pending_rec;
+std::atomic<uint64_t> g_pending_live{0};  // 0 or 1, for LiveCount
+std::atomic<uint64_t> g_single_allocations{0}, g_single_frees{0};
+void FlushPending(bool plain);
 
 // ---- classes -------------------------------------------------------------
 constexpr size_t kDeviceChars = 64, kKindChars = 32;
@@ -122,6 +132,12 @@ struct alignas(64) Shard {
 Shard g_shards[kShards];
 uint64_t g_max_per_shard = kDefaultMaxLive / kShards;
 
+// The live table's hash of a pointer: one multiply (Fibonacci hashing) of the
+// pointer rotated so that its always-zero alignment bits are dropped by the
+// multiply; the top 8 bits pick the shard, the next ones the home slot. The
+// deletion's backward shift rehashes every slot it moves: a cheap hash counts.
+inline uint64_t PtrHash(uint64_t p) { return ((p >> 4) | (p << 60)) * 0x9E3779B97F4A7C15ull; }
+
 inline uint64_t Home(uint64_t h, uint64_t cap) {
   return static_cast<uint64_t>((static_cast<__uint128_t>(h << kShardBits) * cap) >> 64);
 }
@@ -150,7 +166,7 @@ bool Grow(Shard& s) {
   for (uint64_t i = 0; i < s.cap; ++i) {
     uint64_t p = s.slots[i].ptr;
     if (p == 0) continue;
-    uint64_t j = Home(Mix(p), ncap);
+    uint64_t j = Home(PtrHash(p), ncap);
     while (ns[j].ptr != 0)
       if (++j == ncap) j = 0;
     ns[j] = s.slots[i];
@@ -168,7 +184,7 @@ void EraseAt(Shard& s, uint64_t i) {
     if (++j == s.cap) j = 0;
     uint64_t p = s.slots[j].ptr;
     if (p == 0) break;
-    uint64_t k = Home(Mix(p), s.cap);
+    uint64_t k = Home(PtrHash(p), s.cap);
     bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
     if (stays) continue;
     s.slots[i] = s.slots[j];
@@ -403,30 +419,12 @@ uint64_t CounterValue(Counter c) {
   if (c == kAllocations || c == kFrees) {
     uint64_t n = g_counters[c].load(std::memory_order_relaxed);
     for (const Shard& s : g_shards) n += (c == kAllocations ? s.allocations : s.frees).load(std::memory_order_relaxed);
-    return n;
+    return n + (c == kAllocations ? g_single_allocations : g_single_frees).load(std::memory_order_relaxed);
   }
   return g_counters[c].load(std::memory_order_relaxed);
 }
 
-bool Guard::Enter() {
-  if (t_guard) return false;
-  t_guard = 1;
-  return true;
-}
-void Guard::Leave() { t_guard = 0; }
-bool Guard::Inside() { return t_guard != 0; }
-bool Guard::EnterOwn() {
-  if (t_guard) return false;
-  t_guard = 2;
-  return true;
-}
-bool Guard::InsideTracking() { return t_guard == 1; }
-int Guard::BeginOwn() {
-  int previous = t_guard;
-  t_guard = 2;
-  return previous;
-}
-void Guard::Restore(int previous) { t_guard = previous; }
+
 
 uint32_t InternClass(std::string_view device, std::string_view kind) {
   device = device.substr(0, kDeviceChars - 1);
@@ -535,6 +533,7 @@ void MakeSharedSlow() {
 #endif
     for (int spins = 0; g_writer_busy.load(std::memory_order_acquire) != 0; ++spins)
       if (spins > 64) sched_yield();
+    FlushPending(false);  // the writer is quiescent; nobody else touches the tables until kModeShared
     g_mode.store(kModeShared, std::memory_order_release);
     return;
   }
@@ -661,49 +660,93 @@ void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plai
   }
 }
 
+// The shard part of an insert. `count`: +1 a new allocation, -1 a restored
+// one (its free is taken back), 0 a record that was counted already. Returns
+// false when the table bound drops it; *old_size >= 0 when ptr had a record.
+bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta, int64_t* old_size,
+                 uint32_t* old_site) {
+  uint64_t h = PtrHash(ptr);
+  Shard& s = g_shards[h >> (64 - kShardBits)];
+  ShardLock lock(s.lock, plain);
+  uint64_t count = s.count.load(std::memory_order_relaxed);
+  if ((count + 1) * 5 > s.cap * 4) {
+    if (count >= g_max_per_shard || !Grow(s)) {
+      Count(kDroppedTable);
+      return false;
+    }
+  }
+  bool found;
+  uint64_t i = Find(s, ptr, h, &found);
+  if (found) {
+    *old_size = static_cast<int64_t>(s.slots[i].meta >> 24);
+    *old_site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+  } else {
+    s.slots[i].ptr = ptr;
+    s.count.store(count + 1, std::memory_order_relaxed);
+  }
+  s.slots[i].meta = (size << 24) | site;
+  s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? *old_size : 0),
+                std::memory_order_relaxed);
+  // s.recent is not cleared of ptr here (that loop was a third of the
+  // insert): a stale entry only matters when ptr comes back untracked and is
+  // then freed, an unknown free that is then counted as a double free.
+  if (count_delta < 0)
+    s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  else if (count_delta > 0)
+    s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void Replaced(int64_t old_size, uint32_t old_site, bool plain) {
+  Count(kReplaced);
+  const uint32_t old_cls = SiteClass(old_site);
+  Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, plain);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
+}
+
+// Single-writer mode: the writer's latest allocation waits here, out of the
+// table, until the writer's next allocation puts it in. A block freed before
+// that (malloc/free churn: most short-lived blocks) never touches the table.
+// It is counted (totals, peak, timeline) from the start. Only the writer
+// touches it, in plain mode; MakeSharedSlow moves it into the table once the
+// writer is quiescent, so readers (ForEachLive) see it.
+
+void FlushPending(bool plain) {
+  const PendingRecord r = g_pending_rec;
+  if (r.ptr == 0) return;
+  g_pending_rec.ptr = 0;
+  g_pending_live.store(0, std::memory_order_relaxed);
+  int64_t old_size = -1;
+  uint32_t old_site = 0;
+  if (!TableInsert(r.ptr, r.size, r.site, plain, 0, &old_size, &old_site)) {
+    Account(r.site, SiteClass(r.site), r.size, -1, plain);  // dropped: no longer counted as live
+    return;
+  }
+  if (old_size >= 0) Replaced(old_size, old_site, plain);
+}
+
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
 void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
-  uint64_t h = Mix(ptr);
-  Shard& s = g_shards[h >> (64 - kShardBits)];
-  int64_t old_size = -1;
-  uint32_t old_site = 0;
   Op op;
-  {
-    ShardLock lock(s.lock, op.plain);
-    uint64_t count = s.count.load(std::memory_order_relaxed);
-    if ((count + 1) * 5 > s.cap * 4) {
-      if (count >= g_max_per_shard || !Grow(s)) {
-        Count(kDroppedTable);
-        return;
-      }
-    }
-    bool found;
-    uint64_t i = Find(s, ptr, h, &found);
-    if (found) {
-      old_size = static_cast<int64_t>(s.slots[i].meta >> 24);
-      old_site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+  if (op.plain && !restored) {
+    if (g_pending_rec.ptr == ptr) {
+      Replaced(static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
     } else {
-      s.slots[i].ptr = ptr;
-      s.count.store(count + 1, std::memory_order_relaxed);
+      FlushPending(true);
+      if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
     }
-    s.slots[i].meta = (size << 24) | site;
-    s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? old_size : 0),
-                  std::memory_order_relaxed);
-    for (uint64_t& r : s.recent)
-      if (r == ptr) r = 0;
-    if (restored)
-      s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    else
-      s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-  if (old_size >= 0) {
-    Count(kReplaced);
-    const uint32_t old_cls = SiteClass(old_site);
-    Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, op.plain);
-    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
-  } else if (g_filter.load(std::memory_order_relaxed)) {
-    FilterAdd(ptr);
+    g_pending_rec = {ptr, size, site};
+    g_pending_live.store(1, std::memory_order_relaxed);
+    AddTo(g_single_allocations, uint64_t{1}, true);
+  } else {
+    int64_t old_size = -1;
+    uint32_t old_site = 0;
+    if (!TableInsert(ptr, size, site, op.plain, restored ? -1 : 1, &old_size, &old_site)) return;
+    if (old_size >= 0)
+      Replaced(old_size, old_site, op.plain);
+    else if (g_filter.load(std::memory_order_relaxed))
+      FilterAdd(ptr);
   }
   Account(site, cls, size, 1, op.plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
@@ -741,13 +784,21 @@ namespace {
 // is not counted (no unknown/double free). `out`, if given, receives the record.
 bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   if (ptr == 0) return false;
-  uint64_t h = Mix(ptr);
+  uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;
   uint32_t site = 0;
   bool double_free = false;
   Op op;
-  {
+  if (op.plain && g_pending_rec.ptr == ptr) {
+    // The writer's latest allocation, freed before it reached the table.
+    size = static_cast<int64_t>(g_pending_rec.size);
+    site = g_pending_rec.site;
+    g_pending_rec.ptr = 0;
+    g_pending_live.store(0, std::memory_order_relaxed);
+    s.recent[s.recent_pos++ % kRecent] = ptr;
+    AddTo(g_single_frees, uint64_t{1}, true);
+  } else {
     ShardLock lock(s.lock, op.plain);
     bool found = false;
     uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
@@ -804,7 +855,7 @@ void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
 }
 
 uint64_t LiveCount() {
-  uint64_t n = 0;
+  uint64_t n = g_pending_live.load(std::memory_order_relaxed);
   for (const Shard& s : g_shards) n += s.count.load(std::memory_order_relaxed);
   return n;
 }

@@ -36,21 +36,36 @@ SPYGLASS_MEM_EXPORT std::string_view ClassDevice(uint32_t cls);
 SPYGLASS_MEM_EXPORT std::string_view ClassKind(uint32_t cls);
 SPYGLASS_MEM_EXPORT uint32_t ClassCount();  // classes are 1..ClassCount()
 
-// Thread-local reentrancy guard. Enter() returns false when the thread is
-// already inside (then the caller must not track).
+// Thread-local reentrancy guard: 0 outside, 1 inside a tracking operation,
+// 2 inside the profiler's own work. Inline (the heap hook enters it on every
+// tracked call; a call into this library through the PLT cost more than it).
+SPYGLASS_MEM_EXPORT extern constinit thread_local int t_guard __attribute__((tls_model("initial-exec")));
 struct Guard {
-  SPYGLASS_MEM_EXPORT static bool Enter();
-  SPYGLASS_MEM_EXPORT static void Leave();
-  SPYGLASS_MEM_EXPORT static bool Inside();
+  // false when the thread is already inside (then the caller must not track).
+  static bool Enter() {
+    if (t_guard) return false;
+    t_guard = 1;
+    return true;
+  }
+  static void Leave() { t_guard = 0; }
+  static bool Inside() { return t_guard != 0; }
   // The profiler's own work (snapshots): its allocations are untracked and not counted.
-  SPYGLASS_MEM_EXPORT static bool EnterOwn();
+  static bool EnterOwn() {
+    if (t_guard) return false;
+    t_guard = 2;
+    return true;
+  }
   // Whether the thread is inside a tracking operation (not the profiler's own work).
-  SPYGLASS_MEM_EXPORT static bool InsideTracking();
+  static bool InsideTracking() { return t_guard == 1; }
   // Marks the thread's current work as the profiler's own (its allocations are
   // untracked and not counted as reentrant) and returns the previous state
   // for Restore: a tracking operation that calls libc code which allocates.
-  SPYGLASS_MEM_EXPORT static int BeginOwn();
-  SPYGLASS_MEM_EXPORT static void Restore(int previous);
+  static int BeginOwn() {
+    int previous = t_guard;
+    t_guard = 2;
+    return previous;
+  }
+  static void Restore(int previous) { t_guard = previous; }
 };
 // RAII guard for the profiler's own work (snapshots): allocations inside are untracked.
 class ScopedUntracked {
@@ -72,9 +87,9 @@ inline uint64_t Mix(uint64_t x) {
   return x;
 }
 
-// The stack hash, one step per frame so that an unwinder can compute it
-// while it walks (one multiply and a rotate: its latency hides behind the
-// walk's loads), then finished with the class and depth.
+// The stack hash: one multiply and a rotate per frame (the steps are
+// independent of the walk, so an unwinder could fold them into it), then
+// finished with the class and depth.
 inline constexpr uint64_t kStackHashSeed = 0x243F6A8885A308D3ull;
 inline uint64_t StackHashStep(uint64_t h, uintptr_t frame) {
   h = (h ^ frame) * 0x9E3779B97F4A7C15ull;

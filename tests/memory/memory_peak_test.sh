@@ -41,6 +41,8 @@ echo "ok: peak comment"
 expect "exit: total bytes" "$(total "$exitp" space)" 6666
 expect "exit: leak() allocations" "$(flat "$exitp" allocations leak)" 3
 expect "exit: peak() bytes" "$(flat "$exitp" space peak)" 0
+go tool pprof -comments "$exitp" 2>/dev/null | grep -qx "spyglass: peak cpu:0 1006666 bytes" ||
+  fail "the exit profile's comments do not give the peak"
 go tool pprof -comments "$exitp" 2>/dev/null | grep -q reentrant_skipped &&
   fail "the exit profile counts the profiler's own calls as reentrant: $(go tool pprof -comments "$exitp" 2>&1)"
 echo "ok: no reentrant_skipped"
