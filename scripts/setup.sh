@@ -14,7 +14,9 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
       zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       python3 python3-pip libdw-dev libunwind-dev golang-go)
-$browser && pkgs+=(chromium nodejs)
+# --browser is the test command's: also ccache, which lets scripts/python_test.sh
+# build the package for each CPython without compiling the C++ core again.
+$browser && pkgs+=(chromium nodejs ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
