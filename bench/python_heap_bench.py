@@ -50,6 +50,7 @@ def main():
   sg = [a.cli, "run", "-o", os.path.join(tmp, "sg"), "--"]
   configs = [
       ("plain", [a.python] + work),
+      ("plain, PYTHONMALLOC=malloc", ["env", "PYTHONMALLOC=malloc", a.python] + work),
       ("spyglass run (Python + native frames, every allocation)", sg + [a.python] + work),
       ("spyglass run --python-allocator=malloc", sg[:2] + ["--python-allocator", "malloc"] + sg[2:] + [a.python] + work),
       ("memray run (Python frames, malloc-level only)", mr + work),

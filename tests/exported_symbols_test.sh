@@ -25,6 +25,7 @@ allowed=(
   '^spyglass::internal::bind_slow\('
   '^spyglass::internal::grow_slow\('
   '^spyglass::internal::add_arg\('
+  '^spyglass::internal::step_was_slow\(\)$'
 )
 pattern=$(IFS='|'; echo "${allowed[*]}")
 extra=$(printf '%s\n' "$syms" | grep -Ev "$pattern" || true)

@@ -86,6 +86,17 @@ inline TraceScope trace(const std::string& log_dir, const TraceOptions& options 
   return TraceScope(log_dir, options);
 }
 
+// Flight recorder: start_trace with ProfileOptions::ring_buffer_seconds > 0
+// records continuously into a bounded ring. dump_flight_recorder writes the
+// ring's last ring_buffer_seconds as a normal run (<log_dir>/plugins/profile/
+// <run>/: .xplane.pb and .trace.json.gz; last_trace_files() names them) and
+// the recorder runs on. An empty log_dir means start_trace's. Fails with
+// FailedPrecondition when no flight recorder runs.
+SPYGLASS_API Status dump_flight_recorder(const std::string& log_dir = "");
+
+// Whether a flight recorder runs now.
+SPYGLASS_API bool flight_recorder_active();
+
 // Names shown for threads and the process in the outputs. By default the OS
 // thread name (pthread_getname_np) and the program name are used.
 SPYGLASS_API void set_thread_name(std::string_view name);

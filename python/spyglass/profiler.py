@@ -50,6 +50,8 @@ __all__ = [
     "start_trace",
     "stop_server",
     "stop_trace",
+    "dump_flight_recorder",
+    "flight_recorder_active",
     "trace",
     # Spyglass extras
     "InvalidArgumentError",
@@ -70,7 +72,8 @@ class ProfileOptions(_spyglass.ProfileOptions):
   python_tracer_level=1, enable_hlo_proto=True, start_timestamp_ns=0,
   duration_ms=0, repository_path="", raise_error_on_start_failure=False,
   session_id="", advanced_configuration={}.
-  Spyglass adds buffer_bytes_per_thread and buffer_bytes_total.
+  Spyglass adds buffer_bytes_per_thread and buffer_bytes_total, and the
+  flight recorder's ring_buffer_seconds and ring_buffer_bytes.
   """
 
   def __init__(self):
@@ -114,6 +117,21 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
 def stop_trace() -> None:
   """Stops the running trace and writes its files (see start_trace)."""
   _spyglass.stop_trace()
+
+
+def dump_flight_recorder(log_dir=None) -> None:
+  """Writes the running flight recorder's last seconds as a run, and runs on.
+
+  The flight recorder is a trace started with
+  ``ProfileOptions.ring_buffer_seconds > 0``. ``log_dir`` defaults to the one
+  start_trace was given; last_trace_files() names the files written.
+  """
+  _spyglass.dump_flight_recorder("" if log_dir is None else os.fspath(log_dir))
+
+
+def flight_recorder_active() -> bool:
+  """Whether a flight recorder runs in this process."""
+  return _spyglass.flight_recorder_active()
 
 
 class trace(contextlib.ContextDecorator):  # pylint: disable=invalid-name

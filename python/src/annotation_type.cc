@@ -33,6 +33,7 @@ struct AnnotationObject {
   PyObject_HEAD
   uint64_t word;           // session word of the open event, 0 if none
   in::ThreadBuffer* tb;    // the thread buffer it was begun in
+  uint64_t step_begin;     // a step timed for the flight recorder's slow-step dump, else 0
 };
 
 PyTypeObject g_annotation_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -105,7 +106,11 @@ bool Begin(AnnotationObject* self, PyObject* name, bool step, PyObject* const* k
   self->word = word;
   self->tb = in::t_slot.buffer;
   if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerFollowAnnotation(reinterpret_cast<PyObject*>(self), name);
-  if (step) in::add_arg(word, "_r", in::ArgType::kInt64, 1, {});
+  if (step) {
+    in::add_arg(word, "_r", in::ArgType::kInt64, 1, {});
+    if (SPYGLASS_UNLIKELY(in::g_state.slow_step_ticks.load(std::memory_order_relaxed) != 0))
+      self->step_begin = in::now_ticks();
+  }
   if (kwnames != nullptr) {
     Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < nk; ++i)
@@ -126,6 +131,11 @@ void End(AnnotationObject* self) {
   if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerUnfollowAnnotation(reinterpret_cast<PyObject*>(self));
   // Only on the thread that began it (elsewhere it would close another event).
   if (SPYGLASS_LIKELY(in::t_slot.buffer == self->tb)) in::end(word);
+  if (SPYGLASS_UNLIKELY(self->step_begin != 0)) {
+    uint64_t limit = in::g_state.slow_step_ticks.load(std::memory_order_relaxed);
+    if (limit != 0 && in::now_ticks() - self->step_begin > limit) in::step_was_slow();
+    self->step_begin = 0;
+  }
 }
 
 AnnotationObject* Alloc(PyTypeObject* type) {
@@ -139,6 +149,7 @@ AnnotationObject* Alloc(PyTypeObject* type) {
   }
   self->word = 0;
   self->tb = nullptr;
+  self->step_begin = 0;
   return self;
 }
 

@@ -207,6 +207,10 @@ NB_MODULE(_spyglass, m) {
               "Spyglass: bound of one thread's event buffers (bytes)")
       .def_rw("buffer_bytes_total", &profiler::ProfileOptions::buffer_bytes_total,
               "Spyglass: bound of all event buffers (bytes)")
+      .def_rw("ring_buffer_seconds", &profiler::ProfileOptions::ring_buffer_seconds,
+              "Spyglass flight recorder: > 0 records continuously, keeping this many last seconds")
+      .def_rw("ring_buffer_bytes", &profiler::ProfileOptions::ring_buffer_bytes,
+              "Spyglass flight recorder: memory budget of the ring (bytes)")
       .def_prop_rw(
           "advanced_configuration", [](const profiler::ProfileOptions& o) { return AdvancedToDict(o); },
           [](profiler::ProfileOptions& o, nb::handle d) { AdvancedFromDict(o, d); },
@@ -225,6 +229,15 @@ NB_MODULE(_spyglass, m) {
     }
     Check(s);
   }, "log_dir"_a, "create_perfetto_trace"_a = false);
+  m.def("dump_flight_recorder", [](const std::string& log_dir) {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = profiler::dump_flight_recorder(log_dir);
+    }
+    Check(s);
+  }, "log_dir"_a = "");
+  m.def("flight_recorder_active", [] { return profiler::flight_recorder_active(); });
   m.def("last_trace_files", &LastTraceFiles);
   // python -m spyglass run (memory): the directory before the run, and the
   // summary after it (memory/run_summary.h, as `spyglass run` prints it).

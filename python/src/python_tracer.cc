@@ -92,6 +92,7 @@ struct ThreadDepth {
   uint32_t depth = 0;    // recorded, open
   uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
   uint32_t open = 0;     // annotations followed in t_open (see below)
+  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in t_c_calls
   uint64_t word = 0;
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
@@ -99,7 +100,7 @@ thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0};
   return d;
 }
 
@@ -121,7 +122,9 @@ struct OpenAnnotations {
   uint32_t n = 0;
   OpenAnnotation a[kMaxOpen];
 };
-thread_local OpenAnnotations t_open;  // touched only while t_depth.open > 0 or at a begin
+// Kept off the static TLS block (the extension's TLS lives there, and it is
+// small): made at a thread's first use.
+thread_local std::unique_ptr<OpenAnnotations> t_open;
 
 struct Suspended {
   PyObject* frame;  // owned (kept alive: its address is the key)
@@ -132,7 +135,8 @@ constexpr size_t kMaxSuspended = 1024;
 std::vector<Suspended>* g_suspended = nullptr;
 
 OpenAnnotations& Open() {
-  OpenAnnotations& o = t_open;
+  if (SPYGLASS_UNLIKELY(!t_open)) t_open = std::make_unique<OpenAnnotations>();
+  OpenAnnotations& o = *t_open;
   if (o.generation != g_generation) {  // left over from an earlier session
     for (uint32_t i = 0; i < o.n; ++i) Py_DECREF(o.a[i].name);
     o.n = 0;
@@ -353,8 +357,20 @@ inline const char* CCallName(PyObject* callable, PyObject* arg0) {
   return nullptr;
 }
 
-// Callbacks: (code, offset[, arg[, arg0]]). They return None (DISABLE would
-// switch the event off at that place for every later session too).
+// C calls begun, per thread: C_RETURN/C_RAISE end one only when it is the
+// innermost event and the same callable (CALL events are switched off where
+// a call is not a C function, so a return may come without its begin).
+struct CCall {
+  PyObject* callable;
+  uint32_t frame_depth;
+};
+constexpr uint32_t kMaxCCalls = 64;
+thread_local std::unique_ptr<CCall[]> t_c_calls;  // off the static TLS block, as t_open
+PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
+
+// Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
+// a CALL that is not a C function (that place's CALL events stop, until the
+// next session's restart_events).
 PyObject* MonStart(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_START
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   Py_RETURN_NONE;
@@ -373,11 +389,29 @@ PyObject* MonYield(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_YIELD
   Py_RETURN_NONE;
 }
 PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
-  if (const char* name = CCallName(args[2], nargs > 3 ? args[3] : nullptr)) BeginEvent(name);
+  PyObject* callable = args[2];
+  const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
+  if (name == nullptr) {
+    if (PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type)) Py_RETURN_NONE;  // ours
+    return Py_NewRef(g_disable);
+  }
+  ThreadDepth& d = Depth();
+  if (SPYGLASS_UNLIKELY(!t_c_calls)) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+  if (d.c_calls < kMaxCCalls) {
+    BeginEvent(name);
+    t_c_calls[d.c_calls++] = {callable, FrameDepth(d)};
+  }
   Py_RETURN_NONE;
 }
-PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // C_RETURN, C_RAISE
-  if (CCallName(args[2], nargs > 3 ? args[3] : nullptr) != nullptr) EndEvent();
+PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETURN, C_RAISE
+  ThreadDepth& d = Depth();
+  if (d.c_calls > 0) {
+    const CCall& c = t_c_calls[d.c_calls - 1];
+    if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
+      --d.c_calls;
+      EndEvent();
+    }
+  }
   Py_RETURN_NONE;
 }
 
@@ -411,6 +445,10 @@ bool MonitoringStart() {
     PyErr_Clear();
   }
   if (tool < 0) return false;
+  if (g_disable == nullptr) g_disable = PyObject_GetAttrString(mon, "DISABLE");
+  // Places switched off by an earlier session (DISABLE) record again.
+  if (PyObject* r = PyObject_CallMethod(mon, "restart_events", nullptr)) Py_DECREF(r);
+  PyErr_Clear();
   PyObject* events = PyObject_GetAttrString(mon, "events");
   long mask = 0;
   bool ok = events != nullptr;
@@ -431,6 +469,7 @@ bool MonitoringStart() {
     Py_XDECREF(r);
   }
   Py_XDECREF(events);
+  ok = ok && g_disable != nullptr;
   PyObject* r = ok ? PyObject_CallMethod(mon, "set_events", "il", tool, mask) : nullptr;
   ok = r != nullptr;
   Py_XDECREF(r);

@@ -20,7 +20,7 @@
 // CPython 3.10 to 3.13 alike, and a program that is not Python never touches
 // any of this. Frames are read with the public C API (PyThreadState_GetFrame,
 // PyFrame_GetBack/GetCode/GetLineNumber), only by a thread that holds the GIL
-// (PyGILState_Check); a thread without it (a native extension that released
+// (its thread state is the attached one); a thread without it (a native extension that released
 // the GIL) records its native stack only. On 3.11+ reading a frame may create
 // its frame object (kept by the frame, freed with it); the collector is
 // disabled meanwhile so that this allocation cannot run a collection inside
@@ -70,7 +70,7 @@ constexpr int kDomains = 3;  // PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN
 
 // libpython's functions used here (all exported by 3.10-3.13).
 struct Api {
-  int (*gil_check)();
+  void* (*current_thread_state)();  // the thread state holding the GIL on this thread, or NULL
   void* (*this_thread_state)();
   void* (*thread_state_get_frame)(void*);
   void* (*frame_get_back)(void*);
@@ -107,7 +107,8 @@ bool Find(F* out, const char* name, const char* alt = nullptr) {
 
 bool ResolveApi() {
   Api& a = g_api;
-  return Find(&a.gil_check, "PyGILState_Check") && Find(&a.this_thread_state, "PyGILState_GetThisThreadState") &&
+  return Find(&a.current_thread_state, "PyThreadState_GetUnchecked", "_PyThreadState_UncheckedGet") &&
+         Find(&a.this_thread_state, "PyGILState_GetThisThreadState") &&
          Find(&a.thread_state_get_frame, "PyThreadState_GetFrame") && Find(&a.frame_get_back, "PyFrame_GetBack") &&
          Find(&a.frame_get_code, "PyFrame_GetCode") && Find(&a.frame_get_line, "PyFrame_GetLineNumber") &&
          Find(&a.decref, "Py_DecRef") && Find(&a.getattr, "PyObject_GetAttrString") &&
@@ -208,10 +209,12 @@ uintptr_t FrameWord(void* f, void* code) {
   return SymbolicFrame(info->function, g_api.frame_get_line(f));
 }
 
-// The calling thread's Python frames, innermost first; the GIL is held.
+// The calling thread's Python frames, innermost first, if it holds the GIL
+// (its thread state is the one attached: PyGILState_Check's own test, which
+// that function skips once subinterpreters exist); else none.
 int WalkPython(uintptr_t* out, int max) {
-  void* ts = g_api.this_thread_state();
-  if (ts == nullptr) return 0;
+  void* ts = g_api.current_thread_state();
+  if (ts == nullptr || ts != g_api.this_thread_state()) return 0;
   void *type, *value, *tb;
   g_api.err_fetch(&type, &value, &tb);  // the caller's pending exception stays
   const int gc_was_on = g_api.gc_disable();
@@ -328,7 +331,7 @@ __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
 }  // namespace
 
 int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
-  if (!g_python_on.load(std::memory_order_acquire) || !g_api.gil_check()) return depth;
+  if (!g_python_on.load(std::memory_order_acquire)) return depth;
   // What the walk allocates (a frame object, the extra slot) is the
   // profiler's doing: untracked and not counted, as the profiler's own work.
   const int guard = Guard::BeginOwn();

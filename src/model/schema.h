@@ -25,6 +25,8 @@ inline constexpr std::string_view kCounterLineName = "_counters_";  // counter t
 inline constexpr std::string_view kProcessIdStat = "process_id";      // every plane of a session
 inline constexpr std::string_view kProcessNameStat = "process_name";  // the host plane
 inline constexpr std::string_view kDroppedEventsStat = "dropped_events";
+// Flight recorder: host events its ring overwrote since it started.
+inline constexpr std::string_view kOverwrittenEventsStat = "overwritten_events";
 // Events left out of an .xplane.pb that would pass protobuf's 2 GB limit.
 inline constexpr std::string_view kDroppedOverSizeLimitStat = "dropped_events_over_size_limit";
 // Stats of the Task Environment plane: the session's wall-clock bounds (ns).

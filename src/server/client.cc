@@ -251,7 +251,12 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   opts.start_timestamp_ns = internal::wall_ns() + options.delay_ms * 1000000ull;
   opts.advanced_configuration.erase("override_hostnames");
 
-  if (options.log)
+  auto fr = opts.advanced_configuration.find("spyglass_flight_recorder");
+  bool flight_recorder = fr != opts.advanced_configuration.end() && fr->second.is_bool() && fr->second.as_bool();
+  if (options.log && flight_recorder)
+    *options.log << "Fetching the flight recorder's ring from " << calls.size()
+                 << (calls.size() == 1 ? " server" : " servers") << "." << std::endl;
+  else if (options.log)
     *options.log << "Starting to trace for " << options.duration_ms << " ms from " << calls.size()
                  << (calls.size() == 1 ? " server" : " servers") << "." << std::endl;
   std::vector<std::thread> threads;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,13 +42,10 @@ Status ParseServer(std::string_view v, StartSettings* out) {
 }
 
 Status ParseSeconds(std::string_view v, StartSettings* out) {
-  std::string s(v);
-  char* end = nullptr;
-  errno = 0;
-  double x = std::strtod(s.c_str(), &end);
-  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || !std::isfinite(x) || x <= 0 || x > 86400)
-    return Bad(kEnvFlightRecorder, v, "not a number of seconds above 0 and at most 86400");
-  out->flight_recorder_seconds = x;
+  if (v.empty() || v.size() > 5 || v.find_first_not_of("0123456789") != std::string_view::npos ||
+      std::atoi(std::string(v).c_str()) < 1 || std::atoi(std::string(v).c_str()) > 86400)
+    return Bad(kEnvFlightRecorder, v, "not a whole number of seconds from 1 to 86400");
+  out->flight_recorder_seconds = std::atoi(std::string(v).c_str());
   return Status::Ok();
 }
 
@@ -105,9 +101,6 @@ Status ParseStartSettings(const std::function<const char*(const char*)>& get, St
   }
   if (const char* v = value(kEnvFlightRecorder)) {
     if (Status s = ParseSeconds(v, out); !s.ok()) return s;
-    if (!out->trace_dir.empty())
-      return Bad(kEnvFlightRecorder, v,
-                 std::string("cannot be combined with ") + kEnvTraceDir + " (a trace from start to exit)");
   }
   return Status::Ok();
 }
@@ -117,7 +110,26 @@ Started StartFromSettings(const StartSettings& s) {
   StartedState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   st.pid = getpid();
-  if (!s.trace_dir.empty()) {
+  if (s.flight_recorder_seconds > 0) {
+    // The flight recorder is a trace in ring-buffer mode: dumps (and the exit)
+    // write its last window under the trace dir, by default a temporary one.
+    std::string dir = s.trace_dir;
+    if (dir.empty()) {
+      std::error_code ec;
+      dir = (std::filesystem::temp_directory_path(ec) / "spyglass-flight-recorder").string();
+    }
+    profiler::TraceOptions t;
+    t.create_perfetto_trace = true;
+    t.profiler_options = s.options;
+    t.profiler_options.ring_buffer_seconds = static_cast<uint64_t>(s.flight_recorder_seconds);
+    if (Status r = profiler::start_trace(dir, t); r.ok()) {
+      st.started.flight_recorder = true;
+      Say("flight recorder on, keeping the last " + std::to_string(t.profiler_options.ring_buffer_seconds) +
+          " s; dumps go to " + dir + "/plugins/profile/");
+    } else {
+      Say("cannot start the flight recorder (" + std::string(kEnvFlightRecorder) + "): " + r.message());
+    }
+  } else if (!s.trace_dir.empty()) {
     profiler::TraceOptions t;
     t.create_perfetto_trace = true;
     t.profiler_options = s.options;
@@ -125,9 +137,6 @@ Started StartFromSettings(const StartSettings& s) {
       st.started.trace = true;
     else
       Say("cannot start the trace (" + std::string(kEnvTraceDir) + "): " + r.message());
-  }
-  if (s.flight_recorder_seconds > 0) {
-    Say(std::string(kEnvFlightRecorder) + ": the flight recorder is not in this build; not recording");
   }
   if (s.server) {
     profiler::ServerOptions o;
@@ -148,12 +157,13 @@ void StopStarted() {
   StartedState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.pid != getpid()) return;  // a forked child: the parent's session and server are not its own
-  if (st.started.trace) {
-    st.started.trace = false;
+  if (st.started.trace || st.started.flight_recorder) {
+    const char* what = st.started.trace ? "trace" : "flight recorder's last window";
+    st.started.trace = st.started.flight_recorder = false;
     Status r = profiler::stop_trace();
     std::string dir = profiler::last_trace_files().run_dir;
     if (r.ok())
-      Say("trace written to " + dir);
+      Say(std::string(what) + " written to " + dir);
     else if (r.code() != StatusCode::kFailedPrecondition)  // stopped by the program itself
       Say("cannot write the trace: " + r.message());
   }

@@ -4,7 +4,10 @@
 //
 //   SPYGLASS_TRACE_DIR=DIR           a trace from start to exit, written under DIR
 //   SPYGLASS_SERVER_PORT=[ADDR:]PORT the profiler server (127.0.0.1 unless ADDR)
-//   SPYGLASS_FLIGHT_RECORDER=SECONDS the flight recorder, keeping the last SECONDS
+//   SPYGLASS_FLIGHT_RECORDER=SECONDS the flight recorder (a trace in ring-buffer mode),
+//                                    keeping the last SECONDS; its dumps and its
+//                                    last window at exit go to SPYGLASS_TRACE_DIR
+//                                    (default <tmp>/spyglass-flight-recorder)
 //   SPYGLASS_OPTIONS=key=value,...   ProfileOptions fields and advanced keys
 //
 // A bad value is one line on stderr and nothing is started: the program runs
@@ -29,7 +32,7 @@ struct StartSettings {
   bool server = false;
   std::string server_address = "127.0.0.1";
   int server_port = 0;  // 0: a free port (printed)
-  double flight_recorder_seconds = 0;
+  int flight_recorder_seconds = 0;
   profiler::ProfileOptions options;  // the base (Python: python_tracer_level=1) plus SPYGLASS_OPTIONS
   bool empty() const { return trace_dir.empty() && !server && flight_recorder_seconds <= 0; }
 };

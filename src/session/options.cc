@@ -4,9 +4,14 @@
 #include <string>
 #include <string_view>
 
+#include <csignal>
+#include <string>
+
 #include "common/quote.h"
+#include "session/flight_recorder.h"
 #include "session/options_text.h"
 #include "spyglass/options.h"
+#include "trace/recorder.h"
 
 namespace spyglass::profiler {
 namespace {
@@ -47,6 +52,14 @@ constexpr KnownKey kKnownKeys[] = {
     {"gpu_num_chips_to_profile_per_task", ValueType::kInt},
     {"spyglass_buffer_bytes_per_thread", ValueType::kInt},
     {"spyglass_buffer_bytes_total", ValueType::kInt},
+    // Flight recorder (options.h, README).
+    {"spyglass_ring_buffer_seconds", ValueType::kInt},
+    {"spyglass_ring_buffer_bytes", ValueType::kInt},
+    {"spyglass_dump_signal", ValueType::kString},
+    {"spyglass_dump_if_step_slower_than_ms", ValueType::kInt},
+    {"spyglass_dump_on_crash", ValueType::kBool},
+    // A capture request: reply with the running flight recorder's ring.
+    {"spyglass_flight_recorder", ValueType::kBool},
 };
 
 const char* TypeName(ValueType t) {
@@ -168,7 +181,62 @@ Status ValidateOptions(const ProfileOptions& o) {
   }
   if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)
     return InvalidArgumentError("buffer bounds must be positive");
-  return Status::Ok();
+  session::FlightRecorderConfig ring;
+  return session::ResolveFlightRecorder(o, &ring);
 }
 
 }  // namespace spyglass::profiler
+
+namespace spyglass::session {
+namespace {
+
+// Signals a user may choose for dumps: none that the kernel sends for a
+// fault or that stops or kills the process.
+int ParseDumpSignal(const std::string& name) {
+  if (name == "SIGUSR1") return SIGUSR1;
+  if (name == "SIGUSR2") return SIGUSR2;
+  if (name == "SIGHUP") return SIGHUP;
+  if (name.rfind("SIGRTMIN+", 0) == 0 && name.size() > 9 && name.size() <= 11) {
+    int n = 0;
+    for (char c : name.substr(9)) {
+      if (c < '0' || c > '9') return -1;
+      n = n * 10 + (c - '0');
+    }
+    return SIGRTMIN + n <= SIGRTMAX ? SIGRTMIN + n : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status ResolveFlightRecorder(const profiler::ProfileOptions& o, FlightRecorderConfig* out) {
+  *out = FlightRecorderConfig{};
+  auto num = [&](const char* key, uint64_t fallback) {
+    auto it = o.advanced_configuration.find(key);
+    return it != o.advanced_configuration.end() && it->second.is_int() ? static_cast<uint64_t>(it->second.as_int())
+                                                                       : fallback;
+  };
+  out->seconds = num("spyglass_ring_buffer_seconds", o.ring_buffer_seconds);
+  out->bytes = num("spyglass_ring_buffer_bytes", o.ring_buffer_bytes);
+  out->slow_step_ms = num("spyglass_dump_if_step_slower_than_ms", 0);
+  if (auto it = o.advanced_configuration.find("spyglass_dump_on_crash");
+      it != o.advanced_configuration.end() && it->second.is_bool())
+    out->dump_on_crash = it->second.as_bool();
+  if (auto it = o.advanced_configuration.find("spyglass_dump_signal");
+      it != o.advanced_configuration.end() && it->second.is_string() && !it->second.as_string().empty()) {
+    out->dump_signal = ParseDumpSignal(it->second.as_string());
+    if (out->dump_signal < 0)
+      return InvalidArgumentError("advanced_configuration key 'spyglass_dump_signal' must be SIGUSR1, SIGUSR2, "
+                                  "SIGHUP or SIGRTMIN+<n>; got " + QuoteInput(it->second.as_string()));
+  }
+  if (out->seconds == 0) return Status::Ok();
+  if (out->seconds > 24 * 3600)
+    return InvalidArgumentError("ring_buffer_seconds must be at most 86400 (one day), got " +
+                                std::to_string(out->seconds));
+  if (out->bytes < 2 * internal::kChunkBytes)
+    return InvalidArgumentError("ring_buffer_bytes must be at least " + std::to_string(2 * internal::kChunkBytes) +
+                                " (two buffer chunks), got " + std::to_string(out->bytes));
+  return Status::Ok();
+}
+
+}  // namespace spyglass::session

@@ -10,6 +10,7 @@
 
 #include "export/export.h"
 #include "export/log_dir.h"
+#include "session/flight_recorder.h"
 #include "sinks/perfetto_link.h"
 #include "session/session.h"
 #include "spyglass/profiler.h"
@@ -82,6 +83,16 @@ Status start_trace(const std::string& log_dir, const TraceOptions& options) {
   // A remote capture holds the same process-wide lock.
   if (Status status = session::Session::Create(options.profiler_options, kAlreadyStarted, &s); !status.ok())
     return status;
+  session::FlightRecorderConfig ring;
+  (void)session::ResolveFlightRecorder(options.profiler_options, &ring);  // validated by Create
+  if (ring.seconds > 0) {
+    if (Status t = session::StartFlightRecorderTriggers(log_dir, ring); !t.ok()) {
+      model::Space discarded;
+      session::SessionSummary summary;
+      (void)s->Stop(&discarded, &summary);
+      return t;
+    }
+  }
   st.session = std::move(s);
   st.log_dir = log_dir;
   st.options = options;
@@ -92,6 +103,8 @@ Status stop_trace() {
   ApiState& st = state();
   TraceOptions options;
   TraceFiles files;
+  // Before the lock: the dump thread it joins may be waiting for it.
+  session::StopFlightRecorderTriggers();
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (!st.session) return FailedPreconditionError("No profile started");
@@ -123,6 +136,33 @@ Status export_last_trace(const std::string& log_dir, const TraceOptions& options
   }
   return ServeLinkIfAsked(options, files);
 }
+
+Status dump_flight_recorder(const std::string& log_dir) {
+  ApiState& st = state();
+  std::string dir;
+  TraceOptions options;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.session || !session::FlightRecorderActive())
+      return FailedPreconditionError("no flight recorder runs in this process (start_trace with "
+                                     "ProfileOptions::ring_buffer_seconds > 0)");
+    dir = log_dir.empty() ? st.log_dir : log_dir;
+    options = st.options;
+  }
+  // Outside the lock: the recorder runs on, and stop_trace may come (then
+  // the snapshot fails cleanly).
+  model::Space space;
+  if (Status s = session::Session::SnapshotFlightRecorder(&space); !s.ok()) return s;
+  options.profiler_options.session_id.clear();  // every dump is a run of its own
+  options.create_perfetto_link = false;
+  TraceFiles files;
+  if (Status s = Export(space, dir, options, &files); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.last_files = files;
+  return Status::Ok();
+}
+
+bool flight_recorder_active() { return session::FlightRecorderActive(); }
 
 TraceFiles last_trace_files() {
   std::lock_guard<std::mutex> lock(state().mu);

@@ -7,6 +7,9 @@ libspyglass and starts nothing itself). Fails, never skips.
     env_server_jax_collect  ... and `python -m jax.collect_profile` (the real peer)
     env_bad_values          each bad value: one line on stderr, the program runs on, nothing written
     env_spyglass_run        `spyglass run --trace / --server / --options` on the same program
+    env_flight_recorder     SPYGLASS_FLIGHT_RECORDER + SERVER_PORT: `spyglass collect --flight-recorder`
+                            fetches the ring, and the exit writes the last window; `spyglass run
+                            --flight-recorder` the same
 """
 import glob
 import gzip
@@ -16,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def fail(msg):
@@ -194,6 +198,40 @@ def spyglass_run_case(prog, cli):
   print("PASS: spyglass run --trace / --server / bad flags")
 
 
+def flight_recorder_case(prog, cli):
+  d = tempfile.mkdtemp(prefix="sg-env-flight-")
+  p = start_program(prog, env_with(SPYGLASS_FLIGHT_RECORDER="2", SPYGLASS_TRACE_DIR=d, SPYGLASS_SERVER_PORT="0"))
+  try:
+    line = p.stderr.readline()
+    if f"spyglass: flight recorder on, keeping the last 2 s; dumps go to {d}/plugins/profile/" not in line:
+      fail(f"no flight recorder line: {line!r}")
+    port = server_port(p)
+    c = tempfile.mkdtemp(prefix="sg-env-flight-collect-")
+    time.sleep(0.3)  # a few steps recorded first
+    r = subprocess.run([cli, "collect", str(port), "--flight-recorder", "--log_dir", c, "--no_perfetto_link"],
+                       capture_output=True, text=True, timeout=90)
+    if r.returncode != 0:
+      fail(f"spyglass collect --flight-recorder exited {r.returncode}: {r.stderr}")
+    check_steps(trace_json_events(c), "collect --flight-recorder")
+  finally:
+    out, err = finish(p)
+  if f"spyglass: flight recorder's last window written to {d}/plugins/profile/" not in err:
+    fail(f"the exit did not write the last window: {err!r}")
+  events = trace_json_events(d)
+  check_steps(events, "the flight recorder's window at exit")
+  span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e6
+  if span > 2.5:
+    fail(f"the window at exit spans {span:.2f} s, more than its 2 s (+ the step in flight)")
+  r = run_timed([cli, "run", "--flight-recorder", "1", "--trace", d + "/run", "--", prog, "1.5"], env_with())
+  if r.returncode != 0 or "last window written to " + d + "/run/" not in r.stderr:
+    fail(f"spyglass run --flight-recorder: exit {r.returncode}, {r.stderr!r}")
+  events = trace_json_events(d + "/run")
+  span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e6
+  if span > 1.5:  # the window's events begin in its last second
+    fail(f"spyglass run --flight-recorder 1: the window spans {span:.2f} s")
+  print("PASS: the env-started flight recorder, fetched by collect and written at exit")
+
+
 def main():
   case, prog, cli = sys.argv[1:4]
   os.chdir(tempfile.mkdtemp(prefix="sg-env-cwd-"))
@@ -201,7 +239,8 @@ def main():
    "env_server_collect": lambda: collect_case(prog, cli, jax=False),
    "env_server_jax_collect": lambda: collect_case(prog, cli, jax=True),
    "env_bad_values": lambda: bad_values_case(prog, cli),
-   "env_spyglass_run": lambda: spyglass_run_case(prog, cli)}[case]()
+   "env_spyglass_run": lambda: spyglass_run_case(prog, cli),
+   "env_flight_recorder": lambda: flight_recorder_case(prog, cli)}[case]()
 
 
 if __name__ == "__main__":

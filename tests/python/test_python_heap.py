@@ -189,3 +189,28 @@ def test_numbers_agree_with_memray(tmp_path):
     assert key in theirs, theirs
     assert [sum(s["count"] for s in ours), sum(s["bytes"] for s in ours)] == theirs[key], (key, ours, theirs)
   assert f"make_temporary:{line_of('temporary')}" not in theirs
+
+
+def test_startup_module_hides_itself_and_chains(tmp_path):
+  """The startup module leaves sys.path as it was, runs the sitecustomize it
+  hides, and does nothing (no message) where the hook is not loaded."""
+  user = tmp_path / "user"
+  user.mkdir()
+  (user / "sitecustomize.py").write_text("print('USER SITECUSTOMIZE')\n")
+  probe = "import sys; print('ON PATH', any('spyglass_python_startup' in p for p in sys.path))"
+  env = memory_env(str(tmp_path / "mem"))
+  env["PYTHONPATH"] += os.pathsep + str(user)
+  p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0 and "USER SITECUSTOMIZE" in p.stdout and "ON PATH False" in p.stdout, (p.stdout, p.stderr)
+  assert glob.glob(str(tmp_path / "mem" / "memory.*.exit.prof")), p.stderr
+  # Without the hook: the module finds nothing to turn on, and says nothing.
+  del env["LD_PRELOAD"]
+  p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0 and "USER SITECUSTOMIZE" in p.stdout and p.stderr == "", (p.stdout, p.stderr)
+
+
+def test_bad_sample_bytes():
+  for bad in ("-5", "1e3", str((1 << 30) + 1)):
+    p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--sample-bytes", bad, SCRIPT], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--sample-bytes must be an integer" in p.stderr, (bad, p.stderr)

@@ -115,8 +115,13 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::perror("spyglass run: fork");
     return 2;
   }
+  // A Python interpreter without --memory: the spyglass package starts the
+  // settings at interpreter start (its spyglass-autostart.pth), with the
+  // Python tracer; libspyglass loaded by the hook would write a second run.
+  std::string prog = fs::path(command[0]).filename().string();
+  bool python = prog.rfind("python", 0) == 0 && prog.find_first_not_of("python0123456789.") == std::string::npos;
   if (pid == 0) {
-    setenv("LD_PRELOAD", preload.c_str(), 1);
+    if (memory || !python) setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("SPYGLASS_HEAP", memory ? "1" : "0", 1);
     if (memory) setenv("SPYGLASS_HEAP_PROFILE_DIR", dir.c_str(), 1);
     // This process, through its execs, is the program (a launcher that execs
