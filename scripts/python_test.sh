@@ -41,7 +41,9 @@ VENV=${SPYGLASS_VENV:-.venv-test}
 install_and_test "$VENV" python3 .
 
 for v in ${SPYGLASS_PYTHONS-3.10 3.13}; do
-  py=$(command -v "python$v" || ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+  # pyenv's own install first (its shims answer for the global version only).
+  py=$(ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$py" ] && command -v "python$v" >/dev/null && "python$v" -c '' 2>/dev/null; then py=$(command -v "python$v"); fi
   [ -n "$py" ] || { echo "python_test.sh: CPython $v not found (pyenv install $v, or set SPYGLASS_PYTHONS)" >&2; exit 1; }
   echo "== CPython $v ($py)"
   # Its own site-packages only: the system's are python3's.

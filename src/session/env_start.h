@@ -48,10 +48,10 @@ struct Started {
   int server_port = 0;  // 0: none
 };
 
-// Starts what `s` asks for (what fails is a line on stderr; the rest runs).
-// `who` prefixes the messages. StopStarted() ends it: the trace is written
-// (its directory printed), the server stopped. Both do nothing in a forked
-// child of the process that started.
+// Starts what `s` asks for (what fails is a line "spyglass: ..." on stderr;
+// the rest runs). StopStarted() ends it: the trace (or the flight recorder's
+// last window) is written and its directory printed, the server stopped. It
+// does nothing in a forked child of the process that started.
 Started StartFromSettings(const StartSettings& s);
 void StopStarted();
 

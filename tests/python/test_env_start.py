@@ -195,3 +195,13 @@ def test_python_m_spyglass_run_bad_flags(tmp_path):
     r = run_module(*flags, script)
     assert r.returncode == 2, (flags, r.stdout, r.stderr)
     assert "ARGS" not in r.stdout and r.stderr.startswith("python -m spyglass run: "), r.stderr
+
+
+def test_python_m_spyglass_run_flight_recorder(tmp_path):
+  script = write_script(tmp_path)
+  logs = str(tmp_path / "logs")
+  r = run_module("--flight-recorder", "5", "--trace", logs, script)
+  assert r.returncode == 0, r.stderr
+  assert "spyglass: flight recorder on, keeping the last 5 s; dumps go to " + logs in r.stderr
+  assert "spyglass: flight recorder's last window written to " + logs in r.stderr
+  check_script_functions(trace_events(logs))
