@@ -32,7 +32,11 @@
 //                                    .signal.raw when an allocation fails or a fatal
 //                                    signal arrives (crash_dump.h; `spyglass run`
 //                                    makes pprof of it). Near a cgroup memory limit
-//                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof.
+//                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof
+//                                    (the snapshot thread then runs from the start
+//                                    and polls the cgroup; SPYGLASS_HEAP_CGROUP_WATCH=0:
+//                                    not). In sampled mode only a failing allocation
+//                                    that is a sample is seen (the fast path).
 //   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
 //                                    (through its execs: a launcher script that
 //                                    execs its program profiles that program).
