@@ -28,9 +28,6 @@ allowed=(
   '^spyglass::internal::grow_slow\('
   '^spyglass::internal::add_arg\('
   '^spyglass::internal::step_was_slow\(\)$'
-  # Looked up with dlsym by the heap hook (libspyglass_heap.so):
-  '^spyglass_heap_start_trace$'
-  '^spyglass_heap_stop_trace$'
 )
 pattern=$(IFS='|'; echo "${allowed[*]}")
 extra=$(printf '%s\n' "$syms" | grep -Ev "$pattern" || true)
@@ -49,7 +46,7 @@ fi
 for need in 'spyglass::profiler::start_trace(' 'spyglass::profiler::stop_trace()' \
             'spyglass::profiler::start_server(' 'spyglass::internal::g_state' 'spyglass::internal::t_slot' \
             'spyglass::internal::bind_slow(' 'spyglass::internal::add_arg(' 'spyglass::Status::ToString' \
-            'spyglass::version()' 'spyglass_heap_start_trace' 'spyglass::profile::ProfileReader::Open(' \
+            'spyglass::version()' 'spyglass::profile::ProfileReader::Open(' \
             'spyglass::profile::ProfileReader::Scan(' 'spyglass::profile::ProfileData::plane(' \
             'typeinfo for spyglass::profile::ProfileVisitor' 'vtable for spyglass::profile::ProfileVisitor'; do
   printf '%s\n' "$syms" | grep -qF -- "$need" || fail "public symbol missing: $need"

@@ -115,7 +115,7 @@ class _State:
 _state = _State()
 
 
-class ProfileSession:
+class ProfileSession(contextlib.ContextDecorator):
   """A profiling session (jax.profiler.ProfileSession).
 
   ``start()`` ... ``stop()``, or a context manager. After ``stop()`` the
@@ -155,6 +155,7 @@ class ProfileSession:
       _state.session = self
     return self
 
+  @_spyglass._untraced
   def stop(self) -> Optional[ProfileData]:
     """Stops the session; returns its ProfileData (also ``profile_data``).
 
@@ -193,6 +194,7 @@ class ProfileSession:
   def __enter__(self) -> "ProfileSession":
     return self.start()
 
+  @_spyglass._untraced
   def __exit__(self, exc_type, exc_val, exc_tb) -> None:
     if self.is_running:  # stop() may have been called inside the block
       self.stop()
@@ -224,6 +226,9 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
                         perfetto_link_timeout_s=perfetto_link_timeout_s).start()
 
 
+# The stop path is not recorded by the Python tracer (its frames would be cut
+# by the stop and written as incomplete events).
+@_spyglass._untraced
 def stop_trace() -> Optional[ProfileData]:
   """Stops the running trace, writes its files (see start_trace) and returns its ProfileData."""
   with _state.lock:
@@ -249,17 +254,15 @@ def flight_recorder_active() -> bool:
   return _spyglass.flight_recorder_active()
 
 
-@contextlib.contextmanager
 def trace(log_dir=None, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
           profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
-  """Context manager yielding a started ProfileSession, stopped on exit (also on errors).
+  """Context manager (or decorator) giving a started ProfileSession, stopped on exit (also on errors).
 
-  ``log_dir=None`` keeps the trace in memory only: read it from the yielded
+  ``log_dir=None`` keeps the trace in memory only: read it from the
   session's ``profile_data`` after the block.
   """
-  with ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
-                      perfetto_link_timeout_s=perfetto_link_timeout_s) as session:
-    yield session
+  return ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
+                        perfetto_link_timeout_s=perfetto_link_timeout_s)
 
 
 def export_profile_data(profile_data: Union[ProfileData, ProfileSession], log_dir,

@@ -15,6 +15,8 @@
 
 #include <Python.h>
 
+#include "python_tracer.h"
+
 #include <cstring>
 #include <string_view>
 
@@ -103,6 +105,7 @@ bool Begin(AnnotationObject* self, PyObject* name, bool step, PyObject* const* k
   if (word == 0) return true;  // dropped (buffers full) or the session just ended
   self->word = word;
   self->tb = in::t_slot.buffer;
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerFollowAnnotation(reinterpret_cast<PyObject*>(self), name);
   if (step) {
     in::add_arg(word, "_r", in::ArgType::kInt64, 1, {});
     if (SPYGLASS_UNLIKELY(in::g_state.slow_step_ticks.load(std::memory_order_relaxed) != 0))
@@ -125,6 +128,7 @@ void End(AnnotationObject* self) {
   uint64_t word = self->word;
   if (word == 0) return;
   self->word = 0;
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerUnfollowAnnotation(reinterpret_cast<PyObject*>(self));
   // Only on the thread that began it (elsewhere it would close another event).
   if (SPYGLASS_LIKELY(in::t_slot.buffer == self->tb)) in::end(word);
   if (SPYGLASS_UNLIKELY(self->step_begin != 0)) {
@@ -193,6 +197,8 @@ int StepInit(PyObject* self, PyObject* args, PyObject* kwargs) { return InitImpl
 void Dealloc(PyObject* obj) {
   // An event never exited stays open: it is closed at stop_trace and marked
   // incomplete (ending it here, at a random point, could close another one).
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations) && reinterpret_cast<AnnotationObject*>(obj)->word != 0)
+    PythonTracerUnfollowAnnotation(obj);
   PyTypeObject* type = Py_TYPE(obj);
   if (type == &g_annotation_type && g_free_count < kFreeListMax) {
     g_free_list[g_free_count++] = reinterpret_cast<AnnotationObject*>(obj);
@@ -240,6 +246,25 @@ PyMethodDef g_methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
+
+void AnnotationPause(PyObject* obj) {
+  auto* self = reinterpret_cast<AnnotationObject*>(obj);
+  if (self->word != 0 && in::t_slot.buffer == self->tb) in::end(self->word);
+  self->word = 0;
+}
+
+bool AnnotationResume(PyObject* obj, PyObject* name) {
+  auto* self = reinterpret_cast<AnnotationObject*>(obj);
+  Py_ssize_t n;
+  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  self->word = in::begin_copied(std::string_view(s, static_cast<size_t>(n)), kLevel);
+  self->tb = in::t_slot.buffer;
+  return self->word != 0;
+}
 
 bool IsAnnotationMethod(const PyMethodDef* ml) {
   return ml >= g_methods && ml < g_methods + sizeof(g_methods) / sizeof(g_methods[0]);

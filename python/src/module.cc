@@ -32,6 +32,8 @@
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
+#include "memory/run_summary.h"
+#include "session/env_start.h"
 #include "spyglass/profiler.h"
 
 namespace nb = nanobind;
@@ -144,6 +146,39 @@ nb::dict LastTraceStats() {
   return d;
 }
 
+// The SPYGLASS_* settings (session/env_start.h), from the environment
+// (`settings` None) or from `python -m spyglass run`'s flags (a dict of the
+// same names), started in this process with the Python tracer on unless
+// SPYGLASS_OPTIONS says python_tracer_level=0. Bad values raise
+// InvalidArgumentError with the one-line message; nothing is started then.
+nb::dict StartFromSettings(nb::handle settings) {
+  session::StartSettings s;
+  s.options.python_tracer_level = 1;  // as the package's ProfileOptions (JAX)
+  std::map<std::string, std::string> given;
+  if (!settings.is_none()) given = nb::cast<std::map<std::string, std::string>>(settings);
+  auto get = [&](const char* name) -> const char* {
+    if (settings.is_none()) return std::getenv(name);
+    auto it = given.find(name);
+    return it == given.end() ? nullptr : it->second.c_str();
+  };
+  Check(session::ParseStartSettings(get, &s));
+  session::Started started;
+  {
+    nb::gil_scoped_release release;  // the Python tracer's start takes the GIL under the core's locks
+    started = session::StartFromSettings(s);
+  }
+  nb::dict d;
+  d["trace"] = started.trace;
+  d["flight_recorder"] = started.flight_recorder;
+  d["server_port"] = started.server_port;
+  return d;
+}
+
+void StopStarted() {
+  nb::gil_scoped_release release;
+  session::StopStarted();
+}
+
 }  // namespace
 }  // namespace spyglass::python
 
@@ -230,6 +265,15 @@ NB_MODULE(_spyglass, m) {
   }, "log_dir"_a = "");
   m.def("flight_recorder_active", [] { return profiler::flight_recorder_active(); });
   m.def("last_trace_files", &LastTraceFiles);
+  // python -m spyglass run (memory): the directory before the run, and the
+  // summary after it (memory/run_summary.h, as `spyglass run` prints it).
+  m.def("_memory_dir_listing", [](const std::string& dir) { return memory::ListDir(dir); });
+  m.def(
+      "_memory_run_summary",
+      [](const std::string& dir, long pid, bool signaled, int code, const memory::DirListing& before) {
+        return memory::SummarizeRun(dir, pid, {signaled, code}, before);
+      },
+      "dir"_a, "pid"_a, "signaled"_a, "code"_a, "before"_a);
   m.def("last_trace_stats", &LastTraceStats);
   m.def("set_metadata", [](const std::string& k, const std::string& v) { profiler::set_metadata(k, v); });
   m.def("clear_metadata", [] { profiler::clear_metadata(); });
@@ -247,6 +291,10 @@ NB_MODULE(_spyglass, m) {
     if (PyErr_Occurred()) throw nb::python_error();
     Check(s);
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
+  m.def("_start_from_settings", &StartFromSettings, "settings"_a = nb::none());
+  m.def("_stop_started", &StopStarted);
+  m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
+        "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
   // spyglass.analysis: the summary and diff of the CLI, as JSON for json.loads.
   m.def("_summary_json", [](const std::string& run, size_t top, const std::string& thread,

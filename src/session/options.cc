@@ -1,4 +1,7 @@
 // Validation of ProfileOptions: levels and advanced_configuration keys.
+#include <cerrno>
+#include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include <csignal>
@@ -6,6 +9,7 @@
 
 #include "common/quote.h"
 #include "session/flight_recorder.h"
+#include "session/options_text.h"
 #include "spyglass/options.h"
 #include "trace/recorder.h"
 
@@ -79,7 +83,76 @@ Status CheckLevel(const char* name, int value, int max) {
   return Status::Ok();
 }
 
+const KnownKey* FindKey(std::string_view key) {
+  for (const KnownKey& k : kKnownKeys)
+    if (k.name == key) return &k;
+  return nullptr;
+}
+
+bool ParseBool(std::string_view v, bool* out) {
+  if (v == "1" || v == "true" || v == "True" || v == "yes") return *out = true, true;
+  if (v == "0" || v == "false" || v == "False" || v == "no") return *out = false, true;
+  return false;
+}
+
+bool ParseInt(std::string_view v, int64_t* out) {
+  if (v.empty() || v.size() > 19) return false;
+  for (char c : v)
+    if (c < '0' || c > '9') return false;
+  errno = 0;
+  long long x = std::strtoll(std::string(v).c_str(), nullptr, 10);
+  if (errno != 0) return false;
+  *out = x;
+  return true;
+}
+
 }  // namespace
+
+Status SetOptionFromText(std::string_view key, std::string_view value, ProfileOptions* o) {
+  auto bad = [&](const char* what) {
+    return InvalidArgumentError("option " + QuoteInput(key) + " takes " + what + ", got " + QuoteInput(value));
+  };
+  int64_t i = 0;
+  bool b = false;
+  if (key == "host_tracer_level" || key == "python_tracer_level" || key == "device_tracer_level") {
+    if (!ParseInt(value, &i) || i > 3) return bad("a level (0-3)");
+    int& field = key == "host_tracer_level"     ? o->host_tracer_level
+                 : key == "python_tracer_level" ? o->python_tracer_level
+                                                : o->device_tracer_level;
+    field = static_cast<int>(i);
+    return Status::Ok();
+  }
+  if (key == "buffer_bytes_per_thread" || key == "buffer_bytes_total") {
+    if (!ParseInt(value, &i) || i == 0) return bad("a positive number of bytes");
+    (key == "buffer_bytes_total" ? o->buffer_bytes_total : o->buffer_bytes_per_thread) = static_cast<uint64_t>(i);
+    return Status::Ok();
+  }
+  if (key == "session_id") {
+    o->session_id = std::string(value);
+    return Status::Ok();
+  }
+  const KnownKey* k = FindKey(key);
+  if (k == nullptr) {
+    std::string list = "host_tracer_level, python_tracer_level, device_tracer_level, session_id, "
+                       "buffer_bytes_per_thread, buffer_bytes_total";
+    for (const KnownKey& known : kKnownKeys) list += ", " + std::string(known.name);
+    return InvalidArgumentError("unknown option " + QuoteInput(key) + " (known: " + list + ")");
+  }
+  switch (k->type) {
+    case ValueType::kBool:
+      if (!ParseBool(value, &b)) return bad("true or false");
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(b));
+      break;
+    case ValueType::kInt:
+      if (!ParseInt(value, &i)) return bad("a non-negative integer");
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(i));
+      break;
+    case ValueType::kString:
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(std::string(value)));
+      break;
+  }
+  return Status::Ok();
+}
 
 Status ValidateOptions(const ProfileOptions& o) {
   if (Status s = CheckLevel("host_tracer_level", o.host_tracer_level, 3); !s.ok()) return s;

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   spyglass::cli::AddMemoryCommands(app);
   spyglass::cli::AddSummaryCommands(app);
   spyglass::cli::AddReportCommand(app);
+  spyglass::cli::AddRunCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
