@@ -255,6 +255,70 @@ void BM_Session_StepTraceAnnotation(benchmark::State& state) {
 }
 BENCHMARK(BM_Session_StepTraceAnnotation);
 
+// ---- flight recorder: the ring overwriting its oldest events ----------------------------
+//
+// A 4 MiB ring (kRingLimits) fills within the first ~170k events and then
+// overwrites all the run long (the steady state of a flight recorder), with
+// no pauses. At the end, held + overwritten events must be every iteration.
+
+const si::RecorderLimits kRingLimits{4 * kMiB, 4 * kMiB, true};
+
+struct RingRun {
+  uint64_t word = 0;
+};
+RingRun* g_ring = nullptr;
+
+void ring_setup(benchmark::State& state) {
+  if (state.thread_index() != 0) return;
+  g_ring = new RingRun;
+  g_ring->word = si::recorder_start(prof::kLevelCritical, kRingLimits);
+}
+
+void ring_teardown(benchmark::State& state) {
+  if (state.thread_index() != 0) return;
+  si::recorder_stop();
+  Tally t;
+  uint64_t overwritten = 0;
+  std::vector<si::RawThread> threads = si::recorder_collect(g_ring->word);
+  for (const si::RawThread& th : threads) {
+    t.dropped += th.dropped;
+    overwritten += th.overwritten;
+    for (size_t i = 0; i < th.spans.size(); ++i) {
+      count_records(th.spans[i].first, th.spans[i].second, t);
+      if (i < th.owned_spans) si::recorder_free_chunk(th.spans[i].first);
+    }
+  }
+  si::recorder_release(g_ring->word);
+  uint64_t iterations = static_cast<uint64_t>(state.iterations()) * static_cast<uint64_t>(state.threads());
+  state.counters["overwritten"] = static_cast<double>(overwritten);
+  if (t.begins + overwritten != iterations || t.dropped != 0)
+    state.SkipWithError(("ring held " + std::to_string(t.begins) + " + overwrote " + std::to_string(overwritten) +
+                         " events for " + std::to_string(iterations) + " iterations, dropped " +
+                         std::to_string(t.dropped))
+                            .c_str());
+  delete g_ring;
+  g_ring = nullptr;
+}
+
+void BM_Ring_Static(benchmark::State& state) {
+  ring_setup(state);  // the threads start the loop together, after it
+  for (auto _ : state) {
+    prof::TraceAnnotation a("name");
+  }
+  ring_teardown(state);
+}
+BENCHMARK(BM_Ring_Static)->Threads(1)->Threads(2);
+
+void BM_Ring_StepTraceAnnotation(benchmark::State& state) {
+  ring_setup(state);
+  int64_t step = 0;
+  for (auto _ : state) {
+    prof::StepTraceAnnotation a("train", step++);
+  }
+  ring_teardown(state);
+}
+BENCHMARK(BM_Ring_StepTraceAnnotation);
+
 // ---- naive baseline ------------------------------------------------------------------
 
 struct NaiveEvent {
@@ -346,6 +410,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double nl1 = get("BM_Naive_MutexVector_LongName/threads:1");
     double nl2 = get("BM_Naive_MutexVector_LongName/threads:2");
     double ns_static = get("BM_NoSession_Static");
+    double ring1 = get("BM_Ring_Static/threads:1");
+    double ring2 = get("BM_Ring_Static/threads:2");
+    double step = get("BM_Session_StepTraceAnnotation");
+    double ring_step = get("BM_Ring_StepTraceAnnotation");
     double ns_dyn = get("BM_NoSession_Dynamic");
     std::printf("\nSummary (CPU ns per event):\n");
     std::printf("  floor (now_ticks x2)                 %7.2f\n", floor);
@@ -359,6 +427,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::printf("  ratio naive / session, long name     %7.2f   (goal >= 5), with 2 threads %.2f\n", nl1 / sl1,
                 nl2 / sl2);
     std::printf("  ratio session static 2 thr / 1 thr   %7.2f   (goal <= 1: per-event cost not worse)\n", st2 / st1);
+    std::printf("  flight recorder ring, 1 / 2 threads  %7.2f / %.2f   (overwriting a 4 MiB ring)\n", ring1, ring2);
+    std::printf("  ratio ring / session static          %7.2f   (goal ~1), with 2 threads %.2f\n", ring1 / st1,
+                ring2 / st2);
+    std::printf("  step: session %.2f, ring %.2f   ratio %.2f\n", step, ring_step, ring_step / step);
   }
 
  private:

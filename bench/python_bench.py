@@ -12,7 +12,8 @@ Markdown table (the BENCHMARKS.md "## Python" section):
    the empty loop: no trace running, and a trace running (python tracer off,
    so only the annotation is recorded). Best of several repeats.
 2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
-   methods, builtins) timed bare, then under Spyglass (python_tracer_level=1),
+   methods, builtins) timed bare, then under Spyglass (python_tracer_level=1;
+   on 3.12+ sys.monitoring, and the profile-function hook beside it),
    jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare.
 3. stop_trace time after 1,000,000 annotations (export of the files).
 """
@@ -92,7 +93,7 @@ timed()  # warm-up
 bare = min(timed() for _ in range(3))
 runs = []
 for _ in range(3):
-    if impl == "spyglass":
+    if impl.startswith("spyglass"):  # spyglass-setprofile: SPYGLASS_PYTHON_TRACER=setprofile (set by the parent)
         import spyglass.profiler as profiler
         o = profiler.ProfileOptions(); o.python_tracer_level = 1
         profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
@@ -140,8 +141,8 @@ def have(module):
   return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
-def child(code, *args):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+def child(code, *args, **extra_env):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **extra_env)
   p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env)
   if p.returncode != 0:
     sys.stderr.write(p.stderr[-3000:])
@@ -162,8 +163,12 @@ def main():
   results = {"annotation": {}, "tracer": {}, "export": {}}
   for impl in impls:
     results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
-  for impl in impls + (["viztracer"] if have("viztracer") else []):
-    results["tracer"][impl] = child(CHILD_TRACER, impl, scale)
+  # On 3.12+ Spyglass records through sys.monitoring; the profile-function
+  # hook (the one before 3.12) is measured beside it.
+  tracers = impls[:1] + (["spyglass-setprofile"] if sys.version_info >= (3, 12) else []) + impls[1:]
+  for impl in tracers + (["viztracer"] if have("viztracer") else []):
+    extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
+    results["tracer"][impl] = child(CHILD_TRACER, impl, scale, **extra)
   for impl in impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
@@ -185,8 +190,10 @@ def main():
   print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
   print("| tracer | bare (ms) | traced (ms) | slowdown |")
   print("|---|---|---|---|")
-  for impl, label in [("spyglass", "Spyglass python_tracer_level=1"), ("jax", "jax.profiler python_tracer_level=1"),
-                      ("viztracer", "viztracer")]:
+  hook = "sys.monitoring" if sys.version_info >= (3, 12) else "profile function"
+  for impl, label in [("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
+                      ("spyglass-setprofile", "Spyglass, profile function (SPYGLASS_PYTHON_TRACER=setprofile)"),
+                      ("jax", "jax.profiler python_tracer_level=1"), ("viztracer", "viztracer")]:
     r = t.get(impl)
     if impl in t:
       print(f"| {label} | {fmt(r and r['bare_s'] * 1e3, '.1f')} | {fmt(r and r['traced_s'] * 1e3, '.1f')} | "

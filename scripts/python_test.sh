@@ -4,13 +4,50 @@
 # scripts/setup.sh or earlier runs are reused, not downloaded again), and the
 # wheel build keeps its CMake build dir (build-wheel/, see pyproject.toml), so
 # a second run only rebuilds what changed.
+#
+# Every Python: the full suite runs on the default python3 (3.11); then the
+# package is built, installed and tested on the oldest and newest CPython we
+# support (3.10, 3.13; from pyenv or PATH) in venvs of their own, with the
+# suite less the real-peer tests (jax, xprof, memray: installed for python3 only).
+# With ccache (scripts/setup.sh installs it for the tests) and CCACHE_BASEDIR
+# at the repository, those builds reuse the C++ core compiled for the first
+# one: only the extension's Python-dependent files compile again.
+#   SPYGLASS_PYTHONS="3.10 3.13"   the extra versions (empty: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
+export CCACHE_BASEDIR=$ROOT
+build_args=()
+if command -v ccache >/dev/null; then
+  build_args+=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+               --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+
+# install_and_test VENV PYTHON [pytest args...]
+install_and_test() {
+  local venv=$1 py=$2
+  shift 2
+  [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy protobuf
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "${build_args[@]}" .
+  # Run from outside the source tree so that `import spyglass` is the installed package.
+  (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
+}
+
 VENV=${SPYGLASS_VENV:-.venv-test}
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy jax xprof
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation .
-# Run from outside the source tree so that `import spyglass` is the installed package.
-cd tests/python
-"../../$VENV/bin/python" -m pytest -q -p no:cacheprovider .
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check jax xprof memray
+install_and_test "$VENV" python3 .
+
+for v in ${SPYGLASS_PYTHONS-3.10 3.13}; do
+  # pyenv's own install first (its shims answer for the global version only).
+  py=$(ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$py" ] && command -v "python$v" >/dev/null && "python$v" -c '' 2>/dev/null; then py=$(command -v "python$v"); fi
+  [ -n "$py" ] || { echo "python_test.sh: CPython $v not found (pyenv install $v, or set SPYGLASS_PYTHONS)" >&2; exit 1; }
+  echo "== CPython $v ($py)"
+  # Its own site-packages only: the system's are python3's.
+  venv=.venv-test-py${v/./}
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+  install_and_test "$venv" "$py" -k "not jax and not memray" --ignore=test_jax_compat.py --ignore=test_xprof_and_processes.py .
+done

@@ -2,8 +2,8 @@
 # Installs what building and testing Spyglass needs on Debian 12: compilers and
 # libraries from Debian, the real peers (xprof) from PyPI. Idempotent.
 #   bash scripts/setup.sh            what building and the demo need
-#   bash scripts/setup.sh --browser  also the browser-side peers the tests run
-#                                    (Debian's chromium, pinned npm packages)
+#   bash scripts/setup.sh --browser  also the peers only the tests run
+#                                    (Debian's chromium and heaptrack, pinned npm packages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 browser=false
@@ -14,7 +14,11 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
       zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       python3 python3-pip libdw-dev libunwind-dev golang-go)
-$browser && pkgs+=(chromium nodejs)
+# Peers only the tests run (the flag's name is historical): chromium, Node.js,
+# heaptrack (memory_peak_test and BENCHMARKS.md "Memory" compare with it), and
+# ccache, which lets scripts/python_test.sh build the package for each CPython
+# without compiling the C++ core again.
+$browser && pkgs+=(chromium nodejs heaptrack ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -24,6 +28,8 @@ fi
 # The real peers that tests run: XProf's converter and capture route, JAX's
 # collect_profile and profiler server.
 python3 -c 'import xprof, jax' 2>/dev/null || python3 -m pip install -q xprof jax
+# memray: the peer of the Python memory profiles (tests/python/test_python_heap.py).
+python3 -c 'import memray' 2>/dev/null || python3 -m pip install -q memray
 if $browser; then
   # npm comes with the machine's Node.js; Debian's own nodejs needs its npm package.
   command -v npm >/dev/null || { $SUDO apt-get update -q; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q npm; }

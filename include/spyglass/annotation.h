@@ -144,6 +144,9 @@ class TraceAnnotation {
 // Marks one step of a training/serving loop: XProf groups everything under it
 // and names the step "<name> <step_num>". Adds the TraceMe stat _r=1 before
 // the user's arguments, as jax.profiler.StepTraceAnnotation does.
+//
+// With a flight recorder whose spyglass_dump_if_step_slower_than_ms is set, a
+// step that took longer asks for a dump of the ring when it ends.
 class StepTraceAnnotation : public TraceAnnotation {
  public:
   StepTraceAnnotation(StaticName name, int64_t step_num, Args args = {}) : TraceAnnotation(NoBegin{}) {
@@ -155,13 +158,26 @@ class StepTraceAnnotation : public TraceAnnotation {
     word_ = internal::begin_copied(std::string_view(name), kLevelCritical);
     if (SPYGLASS_UNLIKELY(word_ != 0)) record_step(step_num, args);
   }
+  ~StepTraceAnnotation() {
+    if (SPYGLASS_UNLIKELY(begin_ticks_ != 0)) end_step();
+  }
 
  private:
-  void record_step(int64_t step_num, Args args) const {
+  void record_step(int64_t step_num, Args args) {
     Arg("_r", int64_t{1}).record(word_);
     Arg("step_num", step_num).record(word_);
     record(args);
+    if (SPYGLASS_UNLIKELY(internal::g_state.slow_step_ticks.load(std::memory_order_relaxed) != 0))
+      begin_ticks_ = internal::now_ticks();
   }
+  // The step's end is recorded before the dump is asked for, so it is in it.
+  void end_step() {
+    internal::end(word_);
+    word_ = 0;
+    uint64_t limit = internal::g_state.slow_step_ticks.load(std::memory_order_relaxed);
+    if (limit != 0 && internal::now_ticks() - begin_ticks_ > limit) internal::step_was_slow();
+  }
+  uint64_t begin_ticks_ = 0;
 };
 
 // An argument that owns its key and value, for annotations kept around

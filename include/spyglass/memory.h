@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "spyglass/api.h"
 #include "spyglass/status.h"
@@ -121,6 +122,30 @@ struct TrackingStats {
   uint64_t dropped_functions = 0;   // explicit frames recorded as "<unknown>": function-table bound reached
 };
 SPYGLASS_API TrackingStats tracking_stats();
+
+// The live set at the high-water mark of live bytes, per device: for each
+// device selected by `backend` (as device_memory_profile: "" = all, "gpu" =
+// every "gpu:N", "gpu:1"), what was alive, with its stacks, at the moment that
+// device's live bytes were highest since the process started (or forked), as
+// gzipped pprof in the same form as device_memory_profile. No snapshot is
+// taken at each new peak: each call site keeps its live bytes and count, and
+// the values at the peak are kept lazily (the first change of a site after a
+// new peak saves the value it had). Exact in a single-threaded program; with
+// threads a site may be off by the allocations other threads were making at
+// the instant of the peak. A comment line per device gives the peak in bytes
+// (`go tool pprof -comments`; device_memory_profile's carry it too). The heap hook writes it at exit as
+// memory.<pid>.<comm>.peak.prof.
+SPYGLASS_API Status peak_memory_profile(std::string* out, std::string_view backend = "");
+// The same bytes written to `path` (overwritten).
+SPYGLASS_API Status save_peak_profile(const std::string& path, std::string_view backend = "");
+
+// Live bytes now and their high-water mark, per device name ("cpu:0", "gpu:1").
+struct DeviceMemory {
+  std::string device;
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+SPYGLASS_API std::vector<DeviceMemory> device_memory();
 
 }  // namespace spyglass::memory
 

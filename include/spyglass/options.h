@@ -59,6 +59,18 @@ struct ProfileOptions {
   // "spyglass_buffer_bytes_per_thread" / "spyglass_buffer_bytes_total".
   uint64_t buffer_bytes_per_thread = 256ull << 20;
   uint64_t buffer_bytes_total = 1ull << 30;
+
+  // Flight recorder (ring-buffer mode), on when ring_buffer_seconds > 0: the
+  // session records continuously into at most ring_buffer_bytes of buffers,
+  // overwriting its oldest events (the count overwritten is kept and shown),
+  // and dump_flight_recorder (profiler.h) writes the last ring_buffer_seconds
+  // as a normal run without stopping it; stop_trace writes them too. Also
+  // settable as advanced keys "spyglass_ring_buffer_seconds" /
+  // "spyglass_ring_buffer_bytes". Other triggers are advanced keys:
+  // "spyglass_dump_signal" (e.g. "SIGUSR1"), "spyglass_dump_if_step_slower_than_ms",
+  // "spyglass_dump_on_crash" (default true); see README.
+  uint64_t ring_buffer_seconds = 0;
+  uint64_t ring_buffer_bytes = 64ull << 20;
 };
 
 // Checks levels and advanced_configuration keys and value types.

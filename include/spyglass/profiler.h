@@ -32,7 +32,9 @@ namespace profiler {
 // Starts a session that records annotations until stop_trace. Fails with
 // FailedPrecondition "Profile has already been started. Only one profile may
 // be run at a time." if one runs, and with InvalidArgument (naming the key)
-// for bad options, before anything starts.
+// for bad options, before anything starts. An empty log_dir keeps the trace
+// in memory only (jax.profiler.trace(None)): stop_trace writes nothing, and
+// export_last_trace writes it later.
 SPYGLASS_API Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
 
 // Stops the session and writes its files under log_dir (see README). Fails
@@ -85,6 +87,17 @@ class [[nodiscard]] SPYGLASS_API TraceScope {
 inline TraceScope trace(const std::string& log_dir, const TraceOptions& options = {}) {
   return TraceScope(log_dir, options);
 }
+
+// Flight recorder: start_trace with ProfileOptions::ring_buffer_seconds > 0
+// records continuously into a bounded ring. dump_flight_recorder writes the
+// ring's last ring_buffer_seconds as a normal run (<log_dir>/plugins/profile/
+// <run>/: .xplane.pb and .trace.json.gz; last_trace_files() names them) and
+// the recorder runs on. An empty log_dir means start_trace's. Fails with
+// FailedPrecondition when no flight recorder runs.
+SPYGLASS_API Status dump_flight_recorder(const std::string& log_dir = "");
+
+// Whether a flight recorder runs now.
+SPYGLASS_API bool flight_recorder_active();
 
 // Names shown for threads and the process in the outputs. By default the OS
 // thread name (pthread_getname_np) and the program name are used.

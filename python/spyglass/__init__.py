@@ -23,4 +23,9 @@ if hasattr(_os, "register_at_fork"):
 if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
   _spyglass.track_numpy(True)
 
-__all__ = ["InvalidArgumentError", "memory", "profiler", "__version__"]
+# SPYGLASS_TRACE_DIR, SPYGLASS_SERVER_PORT, SPYGLASS_FLIGHT_RECORDER,
+# SPYGLASS_OPTIONS: profiling started from outside (spyglass/_autostart.py).
+from . import _autostart
+_autostart.start_from_environment()
+
+__all__ = ["InvalidArgumentError", "analysis", "memory", "profiler", "__version__"]

@@ -15,6 +15,8 @@
 
 #include <Python.h>
 
+#include "python_tracer.h"
+
 #include <cstring>
 #include <string_view>
 
@@ -31,6 +33,7 @@ struct AnnotationObject {
   PyObject_HEAD
   uint64_t word;           // session word of the open event, 0 if none
   in::ThreadBuffer* tb;    // the thread buffer it was begun in
+  uint64_t step_begin;     // a step timed for the flight recorder's slow-step dump, else 0
 };
 
 PyTypeObject g_annotation_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -102,7 +105,12 @@ bool Begin(AnnotationObject* self, PyObject* name, bool step, PyObject* const* k
   if (word == 0) return true;  // dropped (buffers full) or the session just ended
   self->word = word;
   self->tb = in::t_slot.buffer;
-  if (step) in::add_arg(word, "_r", in::ArgType::kInt64, 1, {});
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerFollowAnnotation(reinterpret_cast<PyObject*>(self), name);
+  if (step) {
+    in::add_arg(word, "_r", in::ArgType::kInt64, 1, {});
+    if (SPYGLASS_UNLIKELY(in::g_state.slow_step_ticks.load(std::memory_order_relaxed) != 0))
+      self->step_begin = in::now_ticks();
+  }
   if (kwnames != nullptr) {
     Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < nk; ++i)
@@ -120,8 +128,14 @@ void End(AnnotationObject* self) {
   uint64_t word = self->word;
   if (word == 0) return;
   self->word = 0;
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations)) PythonTracerUnfollowAnnotation(reinterpret_cast<PyObject*>(self));
   // Only on the thread that began it (elsewhere it would close another event).
   if (SPYGLASS_LIKELY(in::t_slot.buffer == self->tb)) in::end(word);
+  if (SPYGLASS_UNLIKELY(self->step_begin != 0)) {
+    uint64_t limit = in::g_state.slow_step_ticks.load(std::memory_order_relaxed);
+    if (limit != 0 && in::now_ticks() - self->step_begin > limit) in::step_was_slow();
+    self->step_begin = 0;
+  }
 }
 
 AnnotationObject* Alloc(PyTypeObject* type) {
@@ -135,6 +149,7 @@ AnnotationObject* Alloc(PyTypeObject* type) {
   }
   self->word = 0;
   self->tb = nullptr;
+  self->step_begin = 0;
   return self;
 }
 
@@ -182,6 +197,8 @@ int StepInit(PyObject* self, PyObject* args, PyObject* kwargs) { return InitImpl
 void Dealloc(PyObject* obj) {
   // An event never exited stays open: it is closed at stop_trace and marked
   // incomplete (ending it here, at a random point, could close another one).
+  if (SPYGLASS_UNLIKELY(g_tracer_follows_annotations) && reinterpret_cast<AnnotationObject*>(obj)->word != 0)
+    PythonTracerUnfollowAnnotation(obj);
   PyTypeObject* type = Py_TYPE(obj);
   if (type == &g_annotation_type && g_free_count < kFreeListMax) {
     g_free_list[g_free_count++] = reinterpret_cast<AnnotationObject*>(obj);
@@ -229,6 +246,25 @@ PyMethodDef g_methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
+
+void AnnotationPause(PyObject* obj) {
+  auto* self = reinterpret_cast<AnnotationObject*>(obj);
+  if (self->word != 0 && in::t_slot.buffer == self->tb) in::end(self->word);
+  self->word = 0;
+}
+
+bool AnnotationResume(PyObject* obj, PyObject* name) {
+  auto* self = reinterpret_cast<AnnotationObject*>(obj);
+  Py_ssize_t n;
+  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  self->word = in::begin_copied(std::string_view(s, static_cast<size_t>(n)), kLevel);
+  self->tb = in::t_slot.buffer;
+  return self->word != 0;
+}
 
 bool IsAnnotationMethod(const PyMethodDef* ml) {
   return ml >= g_methods && ml < g_methods + sizeof(g_methods) / sizeof(g_methods[0]);

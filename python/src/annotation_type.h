@@ -13,4 +13,10 @@ bool AddAnnotationTypes(PyObject* module);
 // themselves.
 bool IsAnnotationMethod(const PyMethodDef* ml);
 
+// For the Python tracer, at a yield: ends the annotation's event now (its
+// __exit__ then ends nothing), and at the resume begins it again under
+// `name` on the calling thread (false: nothing recorded).
+void AnnotationPause(PyObject* annotation);
+bool AnnotationResume(PyObject* annotation, PyObject* name);
+
 }  // namespace spyglass::python

@@ -14,18 +14,26 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "analysis/diff.h"
+#include "analysis/summary.h"
 #include "annotation_type.h"
 #include "errors.h"
+#include "profile_data.h"
+#include "session/profiler_api_internal.h"
 #include "sinks/perfetto_link.h"
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
+#include "memory/run_summary.h"
+#include "session/env_start.h"
 #include "spyglass/profiler.h"
 
 namespace nb = nanobind;
@@ -138,6 +146,39 @@ nb::dict LastTraceStats() {
   return d;
 }
 
+// The SPYGLASS_* settings (session/env_start.h), from the environment
+// (`settings` None) or from `python -m spyglass run`'s flags (a dict of the
+// same names), started in this process with the Python tracer on unless
+// SPYGLASS_OPTIONS says python_tracer_level=0. Bad values raise
+// InvalidArgumentError with the one-line message; nothing is started then.
+nb::dict StartFromSettings(nb::handle settings) {
+  session::StartSettings s;
+  s.options.python_tracer_level = 1;  // as the package's ProfileOptions (JAX)
+  std::map<std::string, std::string> given;
+  if (!settings.is_none()) given = nb::cast<std::map<std::string, std::string>>(settings);
+  auto get = [&](const char* name) -> const char* {
+    if (settings.is_none()) return std::getenv(name);
+    auto it = given.find(name);
+    return it == given.end() ? nullptr : it->second.c_str();
+  };
+  Check(session::ParseStartSettings(get, &s));
+  session::Started started;
+  {
+    nb::gil_scoped_release release;  // the Python tracer's start takes the GIL under the core's locks
+    started = session::StartFromSettings(s);
+  }
+  nb::dict d;
+  d["trace"] = started.trace;
+  d["flight_recorder"] = started.flight_recorder;
+  d["server_port"] = started.server_port;
+  return d;
+}
+
+void StopStarted() {
+  nb::gil_scoped_release release;
+  session::StopStarted();
+}
+
 }  // namespace
 }  // namespace spyglass::python
 
@@ -172,6 +213,10 @@ NB_MODULE(_spyglass, m) {
               "Spyglass: bound of one thread's event buffers (bytes)")
       .def_rw("buffer_bytes_total", &profiler::ProfileOptions::buffer_bytes_total,
               "Spyglass: bound of all event buffers (bytes)")
+      .def_rw("ring_buffer_seconds", &profiler::ProfileOptions::ring_buffer_seconds,
+              "Spyglass flight recorder: > 0 records continuously, keeping this many last seconds")
+      .def_rw("ring_buffer_bytes", &profiler::ProfileOptions::ring_buffer_bytes,
+              "Spyglass flight recorder: memory budget of the ring (bytes)")
       .def_prop_rw(
           "advanced_configuration", [](const profiler::ProfileOptions& o) { return AdvancedToDict(o); },
           [](profiler::ProfileOptions& o, nb::handle d) { AdvancedFromDict(o, d); },
@@ -190,7 +235,45 @@ NB_MODULE(_spyglass, m) {
     }
     Check(s);
   }, "log_dir"_a, "create_perfetto_trace"_a = false);
+  BindProfileData(m);
+  // jax.profiler.export_profile_data's writing step, for a ProfileData.
+  m.def("export_profile_data", [](nb::handle data, const std::string& log_dir, const std::string& session_id,
+                                  bool create_perfetto_trace, bool create_perfetto_link, int perfetto_link_timeout_s) {
+    std::shared_ptr<const model::Space> space = SpaceOf(data);
+    profiler::TraceOptions t;
+    t.create_perfetto_link = create_perfetto_link;
+    t.create_perfetto_trace = create_perfetto_trace || create_perfetto_link;
+    t.profiler_options.session_id = session_id;
+    t.perfetto_link_timeout_s = perfetto_link_timeout_s;
+    t.perfetto_link_cancelled = CtrlCPressed;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = session::ExportSpace(*space, log_dir, t);
+    }
+    if (PyErr_Occurred()) throw nb::python_error();  // KeyboardInterrupt during the Perfetto link's wait
+    Check(s);
+  }, "profile_data"_a, "log_dir"_a, "session_id"_a = "", "create_perfetto_trace"_a = false,
+     "create_perfetto_link"_a = false, "perfetto_link_timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
+  m.def("dump_flight_recorder", [](const std::string& log_dir) {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = profiler::dump_flight_recorder(log_dir);
+    }
+    Check(s);
+  }, "log_dir"_a = "");
+  m.def("flight_recorder_active", [] { return profiler::flight_recorder_active(); });
   m.def("last_trace_files", &LastTraceFiles);
+  // python -m spyglass run (memory): the directory before the run, and the
+  // summary after it (memory/run_summary.h, as `spyglass run` prints it).
+  m.def("_memory_dir_listing", [](const std::string& dir) { return memory::ListDir(dir); });
+  m.def(
+      "_memory_run_summary",
+      [](const std::string& dir, long pid, bool signaled, int code, const memory::DirListing& before) {
+        return memory::SummarizeRun(dir, pid, {signaled, code}, before);
+      },
+      "dir"_a, "pid"_a, "signaled"_a, "code"_a, "before"_a);
   m.def("last_trace_stats", &LastTraceStats);
   m.def("set_metadata", [](const std::string& k, const std::string& v) { profiler::set_metadata(k, v); });
   m.def("clear_metadata", [] { profiler::clear_metadata(); });
@@ -208,6 +291,40 @@ NB_MODULE(_spyglass, m) {
     if (PyErr_Occurred()) throw nb::python_error();
     Check(s);
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
+  m.def("_start_from_settings", &StartFromSettings, "settings"_a = nb::none());
+  m.def("_stop_started", &StopStarted);
+  m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
+        "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
+  // spyglass.analysis: the summary and diff of the CLI, as JSON for json.loads.
+  m.def("_summary_json", [](const std::string& run, size_t top, const std::string& thread,
+                            std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::SummaryOptions o;
+    o.top = top, o.thread = thread, o.step_first = first, o.step_last = last;
+    analysis::Summary s;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::Summarize(run, o, &s);
+    }
+    Check(st);
+    return analysis::SummaryToJson(s);
+  }, "run"_a, "top"_a, "thread"_a, "step_first"_a.none(), "step_last"_a.none());
+  m.def("_diff_json", [](const std::string& base, const std::string& next, size_t top, double fail_above,
+                         const std::vector<std::string>& annotations, const std::string& thread,
+                         std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::DiffOptions o;
+    o.top = top, o.fail_above_pct = fail_above, o.annotations = annotations;
+    o.summary.top = top, o.summary.thread = thread, o.summary.step_first = first, o.summary.step_last = last;
+    analysis::Diff d;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::DiffRuns(base, next, o, &d);
+    }
+    Check(st);
+    return analysis::DiffToJson(d);
+  }, "base"_a, "new"_a, "top"_a, "fail_above"_a, "annotations"_a, "thread"_a, "step_first"_a.none(),
+     "step_last"_a.none());
   m.attr("__version__") = spyglass::version();
 }

@@ -1,12 +1,19 @@
 // The Python function tracer (python_tracer_level=1).
 //
-// Hook: the C-level profile function (PyEval_SetProfile), installed on every
-// thread at start (PyEval_SetProfileAllThreads on 3.12+, the interpreter's
-// thread list before) and on threads started later through
-// threading.setprofile (a tiny bootstrap that swaps in the C hook on the
-// thread's first event). sys.monitoring (3.12+) would need a Python-callable
-// per event; the profile function is a plain C call and records no more than
-// we need (calls and returns), so it is the hook used on every version.
+// Hooks, by version:
+//   3.12+  sys.monitoring (PEP 669): callbacks get the code object (no frame
+//          object is made per call, which the profile hook's emulation on
+//          3.12+ does) for PY_START/RESUME/THROW, PY_RETURN/YIELD/UNWIND,
+//          CALL + C_RETURN/C_RAISE (C functions), under tool id PROFILER_ID
+//          (or another free one). About twice as fast (BENCHMARKS.md).
+//   else   the C-level profile function (PyEval_SetProfile), installed on
+//          every thread at start (the interpreter's thread list) and on
+//          threads started later through threading.setprofile.
+//   SPYGLASS_PYTHON_TRACER=setprofile forces the profile function on 3.12+
+//   (as does a sys.monitoring whose tool ids are all taken).
+// On both, threading.setprofile installs a tiny bootstrap that names a new
+// thread's timeline after the Python thread (and, for the profile function,
+// swaps in the C hook).
 //
 // Events go straight into the annotation recorder (begin_static/end, level 1),
 // so Python calls and C++ annotations share one timeline per thread. Names are
@@ -17,17 +24,26 @@
 // A name is built once per code object (cached in the code object's extra
 // slot) or per C method definition, and interned for the life of the process:
 // the recorder keeps a pointer to it until the trace is exported.
+//
+// Annotations left open across a yield: a TraceAnnotation begun inside a
+// generator (or coroutine) frame and still open when the frame yields is
+// ended there and begun again (same name) when the frame resumes, so that it
+// nests inside the frame's events on whatever thread runs it; the first piece
+// carries the arguments.
 #include "code_extra.h"
 #include "python_tracer.h"
 
 #include <Python.h>
 #include <frameobject.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "annotation_type.h"
 #include "session/tracer.h"
@@ -61,13 +77,22 @@ std::unordered_map<uint64_t, const char*>* g_cfunc_names = nullptr;
 
 const char* Intern(std::string s) { return g_names->insert(std::move(s)).first->c_str(); }
 
+// The code extra of Spyglass's own stop path (profiler.stop_trace, trace's
+// __exit__, the exit hook of a trace started from outside; see _untraced):
+// not recorded, and neither is what it calls. Their frames are open when the
+// session stops: recorded, they would end it as "incomplete", as the start's
+// frames are not recorded either (the hooks go in during the start).
+const char kUntraced[] = "<untraced>";
+
 // Per thread: how many of the events this tracer began are still open, so
 // that returns of frames entered before the session (or whose begin was
 // dropped) end nothing.
 struct ThreadDepth {
   uint32_t generation = 0;
   uint32_t depth = 0;    // recorded, open
-  uint32_t skipped = 0;  // entered while the recorder dropped, on top
+  uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
+  uint32_t open = 0;     // annotations followed in t_open (see below)
+  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in t_c_calls
   uint64_t word = 0;
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
@@ -75,13 +100,118 @@ thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0};
   return d;
 }
 
-inline void BeginEvent(const char* name) {
-  uint64_t w = in::begin_static(name, kLevel);
+// ---- Annotations open inside a frame ----------------------------------------
+// Per thread, the annotations begun while the tracer runs, with the frame
+// depth they were begun at (the innermost frame's). When that frame ends with
+// one still open, it is ended there; at a yield it is kept in g_suspended and
+// begun again when the frame resumes. Bounded: beyond kMaxOpen per thread
+// and kMaxSuspended in all, annotations are not followed (they misnest as
+// they would without this).
+struct OpenAnnotation {
+  PyObject* ann;   // borrowed: its `with` holds it
+  PyObject* name;  // owned
+  uint32_t frame_depth;
+};
+constexpr uint32_t kMaxOpen = 32;
+struct OpenAnnotations {
+  uint32_t generation = 0;
+  uint32_t n = 0;
+  OpenAnnotation a[kMaxOpen];
+};
+// Kept off the static TLS block (the extension's TLS lives there, and it is
+// small): made at a thread's first use.
+thread_local std::unique_ptr<OpenAnnotations> t_open;
+
+struct Suspended {
+  PyObject* frame;  // owned (kept alive: its address is the key)
+  PyObject* ann;    // owned
+  PyObject* name;   // owned
+};
+constexpr size_t kMaxSuspended = 1024;
+std::vector<Suspended>* g_suspended = nullptr;
+
+OpenAnnotations& Open() {
+  if (SPYGLASS_UNLIKELY(!t_open)) t_open = std::make_unique<OpenAnnotations>();
+  OpenAnnotations& o = *t_open;
+  if (o.generation != g_generation) {  // left over from an earlier session
+    for (uint32_t i = 0; i < o.n; ++i) Py_DECREF(o.a[i].name);
+    o.n = 0;
+    o.generation = g_generation;
+  }
+  return o;
+}
+
+inline uint32_t FrameDepth(const ThreadDepth& d) { return d.depth + d.skipped; }
+
+void FollowAnnotation(PyObject* ann, PyObject* name) {
   ThreadDepth& d = Depth();
+  OpenAnnotations& o = Open();
+  if (o.n >= kMaxOpen) return;
+  Py_INCREF(name);
+  o.a[o.n++] = {ann, name, FrameDepth(d)};
+  d.open = o.n;
+}
+
+// The frame at the top of this thread ends (yield: `frame` is suspended, or
+// nullptr for the current frame): its annotations still open end now.
+void CloseAnnotationsOfFrame(bool yield, PyObject* frame) {
+  ThreadDepth& d = Depth();
+  OpenAnnotations& o = Open();
+  uint32_t depth = FrameDepth(d);
+  while (o.n > 0 && o.a[o.n - 1].frame_depth >= depth) {
+    OpenAnnotation e = o.a[--o.n];
+    AnnotationPause(e.ann);
+    if (yield && frame == nullptr) frame = reinterpret_cast<PyObject*>(PyEval_GetFrame());
+    if (yield && frame != nullptr && g_suspended->size() < kMaxSuspended) {
+      Py_INCREF(frame);
+      Py_INCREF(e.ann);
+      g_suspended->push_back({frame, e.ann, e.name});  // innermost first
+    } else {
+      Py_DECREF(e.name);
+    }
+  }
+  d.open = o.n;
+}
+
+// `frame` resumed (its event just began): its suspended annotations begin again.
+void ReopenAnnotations(PyObject* frame) {
+  if (frame == nullptr) return;
+  std::vector<Suspended>& s = *g_suspended;
+  for (size_t i = s.size(); i-- > 0;) {  // outermost first
+    if (s[i].frame != frame) continue;
+    Suspended e = s[i];
+    s.erase(s.begin() + static_cast<std::ptrdiff_t>(i));
+    if (AnnotationResume(e.ann, e.name)) FollowAnnotation(e.ann, e.name);
+    Py_DECREF(e.name);
+    Py_DECREF(e.ann);
+    Py_DECREF(e.frame);
+  }
+}
+
+void ClearSuspended() {
+  std::vector<Suspended> s;
+  s.swap(*g_suspended);
+  for (Suspended& e : s) {
+    Py_DECREF(e.name);
+    Py_DECREF(e.ann);
+    Py_DECREF(e.frame);
+  }
+}
+
+// ---- Events ------------------------------------------------------------------
+inline void BeginEvent(const char* name) {
+  ThreadDepth& d = Depth();
+  // Inside a frame not recorded (untraced, or its begin dropped) nothing is
+  // recorded: each return then ends what its call began.
+  if (SPYGLASS_UNLIKELY(d.skipped > 0 || name == kUntraced)) {
+    ++d.skipped;
+    return;
+  }
+  uint64_t w = in::begin_static(name, kLevel);
   if (SPYGLASS_LIKELY(w != 0)) {
     d.word = w;
     ++d.depth;
@@ -90,8 +220,11 @@ inline void BeginEvent(const char* name) {
   }
 }
 
-inline void EndEvent() {
+// A frame (or C call) ends; `yield`: a generator or coroutine frame suspends
+// (`frame`: it, or nullptr for the current one).
+inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
   ThreadDepth& d = Depth();
+  if (SPYGLASS_UNLIKELY(d.open > 0)) CloseAnnotationsOfFrame(yield, frame);
   if (d.skipped > 0) {
     --d.skipped;
   } else if (d.depth > 0) {
@@ -127,15 +260,11 @@ const char* CodeName(PyCodeObject* code) {
   return name;
 }
 
-const char* CFunctionName(PyObject* fn) {
-  if (!PyCFunction_Check(fn)) return "$<unknown> <unknown>";
-  auto* f = reinterpret_cast<PyCFunctionObject*>(fn);
-  PyObject* self = f->m_self;
-  PyObject* module = f->m_module;
+// "$<owner> <method>" of a C method definition `ml`; the key (definition
+// and, for methods, the type of self) names one function.
+const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
   bool module_named = module != nullptr && PyUnicode_Check(module);
-  // A method definition belongs to one module or type: with the type of
-  // `self` for methods it names one function.
-  uint64_t key = reinterpret_cast<uint64_t>(f->m_ml) * 31 +
+  uint64_t key = reinterpret_cast<uint64_t>(ml) * 31 +
                  (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self)));
   auto it = g_cfunc_names->find(key);
   if (it != g_cfunc_names->end()) return it->second;
@@ -153,9 +282,15 @@ const char* CFunctionName(PyObject* fn) {
   } else {
     owner = "<unknown>";
   }
-  const char* name = Intern("$" + owner + " " + (f->m_ml->ml_name ? f->m_ml->ml_name : "<unknown>"));
+  const char* name = Intern("$" + owner + " " + (ml->ml_name ? ml->ml_name : "<unknown>"));
   g_cfunc_names->emplace(key, name);
   return name;
+}
+
+const char* CFunctionName(PyObject* fn) {
+  if (!PyCFunction_Check(fn)) return "$<unknown> <unknown>";
+  auto* f = reinterpret_cast<PyCFunctionObject*>(fn);
+  return CMethodName(f->m_ml, f->m_module, f->m_self);
 }
 
 // TraceAnnotation.__exit__ & co. end events themselves: recording them as C
@@ -164,21 +299,34 @@ inline bool IsOwnMethod(PyObject* fn) {
   return PyCFunction_Check(fn) && IsAnnotationMethod(reinterpret_cast<PyCFunctionObject*>(fn)->m_ml);
 }
 
+inline bool IsGeneratorCode(PyCodeObject* code) {
+  return (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
+}
+
+// ---- The profile function (before 3.12; on 3.12+ when asked or as a fallback)
 int ProfileFn(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   switch (what) {
-    case PyTrace_CALL: {
+    case PyTrace_CALL: {  // a call, or a generator resumed
       PyCodeObject* code = PyFrame_GetCode(frame);
       const char* name = CodeName(code);
       Py_DECREF(code);
       BeginEvent(name);
+      if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(frame));
       break;
     }
     case PyTrace_C_CALL:
       if (!IsOwnMethod(arg)) BeginEvent(CFunctionName(arg));
       break;
-    case PyTrace_RETURN:
-      EndEvent();
+    case PyTrace_RETURN: {  // a return, or a generator suspended
+      bool yield = false;
+      if (SPYGLASS_UNLIKELY(t_depth.open > 0)) {
+        PyCodeObject* code = PyFrame_GetCode(frame);
+        yield = IsGeneratorCode(code);
+        Py_DECREF(code);
+      }
+      EndEvent(yield, reinterpret_cast<PyObject*>(frame));
       break;
+    }
     case PyTrace_C_RETURN:
     case PyTrace_C_EXCEPTION:
       if (!IsOwnMethod(arg)) EndEvent();
@@ -189,14 +337,189 @@ int ProfileFn(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
-// threading.setprofile hook: runs on a new thread's first event and swaps in
-// the C hook (or removes itself when the session has ended).
-PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!g_active) {
-    PyEval_SetProfile(nullptr, nullptr);
-    Py_RETURN_NONE;
+// ---- sys.monitoring (3.12+) ---------------------------------------------------
+#if PY_VERSION_HEX >= 0x030C0000
+#define SG_HAVE_MONITORING 1
+int g_tool = -1;  // the tool id we hold, -1: none (the profile function is used)
+
+// The name of a C call's callable, or nullptr when it is not one we record
+// (Python functions have their own PY_START; types, other callables: as the
+// profile function, not recorded). Method descriptors (`lst.append(x)` calls
+// the descriptor with self first) are named as the bound method would be.
+inline const char* CCallName(PyObject* callable, PyObject* arg0) {
+  if (PyCFunction_Check(callable)) return IsOwnMethod(callable) ? nullptr : CFunctionName(callable);
+  if (Py_IS_TYPE(callable, &PyMethodDescr_Type)) {
+    PyMethodDef* ml = reinterpret_cast<PyMethodDescrObject*>(callable)->d_method;
+    if (IsAnnotationMethod(ml)) return nullptr;
+    PyObject* self = arg0 != nullptr && PyObject_TypeCheck(arg0, PyDescr_TYPE(callable)) ? arg0 : nullptr;
+    return CMethodName(ml, nullptr, self != nullptr ? self : reinterpret_cast<PyObject*>(PyDescr_TYPE(callable)));
   }
-  PyEval_SetProfile(ProfileFn, nullptr);
+  return nullptr;
+}
+
+// C calls begun, per thread: C_RETURN/C_RAISE end one only when it is the
+// innermost event and the same callable (CALL events are switched off where
+// a call is not a C function, so a return may come without its begin).
+struct CCall {
+  PyObject* callable;
+  uint32_t frame_depth;
+};
+constexpr uint32_t kMaxCCalls = 64;
+thread_local std::unique_ptr<CCall[]> t_c_calls;  // off the static TLS block, as t_open
+PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
+
+// Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
+// a CALL that is not a C function (that place's CALL events stop, until the
+// next session's restart_events).
+PyObject* MonStart(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_START
+  BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
+  Py_RETURN_NONE;
+}
+PyObject* MonResume(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_RESUME, PY_THROW
+  BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
+  if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  Py_RETURN_NONE;
+}
+PyObject* MonReturn(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_RETURN, PY_UNWIND
+  EndEvent();
+  Py_RETURN_NONE;
+}
+PyObject* MonYield(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_YIELD
+  EndEvent(/*yield=*/true);
+  Py_RETURN_NONE;
+}
+PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
+  PyObject* callable = args[2];
+  const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
+  if (name == nullptr) {
+    if (PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type)) Py_RETURN_NONE;  // ours
+    return Py_NewRef(g_disable);
+  }
+  ThreadDepth& d = Depth();
+  if (SPYGLASS_UNLIKELY(!t_c_calls)) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+  if (d.c_calls < kMaxCCalls) {
+    BeginEvent(name);
+    t_c_calls[d.c_calls++] = {callable, FrameDepth(d)};
+  }
+  Py_RETURN_NONE;
+}
+PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETURN, C_RAISE
+  ThreadDepth& d = Depth();
+  if (d.c_calls > 0) {
+    const CCall& c = t_c_calls[d.c_calls - 1];
+    if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
+      --d.c_calls;
+      EndEvent();
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+#define SG_FASTCALL(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f)), METH_FASTCALL
+PyMethodDef g_mon_defs[] = {
+    {"_sg_py_start", SG_FASTCALL(MonStart), nullptr},   {"_sg_py_resume", SG_FASTCALL(MonResume), nullptr},
+    {"_sg_py_return", SG_FASTCALL(MonReturn), nullptr}, {"_sg_py_yield", SG_FASTCALL(MonYield), nullptr},
+    {"_sg_call", SG_FASTCALL(MonCall), nullptr},        {"_sg_c_return", SG_FASTCALL(MonCReturn), nullptr},
+};
+// sys.monitoring.events names -> callback index in g_mon_defs.
+constexpr std::pair<const char*, int> kMonEvents[] = {
+    {"PY_START", 0}, {"PY_RESUME", 1}, {"PY_THROW", 1}, {"PY_RETURN", 2}, {"PY_UNWIND", 2},
+    {"PY_YIELD", 3}, {"CALL", 4},      {"C_RETURN", 5}, {"C_RAISE", 5},
+};
+PyObject* g_mon_callbacks[6] = {};
+
+// Takes a tool id and installs the callbacks; false (nothing held) when no
+// id is free or SPYGLASS_PYTHON_TRACER=setprofile.
+bool MonitoringStart() {
+  if (const char* e = std::getenv("SPYGLASS_PYTHON_TRACER"); e && std::strcmp(e, "setprofile") == 0) return false;
+  PyObject* mon = PySys_GetObject("monitoring");  // borrowed
+  if (mon == nullptr) return false;
+  int tool = -1;
+  for (int id : {2, 3, 4}) {  // PROFILER_ID first, then the ids no one is assigned
+    PyObject* r = PyObject_CallMethod(mon, "use_tool_id", "is", id, "spyglass");
+    if (r != nullptr) {
+      Py_DECREF(r);
+      tool = id;
+      break;
+    }
+    PyErr_Clear();
+  }
+  if (tool < 0) return false;
+  if (g_disable == nullptr) g_disable = PyObject_GetAttrString(mon, "DISABLE");
+  // Places switched off by an earlier session (DISABLE) record again.
+  if (PyObject* r = PyObject_CallMethod(mon, "restart_events", nullptr)) Py_DECREF(r);
+  PyErr_Clear();
+  PyObject* events = PyObject_GetAttrString(mon, "events");
+  long mask = 0;
+  bool ok = events != nullptr;
+  for (const auto& [name, cb] : kMonEvents) {
+    if (!ok) break;
+    PyObject* bit = PyObject_GetAttrString(events, name);
+    if (bit == nullptr) {
+      ok = false;
+      break;
+    }
+    if (g_mon_callbacks[cb] == nullptr) g_mon_callbacks[cb] = PyCFunction_NewEx(&g_mon_defs[cb], nullptr, nullptr);
+    PyObject* r = g_mon_callbacks[cb] ? PyObject_CallMethod(mon, "register_callback", "iOO", tool, bit,
+                                                              g_mon_callbacks[cb])
+                                      : nullptr;
+    mask |= PyLong_AsLong(bit);
+    Py_DECREF(bit);
+    ok = r != nullptr;
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(events);
+  ok = ok && g_disable != nullptr;
+  PyObject* r = ok ? PyObject_CallMethod(mon, "set_events", "il", tool, mask) : nullptr;
+  ok = r != nullptr;
+  Py_XDECREF(r);
+  if (!ok) {
+    PyErr_Clear();
+    PyObject* f = PyObject_CallMethod(mon, "free_tool_id", "i", tool);
+    Py_XDECREF(f);
+    PyErr_Clear();
+    return false;
+  }
+  g_tool = tool;
+  return true;
+}
+
+void MonitoringStop() {
+  if (g_tool < 0) return;
+  PyObject* mon = PySys_GetObject("monitoring");
+  if (mon != nullptr) {
+    PyObject* r = PyObject_CallMethod(mon, "set_events", "ii", g_tool, 0);
+    Py_XDECREF(r);
+    if (PyObject* events = PyObject_GetAttrString(mon, "events")) {
+      for (const auto& [name, cb] : kMonEvents) {
+        (void)cb;
+        if (PyObject* bit = PyObject_GetAttrString(events, name)) {
+          PyObject* u = PyObject_CallMethod(mon, "register_callback", "iOO", g_tool, bit, Py_None);
+          Py_XDECREF(u);
+          Py_DECREF(bit);
+        }
+      }
+      Py_DECREF(events);
+    }
+    PyObject* f = PyObject_CallMethod(mon, "free_tool_id", "i", g_tool);
+    Py_XDECREF(f);
+  }
+  PyErr_Clear();
+  g_tool = -1;
+}
+#else
+constexpr int g_tool = -1;
+bool MonitoringStart() { return false; }
+void MonitoringStop() {}
+#endif
+
+// threading.setprofile hook: runs on a new thread's first event, names the
+// thread's line, and swaps in the C hook (sys.monitoring: removes itself, the
+// events already come), or removes itself when the session has ended.
+PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!g_active || g_tool >= 0) PyEval_SetProfile(nullptr, nullptr);
+  if (!g_active) Py_RETURN_NONE;
+  if (g_tool < 0) PyEval_SetProfile(ProfileFn, nullptr);
   // Name the thread's timeline line after the Python thread.
   if (PyObject* threading = PyImport_ImportModule("threading")) {
     if (PyObject* t = PyObject_CallMethod(threading, "current_thread", nullptr)) {
@@ -210,18 +533,35 @@ PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   PyErr_Clear();
   // The event that woke us (usually the call of Thread.run) is recorded too.
-  if (nargs >= 2 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1]) &&
+  if (g_tool < 0 && nargs >= 2 && PyFrame_Check(args[0]) && PyUnicode_Check(args[1]) &&
       PyUnicode_CompareWithASCIIString(args[1], "call") == 0)
     ProfileFn(nullptr, reinterpret_cast<PyFrameObject*>(args[0]), PyTrace_CALL, nullptr);
   Py_RETURN_NONE;
 }
 
+// _untraced(func): marks func's code as Spyglass's own stop path (kUntraced).
+PyObject* MarkUntraced(PyObject*, PyObject* func) {
+  PyObject* code = PyObject_GetAttrString(func, "__code__");
+  if (code == nullptr) return nullptr;
+  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_code_extra, const_cast<char*>(kUntraced)) : -1;
+  Py_DECREF(code);
+  if (r != 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_untraced() takes a Python function");
+    return nullptr;
+  }
+  Py_INCREF(func);
+  return func;
+}
+
+PyMethodDef g_untraced_def = {"_untraced", MarkUntraced, METH_O,
+                              "Decorator: the Python tracer records neither this function nor what it calls."};
+
 PyMethodDef g_bootstrap_def = {"_thread_profile_bootstrap",
                                reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Bootstrap)),
                                METH_FASTCALL, "Installs Spyglass's Python tracer on a new thread."};
 
-// Sets or clears our hook on every thread of this interpreter. Before 3.12,
-// threads profiled by someone else (cProfile...) are left alone.
+// Sets or clears the profile function on every thread of this interpreter.
+// Before 3.12, threads profiled by someone else (cProfile...) are left alone.
 void SetHookAllThreads(bool on) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyEval_SetProfileAllThreads(on ? ProfileFn : nullptr, nullptr);
@@ -264,17 +604,33 @@ void SetThreadingHook(bool on) {
   Py_DECREF(threading);
 }
 
+void InstallHooks() {
+  ++g_generation;
+  g_active = true;
+  g_tracer_follows_annotations = true;
+  SetThreadingHook(true);  // first: its own calls are not recorded
+  if (!MonitoringStart()) SetHookAllThreads(true);
+}
+
+void RemoveHooks() {
+  g_active = false;
+  g_tracer_follows_annotations = false;
+  if (g_tool >= 0)
+    MonitoringStop();
+  else
+    SetHookAllThreads(false);
+  SetThreadingHook(false);
+  ClearSuspended();
+}
+
 class PythonTracer : public session::Tracer {
  public:
   Status Start() override {
     if (!Py_IsInitialized()) return Status::Ok();
     PyGILState_STATE gil = PyGILState_Ensure();
     if (!SG_IS_FINALIZING() && !g_active) {
-      ++g_generation;
-      g_active = true;
       started_ = true;
-      SetThreadingHook(true);  // first: its own calls are not recorded
-      SetHookAllThreads(true);
+      InstallHooks();
     }
     PyGILState_Release(gil);
     return Status::Ok();
@@ -283,11 +639,7 @@ class PythonTracer : public session::Tracer {
     if (!started_ || !Py_IsInitialized()) return Status::Ok();
     started_ = false;
     PyGILState_STATE gil = PyGILState_Ensure();
-    if (!SG_IS_FINALIZING() && g_active) {
-      g_active = false;
-      SetHookAllThreads(false);
-      SetThreadingHook(false);
-    }
+    if (!SG_IS_FINALIZING() && g_active) RemoveHooks();
     PyGILState_Release(gil);
     return Status::Ok();
   }
@@ -308,9 +660,32 @@ std::unique_ptr<session::Tracer> MakePythonTracer(const profiler::ProfileOptions
 
 }  // namespace
 
+bool g_tracer_follows_annotations = false;
+
+void PythonTracerFollowAnnotation(PyObject* annotation, PyObject* name) {
+  if (g_active) FollowAnnotation(annotation, name);
+}
+
+void PythonTracerUnfollowAnnotation(PyObject* annotation) {
+  ThreadDepth& d = Depth();
+  if (d.open == 0) return;
+  OpenAnnotations& o = Open();
+  for (uint32_t i = o.n; i-- > 0;) {
+    if (o.a[i].ann != annotation) continue;
+    Py_DECREF(o.a[i].name);
+    for (uint32_t j = i; j + 1 < o.n; ++j) o.a[j] = o.a[j + 1];
+    --o.n;
+    break;
+  }
+  d.open = o.n;
+}
+
+const char* PythonTracerHook() { return !g_active ? "off" : g_tool >= 0 ? "sys.monitoring" : "setprofile"; }
+
 bool RegisterPythonTracer(PyObject* module) {
   g_names = new std::unordered_set<std::string>;
   g_cfunc_names = new std::unordered_map<uint64_t, const char*>;
+  g_suspended = new std::vector<Suspended>;
   g_code_extra = SG_REQUEST_EXTRA(NoFree);
   if (g_code_extra < 0) {
     PyErr_SetString(PyExc_RuntimeError, "spyglass: no free code-object extra slot for the Python tracer");
@@ -320,6 +695,8 @@ bool RegisterPythonTracer(PyObject* module) {
   if (g_bootstrap == nullptr) return false;
   Py_INCREF(g_bootstrap);
   if (PyModule_AddObject(module, "_thread_profile_bootstrap", g_bootstrap) < 0) return false;
+  PyObject* untraced = PyCFunction_NewEx(&g_untraced_def, nullptr, nullptr);
+  if (untraced == nullptr || PyModule_AddObject(module, "_untraced", untraced) < 0) return false;
   // Registered here rather than at load: the tracer needs the state above.
   session::RegisterTracer("python", session::kRankPython, MakePythonTracer);
   return true;
@@ -328,9 +705,7 @@ bool RegisterPythonTracer(PyObject* module) {
 void PythonTracerAfterForkChild() {
   // The parent's session does not run here (the core resets it in the child).
   if (!g_active) return;
-  g_active = false;
-  SetHookAllThreads(false);
-  SetThreadingHook(false);
+  RemoveHooks();
 }
 
 }  // namespace spyglass::python

@@ -11,8 +11,8 @@
 //
 // It loads only what tracking needs (libspyglass_memory, with libc,
 // libstdc++, zlib, libunwind); libspyglass (gRPC, protobuf, ...) is loaded only for
-// SPYGLASS_TRACE_DIR, so the profiler's own libraries neither slow the
-// program's start nor show in its profiles.
+// SPYGLASS_TRACE_DIR / SERVER_PORT / FLIGHT_RECORDER, so the profiler's own
+// libraries neither slow the program's start nor show in its profiles.
 //
 // Environment:
 //   SPYGLASS_HEAP=0                  load but do not track
@@ -22,19 +22,39 @@
 //                                    default) to 1073741824 (1 GiB). Any other value
 //                                    is reported on stderr and every allocation is
 //                                    tracked (exact profiles).
-//   SPYGLASS_HEAP_PROFILE_DIR=D      write D/memory.<pid>.exit.prof at exit and
-//                                    D/memory.<pid>.<n>.prof on each SIGUSR2
-//   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  forked children (that do not exec) write
-//                                    their own exit profile too. By default a
-//                                    forked child writes one only once the process
-//                                    that loaded the hook is no longer its parent
-//                                    (a daemon: fork, parent exits); workers of a
-//                                    live parent do not (a snapshot costs a
-//                                    symbolization, ~50 ms). A child that execs
-//                                    loads the hook afresh.
-//   SPYGLASS_TRACE_DIR=D             run a trace session from load to exit into D
-//                                    (the trace shows a live-bytes counter track);
-//                                    loads libspyglass.so.0 from the hook's directory
+//   SPYGLASS_HEAP_PROFILE_DIR=D      write at exit D/memory.<pid>.<comm>.exit.prof (live
+//                                    now), .peak.prof (live at the high-water mark) and
+//                                    D/memory.<pid>.<comm>.timeline.tsv (live bytes over
+//                                    time), D/memory.<pid>.<comm>.<n>.prof on each SIGUSR2
+//                                    (by a thread started at the first SIGUSR2, from the
+//                                    program's next malloc/free, or at exit if none comes),
+//                                    and a raw dump D/memory.<pid>.<comm>.oom.raw or
+//                                    .signal.raw when an allocation fails or a fatal
+//                                    signal arrives (crash_dump.h; `spyglass run`
+//                                    makes pprof of it). Near a cgroup memory limit
+//                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof
+//                                    (the snapshot thread then runs from the start
+//                                    and polls the cgroup; SPYGLASS_HEAP_CGROUP_WATCH=0:
+//                                    not). In sampled mode only a failing allocation
+//                                    that is a sample is seen (the fast path).
+//   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
+//                                    (through its execs: a launcher script that
+//                                    execs its program profiles that program).
+//                                    Processes it starts (fork + exec) are not
+//                                    tracked unless SPYGLASS_HEAP_FOLLOW_CHILDREN=1.
+//                                    Unset: the first process to load the hook sets it.
+//   SPYGLASS_HEAP_FOLLOW_CHILDREN=1  children are tracked and write their own
+//                                    profiles: those that exec, and those that do
+//                                    not. By default a forked child (no exec)
+//                                    writes files (at exit, or a dump) only once the
+//                                    process that forked it is gone (a daemon: fork,
+//                                    parent exits); workers of a live parent do not
+//                                    (a snapshot costs a symbolization, ~50 ms).
+//   SPYGLASS_TRACE_DIR, SPYGLASS_SERVER_PORT, SPYGLASS_FLIGHT_RECORDER
+//                                    load libspyglass.so.0 (from the hook's
+//                                    directory), which starts what they ask at
+//                                    its load (src/session/env_start.h); a trace
+//                                    shows a live-bytes counter track
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
 //
 // The hook is compiled with frame pointers; stacks are complete through
@@ -45,6 +65,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -58,7 +79,12 @@
 #include <new>
 #include <string>
 
+#include <fcntl.h>
+
+#include "memory/crash_dump.h"
+#include "memory/heap_hook.h"
 #include "memory/symbolize.h"
+#include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
@@ -79,7 +105,8 @@ using namespace spyglass::memory::internal;  // NOLINT
 
 constexpr int kHeapFrames = 64;
 
-// 0 unknown, 1 on, 2 off
+// 0 unknown, 1 on, 2 off; 3 and 4: on and off with SIGUSR2 snapshots
+// waiting for the snapshot thread to be started (OnSigusr2).
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
@@ -101,12 +128,30 @@ void WarnBadInterval(const char* value) {
   (void)w;
 }
 
+bool FollowChildren() {
+  const char* f = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
+  return f && f[0] == '1';
+}
+
+// Whether this process (just exec'd, or the first) is one to track: the
+// program (SPYGLASS_HEAP_PID, or none set yet) or, when following children, any.
+bool FollowedProcess() {
+  const char* main = getenv("SPYGLASS_HEAP_PID");
+  if (!main || !*main || FollowChildren()) return true;
+  long pid = 0;
+  for (const char* c = main; *c; ++c) {
+    if (*c < '0' || *c > '9' || pid > (1l << 40)) return true;  // not a pid: no filtering
+    pid = pid * 10 + (*c - '0');
+  }
+  return pid == getpid();
+}
+
 int InitState() {
   // Before the tracker's library is initialized, its dependencies are: their
   // allocations are not the program's (not stored: asked again next time).
   if (!g_initialized.load(std::memory_order_acquire)) return 2;
   const char* e = getenv("SPYGLASS_HEAP");
-  int s = (e && e[0] == '0') ? 2 : 1;
+  int s = (e && e[0] == '0') || !FollowedProcess() ? 2 : 1;
   if (const char* iv = getenv("SPYGLASS_HEAP_SAMPLE_BYTES"); iv && *iv) {
     uint64_t v = 0;
     if (ParseSampleBytes(iv, &v)) {
@@ -120,12 +165,17 @@ int InitState() {
   return s;
 }
 
+bool HeapStateSlow(int s);
 inline bool HeapOn() {
   int s = g_heap_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(s == 0, 0)) s = InitState();
-  return s == 1;
+  if (__builtin_expect(s == 1, 1)) return true;
+  if (s == 2) return false;
+  return HeapStateSlow(s);
 }
 
+}  // namespace
+
+namespace spyglass::memory::heap {
 uint32_t HeapClass() {
   uint32_t c = g_heap_class.load(std::memory_order_relaxed);
   if (__builtin_expect(c == 0, 0)) {
@@ -134,6 +184,10 @@ uint32_t HeapClass() {
   }
   return c;
 }
+}  // namespace spyglass::memory::heap
+
+namespace {
+using spyglass::memory::heap::HeapClass;
 
 // Exponential gap with mean g_interval (xorshift per thread).
 int64_t NextGap() {
@@ -174,10 +228,25 @@ inline bool Sampled(size_t n) {
   return SampledSlow();
 }
 
+pid_t g_pid = 0;                  // the process that loaded the hook
+bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
+pid_t g_self = 0;                 // this process (kept up to date across forks)
+pid_t g_forked_from = 0;          // in a forked child: the process that forked it
+
+// A forked child (no exec) of a live parent, children not followed: a worker,
+// whose history is its parent's; it writes no files (exit, dumps).
+// Async-signal-safe.
+bool QuietWorker() { return !g_follow_children && getpid() != g_pid && getppid() == g_forked_from; }
+
+void ResetSnapshotThreadInChild();
 // A fresh seed in a forked child (else it draws the parent's samples).
 void ReseedChild() {
   t_rng = 0;
   t_until_sample = 0;
+  ResetSnapshotThreadInChild();
+  // Not getppid(): the parent may be gone already.
+  g_forked_from = g_self;
+  g_self = getpid();
 }
 
 // The recording half, out of line: the inline fast path of every hooked call
@@ -185,25 +254,106 @@ void ReseedChild() {
 // `frame` is the hooked function's own frame, so the stack starts at its
 // caller whichever unwinder runs (libunwind/glibc skip themselves, this
 // function and the hook).
+// The thread's previous stack and its site (frame-pointer unwinder): a
+// loop allocating from one place walks the same stack again and again; the
+// walk compares it on the way and skips hashing and the site lookup.
+struct LastStack {
+  uintptr_t frames[kHeapFrames];
+  int depth;
+  uint32_t site;
+  uint32_t generation;
+};
+constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = {};
+
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
-    uintptr_t frames[kHeapFrames];
-    int depth;
-    switch (CurrentUnwinder()) {
-      case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, frames, kHeapFrames); break;
-      case Unwinder::kLibunwind: depth = CaptureLibunwind(frames, kHeapFrames, 3); break;
-      default: depth = CaptureGlibc(frames, kHeapFrames, 3); break;
+    uintptr_t frames[kMaxFrames];
+    const uint32_t cls = HeapClass();
+    uint32_t site;
+    // A Python program: its frames in place of the interpreter's
+    // (heap_python.cc); the same native stack is then no longer the same site.
+    const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
+    if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
+      bool same;
+      int depth = CaptureFramePointersCompared(frame, frames, kHeapFrames, t_last.frames, t_last.depth, &same);
+      const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
+      if (same && t_last.site != 0 && t_last.generation == generation) {
+        site = t_last.site;
+      } else {
+        site = InternStack(cls, frames, depth, 0);
+        std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
+        t_last.depth = depth;
+        t_last.site = site;
+        t_last.generation = generation;
+      }
+    } else {
+      int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
+      if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      site = InternStack(cls, frames, depth, 0);
     }
-    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
     Guard::Leave();
   } else if (Guard::InsideTracking()) {
     Count(kReentrant);
   }
 }
 
+// An allocation of n > 0 bytes failed: the process is likely about to die of
+// it. A raw dump, written from reserved memory (crash_dump.h); once.
+bool WantFailure(size_t n) {
+  // A size no allocator can give (over PTRDIFF_MAX: glibc refuses at once) is
+  // a bad request, not memory running out.
+  return n != 0 && n <= PTRDIFF_MAX && HeapOn() && !Guard::Inside() && !CrashDumpWritten() && !QuietWorker();
+}
+void DumpFailure(size_t n, const uintptr_t* frames, int depth) {
+  FailedAllocation f{n, frames, depth};
+  Guard::EnterOwn();
+  WriteCrashDump(DumpReason::kOutOfMemory, 0, &f);
+  Guard::Leave();
+}
+const void* g_hook_base = nullptr;  // this library's load address
+__attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
+  if (!WantFailure(n)) return;
+  uintptr_t frames[kHeapFrames];
+  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  // The stack from the program on: frames of the hook itself (operator new
+  // reaching NewOrThrow through another of its functions) dropped.
+  int skip = 0;
+  for (Dl_info info{}; skip < depth && dladdr(reinterpret_cast<void*>(frames[skip] - 1), &info) &&
+                       info.dli_fbase == g_hook_base;)
+    ++skip;
+  DumpFailure(n, frames + skip, depth - skip);
+}
+}  // namespace
+
+namespace spyglass::memory::heap {
+// The DWARF unwinders drop their own frame, this one, the recording function
+// and the hooked one (4): the stack starts at the hooked function's caller.
+// noinline, and no tail calls (the asm): that count of frames stays true.
+__attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
+  int depth;
+  switch (CurrentUnwinder()) {
+    case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
+    case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
+    default: depth = CaptureGlibc(out, max, 4); break;
+  }
+  asm volatile("" : "+r"(depth));
+  return depth;
+}
+bool ShouldTrack(size_t n) { return HeapOn() && Sampled(n); }
+bool AllocationFailureWanted(size_t n) { return WantFailure(n); }
+void AllocationFailed(size_t n, const uintptr_t* frames, int depth) { DumpFailure(n, frames, depth); }
+bool MaybeTrackedFree(void* p) {
+  return HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+}  // namespace spyglass::memory::heap
+
+namespace {
+
 #define SPYGLASS_TRACK(p, n)                                                      \
   do {                                                                            \
     if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n), __builtin_frame_address(0)); \
+    else if (__builtin_expect(!(p), 0)) AllocFailed((n), __builtin_frame_address(0)); \
   } while (0)
 
 __attribute__((noinline)) void UntrackSlow(void* p) {
@@ -255,16 +405,20 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
   void* p = __libc_realloc(old, n);
   if (p == nullptr) {
     if (taken && n != 0) RestoreSlow(rec);  // n == 0: glibc freed the block
+    AllocFailed(n, frame);
     return p;
   }
   if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
   return p;
 }
 
-void* NewOrThrow(size_t n, bool nothrow) {
+// noinline: a failure's stack starts at its caller (the program, when
+// operator new tail-jumps here; the hook's frames are dropped otherwise).
+__attribute__((noinline)) void* NewOrThrow(size_t n, bool nothrow) {
   while (true) {
     void* p = __libc_malloc(n);
     if (p) return p;
+    AllocFailed(n ? n : 1, __builtin_frame_address(0));
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -274,10 +428,11 @@ void* NewOrThrow(size_t n, bool nothrow) {
   }
 }
 
-void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
+__attribute__((noinline)) void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
   while (true) {
     void* p = __libc_memalign(align, n);
     if (p) return p;
+    AllocFailed(n ? n : 1, __builtin_frame_address(0));
     std::new_handler h = std::get_new_handler();
     if (!h) {
       if (nothrow) return nullptr;
@@ -291,88 +446,46 @@ void* AlignedNewOrThrow(size_t n, size_t align, bool nothrow) {
 std::string* g_dir = nullptr;
 sem_t g_sem;
 std::atomic<int> g_snapshots{0};
-pid_t g_pid = 0;                  // the process that loaded the hook
-bool g_follow_children = false;  // SPYGLASS_HEAP_FOLLOW_CHILDREN=1
+bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
 void WriteSnapshot(const char* tag) {
   if (!g_dir) return;
   ScopedUntracked untracked;
-  std::string path = *g_dir + "/memory." + std::to_string(getpid()) + "." + tag + ".prof";
+  std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
   spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
-void* SnapshotThread(void*) {
-  while (true) {
-    if (sem_wait(&g_sem) != 0) {
-      if (errno == EINTR) continue;
-      return nullptr;
-    }
-    WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
-  }
-}
-
-void OnSigusr2(int) {
-  int saved = errno;
-  sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
-  errno = saved;
-}
-
-// ---- SPYGLASS_TRACE_DIR: a trace session, from the full library --------------
-bool (*g_stop_trace)(std::string* error) = nullptr;
-
-// libspyglass.so.0: the copy the program already loaded, else the one next to
-// this hook (installed or in the build tree, they lie side by side).
-void* LoadFullLibrary() {
-  if (void* h = dlopen("libspyglass.so.0", RTLD_NOW | RTLD_NOLOAD)) return h;
-  std::string path = "libspyglass.so.0";
-  Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&LoadFullLibrary), &self) && self.dli_fname) {
-    std::string hook = self.dli_fname;
-    if (size_t slash = hook.rfind('/'); slash != std::string::npos) path = hook.substr(0, slash + 1) + path;
-  }
-  return dlopen(path.c_str(), RTLD_NOW);
-}
-
-// An atexit handler, registered after libspyglass's own static destructors
-// (dlopen ran its constructors): the session stops while the library is whole.
-void StopTrace() {
-  if (getpid() != g_pid) return;  // a forked child does not inherit the trace session
+// At exit: the live set now, the live set at the peak, and the series.
+void WriteExitFiles() {
+  if (!g_dir) return;
   ScopedUntracked untracked;
-  std::string error;
-  if (!g_stop_trace(&error)) std::fprintf(stderr, "spyglass: %s\n", error.c_str());
+  WriteSnapshot("exit");
+  const long pid = getpid();
+  const std::string comm = spyglass::memory::SelfComm();
+  spyglass::Status s =
+      spyglass::memory::save_peak_profile(*g_dir + "/" + spyglass::memory::MemoryProfileName(pid, comm, "peak"));
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
+  s = spyglass::memory::SaveTimeline(*g_dir + "/" + spyglass::memory::MemoryTimelineName(pid, comm));
+  if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
-void StartTrace(const char* dir) {
-  void* lib = LoadFullLibrary();
-  using StartFn = bool (*)(const char*, std::string*);
-  StartFn start = lib ? reinterpret_cast<StartFn>(dlsym(lib, "spyglass_heap_start_trace")) : nullptr;
-  if (start) g_stop_trace = reinterpret_cast<decltype(g_stop_trace)>(dlsym(lib, "spyglass_heap_stop_trace"));
-  if (!start || !g_stop_trace) {
-    const char* why = dlerror();
-    std::fprintf(stderr, "spyglass: SPYGLASS_TRACE_DIR is set but libspyglass.so.0 cannot be loaded (%s); no trace\n",
-                 why ? why : "no trace entry point");
-    return;
-  }
-  std::string error;
-  if (!start(dir, &error)) {
-    std::fprintf(stderr, "spyglass: cannot start the trace: %s\n", error.c_str());
-    return;
-  }
-  atexit(StopTrace);
-}
+// The snapshot thread is started at the first SIGUSR2, not at load: a
+// process with a second thread makes glibc's malloc and free take their
+// atomic paths (arena locks, fastbin CAS) and this tracker leave its
+// single-writer mode, which cost a profiled program ~10 % when it never asks
+// for a snapshot. The signal handler cannot start a thread; it marks the
+// state, and the next malloc/free of any thread (or the exit) starts it.
+// Under a cgroup memory limit it is started at load (it watches the limit).
+std::atomic<bool> g_thread_started{false};
+std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
 
-__attribute__((constructor)) void HeapInit() {
+void* SnapshotThread(void*);
+
+void StartSnapshotThread() {
   ScopedUntracked untracked;
-  HeapOn();
-  g_pid = getpid();
-  const char* follow = getenv("SPYGLASS_HEAP_FOLLOW_CHILDREN");
-  g_follow_children = follow && follow[0] == '1';
-  pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
-  if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
-    g_dir = new std::string(d);
-    mkdir(d, 0755);  // the last component, if missing
-    sem_init(&g_sem, 0, 0);
+  if (!g_thread_started.exchange(true)) {
     pthread_t th;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -380,27 +493,248 @@ __attribute__((constructor)) void HeapInit() {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);  // the helper thread takes no signals of the program
-    if (pthread_create(&th, &attr, SnapshotThread, nullptr) == 0) {
-      struct sigaction sa {};
-      sa.sa_handler = OnSigusr2;
-      sa.sa_flags = SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      sigaction(SIGUSR2, &sa, nullptr);
-    }
+    if (pthread_create(&th, &attr, SnapshotThread, nullptr) != 0) g_thread_started.store(false);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     pthread_attr_destroy(&attr);
+    if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
   }
-  if (const char* t = getenv("SPYGLASS_TRACE_DIR"); t && *t) StartTrace(t);
+  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+}
+
+// A forked child has no snapshot thread (threads do not survive fork).
+void ResetSnapshotThreadInChild() {
+  g_thread_started.store(false);
+  if (g_dir) sem_init(&g_sem, 0, 0);
+}
+
+bool HeapStateSlow(int s) {
+  if (s == 0) return InitState() == 1;
+  // 3 or 4: snapshots asked for before the thread existed.
+  const int base = s - 2;
+  if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
+  return g_heap_state.load(std::memory_order_relaxed) == 1;
+}
+
+// ---- a cgroup memory limit close to being hit ---------------------------------
+// Best effort, v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
+// memory.usage_in_bytes) of the process's own cgroup, as /proc/self/cgroup
+// names it under /sys/fs/cgroup. The snapshot thread polls it (4 times a
+// second) only when a limit is set; at 90% of it a snapshot is written, once
+// until usage falls below 80% again.
+struct CgroupLimit {
+  std::string usage;
+  uint64_t limit = 0;
+  bool armed = true;
+};
+CgroupLimit* g_cgroup = nullptr;
+
+bool ReadNumber(const std::string& path, uint64_t* v) {
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return false;
+  unsigned long long x = 0;
+  bool ok = std::fscanf(f, "%llu", &x) == 1;
+  std::fclose(f);
+  *v = x;
+  return ok;
+}
+
+void FindCgroupLimit() {
+  FILE* f = std::fopen("/proc/self/cgroup", "re");
+  if (!f) return;
+  char line[1024];
+  std::string v1, v2;
+  while (std::fgets(line, sizeof line, f)) {
+    std::string l(line);
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
+    size_t at = l.find(":memory:");
+    if (at != std::string::npos) v1 = l.substr(at + 8);
+  }
+  std::fclose(f);
+  uint64_t limit = 0, usage = 0;
+  std::string dir;
+  if (!v2.empty() && ReadNumber("/sys/fs/cgroup" + v2 + "/memory.max", &limit)) {  // "max": no number, no limit
+    dir = "/sys/fs/cgroup" + v2 + "/memory.current";
+  } else if (!v1.empty() && ReadNumber("/sys/fs/cgroup/memory" + v1 + "/memory.limit_in_bytes", &limit)) {
+    dir = "/sys/fs/cgroup/memory" + v1 + "/memory.usage_in_bytes";
+  }
+  if (dir.empty() || limit == 0 || limit >= (uint64_t{1} << 60) || !ReadNumber(dir, &usage)) return;
+  g_cgroup = new CgroupLimit{dir, limit};
+}
+
+void CheckCgroup() {
+  uint64_t usage = 0;
+  if (!ReadNumber(g_cgroup->usage, &usage)) return;
+  if (g_cgroup->armed && usage >= g_cgroup->limit / 10 * 9) {
+    g_cgroup->armed = false;
+    WriteSnapshot("cgroup");
+  } else if (!g_cgroup->armed && usage < g_cgroup->limit / 10 * 8) {
+    g_cgroup->armed = true;
+  }
+}
+std::atomic<bool> g_exit_written{false};
+
+}  // namespace
+
+void spyglass::memory::heap::WriteExitSnapshotOnce() {
+  // Children not followed and workers of a live parent write nothing.
+  if (!g_followed || QuietWorker()) return;
+  if (g_exit_written.exchange(true)) return;
+  // SIGUSR2s that never saw their thread start (no malloc/free since): written now.
+  for (int n = g_pending.exchange(0); n > 0; --n) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+  WriteExitFiles();
+}
+
+namespace {
+
+void* SnapshotThread(void*) {
+  while (true) {
+    int rc;
+    if (g_cgroup) {
+      timespec until{};
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 250 * 1000 * 1000;
+      if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
+      rc = sem_timedwait(&g_sem, &until);
+    } else {
+      rc = sem_wait(&g_sem);
+    }
+    if (rc != 0) {
+      if (errno == ETIMEDOUT) {
+        ScopedUntracked untracked;
+        CheckCgroup();
+        continue;
+      }
+      if (errno == EINTR) continue;
+      return nullptr;
+    }
+    WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+  }
+}
+
+// ---- fatal signals --------------------------------------------------------------
+// Signals whose default action ends the process: a raw dump first, then the
+// default action (the process dies of the signal as it would have). Installed
+// only where the program has left the default; a handler it installs later
+// replaces ours.
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE,  SIGILL,  SIGABRT, SIGSYS, SIGTERM,
+                                 SIGINT,  SIGHUP, SIGQUIT, SIGXCPU, SIGXFSZ, SIGPIPE};
+
+void OnFatalSignal(int sig, siginfo_t* info, void*) {
+  int saved = errno;
+  if (!QuietWorker()) WriteCrashDump(DumpReason::kSignal, sig, nullptr);
+  // SA_RESETHAND restored the default action. A fault the kernel raised
+  // happens again when the instruction is retried; any other signal is raised
+  // again (SA_NODEFER: delivered now).
+  bool fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && info && info->si_code > 0;
+  if (!fault) raise(sig);
+  errno = saved;
+}
+
+void InstallFatalHandlers() {
+  // The main thread's handler runs on its own stack (a stack overflow leaves none).
+  static constexpr size_t kAltStack = 64 << 10;
+  void* alt = mmap(nullptr, kAltStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (alt != MAP_FAILED) {
+    stack_t ss{};
+    ss.ss_sp = alt;
+    ss.ss_size = kAltStack;
+    stack_t old{};
+    if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
+  }
+  for (int sig : kFatalSignals) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_sigaction = OnFatalSignal;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+void OnSigusr2(int) {
+  int saved = errno;
+  if (g_thread_started.load()) {
+    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+  } else {
+    g_pending.fetch_add(1);
+    int s = g_heap_state.load();
+    if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
+  }
+  errno = saved;
+}
+
+// ---- SPYGLASS_TRACE_DIR & co.: the full library ----------------------------
+// libspyglass.so.0 honours the SPYGLASS_* start-from-outside settings when it
+// loads (src/session/env_start.h: one place for programs that link it and for
+// those that get it here). This loads it when one is set: the copy the program
+// already loaded, else the one next to this hook (installed or in the build
+// tree, they lie side by side).
+void LoadFullLibraryIfAsked() {
+  bool asked = false;
+  for (const char* name : {"SPYGLASS_TRACE_DIR", "SPYGLASS_SERVER_PORT", "SPYGLASS_FLIGHT_RECORDER"})
+    if (const char* v = getenv(name); v && *v) asked = true;
+  if (!asked || dlopen("libspyglass.so.0", RTLD_NOW | RTLD_NOLOAD)) return;
+  std::string path = "libspyglass.so.0";
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&LoadFullLibraryIfAsked), &self) && self.dli_fname) {
+    std::string hook = self.dli_fname;
+    if (size_t slash = hook.rfind('/'); slash != std::string::npos) path = hook.substr(0, slash + 1) + path;
+  }
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    const char* why = dlerror();
+    std::fprintf(stderr, "spyglass: SPYGLASS_TRACE_DIR/SERVER_PORT/FLIGHT_RECORDER is set but %s cannot be loaded (%s); not profiling\n",
+                 path.c_str(), why ? why : "?");
+  }
+}
+
+__attribute__((constructor)) void HeapInit() {
+  ScopedUntracked untracked;
+  g_pid = g_self = getpid();
+  g_follow_children = FollowChildren();
+  if (Dl_info info{}; dladdr(reinterpret_cast<void*>(&HeapInit), &info)) g_hook_base = info.dli_fbase;
+  // The first process to load the hook is the program; what it execs stays
+  // it (same pid), what it starts is a child.
+  if (const char* m = getenv("SPYGLASS_HEAP_PID"); !m || !*m) setenv("SPYGLASS_HEAP_PID", std::to_string(g_pid).c_str(), 1);
+  // A child not followed: nothing tracked, written or traced.
+  g_followed = FollowedProcess();
+  if (!g_followed) return;
+  HeapOn();
+  // A Python program: CPython is built without frame pointers, the
+  // frame-pointer walk would stop (or stray) in libpython. Unless asked
+  // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
+  if (!getenv("SPYGLASS_UNWINDER") && dlsym(RTLD_DEFAULT, "Py_IsInitialized")) SetUnwinder(Unwinder::kLibunwind);
+  pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
+  if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
+    g_dir = new std::string(d);
+    mkdir(d, 0755);  // the last component, if missing
+    // Kept open for a dump from a dying process (no path lookup then, no allocation).
+    int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
+    sem_init(&g_sem, 0, 0);
+    struct sigaction sa {};
+    sa.sa_handler = OnSigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, nullptr);
+    // A cgroup memory limit: the snapshot thread watches it from the start.
+    if (const char* w = getenv("SPYGLASS_HEAP_CGROUP_WATCH"); !w || w[0] != '0') {
+      FindCgroupLimit();
+      if (g_cgroup) StartSnapshotThread();
+    }
+  }
+  LoadFullLibraryIfAsked();
 }
 
 __attribute__((destructor)) void HeapFini() {
+  if (!g_followed) return;
   ScopedUntracked untracked;
-  const bool child = getpid() != g_pid;  // forked, no exec
   // A forked child that did not exec shares the parent's history; a snapshot
   // per child (symbolization included) made programs that fork a lot 100x
-  // slower. A daemon's child (its parent gone) is the program: it writes one.
-  if (child && !g_follow_children && getppid() == g_pid) return;
-  WriteSnapshot("exit");
+  // slower (a shell's subshells: dozens). A daemon's child (the process that
+  // forked it gone, so it was reparented) is the program: it writes one.
+  spyglass::memory::heap::WriteExitSnapshotOnce();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------
@@ -463,19 +797,57 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
-SPYGLASS_HOOK void* malloc(size_t n) {
+#define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
+
+namespace {
+
+// Whether an allocation of n bytes is recorded (advances the sampling countdown).
+inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+// Whether a free of p must look into the tracker.
+inline bool MayUntrack(void* p) {
+  return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
+}
+
+__attribute__((noinline)) void* MallocTracked(size_t n) {
   void* p = __libc_malloc(n);
-  SPYGLASS_TRACK(p, n);
+  if (p)
+    TrackSlow(p, n, __builtin_frame_address(0));
+  else
+    AllocFailed(n, __builtin_frame_address(0));
   return p;
 }
-SPYGLASS_HOOK void free(void* p) {
-  Untrack(p);
+__attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
+  void* p = __libc_calloc(n, m);
+  size_t bytes;
+  if (p)
+    TrackSlow(p, n * m, __builtin_frame_address(0));
+  else if (!__builtin_mul_overflow(n, m, &bytes))
+    AllocFailed(bytes, __builtin_frame_address(0));
+  return p;
+}
+__attribute__((noinline)) void FreeTracked(void* p) {
+  UntrackSlow(p);
   __libc_free(p);
 }
-SPYGLASS_HOOK void* calloc(size_t n, size_t m) {
-  void* p = __libc_calloc(n, m);
-  SPYGLASS_TRACK(p, n * m);
+__attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
+  void* p = NewOrThrow(n, nothrow);
+  if (p) TrackSlow(p, n, __builtin_frame_address(0));
   return p;
+}
+
+}  // namespace
+
+SPYGLASS_FAST void* malloc(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  return MallocTracked(n);
+}
+SPYGLASS_FAST void free(void* p) {
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
+  return FreeTracked(p);
+}
+SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
@@ -525,8 +897,14 @@ SPYGLASS_HOOK void* pvalloc(size_t n) {
   SPYGLASS_TRACK(p, n);                                             \
   return p
 
-__attribute__((visibility("default"), noinline)) void* operator new(size_t n) { SPYGLASS_NEW_BODY(n, false); }
-__attribute__((visibility("default"), noinline)) void* operator new[](size_t n) { SPYGLASS_NEW_BODY(n, false); }
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new(size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
+__attribute__((visibility("default"), noinline, optimize("omit-frame-pointer"))) void* operator new[](size_t n) {
+  if (__builtin_expect(!WillTrack(n), 1)) return NewOrThrow(n, false);
+  return NewTracked(n, false);
+}
 __attribute__((visibility("default"), noinline)) void* operator new(size_t n, const std::nothrow_t&) noexcept {
   SPYGLASS_NEW_BODY(n, true);
 }
@@ -548,9 +926,9 @@ __attribute__((visibility("default"), noinline)) void* operator new[](size_t n, 
   SPYGLASS_ANEW_BODY(n, a, true);
 }
 
-#define SPYGLASS_DELETE_BODY(p) \
-  Untrack(p);                   \
-  __libc_free(p)
+#define SPYGLASS_DELETE_BODY(p)                  \
+  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p); \
+  return FreeTracked(p)
 __attribute__((visibility("default"))) void operator delete(void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete[](void* p) noexcept { SPYGLASS_DELETE_BODY(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { SPYGLASS_DELETE_BODY(p); }

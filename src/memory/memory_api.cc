@@ -96,20 +96,41 @@ bool DeviceMatches(std::string_view device, std::string_view backend) {
   return device.size() > backend.size() && device.substr(0, backend.size()) == backend && device[backend.size()] == ':';
 }
 
+struct Agg {
+  double count = 0, bytes = 0;
+};
+
+// Which classes `backend` selects ("" = all, "gpu" = every "gpu:N", "gpu:1").
+std::vector<char> MatchingClasses(std::string_view backend) {
+  std::vector<char> match(kMaxClasses + 1, 0);
+  for (uint32_t c = 1; c <= ClassCount(); ++c) match[c] = DeviceMatches(ClassDevice(c), backend);
+  return match;
+}
+
+// "spyglass: peak <device> <bytes> bytes" for each selected device that has
+// had memory: every profile says how high each device went.
+std::vector<std::string> PeakComments(std::string_view backend) {
+  std::vector<std::string> out;
+  for (uint32_t d = 0; d < DeviceCount(); ++d) {
+    std::string_view name = DeviceName(d);
+    DeviceTotals t = GetDeviceTotals(d);
+    if (!DeviceMatches(name, backend) || t.peak_bytes <= 0) continue;
+    out.push_back("spyglass: peak " + std::string(name) + " " + std::to_string(t.peak_bytes) + " bytes");
+  }
+  return out;
+}
+
+// Symbolizes the sites of `by_site` and writes the gzipped pprof.
+std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::vector<std::string> comments);
+
 }  // namespace
 
 Status SnapshotPprof(std::string_view backend, std::string* out) {
   ScopedUntracked untracked;
   const uint32_t nclasses = ClassCount();
-  std::vector<char> match(kMaxClasses + 1, 0), sampled(kMaxClasses + 1, 0);
+  std::vector<char> match = MatchingClasses(backend), sampled(kMaxClasses + 1, 0);
   const double interval = static_cast<double>(SampleInterval());
-  for (uint32_t c = 1; c <= nclasses; ++c) {
-    match[c] = DeviceMatches(ClassDevice(c), backend);
-    sampled[c] = interval > 0 && ClassKind(c) == "heap";
-  }
-  struct Agg {
-    double count = 0, bytes = 0;
-  };
+  for (uint32_t c = 1; c <= nclasses; ++c) sampled[c] = interval > 0 && ClassKind(c) == "heap";
   std::unordered_map<uint32_t, Agg> by_site;
   ForEachLive([&](const LiveRecord& r) {
     uint32_t cls = SiteClass(r.site);
@@ -124,7 +145,32 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     a.count += w;
     a.bytes += w * static_cast<double>(r.size);
   });
+  *out = EncodeSites(by_site, PeakComments(backend));
+  return Status::Ok();
+}
 
+Status PeakPprof(std::string_view backend, std::string* out) {
+  ScopedUntracked untracked;
+  std::vector<char> match = MatchingClasses(backend);
+  std::unordered_map<uint32_t, Agg> by_site;
+  auto add = [&](uint32_t id) {
+    if (!match[SiteClass(id)]) return;
+    SiteValue v = SiteAtPeak(id);
+    if (v.count <= 0 && v.bytes <= 0) return;
+    by_site[id] = {static_cast<double>(v.count) / static_cast<double>(kCountUnit), static_cast<double>(v.bytes)};
+  };
+  for (uint32_t c = 1; c <= ClassCount(); ++c) add(c);
+  for (uint32_t id = FirstSiteId(), end = EndSiteId(); id < end; ++id) add(id);
+  std::vector<std::string> comments = {"spyglass: the live set at the high-water mark of live bytes, per device"};
+  for (std::string& c : PeakComments(backend)) comments.push_back(std::move(c));
+  *out = EncodeSites(by_site, std::move(comments));
+  return Status::Ok();
+}
+
+namespace {
+
+std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::vector<std::string> comments) {
+  const double interval = static_cast<double>(SampleInterval());
   // Distinct stack words: return addresses are symbolized once each;
   // symbolic frames (explicit stacks) become a location of their function.
   std::unordered_map<uintptr_t, uint64_t> loc_of_pc;
@@ -183,6 +229,7 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
   data.time_nanos = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  data.comments = std::move(comments);
   auto note = [&](const char* what, Counter c) {
     if (uint64_t v = CounterValue(c)) data.comments.push_back(std::string("spyglass: ") + what + "=" + std::to_string(v));
   };
@@ -193,8 +240,31 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
   note("reentrant_skipped", kReentrant);
   note("dropped_functions", kDroppedFunctions);
   if (interval > 0) data.comments.push_back("spyglass: heap sampled every " + std::to_string(SampleInterval()) + " bytes");
-  *out = EncodePprofGz(data);
-  return Status::Ok();
+  return EncodePprofGz(data);
+}
+
+}  // namespace
+
+Status peak_memory_profile(std::string* out, std::string_view backend) {
+  if (out == nullptr) return InvalidArgumentError("peak_memory_profile: out is null");
+  return PeakPprof(backend, out);
+}
+
+Status save_peak_profile(const std::string& path, std::string_view backend) {
+  ScopedUntracked untracked;
+  std::string bytes;
+  if (Status s = PeakPprof(backend, &bytes); !s.ok()) return s;
+  return exporter::WriteOutputBytes(path, bytes);
+}
+
+std::vector<DeviceMemory> device_memory() {
+  ScopedUntracked untracked;
+  std::vector<DeviceMemory> out;
+  for (uint32_t d = 0; d < DeviceCount(); ++d) {
+    DeviceTotals t = GetDeviceTotals(d);
+    out.push_back({std::string(DeviceName(d)), t.live_bytes, t.peak_bytes});
+  }
+  return out;
 }
 
 }  // namespace spyglass::memory

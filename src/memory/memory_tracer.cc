@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <map>
 
+#include <time.h>
+
+#include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "model/xspace.h"
 #include "session/tracer.h"
@@ -28,13 +31,16 @@ class MemoryTracer : public session::Tracer {
   Status Start() override {
     ScopedUntracked untracked;
     base_ = LiveBytesByClass();
+    start_mono_ns_ = MonotonicNs();
     start_ticks_ = spyglass::internal::now_ticks();
     started_ = CounterStart(capacity_);
     return Status::Ok();
   }
   Status Stop() override {
     if (!started_) return Status::Ok();
+    TimelineSampleNow();  // the series' last point, inside the session
     stop_ticks_ = spyglass::internal::now_ticks();
+    stop_mono_ns_ = MonotonicNs();
     CounterStop(&events_, &n_, &dropped_);
     return Status::Ok();
   }
@@ -114,6 +120,7 @@ class MemoryTracer : public session::Tracer {
     }
     for (const auto& [dev, p] : pending) flush(dev, p);
     for (const auto& [dev, on] : active) emit(dev, end_ps, live[dev]);
+    AddSiteCounters(host, line);
     line.sort_events();
     host.stats.push_back(host.uint_stat("memory_counter_events_dropped", dropped_));
     if (dropped_ > 0) {
@@ -126,7 +133,56 @@ class MemoryTracer : public session::Tracer {
   }
 
  private:
+  static int64_t MonotonicNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+
+  // The top call sites over time (memory/timeline.h) within the session, one
+  // counter each ("memory <device> <stack>"), sites with the same named stack
+  // summed; the kTimelineTopSites that held most.
+  void AddSiteCounters(model::Plane& host, model::Line& line) {
+    Timeline t = CurrentTimeline(true);
+    std::map<uint32_t, std::string> name_of;
+    for (const TimelineSite& s : t.sites)
+      name_of[s.id] = "memory " + s.device + " " + (s.stack.empty() ? std::string("(no stack)") : s.stack);
+    struct Sample {
+      int64_t ps;
+      std::map<std::string, int64_t> bytes;
+    };
+    std::vector<Sample> samples;
+    std::map<std::string, int64_t> most;
+    const int64_t end_ns = stop_mono_ns_ - start_mono_ns_;
+    for (const TimelinePoint& p : t.points) {
+      int64_t ns = t.start_monotonic_ns + p.t_ns - start_mono_ns_;
+      if (ns < 0 || ns > end_ns) continue;
+      Sample smp{ns * 1000, {}};
+      for (const auto& [id, b] : p.sites)
+        if (auto it = name_of.find(id); it != name_of.end()) smp.bytes[it->second] += b;
+      for (const auto& [n, b] : smp.bytes) most[n] = std::max(most[n], b);
+      samples.push_back(std::move(smp));
+    }
+    std::vector<std::pair<int64_t, std::string>> order;
+    for (const auto& [n, b] : most) order.push_back({b, n});
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (order.size() > static_cast<size_t>(kTimelineTopSites)) order.resize(kTimelineTopSites);
+    for (const auto& [b, n] : order) {
+      uint32_t md = host.intern_event(n);
+      for (const Sample& smp : samples) {
+        auto it = smp.bytes.find(n);
+        model::Event e;
+        e.offset_ps = smp.ps;
+        e.metadata_id = md;
+        // Not among that point's top sites: 0 on the track (the chart's blank).
+        line.add_stat(e, host.int_stat(model::kLiveBytesStat, it == smp.bytes.end() ? 0 : it->second));
+        line.events.push_back(e);
+      }
+    }
+  }
+
   uint64_t capacity_;
+  int64_t start_mono_ns_ = 0, stop_mono_ns_ = 0;
   std::vector<int64_t> base_;
   uint64_t start_ticks_ = 0, stop_ticks_ = 0;
   bool started_ = false;
@@ -143,19 +199,3 @@ SPYGLASS_REGISTER_TRACER(memory_timeline, session::kRankMemoryTimeline, MakeMemo
 
 }  // namespace
 }  // namespace spyglass::memory
-
-// The heap hook's SPYGLASS_TRACE_DIR session (src/memory/heap_hook.cc). The
-// hook links only libspyglass_memory; it loads this library with dlopen when a
-// trace is asked for and finds these by name. false: *error says why.
-extern "C" __attribute__((visibility("default"))) bool spyglass_heap_start_trace(const char* dir, std::string* error) {
-  spyglass::profiler::TraceOptions options;
-  options.create_perfetto_trace = true;
-  spyglass::Status s = spyglass::profiler::start_trace(dir, options);
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
-}
-extern "C" __attribute__((visibility("default"))) bool spyglass_heap_stop_trace(std::string* error) {
-  spyglass::Status s = spyglass::profiler::stop_trace();
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
-}

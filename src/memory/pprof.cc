@@ -182,6 +182,7 @@ Status ParseOwned(std::string bytes, Budget& budget, PprofProfile* out) {
   std::unordered_map<uint64_t, std::vector<RawLine>> locations;
   std::unordered_map<uint64_t, RawFunction> functions;
   std::vector<std::string_view> strings;
+  std::vector<uint64_t> comments;
   bool ok = true;
   auto take = [&](size_t n) { return ok = ok && budget.take(n); };
   while (ok) {
@@ -267,6 +268,8 @@ Status ParseOwned(std::string bytes, Budget& budget, PprofProfile* out) {
       int pos = in.CurrentPosition();
       ok = ok && in.Skip(static_cast<int>(len));
       if (ok) strings.push_back(data.substr(static_cast<size_t>(pos), len));
+    } else if (field == kProfileComment) {
+      ok = ReadRepeatedVarint(in, wire, budget, &comments);
     } else if (field == kProfileTimeNanos && wire == kVarint) {
       uint64_t v;
       ok = in.ReadVarint64(&v);
@@ -336,6 +339,11 @@ Status ParseOwned(std::string bytes, Budget& budget, PprofProfile* out) {
       s.labels[k] = v;
     }
     out->samples.push_back(std::move(s));
+  }
+  for (uint64_t c : comments) {
+    std::string_view text;
+    if (!str(static_cast<int64_t>(c), &text)) return Bad("a comment's string index is out of range");
+    out->comments.push_back(text);
   }
   out->storage = std::move(storage);
   return Status::Ok();

@@ -45,6 +45,8 @@ std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
 
 // A snapshot of the tracker now (devices matching `backend`), gzipped pprof.
 Status SnapshotPprof(std::string_view backend, std::string* out);
+// The live set at each selected device's high-water mark (tracker.h, "Peak").
+Status PeakPprof(std::string_view backend, std::string* out);
 
 // ---- reading ----------------------------------------------------------------
 // Default bound on what reading one profile may use: its bytes after gunzip
@@ -72,6 +74,7 @@ struct PprofProfile {
   std::vector<PprofSample> samples;
   int64_t time_nanos = 0;
   int count_index = -1, bytes_index = -1;  // of allocations/count and space/bytes
+  std::vector<std::string_view> comments;  // "spyglass: peak cpu:0 1006666 bytes", ...
   std::shared_ptr<const void> storage;     // what the views point into
 };
 // Accepts gzipped or plain serialized profiles; any inconsistency is an

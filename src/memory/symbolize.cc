@@ -82,7 +82,7 @@ SymLocation ViaDladdr(uintptr_t pc) {
   X(dwfl_linux_proc_report) X(dwfl_report_end) X(dwfl_addrmodule) X(dwfl_module_info)                     \
   X(dwfl_module_addrdie) X(dwfl_module_getsrc) X(dwfl_lineinfo) X(dwarf_getscopes) X(dwarf_getsrcfiles) \
   X(dwarf_filesrc) X(dwarf_tag) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_formstring)                \
-  X(dwarf_formudata) X(dwarf_diename)
+  X(dwarf_formudata) X(dwarf_diename) X(dwfl_linux_proc_maps_report)
 
 struct Libdw {
 #define SPYGLASS_LIBDW_POINTER(f) decltype(&::f) f = nullptr;
@@ -137,13 +137,22 @@ int64_t DeclLine(const Libdw& dw, Dwarf_Die* die) {
 
 class DwarfSymbolizer {
  public:
-  explicit DwarfSymbolizer(const Libdw* dw) : dw_(dw) {
+  // `maps`: another (dead) process's /proc/<pid>/maps text; null: this process.
+  explicit DwarfSymbolizer(const Libdw* dw, const std::string* maps = nullptr) : dw_(dw) {
     if (!dw_) return;
     callbacks_.find_elf = dw_->dwfl_linux_proc_find_elf;
     callbacks_.find_debuginfo = dw_->dwfl_standard_find_debuginfo;
     callbacks_.debuginfo_path = nullptr;
     dwfl_ = dw_->dwfl_begin(&callbacks_);
-    if (dwfl_ && dw_->dwfl_linux_proc_report(dwfl_, getpid()) != 0) {
+    int rc = 0;
+    if (dwfl_ && maps) {
+      FILE* f = fmemopen(const_cast<char*>(maps->data()), maps->size(), "r");
+      rc = f ? dw_->dwfl_linux_proc_maps_report(dwfl_, f) : -1;
+      if (f) std::fclose(f);
+    } else if (dwfl_) {
+      rc = dw_->dwfl_linux_proc_report(dwfl_, getpid());
+    }
+    if (dwfl_ && rc != 0) {
       dw_->dwfl_end(dwfl_);
       dwfl_ = nullptr;
     }
@@ -237,6 +246,60 @@ std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t
 #endif
     if (!ok) loc = ViaDladdr(pc);
     (*g_cache)[pc] = loc;
+    out.emplace(pc, std::move(loc));
+  }
+  return out;
+}
+
+std::unordered_map<uintptr_t, SymLocation> SymbolizeWithMaps(const std::vector<uintptr_t>& pcs,
+                                                             const std::string& maps) {
+  struct Mapping {
+    uintptr_t lo, hi, offset;
+    std::string path;
+  };
+  std::vector<Mapping> mappings;
+  size_t pos = 0;
+  while (pos < maps.size()) {
+    size_t end = maps.find('\n', pos);
+    if (end == std::string::npos) end = maps.size();
+    std::string line = maps.substr(pos, end - pos);
+    pos = end + 1;
+    unsigned long long lo = 0, hi = 0, off = 0;
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %*s %llx %*s %*s %n", &lo, &hi, &off, &path_at) < 3 || path_at <= 0)
+      continue;
+    mappings.push_back({lo, hi, off, line.substr(static_cast<size_t>(path_at))});
+  }
+  std::unordered_map<uintptr_t, SymLocation> out;
+#ifdef SPYGLASS_HAVE_LIBDW
+  std::lock_guard<std::mutex> lock(g_mu);  // libdw calls are serialized as Symbolize's
+  DwarfSymbolizer dwarf(LoadLibdw(), &maps);
+#endif
+  for (uintptr_t pc : pcs) {
+    SymLocation loc;
+    bool ok = false;
+#ifdef SPYGLASS_HAVE_LIBDW
+    ok = dwarf.Lookup(pc, &loc);
+#endif
+    if (!ok) {
+      // The module and the offset in its file, from the maps.
+      loc = SymLocation{};
+      SymFrame f;
+      char buf[64];
+      loc.rel_address = pc;
+      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(pc));
+      f.function = buf;
+      for (const Mapping& m : mappings)
+        if (pc - 1 >= m.lo && pc - 1 < m.hi) {
+          loc.rel_address = pc - m.lo + m.offset;
+          std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(loc.rel_address));
+          f.function = (m.path.empty() ? std::string("?") : Basename(m.path.c_str())) + buf;
+          f.file = m.path;
+          break;
+        }
+      f.system_name = f.function;
+      loc.frames.push_back(std::move(f));
+    }
     out.emplace(pc, std::move(loc));
   }
   return out;

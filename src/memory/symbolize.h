@@ -27,6 +27,11 @@ struct SymLocation {
 // Thread-safe (serialized); results are cached per address.
 std::unordered_map<uintptr_t, SymLocation> Symbolize(const std::vector<uintptr_t>& pcs);
 
+// The same for the return addresses of another process, now gone, whose
+// /proc/<pid>/maps text is `maps` (its modules are read from disk). Not cached.
+std::unordered_map<uintptr_t, SymLocation> SymbolizeWithMaps(const std::vector<uintptr_t>& pcs,
+                                                             const std::string& maps);
+
 std::string Demangle(const char* name);
 
 // Unloaded modules (dlclose): their return addresses would no longer

@@ -1,15 +1,20 @@
 #include "memory/tracker.h"
+#include "memory/timeline.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace spyglass::memory::internal {
 
 std::atomic<uint8_t*> g_filter{nullptr};
+constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -33,6 +38,7 @@ class SpinLock {
       }
     }
   }
+  bool try_lock() { return v_.load(std::memory_order_relaxed) == 0 && v_.exchange(1, std::memory_order_acquire) == 0; }
   void unlock() { v_.store(0, std::memory_order_release); }
   void reset() { v_.store(0, std::memory_order_relaxed); }
 
@@ -46,9 +52,18 @@ struct LockGuard {
   SpinLock& l_;
 };
 
-constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 std::atomic<uint64_t> g_counters[kNumCounters];
+
+// Single-writer mode's pending record (see FlushPending).
+struct PendingRecord {
+  uint64_t ptr = 0, size = 0;
+  uint32_t site = 0;
+};
+PendingRecord g_pending_rec;
+std::atomic<uint64_t> g_pending_live{0};  // 0 or 1, for LiveCount
+std::atomic<uint64_t> g_single_allocations{0}, g_single_frees{0};
+void FlushPending(bool plain);
 
 // ---- classes -------------------------------------------------------------
 constexpr size_t kDeviceChars = 64, kKindChars = 32;
@@ -61,6 +76,35 @@ struct ClassNames {
 constinit ClassNames g_classes{};
 std::atomic<uint32_t> g_class_count{0};
 SpinLock g_class_lock;
+// Per class: its device, whether sampled records of it are weighted (the heap
+// hook's kind "heap"), and the stats of its records without a stack.
+uint8_t g_class_device[kMaxClasses + 1];
+bool g_class_weighted[kMaxClasses + 1];
+SiteStats g_class_stats[kMaxClasses + 1];
+
+// ---- devices -------------------------------------------------------------------
+struct alignas(64) Device {
+  std::atomic<int64_t> live{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<int64_t> window_max{0};
+};
+Device g_devices[kMaxDevices];
+char g_device_names[kMaxDevices][kDeviceChars];
+uint8_t g_device_name_len[kMaxDevices];
+std::atomic<uint32_t> g_device_count{0};
+
+// Caller holds g_class_lock.
+uint32_t InternDeviceLocked(std::string_view name) {
+  uint32_t n = g_device_count.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < n; ++i)
+    if (g_device_name_len[i] == name.size() && std::memcmp(g_device_names[i], name.data(), name.size()) == 0) return i;
+  if (n == kMaxDevices) return kMaxDevices - 1;
+  std::memcpy(g_device_names[n], name.data(), name.size());
+  g_device_name_len[n] = static_cast<uint8_t>(name.size());
+  g_device_count.store(n + 1, std::memory_order_release);
+  return n;
+}
 
 // ---- live table ------------------------------------------------------------
 // Slot: ptr (0 = empty), meta = size << 24 | site.
@@ -88,6 +132,12 @@ struct alignas(64) Shard {
 };
 Shard g_shards[kShards];
 uint64_t g_max_per_shard = kDefaultMaxLive / kShards;
+
+// The live table's hash of a pointer: one multiply (Fibonacci hashing) of the
+// pointer rotated so that its always-zero alignment bits are dropped by the
+// multiply; the top 8 bits pick the shard, the next ones the home slot. The
+// deletion's backward shift rehashes every slot it moves: a cheap hash counts.
+inline uint64_t PtrHash(uint64_t p) { return ((p >> 4) | (p << 60)) * 0x9E3779B97F4A7C15ull; }
 
 inline uint64_t Home(uint64_t h, uint64_t cap) {
   return static_cast<uint64_t>((static_cast<__uint128_t>(h << kShardBits) * cap) >> 64);
@@ -117,7 +167,7 @@ bool Grow(Shard& s) {
   for (uint64_t i = 0; i < s.cap; ++i) {
     uint64_t p = s.slots[i].ptr;
     if (p == 0) continue;
-    uint64_t j = Home(Mix(p), ncap);
+    uint64_t j = Home(PtrHash(p), ncap);
     while (ns[j].ptr != 0)
       if (++j == ncap) j = 0;
     ns[j] = s.slots[i];
@@ -135,7 +185,7 @@ void EraseAt(Shard& s, uint64_t i) {
     if (++j == s.cap) j = 0;
     uint64_t p = s.slots[j].ptr;
     if (p == 0) break;
-    uint64_t k = Home(Mix(p), s.cap);
+    uint64_t k = Home(PtrHash(p), s.cap);
     bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
     if (stays) continue;
     s.slots[i] = s.slots[j];
@@ -253,15 +303,7 @@ constexpr uint32_t kFirstSite = kMaxClasses + 1;     // ids < this: "class only,
 // 2^23 hash slots (64 MiB virtual), 512 MiB of stacks at most.
 constinit InternTable g_sites(1ull << 23, kFirstSite, kMaxSites, 512ull << 20);
 
-uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth) {
-  uint64_t h = Mix(cls + 0x100000001b3ull * static_cast<uint64_t>(depth));
-  // One multiply per frame (stacks are hashed on every recorded allocation),
-  // then a full mix.
-  for (int i = 0; i < depth; ++i) {
-    h = (h ^ frames[i]) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 32;
-  }
-  h = Mix(h);
+uint32_t InternSite(uint32_t cls, const uintptr_t* frames, int depth, uint64_t h) {
   const size_t frame_bytes = sizeof(uintptr_t) * static_cast<size_t>(depth);
   uint32_t id = g_sites.Intern(
       h, sizeof(Site) + frame_bytes,
@@ -378,24 +420,12 @@ uint64_t CounterValue(Counter c) {
   if (c == kAllocations || c == kFrees) {
     uint64_t n = g_counters[c].load(std::memory_order_relaxed);
     for (const Shard& s : g_shards) n += (c == kAllocations ? s.allocations : s.frees).load(std::memory_order_relaxed);
-    return n;
+    return n + (c == kAllocations ? g_single_allocations : g_single_frees).load(std::memory_order_relaxed);
   }
   return g_counters[c].load(std::memory_order_relaxed);
 }
 
-bool Guard::Enter() {
-  if (t_guard) return false;
-  t_guard = 1;
-  return true;
-}
-void Guard::Leave() { t_guard = 0; }
-bool Guard::Inside() { return t_guard != 0; }
-bool Guard::EnterOwn() {
-  if (t_guard) return false;
-  t_guard = 2;
-  return true;
-}
-bool Guard::InsideTracking() { return t_guard == 1; }
+
 
 uint32_t InternClass(std::string_view device, std::string_view kind) {
   device = device.substr(0, kDeviceChars - 1);
@@ -417,6 +447,8 @@ uint32_t InternClass(std::string_view device, std::string_view kind) {
     return kMaxClasses;
   }
   uint32_t c = n + 1;
+  g_class_device[c] = static_cast<uint8_t>(InternDeviceLocked(c == kMaxClasses ? "other" : device));
+  g_class_weighted[c] = kind == "heap" && c != kMaxClasses;
   std::memcpy(g_classes.device[c], device.data(), device.size());
   g_classes.device_len[c] = static_cast<uint8_t>(device.size());
   std::memcpy(g_classes.kind[c], kind.data(), kind.size());
@@ -461,47 +493,263 @@ uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_rela
 bool MaybeTracked(uintptr_t ptr) { return MaybeTrackedInline(ptr); }
 
 namespace {
+
+// ---- one writing thread: no atomic read-modify-writes ------------------------
+// While a single thread records and removes (most programs, and the
+// benchmarks), its table and totals updates need no lock and no atomic
+// read-modify-write (each costs ~20 cycles; a record/remove pair did eight).
+// That thread, the "writer", is the first one to record; it marks each
+// operation with g_writer_busy (plain stores) and uses plain loads and stores.
+// The first time another thread records, or a reader needs the tables
+// consistent (ForEachLive, TableBytes), the process switches to shared mode
+// for good: MakeShared sets the mode, then membarrier(PRIVATE_EXPEDITED)
+// makes every thread pass a full barrier, so that the writer either sees the
+// new mode before its next operation or has its busy mark visible, and
+// MakeShared waits for that operation to end. Without membarrier the
+// process starts shared. Readers of single values (totals, site stats, the
+// timeline) read them with relaxed loads in either mode.
+enum : int { kModeSingle = 0, kModeSwitching = 1, kModeShared = 2 };
+std::atomic<int> g_mode{kModeShared};
+std::atomic<uintptr_t> g_writer{0};
+std::atomic<int> g_writer_busy{0};
+
+bool RegisterMembarrier() {
+#if defined(__SANITIZE_THREAD__)
+  return false;  // TSan does not know membarrier's ordering: shared mode only
+#elif defined(SYS_membarrier)
+  constexpr int kQuery = 0, kPrivateExpedited = 1 << 3, kRegisterPrivateExpedited = 1 << 4;
+  long cmds = syscall(SYS_membarrier, kQuery, 0, 0);
+  if (cmds < 0 || (cmds & kPrivateExpedited) == 0) return false;
+  return syscall(SYS_membarrier, kRegisterPrivateExpedited, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+void MakeSharedSlow() {
+  int m = kModeSingle;
+  if (g_mode.compare_exchange_strong(m, kModeSwitching, std::memory_order_seq_cst)) {
+#ifdef SYS_membarrier
+    syscall(SYS_membarrier, 1 << 3 /* PRIVATE_EXPEDITED */, 0, 0);
+#endif
+    for (int spins = 0; g_writer_busy.load(std::memory_order_acquire) != 0; ++spins)
+      if (spins > 64) sched_yield();
+    FlushPending(false);  // the writer is quiescent; nobody else touches the tables until kModeShared
+    g_mode.store(kModeShared, std::memory_order_release);
+    return;
+  }
+  for (int spins = 0; g_mode.load(std::memory_order_acquire) != kModeShared; ++spins)
+    if (spins > 64) sched_yield();
+}
+inline void MakeShared() {
+  if (g_mode.load(std::memory_order_acquire) != kModeShared) MakeSharedSlow();
+}
+
+// One record/remove: whether it may use plain updates (then End() must be called).
+struct Op {
+  bool plain = false;
+  Op() {
+    if (__builtin_expect(g_mode.load(std::memory_order_relaxed) != kModeSingle, 0)) {
+      MakeShared();
+      return;
+    }
+    const uintptr_t me = reinterpret_cast<uintptr_t>(&t_guard);
+    uintptr_t w = g_writer.load(std::memory_order_relaxed);
+    if (__builtin_expect(w == 0, 0)) {
+      if (!g_writer.compare_exchange_strong(w, me, std::memory_order_acq_rel)) {
+        MakeShared();
+        return;
+      }
+      w = me;
+    }
+    if (w != me) {
+      MakeShared();
+      return;
+    }
+    g_writer_busy.store(1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the membarrier on the other side is the hardware fence
+    if (g_mode.load(std::memory_order_relaxed) == kModeSingle) {
+      plain = true;
+      return;
+    }
+    g_writer_busy.store(0, std::memory_order_release);
+    MakeShared();
+  }
+  ~Op() {
+    if (plain) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      g_writer_busy.store(0, std::memory_order_release);
+    }
+  }
+};
+
+template <typename T>
+inline void AddTo(std::atomic<T>& a, T v, bool plain) {
+  if (plain)
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  else
+    a.fetch_add(v, std::memory_order_relaxed);
+}
+
+// A shard lock that the single writer skips.
+struct ShardLock {
+  ShardLock(SpinLock& l, bool plain) : l_(plain ? nullptr : &l) {
+    if (l_) l_->lock();
+  }
+  ~ShardLock() {
+    if (l_) l_->unlock();
+  }
+  SpinLock* l_;
+};
+
+constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
+constexpr uint32_t kTimelineCheckOps = 128;
+
+inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
+  if (site >= kFirstSite)
+    if (const Site* s = GetSite(site)) return const_cast<SiteStats*>(&s->stats);
+  return &g_class_stats[cls];
+}
+
+// Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
+// the site's and its device's totals, remembering the peak lazily (tracker.h).
+void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plain) {
+  SiteStats* st = StatsOf(site, cls);
+  int64_t b = static_cast<int64_t>(size), c = kCountUnit;
+  if (__builtin_expect(g_class_weighted[cls], 1)) {
+    if (uint64_t interval = g_sample_interval.load(std::memory_order_relaxed)) {
+      // The Poisson sample's weight (as the snapshot's).
+      double w = 1.0 / (1.0 - std::exp(-static_cast<double>(size ? size : 1) / static_cast<double>(interval)));
+      b = std::llround(static_cast<double>(size) * w);
+      c = std::llround(static_cast<double>(kCountUnit) * w);
+    }
+  }
+  Device& d = g_devices[g_class_device[cls]];
+  const uint64_t epoch = d.epoch.load(std::memory_order_relaxed);
+  if (st->stamp.load(std::memory_order_relaxed) != epoch) {
+    // First change of this site since its device's latest peak: its value now is its value at the peak.
+    st->peak_bytes.store(st->bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->peak_count.store(st->count.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st->stamp.store(epoch, std::memory_order_release);
+  }
+  AddTo(st->bytes, sign * b, plain);
+  AddTo(st->count, sign * c, plain);
+  int64_t v;
+  if (plain) {
+    v = d.live.load(std::memory_order_relaxed) + sign * b;
+    d.live.store(v, std::memory_order_relaxed);
+  } else {
+    v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
+  }
+  if (sign > 0) {
+    if (v > d.window_max.load(std::memory_order_relaxed)) d.window_max.store(v, std::memory_order_relaxed);
+    int64_t peak = d.peak.load(std::memory_order_relaxed);
+    if (v > peak) {
+      if (plain) {
+        d.peak.store(v, std::memory_order_relaxed);
+        d.epoch.store(d.epoch.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      } else {
+        while (v > peak && !d.peak.compare_exchange_weak(peak, v, std::memory_order_relaxed)) {
+        }
+        d.epoch.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+  if (__builtin_expect(t_timeline_countdown-- == 0, 0)) {
+    t_timeline_countdown = kTimelineCheckOps;
+    TimelineTick();
+  }
+}
+
+// The shard part of an insert. `count`: +1 a new allocation, -1 a restored
+// one (its free is taken back), 0 a record that was counted already. Returns
+// false when the table bound drops it; *old_size >= 0 when ptr had a record.
+bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta, int64_t* old_size,
+                 uint32_t* old_site) {
+  uint64_t h = PtrHash(ptr);
+  Shard& s = g_shards[h >> (64 - kShardBits)];
+  ShardLock lock(s.lock, plain);
+  uint64_t count = s.count.load(std::memory_order_relaxed);
+  if ((count + 1) * 5 > s.cap * 4) {
+    if (count >= g_max_per_shard || !Grow(s)) {
+      Count(kDroppedTable);
+      return false;
+    }
+  }
+  bool found;
+  uint64_t i = Find(s, ptr, h, &found);
+  if (found) {
+    *old_size = static_cast<int64_t>(s.slots[i].meta >> 24);
+    *old_site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+  } else {
+    s.slots[i].ptr = ptr;
+    s.count.store(count + 1, std::memory_order_relaxed);
+  }
+  s.slots[i].meta = (size << 24) | site;
+  s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? *old_size : 0),
+                std::memory_order_relaxed);
+  // s.recent is not cleared of ptr here (that loop was a third of the
+  // insert): a stale entry only matters when ptr comes back untracked and is
+  // then freed, an unknown free that is then counted as a double free.
+  if (count_delta < 0)
+    s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  else if (count_delta > 0)
+    s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void Replaced(int64_t old_size, uint32_t old_site, bool plain) {
+  Count(kReplaced);
+  const uint32_t old_cls = SiteClass(old_site);
+  Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, plain);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
+}
+
+// Single-writer mode: the writer's latest allocation waits here, out of the
+// table, until the writer's next allocation puts it in. A block freed before
+// that (malloc/free churn: most short-lived blocks) never touches the table.
+// It is counted (totals, peak, timeline) from the start. Only the writer
+// touches it, in plain mode; MakeSharedSlow moves it into the table once the
+// writer is quiescent, so readers (ForEachLive) see it.
+
+void FlushPending(bool plain) {
+  const PendingRecord r = g_pending_rec;
+  if (r.ptr == 0) return;
+  g_pending_rec.ptr = 0;
+  g_pending_live.store(0, std::memory_order_relaxed);
+  int64_t old_size = -1;
+  uint32_t old_site = 0;
+  if (!TableInsert(r.ptr, r.size, r.site, plain, 0, &old_size, &old_site)) {
+    Account(r.site, SiteClass(r.site), r.size, -1, plain);  // dropped: no longer counted as live
+    return;
+  }
+  if (old_size >= 0) Replaced(old_size, old_site, plain);
+}
+
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
 void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
-  uint64_t h = Mix(ptr);
-  Shard& s = g_shards[h >> (64 - kShardBits)];
-  int64_t old_size = -1;
-  uint32_t old_site = 0;
-  {
-    LockGuard lock(s.lock);
-    uint64_t count = s.count.load(std::memory_order_relaxed);
-    if ((count + 1) * 5 > s.cap * 4) {
-      if (count >= g_max_per_shard || !Grow(s)) {
-        Count(kDroppedTable);
-        return;
-      }
-    }
-    bool found;
-    uint64_t i = Find(s, ptr, h, &found);
-    if (found) {
-      old_size = static_cast<int64_t>(s.slots[i].meta >> 24);
-      old_site = static_cast<uint32_t>(s.slots[i].meta & 0xffffff);
+  Op op;
+  if (op.plain && !restored) {
+    if (g_pending_rec.ptr == ptr) {
+      Replaced(static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
     } else {
-      s.slots[i].ptr = ptr;
-      s.count.store(count + 1, std::memory_order_relaxed);
+      FlushPending(true);
+      if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
     }
-    s.slots[i].meta = (size << 24) | site;
-    s.bytes.store(s.bytes.load(std::memory_order_relaxed) + static_cast<int64_t>(size) - (found ? old_size : 0),
-                  std::memory_order_relaxed);
-    for (uint64_t& r : s.recent)
-      if (r == ptr) r = 0;
-    if (restored)
-      s.frees.store(s.frees.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    else
-      s.allocations.store(s.allocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    g_pending_rec = {ptr, size, site};
+    g_pending_live.store(1, std::memory_order_relaxed);
+    AddTo(g_single_allocations, uint64_t{1}, true);
+  } else {
+    int64_t old_size = -1;
+    uint32_t old_site = 0;
+    if (!TableInsert(ptr, size, site, op.plain, restored ? -1 : 1, &old_size, &old_site)) return;
+    if (old_size >= 0)
+      Replaced(old_size, old_site, op.plain);
+    else if (g_filter.load(std::memory_order_relaxed))
+      FilterAdd(ptr);
   }
-  if (old_size >= 0) {
-    Count(kReplaced);
-    if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(old_site), -old_size);
-  } else if (g_filter.load(std::memory_order_relaxed)) {
-    FilterAdd(ptr);
-  }
+  Account(site, cls, size, 1, op.plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
@@ -509,7 +757,23 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, depth > 0 ? InternSite(cls, frames, depth) : cls, cls, false);
+  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, cls, false);
+}
+
+uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash) {
+  if (depth <= 0) return cls;
+  if (hash == 0) {
+    uint64_t h = kStackHashSeed;
+    for (int i = 0; i < depth; ++i) h = StackHashStep(h, frames[i]);
+    hash = StackHashFinish(h, cls, depth);
+  }
+  return InternSite(cls, frames, depth, hash);
+}
+
+void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site) {
+  if (ptr == 0) return;
+  if (size > kMaxSize) size = kMaxSize;
+  Insert(ptr, size, site, SiteClass(site), false);
 }
 
 void Restore(const LiveRecord& r) {
@@ -521,13 +785,22 @@ namespace {
 // is not counted (no unknown/double free). `out`, if given, receives the record.
 bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
   if (ptr == 0) return false;
-  uint64_t h = Mix(ptr);
+  uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;
   uint32_t site = 0;
   bool double_free = false;
-  {
-    LockGuard lock(s.lock);
+  Op op;
+  if (op.plain && g_pending_rec.ptr == ptr) {
+    // The writer's latest allocation, freed before it reached the table.
+    size = static_cast<int64_t>(g_pending_rec.size);
+    site = g_pending_rec.site;
+    g_pending_rec.ptr = 0;
+    g_pending_live.store(0, std::memory_order_relaxed);
+    s.recent[s.recent_pos++ % kRecent] = ptr;
+    AddTo(g_single_frees, uint64_t{1}, true);
+  } else {
+    ShardLock lock(s.lock, op.plain);
     bool found = false;
     uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
     if (found) {
@@ -547,7 +820,9 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
     return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
-  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(SiteClass(site), -size);
+  const uint32_t cls = SiteClass(site);
+  Account(site, cls, static_cast<uint64_t>(size), -1, op.plain);
+  if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
 }
@@ -558,6 +833,7 @@ bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
 bool Take(uintptr_t ptr, LiveRecord* out) { return Erase(ptr, true, out); }
 
 void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
+  MakeShared();  // the tables are read under their locks
   std::vector<LiveRecord> batch;
   for (Shard& s : g_shards) {
     batch.clear();
@@ -580,11 +856,12 @@ void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
 }
 
 uint64_t LiveCount() {
-  uint64_t n = 0;
+  uint64_t n = g_pending_live.load(std::memory_order_relaxed);
   for (const Shard& s : g_shards) n += s.count.load(std::memory_order_relaxed);
   return n;
 }
 uint64_t TableBytes() {
+  MakeShared();
   uint64_t n = 0;
   for (Shard& s : g_shards) {
     LockGuard lock(s.lock);
@@ -601,7 +878,10 @@ uint32_t SiteClass(uint32_t id) {
 }
 uint64_t SiteCount() { return g_sites.published.load(std::memory_order_relaxed); }
 
+std::atomic<uint32_t> g_site_generation{0};
+
 void RewriteSiteFrames(uintptr_t lo, uintptr_t hi, const std::function<uintptr_t(uintptr_t)>& to) {
+  g_site_generation.fetch_add(1, std::memory_order_release);
   const uint32_t end = g_sites.end_id();
   for (uint32_t id = kFirstSite; id < end; ++id) {
     // Sites are written once; only their frame words change here (the arena is ours).
@@ -654,8 +934,58 @@ void CounterRelease() {
   g_counter_idx.store(0, std::memory_order_relaxed);
 }
 
+uint32_t DeviceCount() { return g_device_count.load(std::memory_order_acquire); }
+std::string_view DeviceName(uint32_t device) {
+  if (device >= DeviceCount()) return "unknown";
+  return {g_device_names[device], g_device_name_len[device]};
+}
+uint32_t ClassDeviceIndex(uint32_t cls) { return cls <= kMaxClasses ? g_class_device[cls] : 0; }
+DeviceTotals GetDeviceTotals(uint32_t device) {
+  DeviceTotals t;
+  if (device >= kMaxDevices) return t;
+  const Device& d = g_devices[device];
+  t.live_bytes = d.live.load(std::memory_order_relaxed);
+  t.peak_bytes = d.peak.load(std::memory_order_relaxed);
+  t.peak_epoch = d.epoch.load(std::memory_order_acquire);
+  return t;
+}
+int64_t TakeWindowMax(uint32_t device) {
+  if (device >= kMaxDevices) return 0;
+  Device& d = g_devices[device];
+  return d.window_max.exchange(d.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+const SiteStats* GetSiteStats(uint32_t id) {
+  if (id < kFirstSite) return id <= kMaxClasses ? &g_class_stats[id] : nullptr;
+  const Site* s = GetSite(id);
+  return s ? &s->stats : nullptr;
+}
+uint32_t FirstSiteId() { return kFirstSite; }
+uint32_t EndSiteId() { return g_sites.end_id(); }
+SiteValue SiteNow(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+SiteValue SiteAtPeak(uint32_t id) {
+  const SiteStats* st = GetSiteStats(id);
+  if (!st) return {};
+  const uint64_t epoch = g_devices[g_class_device[SiteClass(id)]].epoch.load(std::memory_order_acquire);
+  if (st->stamp.load(std::memory_order_acquire) == epoch)
+    return {st->peak_bytes.load(std::memory_order_relaxed), st->peak_count.load(std::memory_order_relaxed)};
+  return {st->bytes.load(std::memory_order_relaxed), st->count.load(std::memory_order_relaxed)};
+}
+void ResetPeaks() {
+  for (Device& d : g_devices) {
+    int64_t live = d.live.load(std::memory_order_relaxed);
+    d.peak.store(live, std::memory_order_relaxed);
+    d.window_max.store(live, std::memory_order_relaxed);
+    d.epoch.fetch_add(1, std::memory_order_release);  // every site's value at the peak is its value now
+  }
+}
+
 namespace {
 void PrepareFork() {
+  MakeShared();  // the shard locks below must mean something
   Guard::Enter();
   g_class_lock.lock();
   for (Shard& s : g_shards) s.lock.lock();
@@ -667,8 +997,14 @@ void ParentFork() {
 }
 void ChildFork() {
   for (Shard& s : g_shards) s.lock.reset();
+  // One thread now: single-writer mode again if membarrier works here.
+  g_writer.store(0, std::memory_order_relaxed);
+  g_writer_busy.store(0, std::memory_order_relaxed);
+  g_mode.store(RegisterMembarrier() ? kModeSingle : kModeShared, std::memory_order_release);
   g_class_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
+  ResetPeaks();               // nor are its peak and its timeline
+  spyglass::memory::TimelineReset();
   Guard::Leave();
 }
 std::atomic<bool> g_fork_installed{false};
@@ -681,8 +1017,44 @@ void InstallForkHandlers() {
 
 std::atomic<bool> g_initialized{false};
 
+uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void* ctx) {
+  // Single-writer mode: the writer updates without the shard locks. If this
+  // thread is that writer (a signal on it, or its allocation failing), no
+  // other thread changes the tables until it goes on: read them as they are
+  // (from a signal inside one of its own updates, that one may be half done).
+  // Otherwise switch to shared mode, which waits for the writer's update in
+  // progress, so that the locks below mean something.
+  const bool self_writer = g_mode.load(std::memory_order_acquire) != kModeShared &&
+                           g_writer.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(&t_guard);
+  if (!self_writer) MakeShared();
+  // The writer's last record waits outside the table (FlushPending).
+  if (self_writer && g_pending_rec.ptr != 0)
+    visit({g_pending_rec.ptr, g_pending_rec.size, g_pending_rec.site}, ctx);
+  uint32_t skipped = 0;
+  for (Shard& s : g_shards) {
+    bool locked = false;
+    for (int spins = 0; spins < (1 << 16) && !locked; ++spins) {
+      locked = s.lock.try_lock();
+      if (!locked && spins > 64) sched_yield();
+    }
+    if (!locked) {
+      ++skipped;
+      continue;
+    }
+    for (uint64_t i = 0; i < s.cap; ++i) {
+      const Slot& sl = s.slots[i];
+      if (sl.ptr != 0) visit({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)}, ctx);
+    }
+    s.lock.unlock();
+  }
+  return skipped;
+}
+uint32_t SiteIdEnd() { return g_sites.end_id(); }
+uint32_t FunctionIdEnd() { return g_functions.end_id(); }
+
 __attribute__((constructor)) static void InitAtLoad() {
   ScopedUntracked untracked;
+  if (RegisterMembarrier()) g_mode.store(kModeSingle, std::memory_order_release);
   InstallForkHandlers();
   g_initialized.store(true, std::memory_order_release);
 }

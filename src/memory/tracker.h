@@ -36,16 +36,36 @@ SPYGLASS_MEM_EXPORT std::string_view ClassDevice(uint32_t cls);
 SPYGLASS_MEM_EXPORT std::string_view ClassKind(uint32_t cls);
 SPYGLASS_MEM_EXPORT uint32_t ClassCount();  // classes are 1..ClassCount()
 
-// Thread-local reentrancy guard. Enter() returns false when the thread is
-// already inside (then the caller must not track).
+// Thread-local reentrancy guard: 0 outside, 1 inside a tracking operation,
+// 2 inside the profiler's own work. Inline (the heap hook enters it on every
+// tracked call; a call into this library through the PLT cost more than it).
+SPYGLASS_MEM_EXPORT extern constinit thread_local int t_guard __attribute__((tls_model("initial-exec")));
 struct Guard {
-  SPYGLASS_MEM_EXPORT static bool Enter();
-  SPYGLASS_MEM_EXPORT static void Leave();
-  SPYGLASS_MEM_EXPORT static bool Inside();
+  // false when the thread is already inside (then the caller must not track).
+  static bool Enter() {
+    if (t_guard) return false;
+    t_guard = 1;
+    return true;
+  }
+  static void Leave() { t_guard = 0; }
+  static bool Inside() { return t_guard != 0; }
   // The profiler's own work (snapshots): its allocations are untracked and not counted.
-  SPYGLASS_MEM_EXPORT static bool EnterOwn();
+  static bool EnterOwn() {
+    if (t_guard) return false;
+    t_guard = 2;
+    return true;
+  }
   // Whether the thread is inside a tracking operation (not the profiler's own work).
-  SPYGLASS_MEM_EXPORT static bool InsideTracking();
+  static bool InsideTracking() { return t_guard == 1; }
+  // Marks the thread's current work as the profiler's own (its allocations are
+  // untracked and not counted as reentrant) and returns the previous state
+  // for Restore: a tracking operation that calls libc code which allocates.
+  static int BeginOwn() {
+    int previous = t_guard;
+    t_guard = 2;
+    return previous;
+  }
+  static void Restore(int previous) { t_guard = previous; }
 };
 // RAII guard for the profiler's own work (snapshots): allocations inside are untracked.
 class ScopedUntracked {
@@ -58,6 +78,34 @@ class ScopedUntracked {
  private:
   bool entered_;
 };
+
+inline uint64_t Mix(uint64_t x) {
+  x *= 0x9E3779B97F4A7C15ull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return x;
+}
+
+// The stack hash: one multiply and a rotate per frame (the steps are
+// independent of the walk, so an unwinder could fold them into it), then
+// finished with the class and depth.
+inline constexpr uint64_t kStackHashSeed = 0x243F6A8885A308D3ull;
+inline uint64_t StackHashStep(uint64_t h, uintptr_t frame) {
+  h = (h ^ frame) * 0x9E3779B97F4A7C15ull;
+  return (h << 29) | (h >> 35);
+}
+inline uint64_t StackHashFinish(uint64_t h, uint32_t cls, int depth) {
+  return Mix(h ^ (static_cast<uint64_t>(cls) << 40) ^ static_cast<uint64_t>(depth) * 0x100000001b3ull);
+}
+// The site id of (cls, frames[0..depth)) whose StackHashFinish is `hash`,
+// interned if new; `cls` when the site table is full (counted). Caller holds the guard.
+SPYGLASS_MEM_EXPORT uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash);
+// Records an allocation at a site InternStack returned (or a class id: no stack).
+SPYGLASS_MEM_EXPORT void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site);
+// Bumped when sites' frames are rewritten (RewriteSiteFrames): a cache of
+// stack -> site made before must be dropped.
+SPYGLASS_MEM_EXPORT extern std::atomic<uint32_t> g_site_generation;
 
 // Records an allocation whose stack is `frames[0..depth)` (innermost first,
 // return addresses). Caller holds the guard. `sampled` marks heap-hook
@@ -94,13 +142,6 @@ SPYGLASS_MEM_EXPORT void Restore(const LiveRecord& r);
 // sampling: a live heap well under 32 GiB).
 inline constexpr uint64_t kFilterSize = 1ull << 16;
 SPYGLASS_MEM_EXPORT extern std::atomic<uint8_t*> g_filter;
-inline uint64_t Mix(uint64_t x) {
-  x *= 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 32;
-  return x;
-}
 // Heap blocks are 16-byte aligned and spread out: the address bits are index enough.
 inline uint64_t FilterIndex(uintptr_t ptr) { return (ptr >> 4) & (kFilterSize - 1); }
 inline bool MaybeTrackedInline(uintptr_t ptr) {
@@ -156,10 +197,23 @@ SPYGLASS_MEM_EXPORT void ForEachLive(const std::function<void(const LiveRecord&)
 SPYGLASS_MEM_EXPORT uint64_t LiveCount();
 SPYGLASS_MEM_EXPORT uint64_t TableBytes();
 
+// What is live from one site (or one class, for records without a stack),
+// and what was live from it at its device's latest peak (see "Peak" below).
+// Counts are in units of kCountUnit so that sampled records add their
+// fractional weight exactly.
+inline constexpr int64_t kCountUnit = 1024;
+struct SiteStats {
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> count{0};  // x kCountUnit
+  std::atomic<uint64_t> stamp{0};  // the device's peak epoch when peak_* were saved
+  std::atomic<int64_t> peak_bytes{0};
+  std::atomic<int64_t> peak_count{0};
+};
 struct Site {
   uint64_t hash;
   uint32_t cls;
   uint32_t depth;
+  SiteStats stats;
   uintptr_t frames[];  // innermost first: return addresses or symbolic frames
 };
 // nullptr for id 0 (no stack) or an id being published.
@@ -188,6 +242,52 @@ SPYGLASS_MEM_EXPORT void CounterRelease();
 // Live bytes per class now (index = class).
 SPYGLASS_MEM_EXPORT std::vector<int64_t> LiveBytesByClass();
 
+// ---- devices and the peak ----------------------------------------------------
+// Classes of the same device name share one device (index 0..DeviceCount()-1).
+// Each device keeps its live bytes and its high-water mark. The peak's live
+// set is remembered lazily, without a snapshot on each new peak: every new
+// peak of a device bumps its epoch; a site (SiteStats) changed for the first
+// time since the latest peak of its device first saves its value before the
+// change (peak_bytes/peak_count, stamp = epoch). At any later time a site's
+// value at the peak is its saved value if its stamp is the current epoch,
+// else its current value (it has not changed since). Cost: two relaxed
+// loads and a compare per record/remove, plus four stores on the first touch
+// of a site after a new peak.
+// Exactness: exact in a single thread. With threads the device total and a
+// site's value are updated one after the other (not as one atomic step), so
+// a site's value at the peak may include or miss the records other threads
+// were making at that instant (at most one in-flight record per thread).
+// Sampled records count with their weight (bytes / (1 - exp(-bytes/interval))).
+inline constexpr uint32_t kMaxDevices = 64;  // more device names share the last one
+SPYGLASS_MEM_EXPORT uint32_t DeviceCount();
+SPYGLASS_MEM_EXPORT std::string_view DeviceName(uint32_t device);
+SPYGLASS_MEM_EXPORT uint32_t ClassDeviceIndex(uint32_t cls);
+struct DeviceTotals {
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;  // high-water mark of live_bytes since start (or fork)
+  uint64_t peak_epoch = 0;  // number of times the peak rose
+};
+SPYGLASS_MEM_EXPORT DeviceTotals GetDeviceTotals(uint32_t device);
+// The highest live bytes of `device` since the previous call (then restarts
+// from the current value): the timeline's per-interval maximum.
+SPYGLASS_MEM_EXPORT int64_t TakeWindowMax(uint32_t device);
+// The stats of site id (or class id below the first site); nullptr if unknown.
+SPYGLASS_MEM_EXPORT const SiteStats* GetSiteStats(uint32_t id);
+// First id of a site with a stack (ids below are classes), and one past the last.
+SPYGLASS_MEM_EXPORT uint32_t FirstSiteId();
+SPYGLASS_MEM_EXPORT uint32_t EndSiteId();
+// A site's value (bytes, count x kCountUnit) now or at its device's latest peak.
+struct SiteValue {
+  int64_t bytes = 0, count = 0;
+};
+SPYGLASS_MEM_EXPORT SiteValue SiteNow(uint32_t id);
+SPYGLASS_MEM_EXPORT SiteValue SiteAtPeak(uint32_t id);
+// A forked child starts its own history: peak = live now, timeline emptied.
+SPYGLASS_MEM_EXPORT void ResetPeaks();
+// Called by the tracker every kTimelineCheckOps records/removes of a thread
+// (timeline.cc): takes a timeline point when its interval has passed.
+SPYGLASS_MEM_EXPORT void TimelineTick();
+
 // Explicit API switch.
 SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_api_enabled;
 
@@ -203,5 +303,15 @@ SPYGLASS_MEM_EXPORT extern std::atomic<bool> g_initialized;
 // fork: the child keeps the parent's live records (its copy of the heap) and
 // resets the locks.
 SPYGLASS_MEM_EXPORT void InstallForkHandlers();
+
+// ---- crash dumps (memory/crash_dump.cc) ----------------------------------------
+// For a dump from a signal handler or a failed allocation: calls `visit` for
+// each live record, under its shard's lock, allocating nothing. A shard whose
+// lock is not had within a bounded wait (held by a thread that crashed in it)
+// is skipped; returns how many were.
+SPYGLASS_MEM_EXPORT uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void* ctx);
+// Ids of sites and functions are below these (for a dump's bitmaps).
+SPYGLASS_MEM_EXPORT uint32_t SiteIdEnd();
+SPYGLASS_MEM_EXPORT uint32_t FunctionIdEnd();
 
 }  // namespace spyglass::memory::internal

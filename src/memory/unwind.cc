@@ -13,22 +13,11 @@
 #endif
 
 namespace spyglass::memory::internal {
-namespace {
-
 std::atomic<int> g_unwinder{-1};
+constinit thread_local StackBoundsCache t_bounds __attribute__((tls_model("initial-exec"))) = {0, 0, false};
 
-struct BoundsCache {
-  uintptr_t lo, hi;
-  bool known;
-};
-constinit thread_local BoundsCache t_bounds __attribute__((tls_model("initial-exec"))) = {0, 0, false};
-
-}  // namespace
-
-Unwinder CurrentUnwinder() {
-  int u = g_unwinder.load(std::memory_order_relaxed);
-  if (__builtin_expect(u >= 0, 1)) return static_cast<Unwinder>(u);
-  u = 0;
+Unwinder CurrentUnwinderSlow() {
+  int u = 0;
   if (const char* e = getenv("SPYGLASS_UNWINDER")) {
 #ifdef SPYGLASS_HAVE_LIBUNWIND
     if (strcmp(e, "libunwind") == 0) u = 1;
@@ -46,9 +35,11 @@ void SetUnwinder(Unwinder u) {
   g_unwinder.store(static_cast<int>(u), std::memory_order_relaxed);
 }
 
-StackBounds ThreadStackBounds() {
-  if (__builtin_expect(t_bounds.known, 1)) return {t_bounds.lo, t_bounds.hi};
+StackBounds ThreadStackBoundsSlow() {
   t_bounds.known = true;  // set first: pthread_getattr_np may allocate (and re-enter)
+  // For the main thread glibc reads /proc/self/maps (fopen, getline: about 14
+  // mallocs and frees): the profiler's own work, neither tracked nor counted.
+  const int guard = Guard::BeginOwn();
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     void* addr = nullptr;
@@ -59,6 +50,7 @@ StackBounds ThreadStackBounds() {
     }
     pthread_attr_destroy(&attr);
   }
+  Guard::Restore(guard);
   return {t_bounds.lo, t_bounds.hi};
 }
 

@@ -9,6 +9,7 @@
 // The capture is inlined into the hook so that frame 0 is the hook's caller.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "memory/tracker.h"
@@ -16,14 +17,29 @@
 namespace spyglass::memory::internal {
 
 enum class Unwinder : int { kFramePointer = 0, kLibunwind = 1, kGlibc = 2 };
-SPYGLASS_MEM_EXPORT Unwinder CurrentUnwinder();
+SPYGLASS_MEM_EXPORT extern std::atomic<int> g_unwinder;  // -1 until first read
+SPYGLASS_MEM_EXPORT Unwinder CurrentUnwinderSlow();
+inline Unwinder CurrentUnwinder() {
+  int u = g_unwinder.load(std::memory_order_relaxed);
+  if (__builtin_expect(u >= 0, 1)) return static_cast<Unwinder>(u);
+  return CurrentUnwinderSlow();
+}
 SPYGLASS_MEM_EXPORT void SetUnwinder(Unwinder u);
 
 struct StackBounds {
   uintptr_t lo, hi;
 };
+struct StackBoundsCache {
+  uintptr_t lo, hi;
+  bool known;
+};
+SPYGLASS_MEM_EXPORT extern constinit thread_local StackBoundsCache t_bounds __attribute__((tls_model("initial-exec")));
+SPYGLASS_MEM_EXPORT StackBounds ThreadStackBoundsSlow();
 // The calling thread's stack (cached per thread; {0,0} when unknown).
-SPYGLASS_MEM_EXPORT StackBounds ThreadStackBounds();
+inline StackBounds ThreadStackBounds() {
+  if (__builtin_expect(t_bounds.known, 1)) return {t_bounds.lo, t_bounds.hi};
+  return ThreadStackBoundsSlow();
+}
 
 // DWARF-based captures (out of line); `skip` frames of their own dropped.
 SPYGLASS_MEM_EXPORT int CaptureLibunwind(uintptr_t* out, int max, int skip);
@@ -46,6 +62,36 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
     if (next <= p) break;
     p = next;
   }
+  return n;
+}
+
+// The same walk, comparing the stack on the way with `last[0..last_depth)`,
+// the thread's previous stack: *same is true when they are equal, and then
+// the caller reuses that stack's site without hashing it or looking it up
+// (a loop allocating from one place walks the same stack again and again).
+// One compare for the stack bounds (unsigned wrap-around) instead of two.
+__attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePointersCompared(
+    void* fp, uintptr_t* out, int max, const uintptr_t* last, int last_depth, bool* same) {
+  StackBounds b = ThreadStackBounds();
+  uintptr_t p = reinterpret_cast<uintptr_t>(fp);
+  uintptr_t diff = 0;
+  int n = 0;
+  if (b.hi - b.lo >= 16) {
+    const uintptr_t span = b.hi - b.lo - 16;  // p is valid when p - lo <= span and 8-aligned
+    while (n < max) {
+      if (p - b.lo > span || (p & 7) != 0) break;
+      const uintptr_t* f = reinterpret_cast<const uintptr_t*>(p);
+      uintptr_t ret = f[1];
+      if (ret < 4096) break;
+      out[n] = ret;
+      diff |= ret ^ last[n];
+      ++n;
+      uintptr_t next = f[0];
+      if (next <= p) break;
+      p = next;
+    }
+  }
+  *same = diff == 0 && n == last_depth;
   return n;
 }
 

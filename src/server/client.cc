@@ -251,7 +251,12 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   opts.start_timestamp_ns = internal::wall_ns() + options.delay_ms * 1000000ull;
   opts.advanced_configuration.erase("override_hostnames");
 
-  if (options.log)
+  auto fr = opts.advanced_configuration.find("spyglass_flight_recorder");
+  bool flight_recorder = fr != opts.advanced_configuration.end() && fr->second.is_bool() && fr->second.as_bool();
+  if (options.log && flight_recorder)
+    *options.log << "Fetching the flight recorder's ring from " << calls.size()
+                 << (calls.size() == 1 ? " server" : " servers") << "." << std::endl;
+  else if (options.log)
     *options.log << "Starting to trace for " << options.duration_ms << " ms from " << calls.size()
                  << (calls.size() == 1 ? " server" : " servers") << "." << std::endl;
   std::vector<std::thread> threads;
@@ -303,8 +308,8 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
     // Imported before anything is written (a reply that does not parse
-    // leaves no file), in pieces: the peak is the bytes, the model and one
-    // piece's message tree.
+    // leaves no file), events decoded from the wire: the peak is the bytes
+    // and the model.
     model::Space space;
     if (c.status.ok()) {
       if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())

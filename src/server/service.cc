@@ -106,6 +106,11 @@ grpc::Status ProfilerServiceImpl::Monitor(grpc::ServerContext*, const tensorflow
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unimplemented.");
 }
 
+namespace {
+grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapture& p, model::Space space,
+                   tensorflow::ProfileResponse* resp);
+}  // namespace
+
 grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensorflow::ProfileRequest* req,
                                           tensorflow::ProfileResponse* resp) {
   using Clock = std::chrono::steady_clock;
@@ -133,6 +138,14 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     }
   }
 
+  model::Space space;
+  if (auto fr = p.options.advanced_configuration.find("spyglass_flight_recorder");
+      fr != p.options.advanced_configuration.end() && fr->second.is_bool() && fr->second.as_bool()) {
+    // The running flight recorder's ring, at once: no session, no waiting.
+    if (Status s = session::Session::SnapshotFlightRecorder(&space); !s.ok()) return ToGrpc(s);
+    return Reply(*req, p, std::move(space), resp);
+  }
+
   std::unique_ptr<session::Session> session;
   if (Status s = session::Session::Create(p.options, kBusy, &session); !s.ok()) return ToGrpc(s);
 
@@ -151,11 +164,19 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
       return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping; the capture was stopped");
   }
 
-  model::Space space;
   session::SessionSummary summary;
   Status collect = session->Stop(&space, &summary);
   session.reset();
   if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
+  return Reply(*req, p, std::move(space), resp);
+}
+
+namespace {
+// The reply of a capture: the model written by this process (export step), or
+// sent back as a serialized XSpace.
+grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapture& p, model::Space space,
+                   tensorflow::ProfileResponse* resp) {
+  const tensorflow::ProfileRequest* req = &request;
   space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
   resp->set_empty_trace(space.event_count() == 0);
   if (!req->emit_xspace()) {  // this process writes the file: the export step, from the model
@@ -174,6 +195,7 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
   if (Status s = exporter::SerializeXSpace(space, field); !s.ok()) return ToGrpc(s);
   return grpc::Status::OK;  // `space` is freed here, before gRPC copies the reply
 }
+}  // namespace
 
 // ---- start_server / stop_server ----------------------------------------------
 

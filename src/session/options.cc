@@ -1,9 +1,18 @@
 // Validation of ProfileOptions: levels and advanced_configuration keys.
+#include <cerrno>
+#include <cstdlib>
+#include <string>
 #include <string_view>
+
+#include <csignal>
+#include <string>
 
 #include "common/quote.h"
 #include "gpu/gpu_options.h"
+#include "session/flight_recorder.h"
+#include "session/options_text.h"
 #include "spyglass/options.h"
+#include "trace/recorder.h"
 
 namespace spyglass::profiler {
 namespace {
@@ -44,6 +53,14 @@ constexpr KnownKey kKnownKeys[] = {
     {"gpu_num_chips_to_profile_per_task", ValueType::kInt},
     {"spyglass_buffer_bytes_per_thread", ValueType::kInt},
     {"spyglass_buffer_bytes_total", ValueType::kInt},
+    // Flight recorder (options.h, README).
+    {"spyglass_ring_buffer_seconds", ValueType::kInt},
+    {"spyglass_ring_buffer_bytes", ValueType::kInt},
+    {"spyglass_dump_signal", ValueType::kString},
+    {"spyglass_dump_if_step_slower_than_ms", ValueType::kInt},
+    {"spyglass_dump_on_crash", ValueType::kBool},
+    // A capture request: reply with the running flight recorder's ring.
+    {"spyglass_flight_recorder", ValueType::kBool},
 };
 
 const char* TypeName(ValueType t) {
@@ -67,7 +84,76 @@ Status CheckLevel(const char* name, int value, int max) {
   return Status::Ok();
 }
 
+const KnownKey* FindKey(std::string_view key) {
+  for (const KnownKey& k : kKnownKeys)
+    if (k.name == key) return &k;
+  return nullptr;
+}
+
+bool ParseBool(std::string_view v, bool* out) {
+  if (v == "1" || v == "true" || v == "True" || v == "yes") return *out = true, true;
+  if (v == "0" || v == "false" || v == "False" || v == "no") return *out = false, true;
+  return false;
+}
+
+bool ParseInt(std::string_view v, int64_t* out) {
+  if (v.empty() || v.size() > 19) return false;
+  for (char c : v)
+    if (c < '0' || c > '9') return false;
+  errno = 0;
+  long long x = std::strtoll(std::string(v).c_str(), nullptr, 10);
+  if (errno != 0) return false;
+  *out = x;
+  return true;
+}
+
 }  // namespace
+
+Status SetOptionFromText(std::string_view key, std::string_view value, ProfileOptions* o) {
+  auto bad = [&](const char* what) {
+    return InvalidArgumentError("option " + QuoteInput(key) + " takes " + what + ", got " + QuoteInput(value));
+  };
+  int64_t i = 0;
+  bool b = false;
+  if (key == "host_tracer_level" || key == "python_tracer_level" || key == "device_tracer_level") {
+    if (!ParseInt(value, &i) || i > 3) return bad("a level (0-3)");
+    int& field = key == "host_tracer_level"     ? o->host_tracer_level
+                 : key == "python_tracer_level" ? o->python_tracer_level
+                                                : o->device_tracer_level;
+    field = static_cast<int>(i);
+    return Status::Ok();
+  }
+  if (key == "buffer_bytes_per_thread" || key == "buffer_bytes_total") {
+    if (!ParseInt(value, &i) || i == 0) return bad("a positive number of bytes");
+    (key == "buffer_bytes_total" ? o->buffer_bytes_total : o->buffer_bytes_per_thread) = static_cast<uint64_t>(i);
+    return Status::Ok();
+  }
+  if (key == "session_id") {
+    o->session_id = std::string(value);
+    return Status::Ok();
+  }
+  const KnownKey* k = FindKey(key);
+  if (k == nullptr) {
+    std::string list = "host_tracer_level, python_tracer_level, device_tracer_level, session_id, "
+                       "buffer_bytes_per_thread, buffer_bytes_total";
+    for (const KnownKey& known : kKnownKeys) list += ", " + std::string(known.name);
+    return InvalidArgumentError("unknown option " + QuoteInput(key) + " (known: " + list + ")");
+  }
+  switch (k->type) {
+    case ValueType::kBool:
+      if (!ParseBool(value, &b)) return bad("true or false");
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(b));
+      break;
+    case ValueType::kInt:
+      if (!ParseInt(value, &i)) return bad("a non-negative integer");
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(i));
+      break;
+    case ValueType::kString:
+      o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(std::string(value)));
+      break;
+  }
+  return Status::Ok();
+}
 
 Status ValidateOptions(const ProfileOptions& o) {
   if (Status s = CheckLevel("host_tracer_level", o.host_tracer_level, 3); !s.ok()) return s;
@@ -97,7 +183,62 @@ Status ValidateOptions(const ProfileOptions& o) {
   if (Status s = gpu::ValidateGpuOptions(o); !s.ok()) return s;
   if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)
     return InvalidArgumentError("buffer bounds must be positive");
-  return Status::Ok();
+  session::FlightRecorderConfig ring;
+  return session::ResolveFlightRecorder(o, &ring);
 }
 
 }  // namespace spyglass::profiler
+
+namespace spyglass::session {
+namespace {
+
+// Signals a user may choose for dumps: none that the kernel sends for a
+// fault or that stops or kills the process.
+int ParseDumpSignal(const std::string& name) {
+  if (name == "SIGUSR1") return SIGUSR1;
+  if (name == "SIGUSR2") return SIGUSR2;
+  if (name == "SIGHUP") return SIGHUP;
+  if (name.rfind("SIGRTMIN+", 0) == 0 && name.size() > 9 && name.size() <= 11) {
+    int n = 0;
+    for (char c : name.substr(9)) {
+      if (c < '0' || c > '9') return -1;
+      n = n * 10 + (c - '0');
+    }
+    return SIGRTMIN + n <= SIGRTMAX ? SIGRTMIN + n : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status ResolveFlightRecorder(const profiler::ProfileOptions& o, FlightRecorderConfig* out) {
+  *out = FlightRecorderConfig{};
+  auto num = [&](const char* key, uint64_t fallback) {
+    auto it = o.advanced_configuration.find(key);
+    return it != o.advanced_configuration.end() && it->second.is_int() ? static_cast<uint64_t>(it->second.as_int())
+                                                                       : fallback;
+  };
+  out->seconds = num("spyglass_ring_buffer_seconds", o.ring_buffer_seconds);
+  out->bytes = num("spyglass_ring_buffer_bytes", o.ring_buffer_bytes);
+  out->slow_step_ms = num("spyglass_dump_if_step_slower_than_ms", 0);
+  if (auto it = o.advanced_configuration.find("spyglass_dump_on_crash");
+      it != o.advanced_configuration.end() && it->second.is_bool())
+    out->dump_on_crash = it->second.as_bool();
+  if (auto it = o.advanced_configuration.find("spyglass_dump_signal");
+      it != o.advanced_configuration.end() && it->second.is_string() && !it->second.as_string().empty()) {
+    out->dump_signal = ParseDumpSignal(it->second.as_string());
+    if (out->dump_signal < 0)
+      return InvalidArgumentError("advanced_configuration key 'spyglass_dump_signal' must be SIGUSR1, SIGUSR2, "
+                                  "SIGHUP or SIGRTMIN+<n>; got " + QuoteInput(it->second.as_string()));
+  }
+  if (out->seconds == 0) return Status::Ok();
+  if (out->seconds > 24 * 3600)
+    return InvalidArgumentError("ring_buffer_seconds must be at most 86400 (one day), got " +
+                                std::to_string(out->seconds));
+  if (out->bytes < 2 * internal::kChunkBytes)
+    return InvalidArgumentError("ring_buffer_bytes must be at least " + std::to_string(2 * internal::kChunkBytes) +
+                                " (two buffer chunks), got " + std::to_string(out->bytes));
+  return Status::Ok();
+}
+
+}  // namespace spyglass::session

@@ -10,7 +10,9 @@
 
 #include "export/export.h"
 #include "export/log_dir.h"
+#include "session/flight_recorder.h"
 #include "sinks/perfetto_link.h"
+#include "session/profiler_api_internal.h"
 #include "session/session.h"
 #include "spyglass/profiler.h"
 #include "trace/recorder.h"
@@ -23,7 +25,7 @@ constexpr char kAlreadyStarted[] = "Profile has already been started. Only one p
 struct ApiState {
   std::mutex mu;
   std::unique_ptr<session::Session> session;
-  std::string log_dir;
+  std::string log_dir;  // empty: keep the trace in memory only
   TraceOptions options;
   // The last stopped session, kept so a failed write can be retried.
   std::shared_ptr<const model::Space> last_space;
@@ -76,12 +78,21 @@ Status start_trace(const std::string& log_dir, const TraceOptions& options) {
   ApiState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.session) return FailedPreconditionError(kAlreadyStarted);
-  if (log_dir.empty()) return InvalidArgumentError("log_dir is empty");
   session::ClearMetadata();
   std::unique_ptr<session::Session> s;
   // A remote capture holds the same process-wide lock.
   if (Status status = session::Session::Create(options.profiler_options, kAlreadyStarted, &s); !status.ok())
     return status;
+  session::FlightRecorderConfig ring;
+  (void)session::ResolveFlightRecorder(options.profiler_options, &ring);  // validated by Create
+  if (ring.seconds > 0) {
+    if (Status t = session::StartFlightRecorderTriggers(log_dir, ring); !t.ok()) {
+      model::Space discarded;
+      session::SessionSummary summary;
+      (void)s->Stop(&discarded, &summary);
+      return t;
+    }
+  }
   st.session = std::move(s);
   st.log_dir = log_dir;
   st.options = options;
@@ -92,6 +103,8 @@ Status stop_trace() {
   ApiState& st = state();
   TraceOptions options;
   TraceFiles files;
+  // Before the lock: the dump thread it joins may be waiting for it.
+  session::StopFlightRecorderTriggers();
   {
     std::lock_guard<std::mutex> lock(st.mu);
     if (!st.session) return FailedPreconditionError("No profile started");
@@ -103,6 +116,10 @@ Status stop_trace() {
     st.last_space = space;
     st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads};
     options = st.options;
+    if (st.log_dir.empty()) {  // in memory only (jax.profiler.trace(None))
+      st.last_files = {};
+      return collect;
+    }
     if (Status s = Export(*space, st.log_dir, options, &files); !s.ok())
       return InternalError(s.message() + " (the trace is kept in memory: call export_last_trace with another log_dir)");
     st.last_files = files;
@@ -123,6 +140,33 @@ Status export_last_trace(const std::string& log_dir, const TraceOptions& options
   }
   return ServeLinkIfAsked(options, files);
 }
+
+Status dump_flight_recorder(const std::string& log_dir) {
+  ApiState& st = state();
+  std::string dir;
+  TraceOptions options;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.session || !session::FlightRecorderActive())
+      return FailedPreconditionError("no flight recorder runs in this process (start_trace with "
+                                     "ProfileOptions::ring_buffer_seconds > 0)");
+    dir = log_dir.empty() ? st.log_dir : log_dir;
+    options = st.options;
+  }
+  // Outside the lock: the recorder runs on, and stop_trace may come (then
+  // the snapshot fails cleanly).
+  model::Space space;
+  if (Status s = session::Session::SnapshotFlightRecorder(&space); !s.ok()) return s;
+  options.profiler_options.session_id.clear();  // every dump is a run of its own
+  options.create_perfetto_link = false;
+  TraceFiles files;
+  if (Status s = Export(space, dir, options, &files); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.last_files = files;
+  return Status::Ok();
+}
+
+bool flight_recorder_active() { return session::FlightRecorderActive(); }
 
 TraceFiles last_trace_files() {
   std::lock_guard<std::mutex> lock(state().mu);
@@ -157,3 +201,23 @@ void set_metadata(const std::string& key, const std::string& value) { session::S
 void clear_metadata() { session::ClearMetadata(); }
 
 }  // namespace spyglass::profiler
+
+namespace spyglass::session {
+
+std::shared_ptr<const model::Space> LastTraceSpace() {
+  profiler::ApiState& st = profiler::state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.last_space;
+}
+
+Status ExportSpace(const model::Space& space, const std::string& log_dir, const profiler::TraceOptions& options) {
+  profiler::TraceFiles files;
+  if (Status s = profiler::Export(space, log_dir, options, &files); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(profiler::state().mu);
+    profiler::state().last_files = files;
+  }
+  return profiler::ServeLinkIfAsked(options, files);
+}
+
+}  // namespace spyglass::session

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "session/flight_recorder.h"
+#include "spyglass/profile_reader.h"  // kProfileFormatVersion
 #include "spyglass/profiler.h"  // version()
 #include "trace/recorder.h"
 
@@ -24,6 +26,14 @@ namespace spyglass::session {
 namespace {
 
 std::atomic<bool> g_session_active{false};
+
+// The running flight recorder session, for snapshots; its lock keeps a
+// snapshot and the session's stop apart.
+std::mutex& ring_mu() {
+  static std::mutex* m = new std::mutex;
+  return *m;
+}
+Session* g_ring_session = nullptr;
 
 std::mutex& metadata_mu() {
   static std::mutex* m = new std::mutex;
@@ -59,9 +69,17 @@ void ResetAfterForkChild() {
   TracerRegistryAfterForkChild();
   new (&metadata_mu()) std::mutex;
   new (&process_name_mu()) std::mutex;
+  new (&ring_mu()) std::mutex;
+  g_ring_session = nullptr;
+  FlightRecorderAfterForkChild();
 }
 
 bool SessionActive() { return g_session_active.load(); }
+
+bool FlightRecorderActive() {
+  std::lock_guard<std::mutex> lock(ring_mu());
+  return g_ring_session != nullptr;
+}
 
 void SetMetadata(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(metadata_mu());
@@ -120,11 +138,45 @@ Status Session::Create(const profiler::ProfileOptions& options, const std::strin
       return s;
     }
   }
+  FlightRecorderConfig ring;
+  if (ResolveFlightRecorder(options, &ring).ok() && ring.seconds > 0) {
+    session->ring_seconds_ = ring.seconds;
+    std::lock_guard<std::mutex> lock(ring_mu());
+    g_ring_session = session.get();
+  }
   *out = std::move(session);
   return Status::Ok();
 }
 
+void Session::Unregister() {
+  if (ring_seconds_ == 0) return;
+  std::lock_guard<std::mutex> lock(ring_mu());
+  if (g_ring_session == this) g_ring_session = nullptr;
+}
+
+Status Session::SnapshotFlightRecorder(model::Space* space) {
+  std::lock_guard<std::mutex> lock(ring_mu());
+  Session* s = g_ring_session;
+  if (s == nullptr)
+    return FailedPreconditionError("no flight recorder runs in this process (start a trace with "
+                                   "ring_buffer_seconds > 0 / spyglass_ring_buffer_seconds)");
+  internal::TickConverter clock = internal::TickConverter::Calibrate();
+  uint64_t now_ticks = internal::now_ticks();
+  uint64_t now_wall = internal::wall_ns();
+  uint64_t span = static_cast<uint64_t>(static_cast<double>(s->ring_seconds_) * 1e9 / clock.ns_per_tick());
+  uint64_t since = now_ticks - s->start_ticks_ > span ? now_ticks - span : s->start_ticks_;
+  *space = model::Space{};
+  space->plane(model::kHostPlaneName);
+  for (auto& t : s->tracers_) {
+    Status st = t->Snapshot(space, since, now_ticks);
+    if (!st.ok()) space->errors.push_back(st.ToString());
+  }
+  s->Finish(space, now_wall - static_cast<uint64_t>(clock.ns_between(since, now_ticks)), now_wall);
+  return Status::Ok();
+}
+
 Session::~Session() {
+  Unregister();
   if (!stopped_) {
     StopTracers();
     g_session_active.store(false);
@@ -137,6 +189,7 @@ void Session::StopTracers() {
 
 Status Session::Stop(model::Space* space, SessionSummary* summary) {
   if (stopped_) return FailedPreconditionError("session already stopped");
+  Unregister();
   StopTracers();
   uint64_t stop_wall_ns = internal::wall_ns();
   stopped_ = true;
@@ -153,10 +206,19 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
     t->AddStats(summary);
   }
   g_session_active.store(false);
+  // A flight recorder's run holds its last ring_seconds_ (as its tracers cut it).
+  uint64_t start_wall = start_wall_ns_;
+  if (ring_seconds_ > 0 && stop_wall_ns - start_wall > ring_seconds_ * 1000000000ull)
+    start_wall = stop_wall_ns - ring_seconds_ * 1000000000ull;
+  Finish(space, start_wall, stop_wall_ns);
+  return first_error;
+}
 
+void Session::Finish(model::Space* space, uint64_t start_wall_ns, uint64_t stop_wall_ns) const {
   if (options_.enable_hlo_proto) {
     model::Plane& md = space->plane(model::kMetadataPlaneName);
     md.stats.push_back(md.str_stat(model::kVersionMetadata, version()));
+    md.stats.push_back(md.int_stat(model::kFormatVersionMetadata, profile::kProfileFormatVersion));
     md.stats.push_back(md.str_stat(model::kHostnameMetadata, Hostname()));
     md.stats.push_back(md.str_stat(model::kPidMetadata, std::to_string(getpid())));
     md.stats.push_back(md.str_stat(model::kCommandLineMetadata, CommandLine()));
@@ -165,7 +227,7 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
     for (const auto& [k, v] : metadata()) md.stats.push_back(md.str_stat(k, v));
   }
   model::Plane& env = space->plane(model::kTaskEnvPlaneName);
-  env.stats.push_back(env.uint_stat(model::kProfileStartTimeStat, start_wall_ns_));
+  env.stats.push_back(env.uint_stat(model::kProfileStartTimeStat, start_wall_ns));
   env.stats.push_back(env.uint_stat(model::kProfileStopTimeStat, stop_wall_ns));
   for (model::Plane& p : space->planes) {
     if (p.name.rfind("/device:", 0) != 0) p.id = 0;  // as JAX writes host-side planes
@@ -174,7 +236,6 @@ Status Session::Stop(model::Space* space, SessionSummary* summary) {
   if (model::Plane* host = space->find_plane(model::kHostPlaneName))
     host->stats.push_back(host->str_stat(model::kProcessNameStat, ProcessName()));
   space->hostnames.push_back(Hostname());
-  return first_error;
 }
 
 }  // namespace spyglass::session

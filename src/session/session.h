@@ -27,16 +27,26 @@ class Session {
   // metadata, Task Environment, process_id on every plane, hostnames).
   Status Stop(model::Space* space, SessionSummary* summary);
 
+  // Flight recorder: the running ring session's last ring_buffer_seconds as
+  // a model (as Stop builds it), the session running on. FailedPrecondition
+  // when no flight recorder runs.
+  static Status SnapshotFlightRecorder(model::Space* space);
+
   const profiler::ProfileOptions& options() const { return options_; }
   uint64_t start_wall_ns() const { return start_wall_ns_; }
 
  private:
   Session() = default;
   void StopTracers();  // in reverse start order
+  // What Stop and a snapshot add after the tracers' data: metadata, Task
+  // Environment (the window's wall-clock bounds), process ids, hostnames.
+  void Finish(model::Space* space, uint64_t start_wall_ns, uint64_t stop_wall_ns) const;
+  void Unregister();  // no longer the flight recorder (if it was)
   profiler::ProfileOptions options_;
   std::vector<std::unique_ptr<Tracer>> tracers_;
   uint64_t start_wall_ns_ = 0;
   uint64_t start_ticks_ = 0;
+  uint64_t ring_seconds_ = 0;  // > 0: a flight recorder
   bool stopped_ = false;
 };
 
@@ -45,6 +55,8 @@ void ResetAfterForkChild();
 
 // Whether a session runs now (any kind).
 bool SessionActive();
+// Whether a flight recorder session runs now.
+bool FlightRecorderActive();
 
 // Profiler metadata (jax set_metadata), recorded on /host:metadata.
 void SetMetadata(const std::string& key, const std::string& value);

@@ -59,6 +59,12 @@ class Tracer {
   virtual Status Stop() = 0;
   // Called after Stop, once: writes what the tracer saw into the model.
   virtual Status CollectData(model::Space* space) = 0;
+  // Flight recorder, while the tracer runs: writes what it holds of the
+  // window [since_ticks, now_ticks] (recorder ticks) into the model and runs
+  // on. Tracers that keep no ring add nothing.
+  virtual Status Snapshot(model::Space* /*space*/, uint64_t /*since_ticks*/, uint64_t /*now_ticks*/) {
+    return Status::Ok();
+  }
   // Called after CollectData: adds this tracer's counts to the summary.
   virtual void AddStats(SessionSummary* /*summary*/) const {}
 };

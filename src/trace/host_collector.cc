@@ -43,18 +43,6 @@ std::vector<std::string_view> SplitArgs(std::string_view s) {
   return out;
 }
 
-// Words of the record at `p` (its first word `w`), 0 if unknown.
-size_t RecordWords(uint64_t w) {
-  if (w & kEndBit) return 1;
-  uint64_t payload = w & kPayloadMask;
-  switch (w >> 56) {
-    case kTagStatic: return 2;
-    case kTagCopied: return 2 + words_for(payload);
-    case kTagArg: return 1 + words_for((w >> 32) & 0xffff) + words_for(w & 0xffffffff);
-    default: return 0;
-  }
-}
-
 // Begin and argument records of a thread: the line's events and stats are
 // reserved exactly, not grown by doubling (which would copy them and hold up
 // to twice their size for a while).
@@ -66,7 +54,7 @@ RecordCounts CountRecords(const RawThread& t) {
   RecordCounts n;
   for (auto [p, end] : t.spans) {
     while (p < end) {
-      size_t words = RecordWords(*p);
+      size_t words = record_words(*p);
       if (words == 0 || p + words > end) break;
       uint64_t tag = *p >> 56;
       if (!(*p & kEndBit)) {
@@ -79,8 +67,10 @@ RecordCounts CountRecords(const RawThread& t) {
   return n;
 }
 
+constexpr size_t kSkipped = ~size_t{0};
+
 struct OpenEvent {
-  size_t index;  // into line.events
+  size_t index;  // into line.events; kSkipped: begun before the start, left out
   uint64_t begin_ticks;
 };
 
@@ -121,7 +111,8 @@ model::Stat StatFromText(model::Plane& plane, std::string_view key, std::string_
 }
 
 HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64_t start_ticks,
-                                   uint64_t stop_ticks, const TickConverter& clock, model::Plane* plane) {
+                                   uint64_t stop_ticks, const TickConverter& clock, model::Plane* plane,
+                                   uint64_t since_ticks) {
   HostCollectStats stats;
   // Static names are interned once per distinct pointer.
   struct NameInfo {
@@ -141,6 +132,8 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
 
   for (const RawThread& t : threads) {
     stats.dropped += t.dropped;
+    stats.overwritten += t.overwritten;
+    stats.held_since_ticks = std::max(stats.held_since_ticks, t.held_since_ticks);
     if (t.spans.empty()) continue;
     ++stats.threads;
     model::Line& line = plane->line_with_id(t.tid);
@@ -167,6 +160,10 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
         if (w & kEndBit) {
           ++p;
           if (open.empty()) continue;  // its begin was dropped
+          if (open.back().index == kSkipped) {
+            open.pop_back();
+            continue;
+          }
           model::Event& e = line.events[open.back().index];
           e.duration_ps = to_ps(w & ~kEndBit) - e.offset_ps;
           if (e.duration_ps < 0) e.duration_ps = 0;
@@ -177,6 +174,11 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
         uint64_t payload = w & kPayloadMask;
         if (tag == kTagStatic) {
           if (p + 2 > end) break;
+          if (p[1] < since_ticks) {
+            open.push_back({kSkipped, p[1]});
+            p += 2;
+            continue;
+          }
           auto it = static_names.find(payload);
           if (it == static_names.end())
             it = static_names.emplace(payload, intern_name(reinterpret_cast<const char*>(payload))).first;
@@ -186,7 +188,8 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
           size_t words = words_for(payload);
           if (p + 2 + words > end) break;
           std::string_view name(reinterpret_cast<const char*>(p + 1), payload);
-          begin_event(intern_name(name), p[1 + words]);
+          if (p[1 + words] < since_ticks) open.push_back({kSkipped, p[1 + words]});
+          else begin_event(intern_name(name), p[1 + words]);
           p += 2 + words;
         } else if (tag == kTagArg) {
           auto type = static_cast<ArgType>((w >> 48) & 0xff);
@@ -196,7 +199,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
           if (p + total > end) break;
           std::string_view key(reinterpret_cast<const char*>(p + 1), klen);
           const uint64_t* v = p + 1 + words_for(klen);
-          if (!open.empty()) {
+          if (!open.empty() && open.back().index != kSkipped) {
             model::Event& e = line.events[open.back().index];
             model::Stat s;
             switch (type) {
@@ -224,6 +227,7 @@ HostCollectStats CollectHostEvents(const std::vector<RawThread>& threads, uint64
     }
     // Still open at stop: close at the stop time and say so.
     for (const OpenEvent& o : open) {
+      if (o.index == kSkipped) continue;
       model::Event& e = line.events[o.index];
       e.duration_ps = std::max<int64_t>(0, to_ps(stop_ticks) - e.offset_ps);
       line.add_stat(e, plane->int_stat(model::kIncompleteStat, 1));

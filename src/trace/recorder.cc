@@ -97,7 +97,14 @@ class ChunkPool {
 struct ChunkUse {
   uint64_t* begin;
   uint64_t* end;  // valid for all but the current (last) chunk
+  uint64_t first_ticks = 0;  // when the thread began writing it (ring mode)
 };
+
+// The most chunks one thread holds in ring mode: its chunk list is reserved
+// to this at bind, so that it never moves while the crash handler reads it.
+constexpr size_t kMaxRingChunksPerThread = std::size(UnlockedView{}.span_begin) - 1;
+// Threads whose buffer list is reserved for the crash handler.
+constexpr size_t kReservedThreads = 4096;
 
 struct ThreadBufferImpl : ThreadBuffer {
   std::mutex mu;                // guards chunks, bound_word writes, name
@@ -109,6 +116,8 @@ struct ThreadBufferImpl : ThreadBuffer {
   std::vector<uint64_t> compacted;
   bool full = false;            // the bound was hit this session: drop begins fast
   std::atomic<uint64_t> dropped{0};
+  uint64_t overwritten = 0;       // ring mode: begins overwritten this session
+  uint64_t held_since_ticks = 0;  // ring mode: begins before this were overwritten
   int64_t tid = 0;
   std::string name;
   bool name_overridden = false;
@@ -124,12 +133,27 @@ struct Registry {
   uint64_t generation = 0;
   uint64_t released_generation = 0;  // the last session given to recorder_release
   bool collecting = false;  // between recorder_collect and recorder_release
+  std::atomic<bool> ring{false};
+  // Ring mode: what buffers of exited threads held when they were reclaimed.
+  uint64_t reclaimed_overwritten = 0;
+  uint64_t reclaimed_held_since_ticks = 0;
 };
 
 // Leaked on purpose: annotations may run in static destructors and at exit.
 Registry& registry() {
   static Registry* r = new Registry;
   return *r;
+}
+
+// Reclaimed buffers of exited threads: their overwritten count, on a line of its own.
+void add_reclaimed(const Registry& r, std::vector<RawThread>* out) {
+  if (r.reclaimed_overwritten == 0) return;
+  RawThread t;
+  t.tid = -1;
+  t.name = "exited threads";
+  t.overwritten = r.reclaimed_overwritten;
+  t.held_since_ticks = r.reclaimed_held_since_ticks;
+  out->push_back(std::move(t));
 }
 
 std::string os_thread_name() {
@@ -224,6 +248,103 @@ ThreadBufferImpl* create_buffer() {
 
 }  // namespace
 
+namespace {
+
+// Ring mode, pool exhausted: frees the buffer of the thread that exited
+// first (its events are the oldest of a thread nobody extends), counting its
+// events as overwritten. Called with `self->mu` held; gives up rather than
+// wait for the registry.
+bool reclaim_retired(Registry& r) {
+  std::unique_lock<std::mutex> lock(r.mu, std::try_to_lock);
+  if (!lock.owns_lock() || r.retired.empty() || r.collecting) return false;
+  ThreadBufferImpl* old = r.retired.front();
+  {
+    std::lock_guard<std::mutex> tlock(old->mu);
+    uint64_t n = old->overwritten;
+    for (const ChunkUse& c : old->chunks) n += count_begins(c.begin, c.end);
+    n += count_begins(old->compacted.data(), old->compacted.data() + old->compacted.size());
+    r.reclaimed_overwritten += n;
+    r.reclaimed_held_since_ticks = std::max(r.reclaimed_held_since_ticks, now_ticks());
+    release_chunks(r, old, 0);
+  }
+  r.retired.erase(r.retired.begin());
+  delete old;
+  return true;
+}
+
+// A thread's oldest chunk, taken for another (its begins counted as
+// overwritten); nullptr when it holds only its current one. Called with
+// `victim->mu` held.
+uint64_t* take_oldest(ThreadBufferImpl* victim) {
+  if (victim->chunks.size() < 2) return nullptr;
+  ChunkUse old = victim->chunks.front();
+  victim->overwritten += count_begins(old.begin, old.end);
+  victim->held_since_ticks = victim->chunks[1].first_ticks;
+  victim->chunks.erase(victim->chunks.begin());
+  victim->bytes -= kChunkBytes;
+  return old.begin;
+}
+
+// Ring mode, pool exhausted: the oldest chunk of the live thread that holds
+// the most, if that is more than `self` holds plus one, so that threads
+// share the ring instead of the first one keeping it all. Called with
+// `self->mu` held; only try-locks, so it never waits.
+uint64_t* steal_chunk(Registry& r, ThreadBufferImpl* self) {
+  std::unique_lock<std::mutex> lock(r.mu, std::try_to_lock);
+  if (!lock.owns_lock() || r.collecting) return nullptr;
+  ThreadBufferImpl* victim = nullptr;
+  size_t most = self->chunks.size() + 1;
+  for (ThreadBufferImpl* tb : r.live) {
+    if (tb == self || !tb->mu.try_lock()) continue;
+    if (tb->bound_word == self->bound_word && tb->chunks.size() > most) {
+      victim = tb;
+      most = tb->chunks.size();
+    }
+    tb->mu.unlock();
+  }
+  if (victim == nullptr || !victim->mu.try_lock()) return nullptr;
+  std::lock_guard<std::mutex> vlock(victim->mu, std::adopt_lock);
+  return take_oldest(victim);
+}
+
+// Ring mode, at bind when the pool is empty: as steal_chunk, but waits for
+// the locks (the caller holds none), so that a new thread always gets a
+// chunk while another thread holds two or more.
+uint64_t* steal_chunk_for_bind(Registry& r, ThreadBufferImpl* self, uint64_t word) {
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.collecting) return nullptr;
+  ThreadBufferImpl* victim = nullptr;
+  size_t most = 1;
+  for (ThreadBufferImpl* tb : r.live) {
+    if (tb == self) continue;
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word == word && tb->chunks.size() > most) {
+      victim = tb;
+      most = tb->chunks.size();
+    }
+  }
+  if (victim == nullptr) return nullptr;
+  std::lock_guard<std::mutex> vlock(victim->mu);
+  return take_oldest(victim);
+}
+
+// Ring mode: the chunk to write next when no new one may be had: the
+// thread's oldest (its current one, if it has only that), its begins counted
+// as overwritten. Only while the session records: after the stop, chunks are
+// the collector's to read.
+uint64_t* recycle_oldest(ThreadBufferImpl* tb) {
+  if (tb->chunks.empty() || g_state.session_word.load(std::memory_order_relaxed) != tb->bound_word) return nullptr;
+  ChunkUse old = tb->chunks.front();
+  const uint64_t* end = tb->chunks.size() == 1 ? tb->cursor.load(std::memory_order_relaxed) : old.end;
+  tb->overwritten += count_begins(old.begin, end);
+  tb->held_since_ticks = tb->chunks.size() > 1 ? tb->chunks[1].first_ticks : now_ticks();
+  tb->chunks.erase(tb->chunks.begin());
+  tb->bytes -= kChunkBytes;
+  return old.begin;
+}
+
+}  // namespace
+
 ThreadBuffer* bind_slow(uint64_t word) {
   // The hot path's load was relaxed; this acquire pairs with the release
   // store of recorder_start, so the collector's reads of the last session
@@ -237,19 +358,41 @@ ThreadBuffer* bind_slow(uint64_t word) {
   auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
   if (tb == nullptr) tb = create_buffer();
   Registry& r = registry();
+  // Ring mode: a thread without a chunk takes one now, from the pool or
+  // another thread (before its own lock: stealing takes the registry's).
+  uint64_t* first = nullptr;
+  if (r.ring.load(std::memory_order_relaxed)) {
+    bool empty;
+    {
+      std::lock_guard<std::mutex> lock(tb->mu);
+      release_chunks(r, tb, 1);
+      empty = tb->chunks.empty();
+    }
+    if (empty) first = r.pool.acquire();
+    if (empty && first == nullptr && reclaim_retired(r)) first = r.pool.acquire();
+    if (empty && first == nullptr) first = steal_chunk_for_bind(r, tb, word);
+  }
   std::lock_guard<std::mutex> lock(tb->mu);
   // The previous session was collected before this one started, so the old
   // chunks are free to overwrite. Keep one to avoid a pool round trip.
   release_chunks(r, tb, 1);
+  if (first != nullptr) {
+    tb->chunks.push_back({first, first, now_ticks()});
+    tb->bytes += kChunkBytes;
+  }
   tb->full = false;
   tb->dropped.store(0, std::memory_order_relaxed);
   if (!tb->name_overridden) tb->name = os_thread_name();
+  tb->overwritten = 0;
+  tb->held_since_ticks = 0;
+  if (r.ring.load(std::memory_order_relaxed)) tb->chunks.reserve(kMaxRingChunksPerThread + 1);
   if (tb->chunks.empty()) {
     if (uint64_t* c = r.pool.acquire()) {
-      tb->chunks.push_back({c, c});
+      tb->chunks.push_back({c, c, now_ticks()});
       tb->bytes += kChunkBytes;
     }
   }
+  if (!tb->chunks.empty()) tb->chunks.front().first_ticks = now_ticks();
   if (tb->chunks.empty()) point_at_nothing(tb);
   else point_at(tb, tb->chunks.front().begin);
   tb->bound_word = word;
@@ -264,15 +407,27 @@ uint64_t* grow_slow(ThreadBuffer* base, uint32_t words, bool is_end) {
   }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(tb->mu);
+  const bool ring = r.ring.load(std::memory_order_relaxed);
+  const uint64_t per_thread = r.bytes_per_thread.load(std::memory_order_relaxed);
   uint64_t* chunk = nullptr;
-  if (tb->bytes + kChunkBytes <= r.bytes_per_thread.load(std::memory_order_relaxed)) chunk = r.pool.acquire();
+  if (tb->bytes + kChunkBytes <= per_thread) {
+    chunk = r.pool.acquire();
+    if (chunk == nullptr && ring && reclaim_retired(r)) chunk = r.pool.acquire();
+  }
+  if (chunk == nullptr && ring && g_state.session_word.load(std::memory_order_relaxed) == tb->bound_word)
+    chunk = steal_chunk(r, tb);
+  if (chunk == nullptr && ring) {
+    // The current chunk's records end here, before the oldest one goes.
+    if (!tb->chunks.empty()) tb->chunks.back().end = tb->cursor.load(std::memory_order_relaxed);
+    chunk = recycle_oldest(tb);
+  }
   if (chunk == nullptr) {
-    tb->full = true;
+    tb->full = !ring;
     tb->dropped.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   if (!tb->chunks.empty()) tb->chunks.back().end = tb->cursor.load(std::memory_order_relaxed);
-  tb->chunks.push_back({chunk, chunk});
+  tb->chunks.push_back({chunk, chunk, ring ? now_ticks() : 0});
   tb->bytes += kChunkBytes;
   point_at(tb, chunk);
   (void)words;  // a record never exceeds a chunk (names are truncated)
@@ -311,7 +466,17 @@ uint64_t recorder_start(int level, const RecorderLimits& limits) {
     delete tb;
   }
   r.retired.clear();
-  r.bytes_per_thread.store(limits.bytes_per_thread, std::memory_order_relaxed);
+  r.bytes_per_thread.store(limits.ring ? std::min<uint64_t>(limits.bytes_per_thread,
+                                                              kMaxRingChunksPerThread * kChunkBytes)
+                                       : limits.bytes_per_thread,
+                            std::memory_order_relaxed);
+  r.ring.store(limits.ring, std::memory_order_relaxed);
+  r.reclaimed_overwritten = 0;
+  r.reclaimed_held_since_ticks = 0;
+  if (limits.ring) {
+    r.live.reserve(kReservedThreads);
+    r.retired.reserve(kReservedThreads);
+  }
   r.pool.configure(limits.bytes_total);
   ++r.generation;
   uint64_t word = (r.generation << 8) | static_cast<uint64_t>(level & 0xff);
@@ -336,6 +501,8 @@ std::vector<RawThread> recorder_collect(uint64_t word) {
     t.tid = tb->tid;
     t.name = tb->name;
     t.dropped = tb->dropped.load(std::memory_order_relaxed);
+    t.overwritten = tb->overwritten;
+    t.held_since_ticks = tb->held_since_ticks;
     // The chunks the thread will not write again (all but its current one,
     // all once it exited) are handed over to the collector, to free as it goes.
     size_t handed = exited ? tb->chunks.size() : (tb->chunks.empty() ? 0 : tb->chunks.size() - 1);
@@ -349,7 +516,73 @@ std::vector<RawThread> recorder_collect(uint64_t word) {
   };
   for (ThreadBufferImpl* tb : r.live) take(tb, false);
   for (ThreadBufferImpl* tb : r.retired) take(tb, true);
+  add_reclaimed(r, &out);
   return out;
+}
+
+std::vector<RawThread> recorder_snapshot(uint64_t word, uint64_t since_ticks) {
+  Registry& r = registry();
+  std::vector<RawThread> out;
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto copy = [&](ThreadBufferImpl* tb) {
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word != word) return;
+    RawThread t;
+    t.tid = tb->tid;
+    t.name = tb->name;
+    t.dropped = tb->dropped.load(std::memory_order_relaxed);
+    t.overwritten = tb->overwritten;
+    t.held_since_ticks = tb->held_since_ticks;
+    // A chunk followed by one begun before `since_ticks` holds only older begins.
+    size_t first = 0;
+    while (first + 1 < tb->chunks.size() && tb->chunks[first + 1].first_ticks < since_ticks) ++first;
+    std::vector<std::pair<size_t, size_t>> ranges;  // into t.copy; it may move while it grows
+    size_t words = 0;
+    for (size_t i = first; i < tb->chunks.size(); ++i) {
+      const uint64_t* end = i + 1 == tb->chunks.size() ? tb->cursor.load(std::memory_order_acquire) : tb->chunks[i].end;
+      words += end - tb->chunks[i].begin;
+    }
+    words += tb->compacted.size();
+    t.copy.reserve(words);
+    auto append = [&](const uint64_t* b, const uint64_t* e) {
+      ranges.emplace_back(t.copy.size(), t.copy.size() + (e - b));
+      t.copy.insert(t.copy.end(), b, e);
+    };
+    for (size_t i = first; i < tb->chunks.size(); ++i)
+      append(tb->chunks[i].begin,
+             i + 1 == tb->chunks.size() ? tb->cursor.load(std::memory_order_acquire) : tb->chunks[i].end);
+    if (!tb->compacted.empty()) append(tb->compacted.data(), tb->compacted.data() + tb->compacted.size());
+    for (auto [b, e] : ranges) t.spans.emplace_back(t.copy.data() + b, t.copy.data() + e);
+    if (!t.spans.empty() || t.dropped > 0 || t.overwritten > 0) out.push_back(std::move(t));
+  };
+  for (ThreadBufferImpl* tb : r.live) copy(tb);
+  for (ThreadBufferImpl* tb : r.retired) copy(tb);
+  add_reclaimed(r, &out);
+  return out;
+}
+
+void recorder_visit_unlocked(uint64_t word, UnlockedView* v, void (*fn)(const UnlockedView&, void*), void* ctx) {
+  Registry& r = registry();
+  auto visit = [&](ThreadBufferImpl* tb) {
+    if (tb == nullptr || tb->bound_word != word) return;
+    v->tid = tb->tid;
+    v->name = tb->name.c_str();
+    v->overwritten = tb->overwritten;
+    v->dropped = tb->dropped.load(std::memory_order_relaxed);
+    v->spans = 0;
+    const size_t n = std::min(tb->chunks.size(), std::size(v->span_begin));
+    for (size_t i = 0; i < n; ++i) {
+      const ChunkUse& c = tb->chunks[i];
+      const uint64_t* end = i + 1 == n ? tb->cursor.load(std::memory_order_acquire) : c.end;
+      if (c.begin == nullptr || end < c.begin || end > c.begin + kChunkWords) continue;
+      v->span_begin[v->spans] = c.begin;
+      v->span_end[v->spans] = end;
+      ++v->spans;
+    }
+    fn(*v, ctx);
+  };
+  for (size_t i = 0; i < r.live.size(); ++i) visit(r.live[i]);
+  for (size_t i = 0; i < r.retired.size(); ++i) visit(r.retired[i]);
 }
 
 void recorder_free_chunk(const uint64_t* chunk) {

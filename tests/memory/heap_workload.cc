@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       if (s == 1) {
         if (const char* dir = std::getenv("SPYGLASS_HEAP_PROFILE_DIR")) {
           raise(SIGUSR2);
-          wait_for_file(std::string(dir) + "/memory." + std::to_string(getpid()) + ".1.prof");
+          wait_for_file(std::string(dir) + "/memory." + std::to_string(getpid()) + ".heap_workload.1.prof");
         }
       }
     }

@@ -302,6 +302,9 @@ TEST(MemoryProfile, SnapshotOfAMillionLiveAllocations) {
   EXPECT_EQ(Sum(p, "").first, kN);
   auto st = mem::tracking_stats();
   // At most 32 bytes of table per live allocation (stacks are shared).
+  std::printf("table: %.1f bytes per live allocation (%llu live)\n",
+              static_cast<double>(st.table_bytes) / static_cast<double>(st.live_allocations),
+              static_cast<unsigned long long>(st.live_allocations));
   EXPECT_LE(static_cast<double>(st.table_bytes) / static_cast<double>(st.live_allocations), 32.0);
   FreeAll(13, kN);
 }

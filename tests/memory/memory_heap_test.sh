@@ -17,7 +17,7 @@ command -v go >/dev/null || fail "go is not installed (apt-get install golang-go
 
 # 1. spyglass run: a snapshot on SIGUSR2 (after step 1) and at exit.
 out=$("$cli" run -o "$T/mem" -- "$prog" grow 5 2>&1)
-check "spyglass run" "$out" "grow: done" "memory snapshots:"
+check "spyglass run" "$out" "grow: done" "memory profiles in"
 early=$(ls "$T"/mem/memory.*.1.prof) late=$(ls "$T"/mem/memory.*.exit.prof)
 
 # 2. go tool pprof reads them.
@@ -62,7 +62,7 @@ check "memdiff on a truncated file" "$msg" "truncated"
 
 # 7. Threads, fork, signal-handler allocations, thread exit under the hook.
 out=$("$cli" run -o "$T/stress" -- "$prog" stress 2>&1)
-check "stress under the hook" "$out" "stress: child ok" "memory snapshots:"
+check "stress under the hook" "$out" "stress: child ok" "memory profiles in"
 
 # 8. Plain LD_PRELOAD, and the sampled mode (profiles scaled back).
 LD_PRELOAD=$lib SPYGLASS_HEAP_PROFILE_DIR=$T/pre "$prog" grow 2 >/dev/null
@@ -76,4 +76,7 @@ check "sampled mode" "$st" "grow_cache(int)"
 "$cli" run --memory --trace "$T/trace" -o "$T/mem2" -- "$prog" grow 2 >/dev/null 2>&1
 json=$(zcat "$(find "$T/trace" -name '*.trace.json.gz' | head -1)")
 check "counter track in the trace" "$json" '"ph":"C"' '"name":"memory cpu:0"' '"live_bytes":'
+# ... and one per top call site (the memory timeline's).
+check "call-site counter tracks in the trace" "$json" '"name":"memory cpu:0 grow_cache(int) <- main' \
+  '"name":"memory cpu:0 build_table() <- main'
 echo "memory_heap_test: all passed"

@@ -40,7 +40,7 @@ libs=$(LD_PRELOAD=$hook SPYGLASS_HEAP_PROFILE_DIR=$T/pre "$tiny" | sort -u)
 refuse "no gRPC/protobuf/absl/OpenSSL/libspyglass under LD_PRELOAD" "$libs" "$heavy_libs"
 check "the hook and its tracker are loaded" "$libs" "libspyglass_heap.so" "libspyglass_memory.so"
 out=$("$cli" run -o "$T/run" -- "$tiny" 2>&1)
-check "spyglass run" "$out" "libspyglass_heap.so" "memory snapshots:"
+check "spyglass run" "$out" "libspyglass_heap.so" "memory profiles in"
 refuse "no gRPC/protobuf/absl/OpenSSL/libspyglass under spyglass run" "$out" "$heavy_libs"
 
 # 2. The profile names the program's blocks and nothing of those libraries.
@@ -72,7 +72,8 @@ SPYGLASS_TRACE_DIR=$T/trace2 SPYGLASS_HEAP_PROFILE_DIR=$T/alone-prof LD_PRELOAD=
   "$tiny" >/dev/null 2>"$T/alone.err" || { cat "$T/alone.err"; fail "the program failed without libspyglass"; }
 err=$(cat "$T/alone.err")
 check "a clear error without libspyglass" "$err" \
-  "spyglass: SPYGLASS_TRACE_DIR is set but libspyglass.so.0 cannot be loaded (" "); no trace"
+  "spyglass: SPYGLASS_TRACE_DIR/SERVER_PORT/FLIGHT_RECORDER is set but " "libspyglass.so.0 cannot be loaded (" \
+  "); not profiling"
 [ "$(wc -l <"$T/alone.err")" -eq 1 ] || fail "want one line on stderr, got: $err"
 ls "$T"/alone-prof/memory.*.exit.prof >/dev/null || fail "no exit profile without libspyglass"
 echo "ok: the exit profile is written without libspyglass"

@@ -37,6 +37,7 @@ struct CollectArgs {
   int connect_timeout_ms = 10000;
   int64_t max_duration_ms = 3600000;
   int64_t max_reply_mb = 1024;
+  bool flight_recorder = false;
 };
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -90,7 +91,13 @@ Status ParseExtras(const std::vector<std::string>& extras, profiler::ProfileOpti
 int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, const std::function<bool()>& cancelled) {
   server::CaptureOptions opt;
   opt.log = &std::cerr;
-  if (a.duration_ms <= 0) {
+  if (a.flight_recorder) {
+    // The server replies with its ring at once; the duration is not used.
+    if (a.duration_ms < 0) {
+      std::cerr << "spyglass collect: the duration must not be negative, got " << a.duration_ms << "\n";
+      return 2;
+    }
+  } else if (a.duration_ms <= 0) {
     std::cerr << "spyglass collect: the duration must be a positive number of milliseconds, got " << a.duration_ms
               << "\n";
     return 2;
@@ -110,7 +117,7 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, con
               << a.delay_ms << "\n";
     return 2;
   }
-  opt.duration_ms = static_cast<uint64_t>(a.duration_ms);
+  opt.duration_ms = a.flight_recorder ? 1 : static_cast<uint64_t>(a.duration_ms);
   opt.max_duration_ms = static_cast<uint64_t>(a.max_duration_ms);
   opt.delay_ms = static_cast<uint64_t>(a.delay_ms);
   opt.connect_timeout_ms = a.connect_timeout_ms;
@@ -124,6 +131,7 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, con
     std::cerr << "spyglass collect: " << s.message() << "\n";
     return 2;
   }
+  if (a.flight_recorder) opt.profile.advanced_configuration.insert_or_assign("spyglass_flight_recorder", true);
   if (!a.override_hostnames.empty()) opt.override_hostnames = Split(a.override_hostnames, ',');
   opt.create_perfetto_trace = !a.no_perfetto_link;
 
@@ -174,6 +182,7 @@ namespace {
 constexpr char kCollectHelp[] =
     "Capture a running program's profiler server (Spyglass start_server or jax.profiler.start_server)\n"
     "for DURATION_MS and write <log_dir>/plugins/profile/<run>/<host>.xplane.pb and .trace.json.gz.\n"
+    "With --flight-recorder, fetch the last seconds a running flight recorder holds instead (no duration).\n"
     "Extra --key=value flags are sent as advanced options.";
 
 // The options and action of `collect`, on the CLI's subcommand or on the
@@ -181,7 +190,9 @@ constexpr char kCollectHelp[] =
 void DefineCollect(CLI::App* c, std::function<bool()> cancelled) {
   auto args = std::make_shared<CollectArgs>();
   c->add_option("target", args->target, "PORT, or HOST:PORT[,HOST:PORT...] to capture several at once")->required();
-  c->add_option("duration_ms", args->duration_ms, "capture duration in milliseconds")->required();
+  c->add_option("duration_ms", args->duration_ms, "capture duration in milliseconds (not with --flight-recorder)");
+  c->add_flag("--flight-recorder,--flight_recorder", args->flight_recorder,
+              "reply with the target's flight recorder ring (its last seconds) at once, instead of recording");
   c->add_option("--log_dir", args->log_dir, "output log dir (default: a new temporary directory)");
   c->add_option("--host", args->host, "host of a bare PORT target (default 127.0.0.1)");
   c->add_option("--host_tracer_level", args->host_tracer_level, "host tracer level (default 2)");

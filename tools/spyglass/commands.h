@@ -16,7 +16,13 @@ void AddCollectCommand(CLI::App& app, std::function<bool()> cancelled = {});
 // parser of both the CLI and `python -m spyglass.collect_profile`.
 int RunCollectCommand(const std::string& program, const std::vector<std::string>& args,
                       std::function<bool()> cancelled = {});
-// `spyglass memtop`, `memdiff`, `run` (tools/spyglass/memory_commands.cc).
+// `spyglass memtop`, `memdiff` (tools/spyglass/memory_commands.cc).
 void AddMemoryCommands(CLI::App& app);
+// `spyglass summary`, `diff` (tools/spyglass/summary_command.cc).
+void AddSummaryCommands(CLI::App& app);
+// `spyglass report` (tools/spyglass/report_command.cc).
+void AddReportCommand(CLI::App& app);
+// `spyglass run` (tools/spyglass/run_command.cc).
+void AddRunCommand(CLI::App& app);
 
 }  // namespace spyglass::cli

@@ -1,122 +1,18 @@
-// `spyglass memtop`, `memdiff` and `run`: thin clients of src/memory/.
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// `spyglass memtop` and `memdiff`: thin clients of src/memory/.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "common/quote.h"
 #include "memory/pprof.h"
+#include "memory/timeline_chart.h"
 #include "memory/tracker.h"
 
 namespace spyglass::cli {
 namespace {
-
-namespace fs = std::filesystem;
-
-pid_t g_child = 0;
-void Forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
-}
-
-// libspyglass_heap.so: $SPYGLASS_HEAP_LIB, else next to this binary (build
-// tree) or in ../lib* (installed).
-std::string FindHeapLib() {
-  if (const char* e = std::getenv("SPYGLASS_HEAP_LIB"); e && *e) return e;
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  fs::path dir = self.parent_path();
-  for (fs::path cand : {dir / "libspyglass_heap.so", dir / ".." / "lib" / "libspyglass_heap.so",
-                        dir / ".." / "lib64" / "libspyglass_heap.so"}) {
-    if (fs::exists(cand, ec)) return fs::weakly_canonical(cand, ec).string();
-  }
-  for (const auto& entry : fs::directory_iterator(dir / "..", ec)) {
-    fs::path cand = entry.path() / "libspyglass_heap.so";  // lib/x86_64-linux-gnu
-    if (entry.path().filename().string().rfind("lib", 0) == 0 && fs::exists(cand, ec)) return cand.string();
-    for (const auto& sub : fs::directory_iterator(entry.path(), ec))
-      if (sub.is_directory(ec) && fs::exists(sub.path() / "libspyglass_heap.so", ec))
-        return (sub.path() / "libspyglass_heap.so").string();
-  }
-  return "";
-}
-
-int Run(bool memory, const std::string& trace_dir, const std::string& out_dir, uint64_t sample_bytes,
-        const std::vector<std::string>& command) {
-  if (command.empty()) {
-    std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] -- <command...>)\n";
-    return 2;
-  }
-  if (!memory && trace_dir.empty()) memory = true;
-  std::string lib = FindHeapLib();
-  if (lib.empty()) {
-    std::cerr << "spyglass run: cannot find libspyglass_heap.so (set SPYGLASS_HEAP_LIB)\n";
-    return 2;
-  }
-  std::error_code ec;
-  std::string dir = fs::absolute(out_dir, ec).string();
-  if (memory) {
-    fs::create_directories(dir, ec);
-    if (ec) {
-      std::cerr << "spyglass run: cannot create " << dir << ": " << ec.message() << "\n";
-      return 2;
-    }
-  }
-  std::string preload = lib;
-  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
-  pid_t pid = fork();
-  if (pid < 0) {
-    std::perror("spyglass run: fork");
-    return 2;
-  }
-  if (pid == 0) {
-    setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("SPYGLASS_HEAP", memory ? "1" : "0", 1);
-    if (memory) setenv("SPYGLASS_HEAP_PROFILE_DIR", dir.c_str(), 1);
-    if (sample_bytes) setenv("SPYGLASS_HEAP_SAMPLE_BYTES", std::to_string(sample_bytes).c_str(), 1);
-    if (!trace_dir.empty()) setenv("SPYGLASS_TRACE_DIR", fs::absolute(trace_dir, ec).c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(errno) << "\n";
-    _exit(127);
-  }
-  g_child = pid;
-  struct sigaction sa {};
-  sa.sa_handler = Forward;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGUSR2, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (memory) {
-    std::string prefix = "memory." + std::to_string(pid) + ".";
-    std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().filename().string().rfind(prefix, 0) == 0) files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-    if (files.empty()) {
-      std::cerr << "spyglass run: no memory snapshot was written (did the program exit through _exit or a signal?)\n";
-    } else {
-      std::cerr << "spyglass run: memory snapshots:\n";
-      for (const std::string& f : files) std::cerr << "  " << f << "\n";
-      std::cerr << "Read them with: spyglass memtop " << files.back() << "   or   go tool pprof -top "
-                << files.back() << "\n";
-    }
-  }
-  if (!trace_dir.empty()) std::cerr << "spyglass run: trace written under " << trace_dir << "/plugins/profile/\n";
-  return code;
-}
 
 // The reader's bound: --max-profile-mb, else $SPYGLASS_MAX_PROFILE_MB, else
 // the library default (1024 MiB).
@@ -141,6 +37,34 @@ bool ReaderOptions(const char* cmd, size_t flag_mb, memory::PprofReadOptions* ou
   return true;
 }
 
+// memtop --over-time: the timeline of `file` (a .timeline.tsv, or a profile
+// memory.<pid>.<comm>.<tag>.prof whose process wrote one beside it).
+int OverTime(const std::string& file, size_t top, size_t width) {
+  std::string tsv = file;
+  const std::string kSuffix = ".timeline.tsv";
+  if (tsv.size() < kSuffix.size() || tsv.compare(tsv.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    size_t ext = tsv.rfind(".prof");
+    size_t tag = ext == std::string::npos || ext == 0 ? std::string::npos : tsv.rfind('.', ext - 1);
+    if (ext != tsv.size() - 5 || tag == std::string::npos) {
+      std::cerr << "spyglass memtop: --over-time reads a memory.<pid>.<program>.timeline.tsv, or a profile "
+                   "memory.<pid>.<program>.<tag>.prof beside one; not "
+                << QuoteInput(file) << "\n";
+      return 2;
+    }
+    tsv = tsv.substr(0, tag) + kSuffix;
+  }
+  memory::Timeline t;
+  if (Status s = memory::ReadTimelineFile(tsv, &t); !s.ok()) {
+    std::cerr << "spyglass memtop: " << s.message() << "\n";
+    return 1;
+  }
+  memory::TimelineChartOptions o;
+  o.width = width;
+  o.top_sites = std::min<size_t>(top, 20);
+  std::cout << memory::TimelineChart(t, tsv, o);
+  return 0;
+}
+
 }  // namespace
 
 void AddMemoryCommands(CLI::App& app) {
@@ -157,7 +81,18 @@ void AddMemoryCommands(CLI::App& app) {
         ->check(CLI::Range(size_t{1}, kMaxProfileMbCeiling));
   };
   max_mb_option(top);
+  static bool over_time = false;
+  static size_t chart_width = 60;
+  top->add_flag("--over-time", over_time,
+                "print live bytes over time as a text chart (per device, then the top call sites), from the "
+                "memory.<pid>.<program>.timeline.tsv beside the profile (or given instead of it)");
+  top->add_option("--width", chart_width, "columns of time in the --over-time chart")
+      ->check(CLI::Range(size_t{10}, size_t{400}))
+      ->default_val(60);
   top->callback([] {
+    if (over_time) {
+      std::exit(OverTime(top_file, top_n, chart_width));
+    }
     memory::PprofProfile p;
     memory::PprofReadOptions opts;
     if (!ReaderOptions("memtop", max_mb, &opts)) std::exit(2);
@@ -188,30 +123,6 @@ void AddMemoryCommands(CLI::App& app) {
     std::cout << memory::MemDiffReport(a, b, base_file, cur_file, diff_n);
   });
 
-  auto* run = app.add_subcommand("run", "Run a program with the heap hook preloaded; write memory snapshots on exit "
-                                        "and on SIGUSR2, and a trace if asked");
-  static bool memory = false;
-  static std::string trace_dir, out_dir = ".";
-  static std::string sample_bytes = "0";
-  static std::vector<std::string> command;
-  run->add_flag("--memory", memory, "track the heap (default when --trace is not given)");
-  run->add_option("--trace", trace_dir, "also record a trace into this log dir (with a live-bytes counter track)");
-  run->add_option("-o,--out", out_dir, "where memory.<pid>.exit.prof and memory.<pid>.<n>.prof go")->default_val(".");
-  run->add_option("--sample-bytes", sample_bytes,
-                  "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
-                      std::to_string(memory::internal::kMaxSampleBytes) + ")")
-      ->default_val("0");
-  run->add_option("command", command, "the program and its arguments (after --)")->required();
-  run->prefix_command();
-  run->callback([] {
-    uint64_t bytes = 0;
-    if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
-      std::cerr << "spyglass run: --sample-bytes must be an integer from 0 to " << memory::internal::kMaxSampleBytes
-                << " (got '" << sample_bytes.substr(0, 32) << (sample_bytes.size() > 32 ? "...'" : "'") << ")\n";
-      std::exit(2);
-    }
-    std::exit(Run(memory, trace_dir, out_dir, bytes, command));
-  });
 }
 
 }  // namespace spyglass::cli

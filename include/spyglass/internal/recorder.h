@@ -54,6 +54,9 @@ inline constexpr uint32_t kMaxStringBytes = 4096;
 struct alignas(64) GlobalState {
   std::atomic<uint64_t> session_word{0};
   bool use_tsc = true;  // false when the TSC is not invariant (then CLOCK_MONOTONIC)
+  // Flight recorder: a step longer than this many ticks asks for a dump
+  // (0: off); read only by StepTraceAnnotation.
+  std::atomic<uint64_t> slow_step_ticks{0};
 };
 SPYGLASS_API extern GlobalState g_state;
 
@@ -162,6 +165,10 @@ inline void end(uint64_t word) {
   c[0] = kEndBit | t;
   publish(tb, c + 1);
 }
+
+// A step took longer than g_state.slow_step_ticks: wakes the flight
+// recorder's dump thread (no lock, no allocation).
+SPYGLASS_API void step_was_slow();
 
 // Appends one argument to the innermost open event of session `word`.
 SPYGLASS_API void add_arg(uint64_t word, std::string_view key, ArgType type, uint64_t bits,

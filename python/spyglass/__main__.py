@@ -1,0 +1,190 @@
+"""python -m spyglass run [--trace DIR] [--server [ADDR:]PORT] [--flight-recorder SECONDS]
+                         [--options key=value,...] (script.py | -m module) [args...]
+python -m spyglass run [-o DIR] [--python-allocator pymalloc|malloc] [--sample-bytes N]
+                         (script.py | -m module) [args...]
+
+Without --trace, --server or --flight-recorder: memory. The program runs in a
+new interpreter (this one) under the heap hook shipped in this package, as
+`spyglass run -- python3 script.py` runs it, and writes memory profiles
+(DIR/memory.<pid>...exit.prof, and one per SIGUSR2) whose stacks hold the
+Python frames (function, file, line) interleaved with the native ones, for
+Python's allocators and native extensions' mallocs alike (README.md, "Python
+programs, unmodified").
+
+Otherwise: runs a Python program in this interpreter with profiling started
+before its first line: the Python tracer on (every Python function call recorded, as
+JAX's python_tracer_level=1), and the program's spyglass.profiler annotations
+(TraceAnnotation, StepTraceAnnotation, annotate_function) recorded with them.
+--trace writes the trace when the program exits (also through sys.exit or an
+exception); --server lets `spyglass collect` / `jax.collect_profile` capture
+it on demand; --flight-recorder keeps the last SECONDS for a dump. The flags
+are the SPYGLASS_* settings of spyglass/_autostart.py, parsed by the same code.
+"""
+import os
+import runpy
+import sys
+
+from . import _autostart
+
+USAGE = __doc__.split("\n\n", 1)[0]
+
+
+_FLAGS = {"--trace": "SPYGLASS_TRACE_DIR", "--server": "SPYGLASS_SERVER_PORT",
+          "--flight-recorder": "SPYGLASS_FLIGHT_RECORDER", "--options": "SPYGLASS_OPTIONS"}
+
+# Memory mode's flags (no SPYGLASS_* setting: they shape the child's environment).
+_MEMORY_FLAGS = ("-o", "--out", "--python-allocator", "--sample-bytes")
+
+_HELP = """
+  -o, --out DIR              memory: where the profiles go (default .)
+  --python-allocator A       memory: pymalloc (default) or malloc (PYTHONMALLOC=malloc: every object a
+                             malloc block; slower, more memory, the heap as malloc sees it)
+  --sample-bytes N           memory: one sample per N bytes on average (0, the default: every allocation)
+  --trace DIR                write a trace from start to exit under DIR
+  --server [ADDR:]PORT       start the profiler server (127.0.0.1 unless ADDR; 0: a free port)
+  --flight-recorder SECONDS  keep the last SECONDS in the flight recorder's ring
+  --options KEY=VALUE,...    ProfileOptions fields and advanced keys, as SPYGLASS_OPTIONS
+  -m MODULE                  run a module, as `python -m MODULE`
+The flags end at the script (or -m MODULE); what follows is the program's."""
+
+
+class _Usage(Exception):
+  pass
+
+
+def _parse(argv, memory):
+  """(settings, module or None, program args): the flags stop at the program.
+  Memory flags go into `memory`."""
+  settings, i = {}, 0
+  while i < len(argv):
+    a = argv[i]
+    name, eq, value = a.partition("=")
+    if name in _FLAGS or name in _MEMORY_FLAGS:
+      if not eq:
+        if i + 1 >= len(argv):
+          raise _Usage(f"{name} needs a value")
+        i += 1
+        value = argv[i]
+      if name in _FLAGS:
+        settings[_FLAGS[name]] = value
+      else:
+        memory["--out" if name == "-o" else name] = value
+    elif a == "-m":
+      if i + 1 >= len(argv):
+        raise _Usage("-m needs a module name")
+      return settings, argv[i + 1], argv[i + 2:]
+    elif a == "--":
+      return settings, None, argv[i + 1:]
+    elif a.startswith("-"):
+      raise _Usage(f"unknown flag {a[:64]!r}")
+    else:
+      return settings, None, argv[i:]
+    i += 1
+  return settings, None, []
+
+
+def run(argv):
+  """`run` with its arguments; returns the exit status."""
+  if argv and argv[0] in ("-h", "--help"):
+    print(USAGE + "\n" + _HELP)
+    return 0
+  memory = {}
+  try:
+    settings, module, program = _parse(argv, memory)
+    if module is None and not program:
+      raise _Usage("no script given (script.py [args...] or -m module [args...])")
+    if memory and settings:
+      raise _Usage("-o, --python-allocator and --sample-bytes are for memory profiles, "
+                   "which --trace, --server and --flight-recorder do not make")
+    if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
+      raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
+    sample = memory.get("--sample-bytes", "0")
+    if not sample.isdigit() or int(sample) > (1 << 30):
+      raise _Usage(f"--sample-bytes must be an integer from 0 to {1 << 30}, not {sample[:64]!r}")
+  except _Usage as e:
+    print(f"python -m spyglass run: {e}\nusage: {USAGE}", file=sys.stderr)
+    return 2
+  if not settings and _autostart.started is None:
+    return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
+                       int(memory.get("--sample-bytes", "0")), module, program)
+  if settings:
+    if _autostart.started is not None:
+      print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
+            "give either the flags or the environment", file=sys.stderr)
+      return 2
+    try:
+      _autostart.start(settings)
+    except ValueError as e:
+      print(f"python -m spyglass run: {e}", file=sys.stderr)
+      return 2
+  # As `python script.py` / `python -m module` would: argv, sys.path[0], __main__.
+  if module is not None:
+    sys.argv = [module] + program
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+  else:
+    script = program[0]
+    sys.argv = list(program)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+  return 0
+
+
+def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
+  """The environment that runs a Python program under the heap hook shipped
+  in this package (what `spyglass run` sets up): LD_PRELOAD, the profile
+  directory, and the startup module that turns on Python frames."""
+  env = dict(os.environ if env is None else env)
+  pkg = os.path.dirname(os.path.abspath(__file__))
+  hook = os.path.join(pkg, "libspyglass_heap.so")
+  startup = os.path.join(pkg, "spyglass_python_startup")
+  if not os.path.exists(hook) or not os.path.exists(os.path.join(startup, "sitecustomize.py")):
+    raise FileNotFoundError(f"this package has no heap hook ({hook}); reinstall it")
+  env["LD_PRELOAD"] = hook + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+  env["SPYGLASS_HEAP"] = "1"
+  env["SPYGLASS_HEAP_PROFILE_DIR"] = os.path.abspath(out_dir)
+  env["PYTHONPATH"] = startup + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+  if sample_bytes:
+    env["SPYGLASS_HEAP_SAMPLE_BYTES"] = str(sample_bytes)
+  if python_allocator == "malloc":
+    env["PYTHONMALLOC"] = "malloc"
+  return env
+
+
+def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
+  """Memory mode: the program in a child interpreter under the heap hook; the
+  child's status, and a summary of the profiles it wrote."""
+  import signal
+  import subprocess
+  try:
+    os.makedirs(out_dir, exist_ok=True)
+    env = memory_env(out_dir, python_allocator, sample_bytes)
+  except OSError as e:
+    print(f"python -m spyglass run: {e}", file=sys.stderr)
+    return 2
+  from . import _spyglass
+  out_dir = os.path.abspath(out_dir)
+  before = _spyglass._memory_dir_listing(out_dir)  # files from earlier runs are not this one's
+  child = subprocess.Popen([sys.executable] + (["-m", module] if module else []) + list(program), env=env)
+  for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):  # SIGUSR2: a snapshot now
+    signal.signal(sig, lambda s, _frame: child.send_signal(s))
+  code = child.wait()
+  # The dumps of dying processes become profiles; one line per process, the program first.
+  print(_spyglass._memory_run_summary(out_dir, child.pid, code < 0, -code if code < 0 else code, before),
+        file=sys.stderr, end="")
+  return code if code >= 0 else 128 - code
+
+
+def main(argv=None):
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if not argv or argv[0] in ("-h", "--help"):
+    print(USAGE + "\n\n  python -m spyglass run --help   for the flags\n"
+          "  python -m spyglass.collect_profile PORT MS   to capture a running profiler server")
+    return 0 if argv else 2
+  if argv[0] != "run":
+    print(f"python -m spyglass: unknown command {argv[0][:64]!r} (run)", file=sys.stderr)
+    return 2
+  return run(argv[1:])
+
+
+if __name__ == "__main__":
+  sys.exit(main())

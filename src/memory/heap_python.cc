@@ -1,0 +1,411 @@
+// Python frames in the heap hook's stacks, for unmodified Python programs.
+//
+// `spyglass run` puts a startup module (python/spyglass_python_startup/
+// sitecustomize.py) on PYTHONPATH. Once the interpreter is up, it calls
+// spyglass_heap_python_start() below through ctypes (GIL held). From then on:
+//   - CPython's three allocator domains (PYMEM_DOMAIN_RAW, MEM, OBJ) are
+//     wrapped (PyMem_SetAllocator): each block is recorded with its stack, and
+//     the malloc underneath (pymalloc's large blocks, the raw domain) is not
+//     recorded a second time;
+//   - every allocation, in those wrappers and in the hook's malloc (native
+//     extensions), gets the allocating thread's Python frames (function,
+//     file, line) spliced into its native stack in place of the interpreter's
+//     eval-loop frames (_PyEval_EvalFrameDefault), as memray shows them.
+// When the main program ends (the startup module's atexit handler, which runs
+// last), Python frames stop and the exit snapshot is written: the live set of
+// the program, not what the interpreter's teardown leaves.
+//
+// No Python headers and nothing loaded: libpython's exported functions are
+// looked up (dlsym) only when a Python program calls in, so one hook serves
+// CPython 3.10 to 3.13 alike, and a program that is not Python never touches
+// any of this. Frames are read with the public C API (PyThreadState_GetFrame,
+// PyFrame_GetBack/GetCode/GetLineNumber), only by a thread that holds the GIL
+// (its thread state is the attached one); a thread without it (a native extension that released
+// the GIL) records its native stack only. On 3.11+ reading a frame may create
+// its frame object (kept by the frame, freed with it); the collector is
+// disabled meanwhile so that this allocation cannot run a collection inside
+// the allocator.
+//
+// Interleaving: on 3.10 each Python frame is one eval-loop call, so the i-th
+// eval frame of the native stack is replaced by the i-th Python frame, and the
+// native frames between them (a C function that called back into Python) stay
+// where they are. 3.11+ runs Python-to-Python calls inside one eval-loop call:
+// when the native stack has fewer eval frames than there are Python frames,
+// all Python frames go in place of the innermost eval frame and the native
+// frames between eval frames are dropped (their position among the Python
+// frames is not known); the native frames above the innermost eval frame (the
+// allocating C code) and below the outermost (main, Py_RunMain) stay.
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "memory/heap_hook.h"
+#include "memory/tracker.h"
+#include "memory/unwind.h"
+
+namespace spyglass::memory::heap {
+
+std::atomic<bool> g_python_on{false};
+
+namespace {
+
+using namespace spyglass::memory::internal;  // NOLINT
+
+constexpr int kMaxPythonFrames = 64;
+
+// PyMemAllocatorEx (stable since 3.5).
+struct PyAllocator {
+  void* ctx;
+  void* (*malloc)(void* ctx, size_t size);
+  void* (*calloc)(void* ctx, size_t nelem, size_t elsize);
+  void* (*realloc)(void* ctx, void* ptr, size_t new_size);
+  void (*free)(void* ctx, void* ptr);
+};
+constexpr int kDomains = 3;  // PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ
+
+// libpython's functions used here (all exported by 3.10-3.13).
+struct Api {
+  void* (*current_thread_state)();  // the thread state holding the GIL on this thread, or NULL
+  void* (*this_thread_state)();
+  void* (*thread_state_get_frame)(void*);
+  void* (*frame_get_back)(void*);
+  void* (*frame_get_code)(void*);
+  int (*frame_get_line)(void*);
+  int (*frame_get_lasti)(void*);  // 3.11+ (nullptr before)
+  void (*decref)(void*);
+  void* (*getattr)(void*, const char*);
+  const char* (*utf8)(void*, ssize_t*);
+  void (*err_fetch)(void**, void**, void**);
+  void (*err_restore)(void*, void*, void*);
+  void (*err_clear)();
+  int (*gc_disable)();
+  int (*gc_enable)();
+  int (*get_extra)(void*, ssize_t, void**);
+  int (*set_extra)(void*, ssize_t, void*);
+  ssize_t (*request_extra)(void (*)(void*));
+  void (*get_allocator)(int, PyAllocator*);
+  void (*set_allocator)(int, PyAllocator*);
+};
+Api g_api{};
+ssize_t g_extra = -1;  // code-object extra slot: the interned function id
+uintptr_t g_eval_lo = 0, g_eval_hi = 0;  // _PyEval_EvalFrameDefault's code
+PyAllocator g_orig[kDomains];             // the wrapped allocators (ctx of ours)
+bool g_started = false;
+
+template <typename F>
+bool Find(F* out, const char* name, const char* alt = nullptr) {
+  void* p = dlsym(RTLD_DEFAULT, name);
+  if (p == nullptr && alt != nullptr) p = dlsym(RTLD_DEFAULT, alt);
+  *out = reinterpret_cast<F>(p);
+  return p != nullptr;
+}
+
+bool ResolveApi() {
+  Api& a = g_api;
+  return Find(&a.current_thread_state, "PyThreadState_GetUnchecked", "_PyThreadState_UncheckedGet") &&
+         Find(&a.this_thread_state, "PyGILState_GetThisThreadState") &&
+         Find(&a.thread_state_get_frame, "PyThreadState_GetFrame") && Find(&a.frame_get_back, "PyFrame_GetBack") &&
+         Find(&a.frame_get_code, "PyFrame_GetCode") && Find(&a.frame_get_line, "PyFrame_GetLineNumber") &&
+         Find(&a.decref, "Py_DecRef") && Find(&a.getattr, "PyObject_GetAttrString") &&
+         Find(&a.utf8, "PyUnicode_AsUTF8AndSize") && Find(&a.err_fetch, "PyErr_Fetch") &&
+         Find(&a.err_restore, "PyErr_Restore") && Find(&a.err_clear, "PyErr_Clear") &&
+         Find(&a.gc_disable, "PyGC_Disable") && Find(&a.gc_enable, "PyGC_Enable") &&
+         Find(&a.get_extra, "PyUnstable_Code_GetExtra", "_PyCode_GetExtra") &&
+         Find(&a.set_extra, "PyUnstable_Code_SetExtra", "_PyCode_SetExtra") &&
+         Find(&a.request_extra, "PyUnstable_Eval_RequestCodeExtraIndex", "_PyEval_RequestCodeExtraIndex") &&
+         Find(&a.get_allocator, "PyMem_GetAllocator") && Find(&a.set_allocator, "PyMem_SetAllocator");
+}
+
+// [start, end) of _PyEval_EvalFrameDefault, from its dynamic symbol's size.
+bool FindEvalLoop() {
+  void* sym = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+  Dl_info info{};
+  ElfW(Sym)* ent = nullptr;
+  if (sym == nullptr || dladdr1(sym, &info, reinterpret_cast<void**>(&ent), RTLD_DL_SYMENT) == 0 || ent == nullptr ||
+      ent->st_size == 0)
+    return false;
+  g_eval_lo = reinterpret_cast<uintptr_t>(sym);
+  g_eval_hi = g_eval_lo + ent->st_size;
+  return true;
+}
+
+std::string_view Utf8Attr(void* obj, const char* attr, void** hold) {
+  *hold = g_api.getattr(obj, attr);
+  if (*hold == nullptr) {
+    g_api.err_clear();
+    return "<unknown>";
+  }
+  ssize_t n = 0;
+  const char* p = g_api.utf8(*hold, &n);
+  if (p == nullptr) {
+    g_api.err_clear();
+    return "<unknown>";
+  }
+  return {p, static_cast<size_t>(n)};
+}
+
+// What a code object's extra slot points at: its interned (co_name,
+// co_filename) and the lines of its last few instruction offsets (a line
+// lookup scans the code's line table: the cost that dominated a walk). Only
+// read and written with the GIL held. In an mmap'd arena, never freed (a code
+// object that dies leaves its 48 bytes); when the arena is full, code objects
+// seen later are looked up in full on every walk.
+constexpr int kLineWays = 4;
+struct CodeInfo {
+  uint32_t function;
+  uint32_t next_way;
+  int32_t lasti[kLineWays];
+  int32_t line[kLineWays];
+};
+constexpr size_t kCodeInfoMax = (64u << 20) / sizeof(CodeInfo);  // 64 MiB of address space, touched as used
+CodeInfo* g_code_info = nullptr;
+size_t g_code_info_used = 0;
+
+uint32_t InternCode(void* code) {
+  void *name_obj, *file_obj;
+  std::string_view name = Utf8Attr(code, "co_name", &name_obj);
+  std::string_view file = Utf8Attr(code, "co_filename", &file_obj);
+  uint32_t id = InternFunction(name, file);  // 0 (function table full, counted) reads "<unknown>"
+  if (name_obj) g_api.decref(name_obj);
+  if (file_obj) g_api.decref(file_obj);
+  return id;
+}
+
+CodeInfo* CodeInfoOf(void* code) {
+  void* extra = nullptr;
+  if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr) return static_cast<CodeInfo*>(extra);
+  if (g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
+  CodeInfo* info = &g_code_info[g_code_info_used];
+  info->function = InternCode(code);
+  info->next_way = 0;
+  for (int i = 0; i < kLineWays; ++i) info->lasti[i] = -1;
+  if (g_api.set_extra(code, g_extra, info) != 0) {
+    g_api.err_clear();
+    return nullptr;
+  }
+  ++g_code_info_used;
+  return info;
+}
+
+// One frame as a symbolic frame.
+uintptr_t FrameWord(void* f, void* code) {
+  CodeInfo* info = CodeInfoOf(code);
+  if (info == nullptr) return SymbolicFrame(InternCode(code), g_api.frame_get_line(f));
+  if (g_api.frame_get_lasti != nullptr) {  // 3.11+
+    const int lasti = g_api.frame_get_lasti(f);
+    for (int i = 0; i < kLineWays; ++i)
+      if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
+    const int line = g_api.frame_get_line(f);
+    const uint32_t w = info->next_way++ % kLineWays;
+    info->lasti[w] = lasti;
+    info->line[w] = line;
+    return SymbolicFrame(info->function, line);
+  }
+  return SymbolicFrame(info->function, g_api.frame_get_line(f));
+}
+
+// The calling thread's Python frames, innermost first, if it holds the GIL
+// (its thread state is the one attached: PyGILState_Check's own test, which
+// that function skips once subinterpreters exist); else none.
+int WalkPython(uintptr_t* out, int max) {
+  void* ts = g_api.current_thread_state();
+  if (ts == nullptr || ts != g_api.this_thread_state()) return 0;
+  void *type, *value, *tb;
+  g_api.err_fetch(&type, &value, &tb);  // the caller's pending exception stays
+  const int gc_was_on = g_api.gc_disable();
+  int n = 0;
+  void* f = g_api.thread_state_get_frame(ts);  // new reference or NULL
+  while (f != nullptr && n < max) {
+    void* code = g_api.frame_get_code(f);
+    out[n++] = FrameWord(f, code);
+    g_api.decref(code);
+    void* back = g_api.frame_get_back(f);
+    g_api.decref(f);
+    f = back;
+  }
+  if (f != nullptr) g_api.decref(f);
+  if (gc_was_on) g_api.gc_enable();
+  g_api.err_restore(type, value, tb);
+  return n;
+}
+
+inline bool IsEvalFrame(uintptr_t ret) { return ret - 1 >= g_eval_lo && ret - 1 < g_eval_hi; }
+
+// ---- the allocator wrappers ---------------------------------------------------
+// Inside the tracker already (a walk creating a frame object, a snapshot): the
+// call passes through. Else the wrapped allocator runs as "own work" (the
+// hook's malloc underneath records nothing, counts nothing), then the block is
+// recorded here with the full stack.
+
+__attribute__((noinline)) void RecordHere(void* p, size_t n, void* frame) {
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return;
+  }
+  uintptr_t frames[kMaxFrames];
+  int depth = CaptureNative(frame, frames, kMaxFrames / 2);
+  depth = SplicePythonFrames(frames, depth, kMaxFrames);
+  Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+  Guard::Leave();
+}
+
+// An allocation through CPython's allocators failed (it raises MemoryError
+// next): the dump, with the Python frames of the stack.
+__attribute__((noinline)) void FailedHere(size_t n, void* frame) {
+  if (!AllocationFailureWanted(n) || !Guard::Enter()) return;
+  uintptr_t frames[kMaxFrames];
+  int depth = CaptureNative(frame, frames, kMaxFrames / 2);
+  depth = SplicePythonFrames(frames, depth, kMaxFrames);
+  Guard::Leave();
+  AllocationFailed(n, frames, depth);
+}
+
+void Forget(void* p) {
+  if (p == nullptr || !MaybeTrackedFree(p) || !Guard::Enter()) return;
+  RemoveIfTracked(reinterpret_cast<uintptr_t>(p));  // blocks from before the start are not unknown frees
+  Guard::Leave();
+}
+
+__attribute__((noinline)) void* WrapMalloc(void* ctx, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  if (!Guard::EnterOwn()) return a->malloc(a->ctx, n);
+  void* p = a->malloc(a->ctx, n);
+  Guard::Leave();
+  if (p != nullptr && ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
+  if (p == nullptr) FailedHere(n, __builtin_frame_address(0));
+  return p;
+}
+
+__attribute__((noinline)) void* WrapCalloc(void* ctx, size_t nelem, size_t elsize) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  if (!Guard::EnterOwn()) return a->calloc(a->ctx, nelem, elsize);
+  void* p = a->calloc(a->ctx, nelem, elsize);
+  Guard::Leave();
+  size_t n = 0;
+  if (p == nullptr && !__builtin_mul_overflow(nelem, elsize, &n)) FailedHere(n, __builtin_frame_address(0));
+  n = nelem * elsize;  // the call succeeded: no overflow
+  if (p != nullptr && ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
+  return p;
+}
+
+__attribute__((noinline)) void* WrapRealloc(void* ctx, void* old, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  if (Guard::Inside()) return a->realloc(a->ctx, old, n);
+  // Taken out before the call (then the address may be another thread's), put
+  // back unchanged if the call fails.
+  LiveRecord rec{};
+  bool taken = false;
+  if (old != nullptr && MaybeTrackedFree(old) && Guard::Enter()) {
+    taken = Take(reinterpret_cast<uintptr_t>(old), &rec);
+    Guard::Leave();
+  }
+  Guard::EnterOwn();
+  void* p = a->realloc(a->ctx, old, n);
+  Guard::Leave();
+  if (p == nullptr) {
+    if (taken && Guard::Enter()) {
+      Restore(rec);
+      Guard::Leave();
+    }
+    FailedHere(n, __builtin_frame_address(0));
+    return p;
+  }
+  if (ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
+  return p;
+}
+
+__attribute__((noinline)) void WrapFree(void* ctx, void* p) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  if (Guard::Inside()) return a->free(a->ctx, p);
+  Forget(p);
+  Guard::EnterOwn();
+  a->free(a->ctx, p);
+  Guard::Leave();
+}
+
+}  // namespace
+
+int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
+  if (!g_python_on.load(std::memory_order_acquire)) return depth;
+  // What the walk allocates (a frame object, the extra slot) is the
+  // profiler's doing: untracked and not counted, as the profiler's own work.
+  const int guard = Guard::BeginOwn();
+  uintptr_t py[kMaxPythonFrames];
+  const int np = WalkPython(py, kMaxPythonFrames);
+  Guard::Restore(guard);
+  if (np == 0) return depth;
+  int evals = 0, first = -1, last = -1;
+  for (int i = 0; i < depth; ++i) {
+    if (!IsEvalFrame(frames[i])) continue;
+    if (first < 0) first = i;
+    last = i;
+    ++evals;
+  }
+  uintptr_t out[kMaxFrames];
+  int n = 0;
+  auto put = [&](uintptr_t w) {
+    if (n < max && n < kMaxFrames) out[n++] = w;
+  };
+  if (evals == np) {  // one Python frame per eval-loop call, in order
+    for (int i = 0, j = 0; i < depth; ++i) put(IsEvalFrame(frames[i]) ? py[j++] : frames[i]);
+  } else if (evals == 0) {  // the native walk did not reach the eval loop
+    for (int i = 0; i < depth; ++i) put(frames[i]);
+    for (int j = 0; j < np; ++j) put(py[j]);
+  } else {
+    for (int i = 0; i < first; ++i) put(frames[i]);
+    for (int j = 0; j < np; ++j) put(py[j]);
+    for (int i = last + 1; i < depth; ++i) put(frames[i]);
+  }
+  std::memcpy(frames, out, sizeof(uintptr_t) * static_cast<size_t>(n));
+  return n;
+}
+
+}  // namespace spyglass::memory::heap
+
+namespace heap = spyglass::memory::heap;
+
+// Called by the startup module through ctypes, GIL held. Returns 0 when Python
+// frames are on, else a reason: 1 the hook does not track (SPYGLASS_HEAP=0),
+// 2 a libpython function is missing, 3 no code-object extra slot.
+// `wrap_allocators`: wrap the three PyMem domains (else only the hook's malloc
+// gets Python frames).
+extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start(int wrap_allocators) {
+  using namespace heap;  // NOLINT
+  namespace mi = spyglass::memory::internal;
+  if (g_started) return 0;
+  mi::ScopedUntracked untracked;
+  if (!ResolveApi()) return 2;
+  g_extra = g_api.request_extra(nullptr);
+  if (g_extra < 0) {
+    g_api.err_clear();
+    return 3;
+  }
+  Find(&g_api.frame_get_lasti, "PyFrame_GetLasti");  // optional
+  void* arena = mmap(nullptr, kCodeInfoMax * sizeof(CodeInfo), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g_code_info = arena == MAP_FAILED ? nullptr : static_cast<CodeInfo*>(arena);
+  FindEvalLoop();  // without it, Python frames go above the native stack
+  if (wrap_allocators) {
+    for (int d = 0; d < kDomains; ++d) {
+      g_api.get_allocator(d, &g_orig[d]);
+      PyAllocator ours{&g_orig[d], WrapMalloc, WrapCalloc, WrapRealloc, WrapFree};
+      g_api.set_allocator(d, &ours);
+    }
+  }
+  g_started = true;
+  g_python_on.store(true, std::memory_order_release);
+  return 0;
+}
+
+// Called by the startup module's atexit handler (the last to run, GIL held):
+// the main program has ended. Python frames stop (the interpreter's teardown
+// follows) and the exit snapshot is written now.
+extern "C" __attribute__((visibility("default"))) void spyglass_heap_python_exit() {
+  heap::g_python_on.store(false, std::memory_order_release);
+  heap::WriteExitSnapshotOnce();
+}

@@ -1,0 +1,41 @@
+"""Python frames in `spyglass run`'s memory profiles.
+
+`spyglass run` (and `python -m spyglass run`) put this directory on PYTHONPATH
+next to the preloaded heap hook (libspyglass_heap.so). At start-up it turns on
+the hook's Python part (src/memory/heap_python.cc): CPython's allocators are
+wrapped and every allocation gets the Python frames of its thread. Then it
+takes itself off sys.path and runs the sitecustomize it hides, if there is one.
+Pure Python: the same file serves every CPython version.
+"""
+import os as _os
+import sys as _sys
+
+
+def _spyglass_start():
+  here = _os.path.dirname(_os.path.abspath(__file__))
+  _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+  if _os.environ.get("SPYGLASS_HEAP", "1") != "0" and _os.environ.get("SPYGLASS_PYTHON_FRAMES", "1") != "0":
+    try:
+      import ctypes
+      lib = ctypes.PyDLL(None)  # the process's global scope, where the preloaded hook is
+      start, end = lib.spyglass_heap_python_start, lib.spyglass_heap_python_exit
+    except (ImportError, OSError, AttributeError):
+      start = None  # the hook is not loaded: nothing to do
+    if start is not None:
+      rc = start(1)
+      if rc == 0:
+        import atexit
+        atexit.register(end)  # registered first, so it runs last: the main program has ended
+      else:
+        _sys.stderr.write(f"spyglass: this Python lacks what Python frames need (code {rc}); native stacks only\n")
+  me = _sys.modules.pop("sitecustomize")
+  try:
+    import sitecustomize  # noqa: F401  (the one this file hides)
+  except ImportError as e:
+    if e.name != "sitecustomize":
+      raise
+    _sys.modules["sitecustomize"] = me
+
+
+_spyglass_start()
+del _spyglass_start

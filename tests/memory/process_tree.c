@@ -1,0 +1,132 @@
+// Known programs for `spyglass run`'s processes, OOM and fatal-signal tests
+// (memory_process_test.sh). Every block it keeps comes from a function of its
+// own, with a known size:
+//   process_tree forkexec   keeps 3 x 100000 B (parent_block), forks and execs
+//                           itself as `child`, which keeps 2 x 50000 B
+//                           (child_block); the parent waits, then exits 0
+//   process_tree child      the child's part alone
+//   process_tree oom        keeps 1 MiB blocks (grab_block) until malloc
+//                           returns NULL, then abort()s
+//   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
+//                           through a null pointer (SIGSEGV)
+//   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
+//                           them (as a pool's terminate() does), reaps them,
+//                           then exits 0
+//   process_tree live N [term]  keeps N blocks of 16-527 B (live_block), then
+//                           exits 0 or, with `term`, raises SIGTERM (the
+//                           dump's cost, BENCHMARKS.md)
+//   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
+//                           N MiB, 5 ms apart up to S MiB and 100 ms apart
+//                           after that, then exits 0
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void* volatile g_keep[4096];
+static int g_kept = 0;
+
+__attribute__((noinline)) static void keep(void* p) {
+  if (g_kept < 4096) g_keep[g_kept++] = p;
+}
+__attribute__((noinline)) void parent_block(void) { keep(malloc(100000)); }
+__attribute__((noinline)) void child_block(void) { keep(malloc(50000)); }
+__attribute__((noinline)) void crash_block(void) { keep(malloc(25000)); }
+__attribute__((noinline)) void* live_block(int i) { return malloc(16 + (size_t)(i % 512)); }
+__attribute__((noinline)) int grab_block(int touch) {
+  char* p = malloc(1 << 20);
+  if (!p) return 0;
+  if (touch) memset(p, 1, 1 << 20);
+  keep(p);
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "child") == 0) {
+    for (int i = 0; i < 2; ++i) child_block();
+    printf("child: %d done\n", (int)getpid());
+    return 0;
+  }
+  if (strcmp(mode, "forkexec") == 0) {
+    for (int i = 0; i < 3; ++i) parent_block();
+    fflush(stdout);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = '\0';
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(self, argv[0], "child", (char*)NULL);
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    printf("forkexec: %d child %d status %d\n", (int)getpid(), (int)pid, status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  if (strcmp(mode, "live") == 0) {
+    int n = argc > 2 ? atoi(argv[2]) : 0;
+    static void* blocks[1 << 20];
+    for (int i = 0; i < n && i < (1 << 20); ++i) blocks[i] = live_block(i);
+    if (argc > 3 && strcmp(argv[3], "term") == 0) raise(SIGTERM);
+    return 0;
+  }
+  if (strcmp(mode, "workers") == 0) {
+    pid_t kids[3];
+    for (int i = 0; i < 3; ++i) {
+      kids[i] = fork();
+      if (kids[i] == 0) {
+        child_block();
+        for (int k = 0; k < 3000; ++k) {  // 30 s at most: the parent ends it long before
+          struct timespec ts = {0, 10 * 1000 * 1000};
+          nanosleep(&ts, NULL);
+        }
+        _exit(0);
+      }
+    }
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int killed = 0;
+    for (int i = 0; i < 3; ++i) {
+      kill(kids[i], SIGTERM);
+      int status = 0;
+      waitpid(kids[i], &status, 0);
+      killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+    }
+    printf("workers: %d killed by SIGTERM\n", killed);
+    return 0;
+  }
+  if (strcmp(mode, "oom") == 0) {
+    int n = 0;
+    while (n < 1 << 20 && grab_block(0)) ++n;
+    printf("oom: malloc failed after %d MiB\n", n);
+    fflush(stdout);
+    abort();
+  }
+  if (strcmp(mode, "crash") == 0) {
+    for (int i = 0; i < 4; ++i) crash_block();
+    printf("crash: %d\n", (int)getpid());
+    fflush(stdout);
+    *(volatile int*)(uintptr_t)(argc - argc) = 1;
+    return 0;
+  }
+  if (strcmp(mode, "cgroup") == 0) {
+    int mib = argc > 2 ? atoi(argv[2]) : 0, slow = argc > 3 ? atoi(argv[3]) : 0;
+    for (int i = 0; i < mib && i < 4096; ++i) {
+      if (!grab_block(1)) break;
+      struct timespec ts = {0, (i < slow ? 5 : 100) * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 600 * 1000 * 1000};  // the watcher polls 4 times a second
+    nanosleep(&ts, NULL);
+    printf("cgroup: %d MiB kept\n", g_kept);
+    return 0;
+  }
+  fprintf(stderr, "usage: process_tree forkexec|child|oom|crash|cgroup N\n");
+  return 2;
+}
