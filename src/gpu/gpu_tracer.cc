@@ -18,6 +18,7 @@
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
 #include "gpu/gpu_options.h"
+#include "model/schema.h"
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
 
@@ -45,7 +46,37 @@ struct Cupti {
 struct Driver {
   int (*Init)(unsigned);
   int (*DeviceGetCount)(int*);
+  int (*DeviceGetName)(char*, int, int);
+  int (*DeviceGetAttribute)(int*, int, int);
+  int (*DeviceTotalMem)(size_t*, int);
 };
+
+// What XProf reads from a /device:GPU:<n> plane to name the GPU and compute
+// its peak FLOPs and bandwidth (spec GPU.md §4.5).
+struct DeviceProperties {
+  std::string name;
+  int64_t clock_khz = 0, sm_count = 0, cc_major = 0, cc_minor = 0;
+  uint64_t memory_bytes = 0, memory_bandwidth = 0;
+};
+
+DeviceProperties QueryDevice(const Driver& d, int dev) {
+  DeviceProperties p;
+  char name[256] = {};
+  if (d.DeviceGetName && d.DeviceGetName(name, sizeof name - 1, dev) == 0) p.name = name;
+  auto attr = [&](int a) {
+    int v = 0;
+    return d.DeviceGetAttribute && d.DeviceGetAttribute(&v, a, dev) == 0 ? int64_t{v} : int64_t{0};
+  };
+  p.clock_khz = attr(13);  // CU_DEVICE_ATTRIBUTE_CLOCK_RATE
+  p.sm_count = attr(16);   // MULTIPROCESSOR_COUNT
+  p.cc_major = attr(75);
+  p.cc_minor = attr(76);
+  int64_t mem_khz = attr(36), bus_bits = attr(37);  // MEMORY_CLOCK_RATE, GLOBAL_MEMORY_BUS_WIDTH
+  p.memory_bandwidth = static_cast<uint64_t>(2 * mem_khz * 1000 * bus_bits / 8);  // DDR
+  size_t total = 0;
+  if (d.DeviceTotalMem && d.DeviceTotalMem(&total, dev) == 0) p.memory_bytes = total;
+  return p;
+}
 
 template <class F>
 bool Resolve(void* h, const char* name, F* f, std::string* missing) {
@@ -149,7 +180,12 @@ class GpuTracer : public session::Tracer {
     if (!Enable(&why, &driver_present)) {
       off_reason_ = why;
       // Quiet on a machine without an NVIDIA driver unless GPU options were set.
-      if (driver_present || options_.any_gpu_key) std::fprintf(stderr, "spyglass: GPU tracer off: %s\n", why.c_str());
+      // One line: the places searched for libcupti go to the profile's warning only.
+      if (driver_present || options_.any_gpu_key) {
+        std::string first = why.substr(0, why.find('\n'));
+        std::fprintf(stderr, "spyglass: GPU tracer off: %s%s\n", first.c_str(),
+                     first.size() < why.size() ? " (the places searched are in the profile's warnings)" : "");
+      }
       return UnavailableError("GPU tracer off: " + why);
     }
     return Status::Ok();
@@ -194,6 +230,22 @@ class GpuTracer : public session::Tracer {
     events_ = n + active_->collector.records();
     dropped_ = active_->collector.dropped();
     active_->collector.Export(clock, space);
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      model::Plane* p = space->find_plane(std::string(model::kGpuPlanePrefix) + std::to_string(i));
+      if (p == nullptr) continue;
+      const DeviceProperties& d = devices_[i];
+      if (!d.name.empty()) p->stats.push_back(p->str_stat(model::kGpuDeviceNameStat, d.name));
+      p->stats.push_back(p->int_stat(model::kGpuClockRateStat, d.clock_khz));
+      p->stats.push_back(p->int_stat(model::kGpuCoreCountStat, d.sm_count));
+      p->stats.push_back(p->uint_stat(model::kGpuMemoryBandwidthStat, d.memory_bandwidth));
+      p->stats.push_back(p->uint_stat(model::kGpuMemorySizeStat, d.memory_bytes));
+      p->stats.push_back(p->int_stat(model::kGpuComputeCapMajorStat, d.cc_major));
+      p->stats.push_back(p->int_stat(model::kGpuComputeCapMinorStat, d.cc_minor));
+      // How the CUPTI clock was mapped onto the host's (README "GPUs").
+      p->stats.push_back(p->int_stat(model::kGpuClockSamplesStat, static_cast<int64_t>(active_->samples.size())));
+      p->stats.push_back(p->int_stat(model::kGpuClockBoundStat, clock.bound_ns()));
+      p->stats.push_back(p->double_stat(model::kGpuClockSlopeStat, clock.slope()));
+    }
     sink_.Release();
     return Status::Ok();
   }
@@ -224,6 +276,13 @@ class GpuTracer : public session::Tracer {
     int count = 0;
     if (int r = d.Init(0); r != 0) return *why = "cuInit failed with CUDA error " + std::to_string(r) + " (no usable GPU)", false;
     if (d.DeviceGetCount(&count) != 0 || count <= 0) return *why = "no NVIDIA GPU found", false;
+    std::string optional;
+    Resolve(driver, "cuDeviceGetName", &d.DeviceGetName, &optional);
+    Resolve(driver, "cuDeviceGetAttribute", &d.DeviceGetAttribute, &optional);
+    Resolve(driver, "cuDeviceTotalMem_v2", &d.DeviceTotalMem, &optional);
+    devices_.clear();
+    for (int i = 0; i < count && i < static_cast<int>(CallbackSink::kMaxDevices); ++i)
+      devices_.push_back(QueryDevice(d, i));
     Loaded lib = LoadCupti();
     if (lib.handle == nullptr) return *why = lib.error, false;
     auto active = std::make_unique<Active>(GpuLimits{static_cast<uint64_t>(options_.max_activity_api_events),
@@ -302,6 +361,7 @@ class GpuTracer : public session::Tracer {
   uint64_t start_ticks_ = 0;
   bool stopped_ = false;
   std::string off_reason_;
+  std::vector<DeviceProperties> devices_;
   uint64_t events_ = 0, dropped_ = 0;
 };
 

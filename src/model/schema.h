@@ -68,5 +68,16 @@ inline constexpr std::string_view kCudaGraphExecIdStat = "cuda_graph_exec_id";
 inline constexpr std::string_view kTfOpStat = "tf_op";  // outermost annotation open at launch
 inline constexpr std::string_view kAnnotationStackStat = "annotation_stack";  // all of them, outer::inner
 inline constexpr std::string_view kDeviceVendorStat = "device_vendor";
+inline constexpr std::string_view kGpuDeviceNameStat = "gpu_device_name";
+inline constexpr std::string_view kGpuClockRateStat = "clock_rate";  // kHz
+inline constexpr std::string_view kGpuCoreCountStat = "core_count";  // SMs
+inline constexpr std::string_view kGpuMemoryBandwidthStat = "memory_bandwidth";  // bytes/s
+inline constexpr std::string_view kGpuMemorySizeStat = "memory_size";
+inline constexpr std::string_view kGpuComputeCapMajorStat = "compute_cap_major";
+inline constexpr std::string_view kGpuComputeCapMinorStat = "compute_cap_minor";
+// Ours: the CUPTI -> host clock map of the session (samples, error bound, slope).
+inline constexpr std::string_view kGpuClockSamplesStat = "clock_samples";
+inline constexpr std::string_view kGpuClockBoundStat = "clock_bound_ns";
+inline constexpr std::string_view kGpuClockSlopeStat = "clock_slope";
 
 }  // namespace spyglass::model

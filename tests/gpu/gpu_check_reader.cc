@@ -68,6 +68,14 @@ int main(int argc, char** argv) {
   Expect(gpu != nullptr, "a /device:GPU:0 plane");
   if (gpu == nullptr || host == nullptr) return 1;
 
+  // The clock map measured on this GPU (README "GPUs": the error bound).
+  for (const auto& st : gpu->stats) {
+    const std::string& n = gpu->stat_name(st);
+    if (n == model::kGpuClockSamplesStat || n == model::kGpuClockBoundStat || n == model::kGpuClockSlopeStat ||
+        n == model::kGpuDeviceNameStat)
+      std::printf("info: %s = %s\n", n.c_str(), gpu->stat_text(st).c_str());
+  }
+
   Found k = FindDevice(*gpu, "scale_kernel", std::string(model::kKernelDetailsStat), "block:256,1,1");
   Expect(k.start_ps >= 0, "kernel scale_kernel on /device:GPU:0 (details: " + k.details + ")");
   Expect(k.duration_ps > 0 && k.duration_ps < 1'000'000'000'000, "kernel duration plausible: " +
