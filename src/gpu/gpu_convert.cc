@@ -198,6 +198,20 @@ void GpuCollector::AddRecord(const void* r) {
     return;
   }
   ++records_;
+  if (copy_names_ && e.type == Type::kKernel && e.name != nullptr) {
+    auto it = name_of_.find(e.name);
+    if (it == name_of_.end()) {
+      std::string n(e.name, strnlen(e.name, 4096));
+      auto copy = names_.find(n);
+      if (copy == names_.end()) {
+        auto buf = std::make_unique<char[]>(n.size() + 1);
+        std::memcpy(buf.get(), n.c_str(), n.size() + 1);
+        copy = names_.emplace(n, std::move(buf)).first;
+      }
+      it = name_of_.emplace(e.name, copy->second.get()).first;
+    }
+    e.name = it->second;
+  }
   d.events.push_back(e);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,7 +69,9 @@ struct GpuLimits {
 
 class GpuCollector {
  public:
-  explicit GpuCollector(GpuLimits limits = {}) : limits_(limits) {}
+  // `copy_names`: kernel names are copied when the record is added (CUPTI's
+  // strings may not outlive its buffers); off for records whose names live on.
+  explicit GpuCollector(GpuLimits limits = {}, bool copy_names = false) : limits_(limits), copy_names_(copy_names) {}
 
   // One activity record (CUpti_Activity*: kind at offset 0). Unknown kinds
   // are counted and skipped.
@@ -112,6 +115,9 @@ class GpuCollector {
   std::vector<ApiEvent> api_;
   uint64_t records_ = 0;
   uint64_t unknown_kinds_ = 0;
+  bool copy_names_ = false;
+  std::unordered_map<std::string, std::unique_ptr<char[]>> names_;  // copies, by content
+  std::unordered_map<const char*, const char*> name_of_;          // CUPTI's pointer -> our copy
 };
 
 }  // namespace spyglass::gpu

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -108,7 +109,7 @@ struct Active {
   GpuCollector collector;
   std::vector<std::array<int64_t, 3>> samples;  // (cupti ns, ticks before, ticks after)
   uint64_t cupti_dropped = 0;
-  explicit Active(GpuLimits l) : collector(l) {}
+  explicit Active(GpuLimits l) : collector(l, /*copy_names=*/true) {}
 };
 
 void TakeSample(Active* a) {
@@ -119,10 +120,32 @@ void TakeSample(Active* a) {
     a->samples.push_back({static_cast<int64_t>(ts), static_cast<int64_t>(before), static_cast<int64_t>(after)});
 }
 
+// Activity buffers come from a pool filled at start: CUPTI may ask for one on
+// the launching thread, which then takes a slot (one atomic exchange) instead
+// of calling malloc. Only past kPoolBuffers in flight does it allocate.
+constexpr int kPoolBuffers = 16;
+std::atomic<uint8_t*> g_pool[kPoolBuffers];
+
+void FillPool() {
+  for (auto& slot : g_pool)
+    if (slot.load() == nullptr) slot.store(static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes)));
+}
+
 void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *buffer = nullptr;
+  for (auto& slot : g_pool)
+    if ((*buffer = slot.exchange(nullptr)) != nullptr) break;
+  if (*buffer == nullptr) *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
   *max_records = 0;
+}
+
+void GiveBack(uint8_t* buffer) {
+  for (auto& slot : g_pool) {
+    uint8_t* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, buffer)) return;
+  }
+  std::free(buffer);
 }
 
 void BufferCompleted(void* ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
@@ -142,7 +165,7 @@ void BufferCompleted(void* ctx, uint32_t stream, uint8_t* buffer, size_t, size_t
     }
     TakeSample(a);  // a clock sample during the session
   }
-  std::free(buffer);
+  GiveBack(buffer);
 }
 
 std::string ResultText(const Cupti& c, CUptiResult r) {
@@ -328,6 +351,7 @@ class GpuTracer : public session::Tracer {
     for (uint32_t id : kCallbackIds)
       if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    FillPool();
     if (CUptiResult r = c.ActivityRegisterCallbacks(&BufferRequested, &BufferCompleted); r != abi::kSuccess)
       return Fail(why, ExplainCuptiError(c, "cuptiActivityRegisterCallbacks", r));
     kinds_ = {abi::kind::kConcurrentKernel, abi::kind::kMemcpy, abi::kind::kMemcpy2, abi::kind::kMemset};

@@ -230,5 +230,31 @@ TEST(GpuCollector, ActivityCapDropsAreCountedPerGpuAndShown) {
   EXPECT_EQ(space.find_plane("/device:GPU:0")->lines.at(0).events.size(), 2u);
 }
 
+// Kernel names are copied as records arrive: CUPTI's strings may be gone by
+// the time the session stops.
+TEST(GpuCollector, KernelNamesAreCopiedWhenAdded) {
+  namespace abi = gpu::abi;
+  gpu::GpuCollector c(gpu::GpuLimits{}, /*copy_names=*/true);
+  alignas(8) unsigned char rec[208] = {};
+  char name[] = "_Z6kernelv";
+  const char* ptr = name;
+  uint32_t kind = abi::kind::kConcurrentKernel;
+  uint64_t start = 1000, end = 2000;
+  std::memcpy(rec, &kind, 4);
+  std::memcpy(rec + abi::kernel::kStart, &start, 8);
+  std::memcpy(rec + abi::kernel::kEnd, &end, 8);
+  std::memcpy(rec + abi::kernel::kName, &ptr, sizeof ptr);
+  c.AddRecord(rec);
+  std::memset(name, 'x', sizeof name - 1);  // CUPTI reused the memory
+  gpu::ClockMap clock;
+  clock.AddSample(1000, 0, 0);
+  model::Space space;
+  c.Export(clock, &space);
+  const model::Plane* p = space.find_plane("/device:GPU:0");
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->lines.size(), 1u);
+  EXPECT_EQ(p->event_metadata()[p->lines[0].events.at(0).metadata_id].name, "kernel()");
+}
+
 }  // namespace
 }  // namespace spyglass
