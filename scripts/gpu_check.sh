@@ -27,8 +27,10 @@ if [ "${1:-}" = "prepare" ]; then
     [ -f "$sdk/include/crt/host_defines.h" ] ||
     python3 -m pip install -q --no-deps --target build/cuda_sdk nvidia-cuda-nvcc==13.5.37 nvidia-nvvm==13.5.37 \
       nvidia-cuda-runtime==13.5.37 nvidia-cuda-crt==13.5.37 nvidia-cuda-cupti==13.5.25
-  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  cmake --build build -j2 --target spyglass spyglass_memory gpu_check_reader
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo  # (Ninja expected)
+  # libspyglass.so by its file name: with Ninja the target name "spyglass"
+  # also names the CLI's output file.
+  cmake --build build -j2 --target libspyglass.so spyglass_memory gpu_check_reader
   rm -rf "$stage" && mkdir -p "$stage/lib"
   "$sdk/bin/nvcc" -std=c++20 -O2 -g -Xcompiler -fno-omit-frame-pointer \
     -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
