@@ -90,6 +90,13 @@ namespace memset {
 inline constexpr size_t kBytes = 8, kStart = 16, kEnd = 24, kDeviceId = 32, kContextId = 36, kStreamId = 40,
                         kCorrelationId = 44, kFlags = 48, kMemoryKind = 50;
 }
+namespace marker {  // CUpti_ActivityMarker2 (NVTX)
+inline constexpr size_t kFlags = 4, kTimestamp = 8, kId = 16, kObjectKind = 20, kObjectId = 24, kName = 40,
+                        kDomain = 48;
+inline constexpr size_t kThreadIdInObjectId = 4;  // CUpti_ActivityObjectKindId.pt.threadId
+inline constexpr uint32_t kFlagStart = 2, kFlagEnd = 4;
+inline constexpr uint32_t kObjectThread = 2;
+}  // namespace marker
 namespace graph_trace {
 inline constexpr size_t kCorrelationId = 4, kStart = 8, kEnd = 16, kDeviceId = 24, kGraphId = 28, kContextId = 32,
                         kStreamId = 36;

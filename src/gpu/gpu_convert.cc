@@ -186,8 +186,11 @@ void GpuCollector::AddRecord(const void* r) {
       e.stream = Field<uint32_t>(r, o::kStreamId);
       break;
     }
+    case abi::kind::kMarker:
+      AddMarker(r);
+      return;
     default:
-      ++unknown_kinds_;  // overhead, markers...: not shown yet
+      ++unknown_kinds_;  // overhead...: not shown yet
       return;
   }
   if (dev >= 1024) return;  // not a device id: a corrupt record
@@ -213,6 +216,31 @@ void GpuCollector::AddRecord(const void* r) {
     e.name = it->second;
   }
   d.events.push_back(e);
+}
+
+void GpuCollector::AddMarker(const void* r) {
+  namespace o = abi::marker;
+  if (Field<uint32_t>(r, o::kObjectKind) != o::kObjectThread) return;  // process-wide ranges: not shown
+  uint32_t flags = Field<uint32_t>(r, o::kFlags), id = Field<uint32_t>(r, o::kId);
+  uint64_t ts = Field<uint64_t>(r, o::kTimestamp);
+  if (flags & o::kFlagStart) {
+    if (records_ + open_markers_.size() >= limits_.max_activity_events) {
+      ++nvtx_dropped_;
+      return;
+    }
+    const char* name = Field<const char*>(r, o::kName);
+    const char* domain = Field<const char*>(r, o::kDomain);
+    std::string full = "NVTX:";
+    if (domain != nullptr && *domain != 0) full.append(domain, strnlen(domain, 256)).push_back(':');
+    if (name != nullptr) full.append(name, strnlen(name, 1024));
+    open_markers_[id] = {ts, Field<uint32_t>(r, o::kObjectId + o::kThreadIdInObjectId), std::move(full)};
+  } else if (flags & o::kFlagEnd) {
+    auto it = open_markers_.find(id);
+    if (it == open_markers_.end()) return;  // its start came before the session
+    ++records_;
+    nvtx_.push_back({it->second.start_ns, ts, it->second.tid, std::move(it->second.name)});
+    open_markers_.erase(it);
+  }
 }
 
 namespace {
@@ -568,6 +596,25 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     line->events.push_back(ev);
     line->add_stats(line->events.back(), std::span<const model::Stat>(stats, n));
   }
+  // NVTX ranges: one line per thread beside its own (ids from 2^32, as XLA's
+  // /host:NVTX-CUPTI lines are renumbered when merged).
+  for (const NvtxRange& r : nvtx_) {
+    int64_t id = (int64_t{1} << 32) + r.tid;
+    auto [tit, fresh] = touched.emplace(id, 0);
+    if (fresh) {
+      host.line_with_id(id);
+      for (size_t li = 0; li < host.lines.size(); ++li)
+        if (host.lines[li].id == id) tit->second = li;
+      model::Line& l = host.lines[tit->second];
+      if (l.name.empty()) l.name = l.display_name = "Host Threads/" + std::to_string(r.tid) + "/NVTX";
+    }
+    model::Event ev;
+    ev.offset_ps = clock.ToPs(r.start_ns);
+    ev.duration_ps = r.end_ns > r.start_ns ? static_cast<int64_t>(r.end_ns - r.start_ns) * 1000 : 0;
+    ev.metadata_id = host.intern_event(model::ValidUtf8(r.name));
+    host.lines[tit->second].events.push_back(ev);
+  }
+  if (nvtx_dropped_ != 0) CountDropped(0, "NVTX ranges over gpu_max_activity_api_events", nvtx_dropped_);
   for (auto& [tid, index] : touched) SortIfNeeded(host.lines[index]);
 
   // Drops, per GPU and reason, as the host tracer reports its own.

@@ -110,8 +110,24 @@ class GpuCollector {
   };
   Device& device(uint32_t id);
 
+  // NVTX push/pop ranges (MARKER records, gpu_enable_nvtx_tracking).
+  struct OpenMarker {
+    uint64_t start_ns;
+    uint32_t tid;
+    std::string name;
+  };
+  struct NvtxRange {
+    uint64_t start_ns, end_ns;
+    uint32_t tid;
+    std::string name;
+  };
+  void AddMarker(const void* record);
+
   GpuLimits limits_;
   std::vector<Device> devices_;
+  std::unordered_map<uint32_t, OpenMarker> open_markers_;  // by marker id
+  std::vector<NvtxRange> nvtx_;
+  uint64_t nvtx_dropped_ = 0;
   std::vector<ApiEvent> api_;
   uint64_t records_ = 0;
   uint64_t unknown_kinds_ = 0;

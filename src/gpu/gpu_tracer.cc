@@ -281,7 +281,6 @@ class GpuTracer : public session::Tracer {
  private:
   std::vector<const char*> Unsupported() const {
     std::vector<const char*> out;
-    if (options_.enable_nvtx_tracking) out.push_back("gpu_enable_nvtx_tracking");
     if (!options_.pm_sample_counters.empty()) out.push_back("gpu_pm_sample_counters");
     if (options_.dump_graph_node_mapping) out.push_back("gpu_dump_graph_node_mapping");
     return out;
@@ -356,6 +355,12 @@ class GpuTracer : public session::Tracer {
       return Fail(why, ExplainCuptiError(c, "cuptiActivityRegisterCallbacks", r));
     kinds_ = {abi::kind::kConcurrentKernel, abi::kind::kMemcpy, abi::kind::kMemcpy2, abi::kind::kMemset};
     if (options_.enable_activity_graph_trace) kinds_.push_back(abi::kind::kGraphTrace);
+    if (options_.enable_nvtx_tracking) {
+      kinds_.push_back(abi::kind::kMarker);
+      // NVTX reaches CUPTI only through its injection library, found from
+      // this variable at the program's first NVTX call (a later set is too late).
+      if (lib.path.find('/') != std::string::npos) setenv("NVTX_INJECTION64_PATH", lib.path.c_str(), 0);
+    }
     for (uint32_t k : kinds_)
       if (CUptiResult r = c.ActivityEnable(k); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiActivityEnable", r));

@@ -76,6 +76,18 @@ SAME(CUpti_CallbackData, context, abi::cbdata::kContext);
 SAME(CUpti_CallbackData, correlationData, abi::cbdata::kCorrelationData);
 SAME(CUpti_CallbackData, correlationId, abi::cbdata::kCorrelationId);
 static_assert(sizeof(CUpti_CallbackData) == abi::cbdata::kSize);
+SAME(CUpti_ActivityMarker2, flags, abi::marker::kFlags);
+SAME(CUpti_ActivityMarker2, timestamp, abi::marker::kTimestamp);
+SAME(CUpti_ActivityMarker2, id, abi::marker::kId);
+SAME(CUpti_ActivityMarker2, objectKind, abi::marker::kObjectKind);
+SAME(CUpti_ActivityMarker2, objectId, abi::marker::kObjectId);
+SAME(CUpti_ActivityMarker2, name, abi::marker::kName);
+SAME(CUpti_ActivityMarker2, domain, abi::marker::kDomain);
+static_assert(offsetof(CUpti_ActivityObjectKindId, pt.threadId) == abi::marker::kThreadIdInObjectId);
+static_assert(CUPTI_ACTIVITY_FLAG_MARKER_START == abi::marker::kFlagStart &&
+              CUPTI_ACTIVITY_FLAG_MARKER_END == abi::marker::kFlagEnd);
+static_assert(CUPTI_ACTIVITY_OBJECT_THREAD == abi::marker::kObjectThread);
+static_assert(CUPTI_ACTIVITY_KIND_MARKER == abi::kind::kMarker);
 static_assert(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel == abi::cbid::kLaunchKernel);
 static_assert(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx == abi::cbid::kLaunchKernelEx);
 static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2 == abi::cbid::kMemcpyHtoDAsync);
@@ -264,7 +276,23 @@ int main(int argc, char** argv) {
   g.streamId = 9;
   g.correlationId = 20;
   collector.AddRecord(&g);
-  CHECK(collector.records() == 5);
+  // An NVTX push/pop range on this thread (MARKER start + end).
+  CUpti_ActivityMarker2 mk{};
+  mk.kind = CUPTI_ACTIVITY_KIND_MARKER;
+  mk.flags = CUPTI_ACTIVITY_FLAG_MARKER_START;
+  mk.timestamp = At(45);
+  mk.id = 77;
+  mk.objectKind = CUPTI_ACTIVITY_OBJECT_THREAD;
+  mk.objectId.pt.processId = static_cast<uint32_t>(getpid());
+  mk.objectId.pt.threadId = tid;
+  mk.name = "nvtx_forward";
+  mk.domain = "app";
+  collector.AddRecord(&mk);
+  mk.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+  mk.timestamp = At(90);
+  mk.name = nullptr;
+  collector.AddRecord(&mk);
+  CHECK(collector.records() == 6);
 
   for (uint64_t i = 0; i < sink.size(); ++i) collector.AddApiEvent(sink.events[i]);
   gpu::ClockMap clock;
@@ -297,6 +325,13 @@ int main(int argc, char** argv) {
       CHECK(e.offset_ps == 30'000'000 && e.duration_ps == 3'000'000);
     }
   CHECK(launch_found);
+  bool nvtx = false;
+  for (const model::Line& l : host_after.lines)
+    if (l.id == (int64_t{1} << 32) + tid)
+      for (const model::Event& e : l.events)
+        nvtx |= host_after.event_metadata()[e.metadata_id].name == "NVTX:app:nvtx_forward" &&
+                e.offset_ps == 45'000'000 && e.duration_ps == 45'000'000;
+  CHECK(nvtx);
 
   // Our own trace JSON: a flow arrow from the launch to the kernel.
   std::string json = exporter::TraceJsonString(space);
