@@ -383,6 +383,10 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     };
     std::vector<StreamLine> streams;
     size_t last = SIZE_MAX;
+    // Events per stream first: each line's storage is sized once (growing
+    // them by doubling cost more in page faults and copies than converting).
+    std::unordered_map<uint32_t, size_t> per_stream;
+    for (const DeviceEvent& e : d.events) ++per_stream[e.stream];
     std::unordered_map<const char*, uint32_t> name_ids;
     std::unordered_map<uint32_t, uint32_t> ctx_ids;
     std::unordered_map<std::string, uint32_t> detail_ids;
@@ -423,6 +427,9 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
           streams.push_back({e.stream, p.lines.size(), {}});
           model::Line& l = p.lines.emplace_back();
           l.id = e.stream;
+          size_t count = per_stream[e.stream];
+          l.events.reserve(count);
+          l.reserve_stats(count, count * (annotations.empty() ? 3 : 5));
           last = streams.size() - 1;
         }
       }
