@@ -255,3 +255,27 @@ TEST(MemoryFiles, NamesCarryPidAndProgram) {
   EXPECT_EQ(mem::SelfComm(), mem::SafeComm(mem::SelfComm()));
   EXPECT_FALSE(mem::SelfComm().empty());
 }
+
+// Fork while the single writer holds its latest allocation out of the table:
+// the child (and the parent) still find it.
+TEST(MemoryPeak, ForkKeepsTheWritersLatestAllocation) {
+  const char* dev = "forkpend:0";
+  WeightsSite(7501, 1, 4321, dev);  // the latest allocation of this thread
+  const uint64_t unknown = mem::tracking_stats().unknown_frees;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string now;
+    bool ok = spyglass::profiler::device_memory_profile(&now, dev).ok() &&
+              Sum(now, "WeightsSite") == std::make_pair(int64_t{1}, int64_t{4321});
+    FreeAll(7501, 1);
+    ok = ok && Device(dev).live_bytes == 0 && mem::tracking_stats().unknown_frees == unknown;
+    _exit(ok ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  FreeAll(7501, 1);
+  EXPECT_EQ(Device(dev).live_bytes, 0);
+  EXPECT_EQ(mem::tracking_stats().unknown_frees, unknown);
+}
