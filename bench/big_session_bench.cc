@@ -2,7 +2,7 @@
 // threads, stops (recorder -> model), exports .xplane.pb and trace.json.gz,
 // and reports for each step its wall time and its memory peak.
 //
-//   build/bench/big_session_bench [--events N] [--threads T] [--dir D] [--args] [--verify]
+//   build/bench/big_session_bench [--events N] [--threads T] [--dir D] [--args | --steps] [--verify]
 //
 // Memory: VmHWM after each step, the high-water mark being reset before it
 // by writing "5" to /proc/self/clear_refs. "recorded" is what the recorder's
@@ -83,13 +83,34 @@ void Record(uint64_t n, bool args) {
   }
 }
 
+// A training loop's shape (--steps): steps "train" (StepTraceAnnotation,
+// step_num) of 8 nested events each: forward {matmul, relu, loss},
+// backward {matmul}, optimizer. What `spyglass summary` is measured on.
+void RecordSteps(uint64_t n, uint64_t first_step) {
+  namespace p = spyglass::profiler;
+  for (uint64_t i = 0; i < n / 8; ++i) {
+    p::StepTraceAnnotation step("train", static_cast<int64_t>(first_step + i));
+    {
+      p::TraceAnnotation f("forward");
+      { p::TraceAnnotation a("matmul"); }
+      { p::TraceAnnotation a("relu"); }
+      { p::TraceAnnotation a("loss"); }
+    }
+    {
+      p::TraceAnnotation b("backward");
+      { p::TraceAnnotation a("matmul"); }
+    }
+    { p::TraceAnnotation o("optimizer"); }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   uint64_t events = 100'000'000;
   int threads = 4;
   std::string dir = "/tmp/big_session_bench";
-  bool verify = false, args = false;
+  bool verify = false, args = false, loop = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--events" && i + 1 < argc) events = std::strtoull(argv[++i], nullptr, 10);
@@ -97,8 +118,9 @@ int main(int argc, char** argv) {
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--verify") verify = true;
     else if (a == "--args") args = true;
+    else if (a == "--steps") loop = true;
     else {
-      std::fprintf(stderr, "usage: %s [--events N] [--threads T] [--dir D] [--args] [--verify]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--events N] [--threads T] [--dir D] [--args | --steps] [--verify]\n", argv[0]);
       return 2;
     }
   }
@@ -108,7 +130,7 @@ int main(int argc, char** argv) {
 
   spyglass::profiler::ProfileOptions options;
   // 24 bytes per event plus the last, partly used chunk of each thread.
-  uint64_t per_thread = (events / threads + 1) * (args ? 48 : 24) + (64ull << 20);
+  uint64_t per_thread = (events / threads + 1) * (args ? 48 : loop ? 32 : 24) + (64ull << 20);
   options.buffer_bytes_per_thread = per_thread;
   options.buffer_bytes_total = per_thread * threads;
   std::vector<Step> steps;
@@ -130,7 +152,9 @@ int main(int argc, char** argv) {
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      Record(events / threads + (static_cast<uint64_t>(t) < events % threads ? 1 : 0), args);
+      uint64_t n = events / threads + (static_cast<uint64_t>(t) < events % threads ? 1 : 0);
+      if (loop) RecordSteps(n, static_cast<uint64_t>(t) * (n / 8));
+      else Record(n, args);
       done.fetch_add(1);
       cv.notify_all();
       std::unique_lock<std::mutex> lock(mu);

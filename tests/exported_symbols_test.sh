@@ -19,6 +19,8 @@ allowed=(
   '^spyglass::Status::'                         # status.h
   '^spyglass::StatusCodeName\('
   '^spyglass::version\(\)$'
+  '^spyglass::profile::'                        # profile_reader.h
+  '^(typeinfo|vtable) (name )?for spyglass::profile::ProfileVisitor$'
   # What the inline hot path (spyglass/internal/recorder.h) calls or reads:
   '^spyglass::internal::g_state$'
   '^spyglass::internal::t_slot$'
@@ -44,7 +46,9 @@ fi
 for need in 'spyglass::profiler::start_trace(' 'spyglass::profiler::stop_trace()' \
             'spyglass::profiler::start_server(' 'spyglass::internal::g_state' 'spyglass::internal::t_slot' \
             'spyglass::internal::bind_slow(' 'spyglass::internal::add_arg(' 'spyglass::Status::ToString' \
-            'spyglass::version()'; do
+            'spyglass::version()' 'spyglass::profile::ProfileReader::Open(' \
+            'spyglass::profile::ProfileReader::Scan(' 'spyglass::profile::ProfileData::plane(' \
+            'typeinfo for spyglass::profile::ProfileVisitor' 'vtable for spyglass::profile::ProfileVisitor'; do
   printf '%s\n' "$syms" | grep -qF -- "$need" || fail "public symbol missing: $need"
 done
 echo "OK: only the public API is exported"

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "process_memory.h"
+#include "server/client.h"
 #include "session/session.h"
 #include "spyglass/profiler.h"
 #include "test_util.h"
@@ -280,6 +281,10 @@ TEST(FlightRecorder, MemoryStaysWithinTheBudget) {
   // Every thread had its share of the ring: events were overwritten, none dropped.
   EXPECT_EQ(stats.at("dropped_events"), "0");
   EXPECT_GT(std::stoull(stats.at("overwritten_events")), 700000u);
+  // Shown on the timeline too, as drops are.
+  EXPECT_NE(spyglass::testing::ReadGzip(prof::last_trace_files().trace_json_path)
+                .find("events overwritten by the flight recorder's ring"),
+            std::string::npos);
 }
 
 TEST(FlightRecorder, SlowStepDumpsOnce) {
@@ -427,6 +432,39 @@ TEST(FlightRecorder, ForkedChildDoesNotDumpTheParentsRing) {
   ASSERT_TRUE(prof::dump_flight_recorder().ok());
   EXPECT_EQ(Runs(dir).size(), 1u);
   ASSERT_TRUE(prof::stop_trace().ok());
+}
+
+// The profiler server: a capture with the flight-recorder option gets the
+// ring at once (no duration waited), and fails clearly without a recorder.
+TEST(FlightRecorder, ServerCaptureRepliesWithTheRing) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "gRPC is not built with ThreadSanitizer";
+#endif
+  ASSERT_TRUE(prof::start_server(0).ok());
+  std::string address = "127.0.0.1:" + std::to_string(prof::server_port());
+  spyglass::server::CaptureOptions o;
+  o.duration_ms = 1;
+  o.profile.python_tracer_level = 0;
+  o.profile.advanced_configuration.insert_or_assign("spyglass_flight_recorder", true);
+  spyglass::server::CaptureResult result;
+  // No flight recorder yet: that host fails, saying why.
+  (void)spyglass::server::Capture({address}, o, MakeTempDir(), &result);
+  ASSERT_EQ(result.hosts.size(), 1u);
+  EXPECT_NE(result.hosts[0].error.find("no flight recorder"), std::string::npos) << result.hosts[0].error;
+
+  ASSERT_TRUE(prof::start_trace(MakeTempDir(), Ring(30, 8 << 20)).ok());
+  for (int i = 0; i < 3; ++i) prof::StepTraceAnnotation step("train", i);
+  result = {};
+  ASSERT_TRUE(spyglass::server::Capture({address}, o, MakeTempDir(), &result).ok());
+  ASSERT_EQ(result.hosts.size(), 1u);
+  ASSERT_TRUE(result.hosts[0].error.empty()) << result.hosts[0].error;
+  int steps = 0;
+  for (const auto& e : Events(*FindPlane(ReadXSpace(result.hosts[0].xplane_path), "/host:CPU")))
+    steps += e.name == "train";
+  EXPECT_EQ(steps, 3);
+  EXPECT_TRUE(prof::flight_recorder_active());  // the capture did not stop it
+  ASSERT_TRUE(prof::stop_trace().ok());
+  ASSERT_TRUE(prof::stop_server().ok());
 }
 
 }  // namespace

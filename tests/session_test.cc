@@ -130,6 +130,7 @@ TEST(Session, LayoutAndMetadataAsJaxWritesThem) {
   EXPECT_EQ(space.hostnames(0), host);
   auto md = PlaneStats(*FindPlane(space, "/host:metadata"));
   EXPECT_EQ(md.at("spyglass_version"), spyglass::version());
+  EXPECT_EQ(md.at("spyglass_format_version"), "1");  // readers refuse a newer one
   EXPECT_EQ(md.at("pid"), std::to_string(getpid()));
   EXPECT_NE(md.at("command_line").find("session_test"), std::string::npos);
   EXPECT_EQ(md.at("hostname"), host);

@@ -32,7 +32,9 @@ namespace profiler {
 // Starts a session that records annotations until stop_trace. Fails with
 // FailedPrecondition "Profile has already been started. Only one profile may
 // be run at a time." if one runs, and with InvalidArgument (naming the key)
-// for bad options, before anything starts.
+// for bad options, before anything starts. An empty log_dir keeps the trace
+// in memory only (jax.profiler.trace(None)): stop_trace writes nothing, and
+// export_last_trace writes it later.
 SPYGLASS_API Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
 
 // Stops the session and writes its files under log_dir (see README). Fails

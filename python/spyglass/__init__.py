@@ -28,4 +28,4 @@ if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
 from . import _autostart
 _autostart.start_from_environment()
 
-__all__ = ["InvalidArgumentError", "memory", "profiler", "__version__"]
+__all__ = ["InvalidArgumentError", "analysis", "memory", "profiler", "__version__"]

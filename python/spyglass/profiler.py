@@ -6,8 +6,16 @@ A program written against jax.profiler's profiling calls runs unchanged with
 
 Names and semantics follow jax.profiler:
 
-* ``trace(log_dir, create_perfetto_link=False, create_perfetto_trace=False,
-  profiler_options=None)``: context manager, ``start_trace`` ... ``stop_trace``.
+* ``trace(log_dir=None, create_perfetto_link=False, create_perfetto_trace=False,
+  profiler_options=None)``: context manager yielding the ``ProfileSession``;
+  ``log_dir=None`` keeps the trace in memory only.
+* ``ProfileSession(log_dir=None, ...)``: ``start()``, ``stop()`` (returns the
+  ``ProfileData``), ``is_running``, ``profile_data``, ``export_profile_data``;
+  ``start_trace`` returns one, ``stop_trace`` returns its ``ProfileData``.
+* ``ProfileData`` / ``ProfilePlane`` / ``ProfileLine`` / ``ProfileEvent``: a
+  profile read from code (``ProfileData.from_file(path)``, ...), over the C++
+  model; ``export_profile_data(data_or_session, log_dir, ...)`` writes one as
+  a run of ``log_dir``.
 * ``start_trace`` raises ``RuntimeError("Profile has already been started. Only
   one profile may be run at a time.")`` when a trace runs; bad options raise
   ``spyglass.InvalidArgumentError`` (a ``ValueError``) before anything starts.
@@ -32,18 +40,26 @@ import contextlib
 import functools
 import os
 import platform
-from typing import Any, Callable, Optional
+import threading
+from typing import Any, Callable, Optional, Union
 
 from . import _spyglass
-from ._spyglass import InvalidArgumentError, StepTraceAnnotation, TraceAnnotation
+from ._spyglass import (InvalidArgumentError, ProfileData, ProfileEvent, ProfileLine, ProfilePlane,
+                        StepTraceAnnotation, TraceAnnotation)
 from .memory import record_allocation, record_free, track_numpy
 
 __all__ = [
+    "ProfileData",
+    "ProfileEvent",
+    "ProfileLine",
     "ProfileOptions",
+    "ProfilePlane",
+    "ProfileSession",
     "StepTraceAnnotation",
     "TraceAnnotation",
     "annotate_function",
     "device_memory_profile",
+    "export_profile_data",
     "register_subprocess",
     "save_device_memory_profile",
     "start_server",
@@ -88,11 +104,116 @@ class ProfileOptions(_spyglass.ProfileOptions):
     return "ProfileOptions(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in fields) + ")"
 
 
+class _State:
+  """The running ProfileSession of this process (the C++ core allows one)."""
+
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.session: Optional["ProfileSession"] = None
+
+
+_state = _State()
+
+
+class ProfileSession:
+  """A profiling session (jax.profiler.ProfileSession).
+
+  ``start()`` ... ``stop()``, or a context manager. After ``stop()`` the
+  trace is in memory as ``profile_data`` (a ProfileData sharing the C++
+  model, nothing copied); with a ``log_dir`` it is also written there, as
+  ``stop_trace`` writes it; ``export_profile_data`` writes it (again)
+  elsewhere.
+  """
+
+  def __init__(self, log_dir=None, create_perfetto_link: bool = False,
+               create_perfetto_trace: bool = False,
+               profiler_options: Optional[ProfileOptions] = None, *,
+               perfetto_link_timeout_s: int = 300):
+    self.log_dir: Optional[str] = os.fspath(log_dir) if log_dir is not None else None
+    self.create_perfetto_link: bool = create_perfetto_link
+    self.create_perfetto_trace: bool = create_perfetto_trace or create_perfetto_link
+    self.profiler_options: Optional[ProfileOptions] = profiler_options
+    self.perfetto_link_timeout_s = perfetto_link_timeout_s
+    self._profile_data: Optional[ProfileData] = None
+    self._is_running = False
+
+  def start(self) -> "ProfileSession":
+    """Starts the session; RuntimeError if one runs (see start_trace)."""
+    options = ProfileOptions() if self.profiler_options is None else self.profiler_options
+    if not isinstance(options, _spyglass.ProfileOptions):
+      raise TypeError(f"profiler_options must be a ProfileOptions, not {type(options).__name__}")
+    with _state.lock:
+      if self._is_running:
+        raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
+      _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
+                            bool(self.create_perfetto_trace), options,
+                            int(self.perfetto_link_timeout_s))
+      # Recorded in the /host:metadata plane (the core clears it at every start).
+      _spyglass.set_metadata("python_version", platform.python_version())
+      self._is_running = True
+      self._profile_data = None
+      _state.session = self
+    return self
+
+  @_spyglass._untraced
+  def stop(self) -> Optional[ProfileData]:
+    """Stops the session; returns its ProfileData (also ``profile_data``).
+
+    With a ``log_dir``, the files are written first (and the Perfetto link
+    served when asked); a failure to write raises after the data is kept.
+    """
+    with _state.lock:
+      if not self._is_running:
+        raise RuntimeError("No profile started")
+      self._is_running = False
+      _state.session = None
+    # Outside the lock: the Perfetto link may wait for the browser. A start
+    # meanwhile fails in the core ("already started") until the trace stopped.
+    try:
+      _spyglass.stop_trace()
+    finally:
+      self._profile_data = _spyglass._last_trace_profile_data()
+    return self._profile_data
+
+  def export_profile_data(self, log_dir, create_perfetto_link: bool = False,
+                          create_perfetto_trace: bool = False,
+                          session_id: Optional[str] = None) -> None:
+    """Writes the stopped session's data as a run of ``log_dir`` (see export_profile_data)."""
+    export_profile_data(self, log_dir, create_perfetto_link=create_perfetto_link,
+                        create_perfetto_trace=create_perfetto_trace, session_id=session_id)
+
+  @property
+  def is_running(self) -> bool:
+    return self._is_running
+
+  @property
+  def profile_data(self) -> Optional[ProfileData]:
+    """The ProfileData of the stopped session (None before stop)."""
+    return self._profile_data
+
+  def __enter__(self) -> "ProfileSession":
+    return self.start()
+
+  @_spyglass._untraced
+  def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+    if self.is_running:  # stop() may have been called inside the block
+      self.stop()
+
+
+def _forget_session_in_child():
+  # A forked child has no session (the C++ core drops the parent's).
+  global _state
+  _state = _State()
+
+
+os.register_at_fork(after_in_child=_forget_session_in_child)
+
+
 def start_trace(log_dir, create_perfetto_link: bool = False,
                 create_perfetto_trace: bool = False,
                 profiler_options: Optional[ProfileOptions] = None, *,
-                perfetto_link_timeout_s: int = 300) -> None:
-  """Starts a trace that stop_trace() writes under ``log_dir``.
+                perfetto_link_timeout_s: int = 300) -> ProfileSession:
+  """Starts a trace that stop_trace() writes under ``log_dir``; returns its ProfileSession.
 
   ``create_perfetto_link``: stop_trace also writes perfetto_trace.json.gz and
   serves it once on 127.0.0.1:9001 for ui.perfetto.dev, blocking until it was
@@ -101,22 +222,22 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
   the files are written before it starts.
   ``create_perfetto_trace``: write perfetto_trace.json.gz only.
   """
-  options = ProfileOptions() if profiler_options is None else profiler_options
-  if not isinstance(options, _spyglass.ProfileOptions):
-    raise TypeError(f"profiler_options must be a ProfileOptions, not {type(options).__name__}")
-  python_version = platform.python_version()
-  _spyglass.start_trace(str(log_dir), bool(create_perfetto_link), bool(create_perfetto_trace),
-                        options, int(perfetto_link_timeout_s))
-  # Recorded in the /host:metadata plane (the core clears it at every start).
-  _spyglass.set_metadata("python_version", python_version)
+  return ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
+                        perfetto_link_timeout_s=perfetto_link_timeout_s).start()
 
 
-# The stop path is not recorded by the Python tracer (its frames would be cut
-# by the stop and written as incomplete events).
+# The stop path (stop_trace, ProfileSession.stop/__exit__, trace's exit) is
+# not recorded by the Python tracer: its frames would be cut by the stop and
+# written as incomplete events.
 @_spyglass._untraced
-def stop_trace() -> None:
-  """Stops the running trace and writes its files (see start_trace)."""
-  _spyglass.stop_trace()
+def stop_trace() -> Optional[ProfileData]:
+  """Stops the running trace, writes its files (see start_trace) and returns its ProfileData."""
+  with _state.lock:
+    session = _state.session
+  if session is None:
+    _spyglass.stop_trace()  # RuntimeError("No profile started") (the core has no session either)
+    return _spyglass._last_trace_profile_data()
+  return session.stop()
 
 
 def dump_flight_recorder(log_dir=None) -> None:
@@ -135,24 +256,54 @@ def flight_recorder_active() -> bool:
 
 
 class trace(contextlib.ContextDecorator):  # pylint: disable=invalid-name
-  """Context manager: start_trace(...) on entry, stop_trace() on exit (also on errors).
+  """Context manager yielding a started ProfileSession, stopped on exit (also on errors).
 
-  As jax.profiler.trace; also usable as a decorator.
+  ``log_dir=None`` keeps the trace in memory only: read it from the yielded
+  session's ``profile_data`` after the block. Also usable as a decorator.
+  (A class rather than a generator: its exit is not recorded, see stop_trace.)
   """
 
-  def __init__(self, log_dir, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
+  def __init__(self, log_dir=None, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
                profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
-    self._args = (log_dir, create_perfetto_link, create_perfetto_trace, profiler_options)
-    self._timeout = perfetto_link_timeout_s
+    self._session = ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
+                                   perfetto_link_timeout_s=perfetto_link_timeout_s)
 
-  def __enter__(self):
-    start_trace(*self._args, perfetto_link_timeout_s=self._timeout)
-    return None
+  def __enter__(self) -> "ProfileSession":
+    return self._session.__enter__()
 
   @_spyglass._untraced
-  def __exit__(self, *exc):
-    _spyglass.stop_trace()
+  def __exit__(self, exc_type, exc_val, exc_tb):
+    self._session.__exit__(exc_type, exc_val, exc_tb)
     return False
+
+
+def export_profile_data(profile_data: Union[ProfileData, ProfileSession], log_dir,
+                        create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
+                        session_id: Optional[str] = None) -> None:
+  """Writes a ProfileData (or a stopped ProfileSession's) as a run of ``log_dir``.
+
+  As stop_trace writes a trace: ``<log_dir>/plugins/profile/<run>/<host>.xplane.pb``
+  and ``<host>.trace.json.gz``, the run named ``session_id`` (for a session
+  without one: its ``profiler_options.session_id``), else by the time;
+  ``perfetto_trace.json.gz`` too when ``create_perfetto_trace`` or
+  ``create_perfetto_link`` (which then serves it, as start_trace).
+  """
+  timeout_s = 300
+  if isinstance(profile_data, ProfileSession):
+    if profile_data.is_running:
+      raise RuntimeError("Cannot export a ProfileSession while it is running. Call stop() first.")
+    if profile_data.profile_data is None:
+      raise RuntimeError("No profile data to export. Ensure the session has completed.")
+    data = profile_data.profile_data
+    if session_id is None and profile_data.profiler_options is not None:
+      session_id = profile_data.profiler_options.session_id
+    timeout_s = profile_data.perfetto_link_timeout_s
+  elif isinstance(profile_data, ProfileData):
+    data = profile_data
+  else:
+    raise TypeError(f"Expected ProfileData or ProfileSession, got {type(profile_data).__name__}")
+  _spyglass.export_profile_data(data, os.fspath(log_dir), session_id or "", bool(create_perfetto_trace),
+                                bool(create_perfetto_link), int(timeout_s))
 
 
 def annotate_function(func: Callable, name: Optional[str] = None, **decorator_kwargs):

@@ -19,9 +19,9 @@ void AddErrorTypes(nb::module_& m) {
   m.attr("InvalidArgumentError") = nb::handle(g_invalid_argument);
 }
 
-void Raise(const Status& s) {
-  // Plain RuntimeError otherwise, the type jax.profiler raises.
-  PyObject* type = s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError;
+namespace {
+
+[[noreturn]] void RaiseAs(PyObject* type, const Status& s) {
   nb::object error = nb::steal(PyObject_CallFunction(type, "s", s.message().c_str()));
   if (!error.is_valid()) throw nb::python_error();
   if (PyObject_SetAttrString(error.ptr(), "code", nb::str(StatusCodeName(s.code())).ptr()) != 0)
@@ -29,5 +29,14 @@ void Raise(const Status& s) {
   PyErr_SetObject(type, error.ptr());
   throw nb::python_error();
 }
+
+}  // namespace
+
+void Raise(const Status& s) {
+  // Plain RuntimeError otherwise, the type jax.profiler raises.
+  RaiseAs(s.code() == StatusCode::kInvalidArgument ? g_invalid_argument : PyExc_RuntimeError, s);
+}
+
+void RaiseRuntimeError(const Status& s) { RaiseAs(PyExc_RuntimeError, s); }
 
 }  // namespace spyglass::python

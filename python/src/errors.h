@@ -19,4 +19,8 @@ inline void Check(const Status& s) {
   if (!s.ok()) Raise(s);
 }
 
+// A RuntimeError whatever the code (still in `.code`): reading a profile
+// fails as jax's ProfileData does (a file not found, bytes that do not parse).
+[[noreturn]] void RaiseRuntimeError(const Status& s);
+
 }  // namespace spyglass::python

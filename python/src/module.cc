@@ -14,14 +14,20 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "analysis/diff.h"
+#include "analysis/summary.h"
 #include "annotation_type.h"
 #include "errors.h"
+#include "profile_data.h"
+#include "session/profiler_api_internal.h"
 #include "sinks/perfetto_link.h"
 #include "python_memory.h"
 #include "python_tracer.h"
@@ -228,6 +234,26 @@ NB_MODULE(_spyglass, m) {
     }
     Check(s);
   }, "log_dir"_a, "create_perfetto_trace"_a = false);
+  BindProfileData(m);
+  // jax.profiler.export_profile_data's writing step, for a ProfileData.
+  m.def("export_profile_data", [](nb::handle data, const std::string& log_dir, const std::string& session_id,
+                                  bool create_perfetto_trace, bool create_perfetto_link, int perfetto_link_timeout_s) {
+    std::shared_ptr<const model::Space> space = SpaceOf(data);
+    profiler::TraceOptions t;
+    t.create_perfetto_link = create_perfetto_link;
+    t.create_perfetto_trace = create_perfetto_trace || create_perfetto_link;
+    t.profiler_options.session_id = session_id;
+    t.perfetto_link_timeout_s = perfetto_link_timeout_s;
+    t.perfetto_link_cancelled = CtrlCPressed;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = session::ExportSpace(*space, log_dir, t);
+    }
+    if (PyErr_Occurred()) throw nb::python_error();  // KeyboardInterrupt during the Perfetto link's wait
+    Check(s);
+  }, "profile_data"_a, "log_dir"_a, "session_id"_a = "", "create_perfetto_trace"_a = false,
+     "create_perfetto_link"_a = false, "perfetto_link_timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("dump_flight_recorder", [](const std::string& log_dir) {
     Status s;
     {
@@ -260,5 +286,35 @@ NB_MODULE(_spyglass, m) {
   m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
         "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });
+  // spyglass.analysis: the summary and diff of the CLI, as JSON for json.loads.
+  m.def("_summary_json", [](const std::string& run, size_t top, const std::string& thread,
+                            std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::SummaryOptions o;
+    o.top = top, o.thread = thread, o.step_first = first, o.step_last = last;
+    analysis::Summary s;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::Summarize(run, o, &s);
+    }
+    Check(st);
+    return analysis::SummaryToJson(s);
+  }, "run"_a, "top"_a, "thread"_a, "step_first"_a.none(), "step_last"_a.none());
+  m.def("_diff_json", [](const std::string& base, const std::string& next, size_t top, double fail_above,
+                         const std::vector<std::string>& annotations, const std::string& thread,
+                         std::optional<int64_t> first, std::optional<int64_t> last) {
+    analysis::DiffOptions o;
+    o.top = top, o.fail_above_pct = fail_above, o.annotations = annotations;
+    o.summary.top = top, o.summary.thread = thread, o.summary.step_first = first, o.summary.step_last = last;
+    analysis::Diff d;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = analysis::DiffRuns(base, next, o, &d);
+    }
+    Check(st);
+    return analysis::DiffToJson(d);
+  }, "base"_a, "new"_a, "top"_a, "fail_above"_a, "annotations"_a, "thread"_a, "step_first"_a.none(),
+     "step_last"_a.none());
   m.attr("__version__") = spyglass::version();
 }

@@ -15,11 +15,18 @@ inline constexpr std::string_view kTaskEnvPlaneName = "Task Environment";
 inline constexpr std::string_view kGpuPlanePrefix = "/device:GPU:";
 inline constexpr std::string_view kTpuPlanePrefix = "/device:TPU:";
 inline constexpr std::string_view kCustomPlanePrefix = "/device:CUSTOM:";
+inline constexpr std::string_view kDevicePlanePrefix = "/device:";  // every device plane
 // A host plane merged from another process or host: "/host:CPU [<tag>]".
 inline constexpr std::string_view kMergedHostPlanePrefix = "/host:CPU [";
 
 // Lines.
 inline constexpr std::string_view kCounterLineName = "_counters_";  // counter tracks (e.g. live bytes)
+// Device lines with activity (spec GPU.md 4.2): a GPU stream "Stream #<id>(<types>)"; XLA's ops line.
+inline constexpr std::string_view kStreamLinePrefix = "Stream #";
+inline constexpr std::string_view kXlaOpsLineName = "XLA Ops";
+// Device event names of copies (GPU.md 4.2): MemcpyH2D, MemcpyD2H, ..., "Memset <kind>".
+inline constexpr std::string_view kMemcpyEventPrefix = "Memcpy";
+inline constexpr std::string_view kMemsetEventPrefix = "Memset";
 
 // Stats of a plane.
 inline constexpr std::string_view kProcessIdStat = "process_id";      // every plane of a session
@@ -36,12 +43,16 @@ inline constexpr std::string_view kProfileStopTimeStat = "profile_stop_time";
 // Stats of an event.
 inline constexpr std::string_view kIncompleteStat = "incomplete";  // still open at stop, closed there
 inline constexpr std::string_view kLiveBytesStat = "live_bytes";   // on counter events of memory
+inline constexpr std::string_view kStepNumStat = "step_num";       // a step (StepTraceAnnotation)
 
 // Stats of the /host:metadata plane (besides the user's set_metadata keys).
 inline constexpr std::string_view kVersionMetadata = "spyglass_version";
+// The file format's version (int64): readers refuse a newer one (spyglass/profile_reader.h).
+inline constexpr std::string_view kFormatVersionMetadata = "spyglass_format_version";
 inline constexpr std::string_view kHostnameMetadata = "hostname";
 inline constexpr std::string_view kPidMetadata = "pid";
 inline constexpr std::string_view kCommandLineMetadata = "command_line";
 inline constexpr std::string_view kStartTimeMetadata = "start_time_ns";
+inline constexpr std::string_view kJaxVersionMetadata = "jax_version";  // set by JAX
 
 }  // namespace spyglass::model

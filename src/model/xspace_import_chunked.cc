@@ -1,11 +1,14 @@
 #include "model/xspace_import_chunked.h"
 
-#include <google/protobuf/arena.h>
-
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "common/utf8.h"
+
+#include "model/wire.h"
 #include "model/xspace_import.h"
 #include "xplane.pb.h"
 
@@ -13,207 +16,225 @@ namespace spyglass::model {
 namespace {
 
 namespace tp = tensorflow::profiler;
+using wire::kLengthDelimited;
+using wire::Next;
+using wire::NextField;
+using wire::Split;
 
-// Field numbers of the messages split here (xplane.proto).
+// Field numbers (xplane.proto).
 constexpr uint32_t kSpacePlanes = 1;
 constexpr uint32_t kPlaneLines = 3;
 constexpr uint32_t kLineEvents = 4;
-constexpr uint32_t kLengthDelimited = 2;
+constexpr uint32_t kEventMetadataId = 1, kEventOffsetPs = 2, kEventDurationPs = 3, kEventStats = 4,
+                   kEventNumOccurrences = 5;
+constexpr uint32_t kStatMetadataId = 1, kStatDouble = 2, kStatUint64 = 3, kStatInt64 = 4, kStatStr = 5,
+                   kStatBytes = 6, kStatRef = 7;
 
-bool ReadVarint(std::string_view msg, size_t* pos, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && *pos < msg.size(); shift += 7) {
-    uint8_t b = static_cast<uint8_t>(msg[(*pos)++]);
-    *v |= uint64_t{b & 0x7fu} << shift;
-    if (!(b & 0x80)) return true;
+// Proto metadata ids of one plane -> model ids: dense for the small ids
+// writers use, a map for the others. 0: no such metadata.
+class IdMap {
+ public:
+  uint32_t* find(uint64_t id) {
+    if (id < dense_.size()) return &dense_[id];
+    auto it = sparse_.find(id);
+    return it == sparse_.end() ? nullptr : &it->second;
   }
-  return false;
-}
-
-enum class Next { kField, kEnd, kBad };
-
-// Groups nest at most this deep (protobuf's own recursion limit).
-constexpr int kMaxDepth = 100;
-
-// Reads the field at *pos: its number, wire type and, when length-delimited,
-// its payload. Groups (unknown fields only, in xplane.proto) are skipped
-// whole; an end-group tag is a field only inside one (depth > 0).
-Next NextField(std::string_view msg, size_t* pos, uint32_t* number, uint32_t* type, std::string_view* payload,
-               int depth = 0) {
-  if (*pos == msg.size()) return Next::kEnd;
-  uint64_t tag, v;
-  if (!ReadVarint(msg, pos, &tag) || tag >> 3 == 0 || tag >> 3 > UINT32_MAX) return Next::kBad;
-  *number = static_cast<uint32_t>(tag >> 3);
-  *type = static_cast<uint32_t>(tag & 7);
-  switch (*type) {
-    case 0: return ReadVarint(msg, pos, &v) ? Next::kField : Next::kBad;
-    case 1: v = 8; break;
-    case 5: v = 4; break;
-    case kLengthDelimited:
-      if (!ReadVarint(msg, pos, &v)) return Next::kBad;
-      break;
-    case 3:  // start group: up to its end-group tag of the same number
-      if (depth >= kMaxDepth) return Next::kBad;
-      while (true) {
-        uint32_t n, t;
-        std::string_view p;
-        if (NextField(msg, pos, &n, &t, &p, depth + 1) != Next::kField) return Next::kBad;
-        if (t == 4) return n == *number ? Next::kField : Next::kBad;
-      }
-    case 4: return depth > 0 ? Next::kField : Next::kBad;
-    default: return Next::kBad;
-  }
-  if (v > msg.size() - *pos) return Next::kBad;
-  *payload = msg.substr(*pos, v);
-  *pos += v;
-  return Next::kField;
-}
-
-// Splits a message into the payloads of field `split` (if `parts`) and the
-// other fields, kept raw and in order in `rest`.
-bool Split(std::string_view msg, uint32_t split, std::string* rest, std::vector<std::string_view>* parts) {
-  size_t pos = 0;
-  while (true) {
-    size_t start = pos;
-    uint32_t number, type;
-    std::string_view payload;
-    Next n = NextField(msg, &pos, &number, &type, &payload);
-    if (n != Next::kField) return n == Next::kEnd;
-    if (number == split && type == kLengthDelimited) {
-      if (parts) parts->push_back(payload);
-    } else {
-      rest->append(msg.substr(start, pos - start));
+  uint32_t& at(uint64_t id) {
+    if (id < kDense) {
+      if (id >= dense_.size()) dense_.resize(id + 1, kUnset);
+      return dense_[id];
     }
+    return sparse_.try_emplace(id, kUnset).first->second;
   }
-}
+  static constexpr uint32_t kUnset = UINT32_MAX;
 
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+ private:
+  static constexpr uint64_t kDense = 1 << 20;
+  std::vector<uint32_t> dense_;
+  std::unordered_map<uint64_t, uint32_t> sparse_;
+};
 
-void PutLengthDelimited(uint32_t field, std::string_view value, std::string* out) {
-  PutVarint(uint64_t{field} << 3 | kLengthDelimited, out);
-  PutVarint(value.size(), out);
-  out->append(value);
-}
-
-// Moves the lines of `piece` (line i of it is a part of line `line_of[i]` of
-// the plane) into `out`: appended to the part already there, else as a new
-// line. Metadata ids are matched by name unless `same_ids`.
-void Append(Plane&& piece, const std::vector<size_t>& line_of, bool same_ids, Plane* out,
-            std::vector<size_t>* out_line) {
-  std::vector<uint32_t> event_id, stat_id;
-  if (!same_ids) {
-    event_id.resize(piece.event_metadata().size());
-    stat_id.resize(piece.stat_metadata().size());
-    for (size_t i = 1; i < event_id.size(); ++i) event_id[i] = out->intern_event(piece.event_metadata()[i].name);
-    for (size_t i = 1; i < stat_id.size(); ++i) stat_id[i] = out->intern_stat(piece.stat_metadata()[i].name);
-  }
-  // The first piece's string values moved with the plane itself.
-  uint64_t str_offset = same_ids ? 0 : out->adopt_strings(piece);
-  for (size_t k = 0; k < line_of.size() && k < piece.lines.size(); ++k) {
-    Line& line = piece.lines[k];
-    if (!same_ids) {
-      auto map = [](const std::vector<uint32_t>& ids, uint64_t id) {
-        return id < ids.size() ? ids[id] : static_cast<uint32_t>(id);
-      };
-      for (Event& e : line.events) e.metadata_id = map(event_id, e.metadata_id);
-      for (Stat& s : line.mutable_stats()) {
-        s.metadata_id = map(stat_id, s.metadata_id);
-        if (s.kind == StatKind::kRef) s.ref = map(stat_id, s.ref);
-        if (s.kind == StatKind::kString || s.kind == StatKind::kBytes) s.str_index += str_offset;
-      }
-    }
-    size_t& at = (*out_line)[line_of[k]];
-    if (at == SIZE_MAX) {
-      at = out->lines.size();
-      out->lines.push_back(std::move(line));
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
       continue;
     }
-    out->lines[at].append(std::move(line));
+    size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
   }
+  return true;
 }
 
-Status ImportPlane(std::string_view bytes, size_t chunk_bytes, Plane* out) {
+// Decodes a plane's events straight from the wire into the model, with the
+// ids its header gave (events are most of a profile: no message objects for
+// them, so the peak is the bytes and the model). What protobuf rejects fails
+// here too; fields of another wire type than the schema's are skipped as
+// protobuf skips unknown fields.
+class EventDecoder {
+ public:
+  EventDecoder(const tp::XPlane& header, Plane* plane) : header_(header), plane_(plane) {
+    for (const auto& [id, md] : header.event_metadata()) events_.at(static_cast<uint64_t>(id)) = plane->intern_event(md.name());
+  }
+
+  bool DecodeLine(std::string_view bytes, model::Line* line) {
+    size_t pos = 0;
+    uint32_t number, type;
+    std::string_view payload;
+    uint64_t v;
+    Next n;
+    while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField) {
+      if (number != kLineEvents || type != kLengthDelimited) continue;
+      Event ev;
+      if (!DecodeEvent(payload, line, &ev)) return false;
+      line->events.push_back(ev);
+    }
+    return n == Next::kEnd;
+  }
+
+ private:
+  bool DecodeEvent(std::string_view bytes, model::Line* line, model::Event* ev) {
+    size_t pos = 0;
+    uint32_t number, type;
+    std::string_view payload;
+    uint64_t v = 0, metadata_id = 0;
+    Next n;
+    while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField) {
+      if (type == wire::kVarint) {
+        switch (number) {
+          case kEventMetadataId: metadata_id = v; break;
+          case kEventOffsetPs: ev->offset_ps = static_cast<int64_t>(v); break;
+          case kEventNumOccurrences: ev->offset_ps = 0; break;  // the other member of the `data` oneof
+          case kEventDurationPs: ev->duration_ps = static_cast<int64_t>(v); break;
+          default: break;
+        }
+      } else if (number == kEventStats && type == kLengthDelimited) {
+        Stat st;
+        bool keep;
+        if (!DecodeStat(payload, &st, &keep)) return false;
+        if (keep) line->add_stat(*ev, st);
+      }
+    }
+    if (n != Next::kEnd) return false;
+    uint32_t* mid = events_.find(metadata_id);
+    if (mid != nullptr && *mid != IdMap::kUnset) {
+      ev->metadata_id = *mid;
+    } else {
+      if (!unknown_event_) unknown_event_ = plane_->intern_event("(unknown event)");
+      ev->metadata_id = unknown_event_;
+    }
+    return true;
+  }
+
+  // *keep: false for a stat the model leaves out (no such metadata, no value), as ImportXPlane.
+  bool DecodeStat(std::string_view bytes, Stat* st, bool* keep) {
+    size_t pos = 0;
+    uint32_t number, type;
+    std::string_view payload, text;
+    uint64_t v = 0, metadata_id = 0, ref = 0;
+    uint32_t value = 0;  // the oneof's field number, 0 if none
+    Next n;
+    while ((n = NextField(bytes, &pos, &number, &type, &payload, &v)) == Next::kField) {
+      if (type == wire::kVarint) {
+        switch (number) {
+          case kStatMetadataId: metadata_id = v; break;
+          case kStatUint64: value = number, st->u64 = v; break;
+          case kStatInt64: value = number, st->i64 = static_cast<int64_t>(v); break;
+          case kStatRef: value = number, ref = v; break;
+          default: break;
+        }
+      } else if (type == wire::kFixed64 && number == kStatDouble) {
+        value = number;
+        std::memcpy(&st->f64, payload.data(), sizeof(double));
+      } else if (type == kLengthDelimited && (number == kStatStr || number == kStatBytes)) {
+        if (number == kStatStr && !IsUtf8(payload)) return false;  // proto3 strings must be UTF-8
+        value = number;
+        text = payload;
+      }
+    }
+    if (n != Next::kEnd) return false;
+    *keep = value != 0 && StatId(metadata_id, &st->metadata_id);
+    if (!*keep) return true;
+    switch (value) {
+      case kStatDouble: st->kind = StatKind::kDouble; break;
+      case kStatUint64: st->kind = StatKind::kUint64; break;
+      case kStatInt64: st->kind = StatKind::kInt64; break;
+      case kStatStr: st->kind = StatKind::kString, st->str_index = plane_->add_string(std::string(text)); break;
+      case kStatBytes: st->kind = StatKind::kBytes, st->str_index = plane_->add_string(std::string(text)); break;
+      case kStatRef: {
+        uint32_t r;
+        *keep = ref <= static_cast<uint64_t>(INT64_MAX) && StatId(ref, &r);
+        st->kind = StatKind::kRef, st->ref = r;
+        break;
+      }
+    }
+    return true;
+  }
+
+  // The model id of a stat metadata id, interned on first use (as ImportXPlane).
+  bool StatId(uint64_t id, uint32_t* out) {
+    uint32_t& m = stats_.at(id);
+    if (m == IdMap::kUnset) {
+      auto md = header_.stat_metadata().find(static_cast<int64_t>(id));
+      m = md == header_.stat_metadata().end() ? 0 : plane_->intern_stat(md->second.name());
+    }
+    *out = m;
+    return m != 0;
+  }
+
+  const tp::XPlane& header_;
+  Plane* plane_;
+  IdMap events_, stats_;
+  uint32_t unknown_event_ = 0;
+};
+
+Status ImportPlane(std::string_view bytes, Plane* out) {
   const Status bad = InvalidArgumentError("the data is not a serialized XSpace");
+  // The plane but its lines, and each line but its events: generated classes.
   std::string header;
   std::vector<std::string_view> lines;
   if (!Split(bytes, kPlaneLines, &header, &lines)) return bad;
-  std::vector<size_t> out_line(lines.size(), SIZE_MAX);
-  size_t line = 0, pos = 0;  // the next event: at `pos` in lines[line]
-  std::string line_header;   // lines[line]'s fields but its events
-  bool first = true;
-  do {
-    // A piece: the plane's header and about chunk_bytes of events, from one
-    // or more lines (a line without events still makes one part).
-    std::string chunk = header;
-    std::vector<size_t> line_of;
-    size_t size = 0;
-    bool full = false;
-    while (line < lines.size() && !full) {
-      if (pos == 0) {
-        line_header.clear();
-        if (!Split(lines[line], kLineEvents, &line_header, nullptr)) return bad;
-      }
-      std::string part = line_header;
-      bool any = false, done = false;
-      while (true) {
-        size_t at = pos;
-        uint32_t number, type;
-        std::string_view event;
-        Next n = NextField(lines[line], &pos, &number, &type, &event);
-        if (n == Next::kBad) return bad;
-        if (n == Next::kEnd) {
-          done = true;
-          break;
-        }
-        if (number != kLineEvents || type != kLengthDelimited) continue;
-        if (size > 0 && size + event.size() > chunk_bytes) {
-          pos = at;  // for the next piece
-          full = true;
-          break;
-        }
-        PutLengthDelimited(kLineEvents, event, &part);
-        size += event.size() + 2;
-        any = true;
-      }
-      if (!any && !done) break;
-      PutLengthDelimited(kPlaneLines, part, &chunk);
-      line_of.push_back(line);
-      if (done) {
-        ++line;
-        pos = 0;
-      }
+  tp::XPlane plane;
+  if (!plane.ParseFromString(header)) return bad;
+  ImportXPlane(plane, out);
+  EventDecoder decoder(plane, out);
+  out->lines.reserve(lines.size());
+  for (std::string_view l : lines) {
+    // One pass for the line's fields but its events, and their count (a
+    // vector grown by doubling would peak at 3x its size).
+    std::string line_header;
+    size_t events = 0, pos = 0;
+    uint32_t number, type;
+    std::string_view payload;
+    Next n;
+    while (true) {
+      size_t start = pos;
+      if ((n = NextField(l, &pos, &number, &type, &payload)) != Next::kField) break;
+      if (number == kLineEvents && type == kLengthDelimited)
+        ++events;
+      else
+        line_header.append(l.substr(start, pos - start));
     }
-    google::protobuf::Arena arena;
-    auto* parsed = google::protobuf::Arena::CreateMessage<tp::XPlane>(&arena);
-    if (!parsed->ParseFromString(chunk)) return bad;
-    std::string().swap(chunk);
-    Plane piece;
-    ImportXPlane(*parsed, &piece);
-    if (first) {
-      // The plane's own fields, metadata and stats: those of the first piece.
-      std::vector<Line> piece_lines = std::move(piece.lines);
-      *out = std::move(piece);
-      out->lines.clear();
-      Plane only_lines;
-      only_lines.lines = std::move(piece_lines);
-      Append(std::move(only_lines), line_of, /*same_ids=*/true, out, &out_line);
-      first = false;
-    } else {
-      Append(std::move(piece), line_of, /*same_ids=*/false, out, &out_line);
-    }
-  } while (line < lines.size());
+    if (n != Next::kEnd) return bad;
+    tp::XLine xl;
+    if (!xl.ParseFromString(line_header)) return bad;
+    model::Line& line = out->lines.emplace_back();
+    line.id = xl.id();
+    line.display_id = xl.display_id();
+    line.name = ValidUtf8(xl.name());
+    line.display_name = ValidUtf8(xl.display_name());
+    line.timestamp_ns = xl.timestamp_ns();
+    line.duration_ps = xl.duration_ps();
+    line.events.reserve(events);
+    if (!decoder.DecodeLine(l, &line)) return bad;
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t chunk_bytes) {
+Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t /*chunk_bytes*/) {
   const Status bad = InvalidArgumentError("the data is not a serialized XSpace");
   std::string rest;
   std::vector<std::string_view> planes;
@@ -223,7 +244,7 @@ Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t chunk
   Space space;
   for (std::string_view p : planes) {
     space.planes.emplace_back();
-    if (Status s = ImportPlane(p, chunk_bytes, &space.planes.back()); !s.ok()) return s;
+    if (Status s = ImportPlane(p, &space.planes.back()); !s.ok()) return s;
   }
   ImportXSpace(fields, &space);
   for (Plane& p : space.planes) out->planes.push_back(std::move(p));

@@ -308,8 +308,8 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
     // Imported before anything is written (a reply that does not parse
-    // leaves no file), in pieces: the peak is the bytes, the model and one
-    // piece's message tree.
+    // leaves no file), events decoded from the wire: the peak is the bytes
+    // and the model.
     model::Space space;
     if (c.status.ok()) {
       if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())

@@ -12,6 +12,7 @@
 #include "export/log_dir.h"
 #include "session/flight_recorder.h"
 #include "sinks/perfetto_link.h"
+#include "session/profiler_api_internal.h"
 #include "session/session.h"
 #include "spyglass/profiler.h"
 #include "trace/recorder.h"
@@ -24,7 +25,7 @@ constexpr char kAlreadyStarted[] = "Profile has already been started. Only one p
 struct ApiState {
   std::mutex mu;
   std::unique_ptr<session::Session> session;
-  std::string log_dir;
+  std::string log_dir;  // empty: keep the trace in memory only
   TraceOptions options;
   // The last stopped session, kept so a failed write can be retried.
   std::shared_ptr<const model::Space> last_space;
@@ -77,7 +78,6 @@ Status start_trace(const std::string& log_dir, const TraceOptions& options) {
   ApiState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.session) return FailedPreconditionError(kAlreadyStarted);
-  if (log_dir.empty()) return InvalidArgumentError("log_dir is empty");
   session::ClearMetadata();
   std::unique_ptr<session::Session> s;
   // A remote capture holds the same process-wide lock.
@@ -116,6 +116,10 @@ Status stop_trace() {
     st.last_space = space;
     st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads};
     options = st.options;
+    if (st.log_dir.empty()) {  // in memory only (jax.profiler.trace(None))
+      st.last_files = {};
+      return collect;
+    }
     if (Status s = Export(*space, st.log_dir, options, &files); !s.ok())
       return InternalError(s.message() + " (the trace is kept in memory: call export_last_trace with another log_dir)");
     st.last_files = files;
@@ -197,3 +201,23 @@ void set_metadata(const std::string& key, const std::string& value) { session::S
 void clear_metadata() { session::ClearMetadata(); }
 
 }  // namespace spyglass::profiler
+
+namespace spyglass::session {
+
+std::shared_ptr<const model::Space> LastTraceSpace() {
+  profiler::ApiState& st = profiler::state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.last_space;
+}
+
+Status ExportSpace(const model::Space& space, const std::string& log_dir, const profiler::TraceOptions& options) {
+  profiler::TraceFiles files;
+  if (Status s = profiler::Export(space, log_dir, options, &files); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(profiler::state().mu);
+    profiler::state().last_files = files;
+  }
+  return profiler::ServeLinkIfAsked(options, files);
+}
+
+}  // namespace spyglass::session

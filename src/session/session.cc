@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "session/flight_recorder.h"
+#include "spyglass/profile_reader.h"  // kProfileFormatVersion
 #include "spyglass/profiler.h"  // version()
 #include "trace/recorder.h"
 
@@ -217,6 +218,7 @@ void Session::Finish(model::Space* space, uint64_t start_wall_ns, uint64_t stop_
   if (options_.enable_hlo_proto) {
     model::Plane& md = space->plane(model::kMetadataPlaneName);
     md.stats.push_back(md.str_stat(model::kVersionMetadata, version()));
+    md.stats.push_back(md.int_stat(model::kFormatVersionMetadata, profile::kProfileFormatVersion));
     md.stats.push_back(md.str_stat(model::kHostnameMetadata, Hostname()));
     md.stats.push_back(md.str_stat(model::kPidMetadata, std::to_string(getpid())));
     md.stats.push_back(md.str_stat(model::kCommandLineMetadata, CommandLine()));

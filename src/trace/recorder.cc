@@ -248,42 +248,6 @@ ThreadBufferImpl* create_buffer() {
 
 }  // namespace
 
-ThreadBuffer* bind_slow(uint64_t word) {
-  // The hot path's load was relaxed; this acquire pairs with the release
-  // store of recorder_start, so the collector's reads of the last session
-  // happen before we overwrite its chunks.
-  word = g_state.session_word.load(std::memory_order_acquire);
-  if ((word & 0xff) == 0) return nullptr;
-  if (t_slot.exited) {
-    registry().dropped_after_exit.fetch_add(1, std::memory_order_relaxed);
-    return nullptr;
-  }
-  auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
-  if (tb == nullptr) tb = create_buffer();
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(tb->mu);
-  // The previous session was collected before this one started, so the old
-  // chunks are free to overwrite. Keep one to avoid a pool round trip.
-  release_chunks(r, tb, 1);
-  tb->full = false;
-  tb->dropped.store(0, std::memory_order_relaxed);
-  if (!tb->name_overridden) tb->name = os_thread_name();
-  tb->overwritten = 0;
-  tb->held_since_ticks = 0;
-  if (r.ring.load(std::memory_order_relaxed)) tb->chunks.reserve(kMaxRingChunksPerThread + 1);
-  if (tb->chunks.empty()) {
-    if (uint64_t* c = r.pool.acquire()) {
-      tb->chunks.push_back({c, c, now_ticks()});
-      tb->bytes += kChunkBytes;
-    }
-  }
-  if (!tb->chunks.empty()) tb->chunks.front().first_ticks = now_ticks();
-  if (tb->chunks.empty()) point_at_nothing(tb);
-  else point_at(tb, tb->chunks.front().begin);
-  tb->bound_word = word;
-  return tb;
-}
-
 namespace {
 
 // Ring mode, pool exhausted: frees the buffer of the thread that exited
@@ -308,6 +272,19 @@ bool reclaim_retired(Registry& r) {
   return true;
 }
 
+// A thread's oldest chunk, taken for another (its begins counted as
+// overwritten); nullptr when it holds only its current one. Called with
+// `victim->mu` held.
+uint64_t* take_oldest(ThreadBufferImpl* victim) {
+  if (victim->chunks.size() < 2) return nullptr;
+  ChunkUse old = victim->chunks.front();
+  victim->overwritten += count_begins(old.begin, old.end);
+  victim->held_since_ticks = victim->chunks[1].first_ticks;
+  victim->chunks.erase(victim->chunks.begin());
+  victim->bytes -= kChunkBytes;
+  return old.begin;
+}
+
 // Ring mode, pool exhausted: the oldest chunk of the live thread that holds
 // the most, if that is more than `self` holds plus one, so that threads
 // share the ring instead of the first one keeping it all. Called with
@@ -327,13 +304,28 @@ uint64_t* steal_chunk(Registry& r, ThreadBufferImpl* self) {
   }
   if (victim == nullptr || !victim->mu.try_lock()) return nullptr;
   std::lock_guard<std::mutex> vlock(victim->mu, std::adopt_lock);
-  if (victim->chunks.size() < 2) return nullptr;  // changed since: its current chunk stays
-  ChunkUse old = victim->chunks.front();
-  victim->overwritten += count_begins(old.begin, old.end);
-  victim->held_since_ticks = victim->chunks[1].first_ticks;
-  victim->chunks.erase(victim->chunks.begin());
-  victim->bytes -= kChunkBytes;
-  return old.begin;
+  return take_oldest(victim);
+}
+
+// Ring mode, at bind when the pool is empty: as steal_chunk, but waits for
+// the locks (the caller holds none), so that a new thread always gets a
+// chunk while another thread holds two or more.
+uint64_t* steal_chunk_for_bind(Registry& r, ThreadBufferImpl* self, uint64_t word) {
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.collecting) return nullptr;
+  ThreadBufferImpl* victim = nullptr;
+  size_t most = 1;
+  for (ThreadBufferImpl* tb : r.live) {
+    if (tb == self) continue;
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word == word && tb->chunks.size() > most) {
+      victim = tb;
+      most = tb->chunks.size();
+    }
+  }
+  if (victim == nullptr) return nullptr;
+  std::lock_guard<std::mutex> vlock(victim->mu);
+  return take_oldest(victim);
 }
 
 // Ring mode: the chunk to write next when no new one may be had: the
@@ -352,6 +344,60 @@ uint64_t* recycle_oldest(ThreadBufferImpl* tb) {
 }
 
 }  // namespace
+
+ThreadBuffer* bind_slow(uint64_t word) {
+  // The hot path's load was relaxed; this acquire pairs with the release
+  // store of recorder_start, so the collector's reads of the last session
+  // happen before we overwrite its chunks.
+  word = g_state.session_word.load(std::memory_order_acquire);
+  if ((word & 0xff) == 0) return nullptr;
+  if (t_slot.exited) {
+    registry().dropped_after_exit.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  auto* tb = static_cast<ThreadBufferImpl*>(t_slot.buffer);
+  if (tb == nullptr) tb = create_buffer();
+  Registry& r = registry();
+  // Ring mode: a thread without a chunk takes one now, from the pool or
+  // another thread (before its own lock: stealing takes the registry's).
+  uint64_t* first = nullptr;
+  if (r.ring.load(std::memory_order_relaxed)) {
+    bool empty;
+    {
+      std::lock_guard<std::mutex> lock(tb->mu);
+      release_chunks(r, tb, 1);
+      empty = tb->chunks.empty();
+    }
+    if (empty) first = r.pool.acquire();
+    if (empty && first == nullptr && reclaim_retired(r)) first = r.pool.acquire();
+    if (empty && first == nullptr) first = steal_chunk_for_bind(r, tb, word);
+  }
+  std::lock_guard<std::mutex> lock(tb->mu);
+  // The previous session was collected before this one started, so the old
+  // chunks are free to overwrite. Keep one to avoid a pool round trip.
+  release_chunks(r, tb, 1);
+  if (first != nullptr) {
+    tb->chunks.push_back({first, first, now_ticks()});
+    tb->bytes += kChunkBytes;
+  }
+  tb->full = false;
+  tb->dropped.store(0, std::memory_order_relaxed);
+  if (!tb->name_overridden) tb->name = os_thread_name();
+  tb->overwritten = 0;
+  tb->held_since_ticks = 0;
+  if (r.ring.load(std::memory_order_relaxed)) tb->chunks.reserve(kMaxRingChunksPerThread + 1);
+  if (tb->chunks.empty()) {
+    if (uint64_t* c = r.pool.acquire()) {
+      tb->chunks.push_back({c, c, now_ticks()});
+      tb->bytes += kChunkBytes;
+    }
+  }
+  if (!tb->chunks.empty()) tb->chunks.front().first_ticks = now_ticks();
+  if (tb->chunks.empty()) point_at_nothing(tb);
+  else point_at(tb, tb->chunks.front().begin);
+  tb->bound_word = word;
+  return tb;
+}
 
 uint64_t* grow_slow(ThreadBuffer* base, uint32_t words, bool is_end) {
   auto* tb = static_cast<ThreadBufferImpl*>(base);

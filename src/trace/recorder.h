@@ -98,8 +98,9 @@ inline size_t record_words(uint64_t w) {
   }
 }
 
-// Begin records in [p, end). Runs once per overwritten chunk in ring mode:
-// the common records (ends, static begins) take the short way.
+// Begin records in [p, end). Runs once per overwritten chunk in ring mode,
+// so it is a tight loop: a record is read only below `end` (a chunk holds
+// whole records).
 inline uint64_t count_begins(const uint64_t* p, const uint64_t* end) {
   uint64_t n = 0;
   while (p < end) {
@@ -108,15 +109,12 @@ inline uint64_t count_begins(const uint64_t* p, const uint64_t* end) {
       ++p;
       continue;
     }
-    if ((w >> 56) == kTagStatic && p + 2 <= end) {
-      ++n;
-      p += 2;
-      continue;
+    switch (w >> 56) {
+      case kTagStatic: ++n; p += 2; break;
+      case kTagArg: p += 1 + words_for((w >> 32) & 0xffff) + words_for(w & 0xffffffff); break;
+      case kTagCopied: ++n; p += 2 + words_for(w & kPayloadMask); break;
+      default: return n;  // not a record: the rest cannot be trusted
     }
-    size_t words = record_words(w);
-    if (words == 0 || p + words > end) break;
-    n += (w >> 56) == kTagCopied;
-    p += words;
   }
   return n;
 }

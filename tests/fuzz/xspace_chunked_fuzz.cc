@@ -1,7 +1,7 @@
-// Differential fuzzing of the chunked XSpace import (what `spyglass collect`
-// runs on a server's reply) against the one-shot import: both must agree on
-// whether the bytes parse, and on the trace they give. Pieces are tiny so
-// that lines split across them.
+// Differential fuzzing of the wire-decoding XSpace import (what `spyglass
+// collect` runs on a server's reply, and the profile readers on a file)
+// against the one-shot protobuf import: both must agree on whether the bytes
+// parse, and on the trace they give.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

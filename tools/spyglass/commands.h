@@ -20,5 +20,9 @@ int RunCollectCommand(const std::string& program, const std::vector<std::string>
 void AddMemoryCommands(CLI::App& app);
 // `spyglass run` (tools/spyglass/run_command.cc).
 void AddRunCommand(CLI::App& app);
+// `spyglass summary`, `diff` (tools/spyglass/summary_command.cc).
+void AddSummaryCommands(CLI::App& app);
+// `spyglass report` (tools/spyglass/report_command.cc).
+void AddReportCommand(CLI::App& app);
 
 }  // namespace spyglass::cli

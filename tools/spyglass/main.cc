@@ -11,10 +11,13 @@ int main(int argc, char** argv) {
   app.footer(
       "Traces are written by programs linked with libspyglass (spyglass::profiler::start_trace) to\n"
       "<log_dir>/plugins/profile/<run>/: open <host>.trace.json.gz or perfetto_trace.json.gz in\n"
-      "https://ui.perfetto.dev, or run `xprof --logdir <log_dir>` for XProf.");
+      "https://ui.perfetto.dev, or run `xprof --logdir <log_dir>` for XProf; in the terminal:\n"
+      "`spyglass summary <log_dir>` and `spyglass diff <base> <new>`.");
   spyglass::cli::AddCollectCommand(app);
   spyglass::cli::AddMemoryCommands(app);
   spyglass::cli::AddRunCommand(app);
+  spyglass::cli::AddSummaryCommands(app);
+  spyglass::cli::AddReportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -437,13 +437,17 @@ void WriteHead(JsonOut& o, const Doc& doc) {
 void WriteTail(JsonOut& o, const Doc& doc) {
   if (const model::Plane* host = doc.space.find_plane(model::kHostPlaneName)) {
     for (const model::Stat& s : host->stats) {
-      if (host->stat_name(s) == model::kDroppedEventsStat && s.u64 > 0) {
-        o.event("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
-        o.i64(kHostPid);
-        o.raw(",\"tid\":0,\"ts\":0,\"name\":");
-        o.str("spyglass: " + std::to_string(s.u64) + " events dropped (buffer bound reached)");
-        o.raw("}");
-      }
+      std::string what;
+      if (host->stat_name(s) == model::kDroppedEventsStat && s.u64 > 0)
+        what = " events dropped (buffer bound reached)";
+      else if (host->stat_name(s) == model::kOverwrittenEventsStat && s.u64 > 0)
+        what = " events overwritten by the flight recorder's ring (older ones first)";
+      if (what.empty()) continue;
+      o.event("{\"ph\":\"i\",\"s\":\"g\",\"pid\":");
+      o.i64(kHostPid);
+      o.raw(",\"tid\":0,\"ts\":0,\"name\":");
+      o.str("spyglass: " + std::to_string(s.u64) + what);
+      o.raw("}");
     }
   }
   o.raw("]}");

@@ -1,7 +1,9 @@
-// Downstream smoke test of an installed spyglass: records a short trace and
-// checks that the .xplane.pb was written. Exits non-zero on any failure.
+// Downstream smoke test of an installed spyglass: records a short trace,
+// checks that the .xplane.pb was written, and reads it back through the
+// public read API (spyglass/profile_reader.h). Exits non-zero on any failure.
 //
 //   app <log_dir>
+#include <spyglass/profile_reader.h>
 #include <spyglass/profiler.h>
 
 #include <cstdio>
@@ -53,6 +55,28 @@ int main(int argc, char** argv) {
   const prof::TraceStats stats = prof::last_trace_stats();
   if (stats.events < 9) {
     std::fprintf(stderr, "expected >= 9 events, got %llu\n", static_cast<unsigned long long>(stats.events));
+    return 1;
+  }
+  // Read back: the steps in one streaming pass, the host plane in the whole model.
+  namespace pr = spyglass::profile;
+  pr::ProfileReader reader;
+  if (auto s = reader.Open(files.xplane_path); !s.ok()) {
+    std::fprintf(stderr, "ProfileReader::Open failed: %s\n", s.message().c_str());
+    return 1;
+  }
+  struct Steps : pr::ProfileVisitor {
+    int steps = 0;
+    void OnEvent(const pr::EventRecord& e) override {
+      for (const pr::ProfileStat& st : e.stats) steps += e.name == "train" && st.name == "step_num";
+    }
+  } visitor;
+  pr::ProfileData data;
+  if (!reader.Scan(visitor).ok() || !reader.Read(&data).ok() || !data.find_plane("/host:CPU")) {
+    std::fprintf(stderr, "reading %s back failed\n", files.xplane_path.c_str());
+    return 1;
+  }
+  if (visitor.steps != 3) {
+    std::fprintf(stderr, "expected 3 steps read back, got %d\n", visitor.steps);
     return 1;
   }
   std::printf("ok: %s (%llu events)\n", files.xplane_path.c_str(), static_cast<unsigned long long>(stats.events));

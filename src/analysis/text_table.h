@@ -1,0 +1,94 @@
+// Text tables that fit a terminal width: the first column (a name) takes
+// what the numbers leave and is clipped with "..."; numbers align right.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace spyglass::analysis {
+
+// At most `n` bytes of `s`, ending in "..." when cut (never inside a UTF-8
+// sequence).
+inline std::string Clip(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  if (n <= 3) return s.substr(0, n);
+  size_t cut = n - 3;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+// "1.23 ms", "456 ns", "12.0 s".
+inline std::string FormatNs(double ns) {
+  char buf[32];
+  double a = std::fabs(ns);
+  if (a < 1e3) std::snprintf(buf, sizeof(buf), "%.0f ns", ns);
+  else if (a < 1e6) std::snprintf(buf, sizeof(buf), "%.2f us", ns / 1e3);
+  else if (a < 1e9) std::snprintf(buf, sizeof(buf), "%.2f ms", ns / 1e6);
+  else std::snprintf(buf, sizeof(buf), "%.2f s", ns / 1e9);
+  return buf;
+}
+
+inline std::string FormatPct(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", fraction * 100);
+  return buf;
+}
+
+inline std::string FormatNumber(double v) {
+  char buf[32];
+  double a = std::fabs(v);
+  if (a >= 1ull << 30) std::snprintf(buf, sizeof(buf), "%.2f Gi", v / double(1ull << 30));
+  else if (a >= 1 << 20) std::snprintf(buf, sizeof(buf), "%.2f Mi", v / double(1 << 20));
+  else if (a >= 1 << 10) std::snprintf(buf, sizeof(buf), "%.2f Ki", v / double(1 << 10));
+  else std::snprintf(buf, sizeof(buf), "%.0f", v);
+  return buf;
+}
+
+class TextTable {
+ public:
+  TextTable(std::vector<std::string> header, size_t width) : header_(std::move(header)), width_(width) {}
+  void add(std::vector<std::string> row) {
+    for (size_t i = 1; i < row.size(); ++i) row[i] = Clip(row[i], kMaxCell);
+    rows_.push_back(std::move(row));
+  }
+  std::string render() const {
+    size_t n = header_.size();
+    std::vector<size_t> w(n, 0);
+    for (size_t i = 0; i < n; ++i) w[i] = header_[i].size();
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < n && i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+    size_t rest = 2;  // indent
+    for (size_t i = 1; i < n; ++i) rest += w[i] + 2;
+    size_t first_max = width_ > rest + 12 ? width_ - rest : 12;
+    w[0] = std::min(w[0], first_max);
+    std::string out;
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string l = "  ";
+      for (size_t i = 0; i < n; ++i) {
+        std::string cell = i < r.size() ? r[i] : "";
+        if (i == 0) {
+          cell = Clip(cell, w[0]);
+          l += cell + std::string(w[0] - cell.size(), ' ');
+        } else {
+          l += "  " + std::string(w[i] - std::min(w[i], cell.size()), ' ') + cell;
+        }
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      out += l + "\n";
+    };
+    line(header_);
+    for (const auto& r : rows_) line(r);
+    return out;
+  }
+
+ private:
+  static constexpr size_t kMaxCell = 28;
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+  size_t width_;
+};
+
+}  // namespace spyglass::analysis

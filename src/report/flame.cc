@@ -1,0 +1,107 @@
+#include "report/flame.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace spyglass::report {
+namespace {
+
+int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+struct Node {
+  uint32_t name;
+  int64_t value = 0;
+  std::map<uint32_t, uint32_t> children;  // name id -> node: stable, sorted order
+};
+
+std::string Label(const memory::PprofSample& s) {
+  auto get = [&](std::string_view k) {
+    auto it = s.labels.find(k);
+    return it == s.labels.end() ? std::string("-") : std::string(it->second);
+  };
+  return get("device") + " " + get("kind");
+}
+
+}  // namespace
+
+FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& title) {
+  FlameGraph g;
+  g.title = title;
+  int index = p.bytes_index >= 0 ? p.bytes_index : p.count_index >= 0 ? p.count_index : 0;
+  g.unit = p.bytes_index >= 0 ? "bytes" : "count";
+  std::unordered_map<std::string, uint32_t> ids;
+  auto intern = [&](const std::string& n) {
+    auto [it, added] = ids.emplace(n, static_cast<uint32_t>(g.names.size()));
+    if (added) g.names.push_back(n);
+    return it->second;
+  };
+  std::vector<Node> nodes{Node{intern("all"), 0, {}}};
+  // Several devices or kinds (cpu heap, gpu...): one subtree each.
+  std::set<std::string> labels;
+  for (const memory::PprofSample& s : p.samples) labels.insert(Label(s));
+  const bool by_label = labels.size() > 1;
+  std::map<std::string, FlameSite> sites;
+  for (const memory::PprofSample& s : p.samples) {
+    int64_t v = index < static_cast<int>(s.values.size()) ? s.values[index] : 0;
+    if (v < 0) {
+      ++g.negative_samples;
+      v = 0;
+    }
+    int64_t c = p.count_index >= 0 && p.count_index < static_cast<int>(s.values.size()) ? s.values[p.count_index] : 0;
+    FlameSite& site = sites[memory::CallSite(s)];
+    site.value = SatAdd(site.value, v);
+    site.count = SatAdd(site.count, std::max<int64_t>(c, 0));
+    uint32_t at = 0;
+    nodes[0].value = SatAdd(nodes[0].value, v);
+    auto step = [&](const std::string& name) {
+      uint32_t id = intern(name);
+      auto it = nodes[at].children.find(id);
+      uint32_t child;
+      if (it == nodes[at].children.end()) {
+        child = static_cast<uint32_t>(nodes.size());
+        nodes[at].children.emplace(id, child);
+        nodes.push_back(Node{id, 0, {}});
+      } else {
+        child = it->second;
+      }
+      nodes[child].value = SatAdd(nodes[child].value, v);
+      at = child;
+    };
+    if (by_label) step("[" + Label(s) + "]");
+    for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f)
+      step(f->function.empty() ? std::string("<unknown>") : std::string(f->function));
+  }
+  g.total = nodes[0].value;
+  const int64_t min_value = static_cast<int64_t>(static_cast<double>(g.total) * kFlameMinShare);
+  // Preorder walk, without recursion (stacks can be thousands deep).
+  std::vector<std::pair<uint32_t, uint32_t>> todo{{0, 0}};  // (node, depth)
+  while (!todo.empty()) {
+    auto [n, depth] = todo.back();
+    todo.pop_back();
+    g.node_name.push_back(nodes[n].name);
+    g.node_depth.push_back(depth);
+    g.node_value.push_back(nodes[n].value);
+    // Largest child first (pushed last).
+    std::vector<uint32_t> kids;
+    for (const auto& [id, child] : nodes[n].children)
+      if (nodes[child].value > min_value) kids.push_back(child);
+    std::stable_sort(kids.begin(), kids.end(), [&](uint32_t a, uint32_t b) { return nodes[a].value < nodes[b].value; });
+    for (uint32_t k : kids) todo.emplace_back(k, depth + 1);
+  }
+  for (auto& [name, site] : sites) {
+    site.site = name;
+    g.top_sites.push_back(site);
+  }
+  std::stable_sort(g.top_sites.begin(), g.top_sites.end(),
+                   [](const FlameSite& a, const FlameSite& b) { return a.value > b.value; });
+  if (g.top_sites.size() > kFlameTopSites) g.top_sites.resize(kFlameTopSites);
+  return g;
+}
+
+}  // namespace spyglass::report

@@ -1,0 +1,37 @@
+// A memory profile (pprof) as a flame graph: the call tree of its samples,
+// root first, each node weighed by the bytes (or, without a bytes value, the
+// count) allocated under it, for the report's icicle view.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/pprof.h"
+
+namespace spyglass::report {
+
+struct FlameSite {
+  std::string site;  // memory::CallSite: the first frame past allocator plumbing
+  int64_t value = 0, count = 0;
+};
+
+struct FlameGraph {
+  std::string title;  // the profile's file name
+  std::string unit;   // "bytes" or "count"
+  int64_t total = 0;
+  std::vector<std::string> names;
+  // Preorder, root (index 0, depth 0) first: name id, depth, value.
+  // Nodes under kMinShare of the total are left out (their parents keep them).
+  std::vector<uint32_t> node_name, node_depth;
+  std::vector<int64_t> node_value;
+  std::vector<FlameSite> top_sites;  // by value, largest first
+  uint64_t negative_samples = 0;     // counted as 0
+};
+
+inline constexpr double kFlameMinShare = 1e-5;
+inline constexpr size_t kFlameTopSites = 20;
+
+FlameGraph BuildFlameGraph(const memory::PprofProfile& profile, const std::string& title);
+
+}  // namespace spyglass::report

@@ -1,0 +1,129 @@
+#include "report/report.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/gzip.h"
+#include "report/timeline.h"
+#include "spyglass/profiler.h"
+
+namespace spyglass::report {
+
+// The page's code (src/report/web/), compiled in by cmake/embed_files.cmake.
+std::string_view embedded_report_html();
+std::string_view embedded_report_css();
+std::string_view embedded_report_js();
+
+namespace {
+
+// Keys in the order written (the summary's order is the reading order).
+using json = nlohmann::ordered_json;
+
+std::string Base64(std::string_view in) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16 | static_cast<uint8_t>(in[i + 1]) << 8 | static_cast<uint8_t>(in[i + 2]);
+    out += {kDigits[v >> 18], kDigits[(v >> 12) & 63], kDigits[(v >> 6) & 63], kDigits[v & 63]};
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    out += {kDigits[v >> 18], kDigits[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == in.size()) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16 | static_cast<uint8_t>(in[i + 1]) << 8;
+    out += {kDigits[v >> 18], kDigits[(v >> 12) & 63], kDigits[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+json TimelineJson(const Timeline& tl) {
+  json tracks = json::array();
+  for (const TimelineTrack& t : tl.tracks) {
+    json lanes = json::array();
+    for (const auto& levels : t.lanes) {
+      json lane = json::array();
+      for (const TimelineLevel& l : levels) lane.push_back({l.threshold_ns, l.spans, l.offset, l.bytes});
+      lanes.push_back(std::move(lane));
+    }
+    tracks.push_back({{"plane", t.plane}, {"name", t.name}, {"id", t.id}, {"at_ns", t.at_ns}, {"events", t.events}, {"hidden", t.hidden},
+                      {"lanes", std::move(lanes)}});
+  }
+  return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},
+          {"names", tl.names},       {"tracks", std::move(tracks)},    {"blob_bytes", tl.blob.size()},
+          {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events}};
+}
+
+json FlameJson(const FlameGraph& g) {
+  json sites = json::array();
+  for (const FlameSite& s : g.top_sites) sites.push_back({{"site", s.site}, {"value", s.value}, {"count", s.count}});
+  return {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"names", g.names},
+          {"name", g.node_name}, {"depth", g.node_depth}, {"value", g.node_value},
+          {"sites", std::move(sites)}, {"negative_samples", g.negative_samples}};
+}
+
+// JSON inside <script>: no '<' at all, so neither "</script>" nor "<!--"
+// can end or change the element ('<' only occurs inside JSON strings).
+std::string ScriptSafe(std::string s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '<') out += "\\u003c";
+    else out += c;
+  }
+  return out;
+}
+
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderReport(const ReportInput& in) {
+  const Timeline& tl = in.timeline;
+  json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
+               {"notes", in.notes}, {"timeline", TimelineJson(tl)}};
+  json summary = in.summary_json.empty() ? json(nullptr) : json::parse(in.summary_json, nullptr, false);
+  data["summary"] = summary.is_discarded() ? json(nullptr) : std::move(summary);
+  json flames = json::array();
+  for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
+  data["flames"] = std::move(flames);
+  // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
+  std::string data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string blob = Base64(GzipCompress(tl.blob, 6));
+
+  // The template's slots, each filled once, in order; what fills one is never rescanned.
+  std::string page(embedded_report_html());
+  std::string out;
+  out.reserve(page.size() + data_text.size() + blob.size() + embedded_report_js().size() + 1024);
+  const std::pair<std::string_view, std::string> slots[] = {
+      {"{{TITLE}}", HtmlEscape(in.title)},
+      {"{{STYLE}}", std::string(embedded_report_css())},
+      {"{{DATA}}", std::move(data_text)},
+      {"{{BLOB}}", std::move(blob)},
+      {"{{SCRIPT}}", std::string(embedded_report_js())},
+  };
+  size_t from = 0;
+  for (const auto& [key, value] : slots) {
+    size_t at = page.find(key, from);
+    if (at == std::string::npos) continue;
+    out.append(page, from, at - from);
+    out += value;
+    from = at + key.size();
+  }
+  out.append(page, from);
+  return out;
+}
+
+}  // namespace spyglass::report

@@ -1,0 +1,90 @@
+// The report's timeline: every thread (and GPU stream) of the model as lanes
+// of non-overlapping spans (one lane per nesting depth), each lane stored at
+// several levels of detail so that the browser never draws more spans than
+// the canvas has pixels, whatever the zoom.
+//
+// Level 0 is the events themselves; level k merges neighbours of a lane
+// closer than a threshold T_k (4^k * 16 ns) when one of them is shorter than
+// T_k: drawn at T_k <= ns/pixel it looks the same as the events, with at most
+// about two spans per pixel.
+// A level is kept only if it halves the spans of the last kept one, so all
+// levels together are at most twice the events.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+
+namespace spyglass::report {
+
+struct TimelineLevel {
+  int64_t threshold_ns = 0;  // 0: the events themselves
+  uint64_t spans = 0;
+  uint64_t offset = 0, bytes = 0;  // of its encoding in Timeline::blob
+};
+
+struct TimelineTrack {
+  std::string plane, name;
+  int64_t id = 0;     // the line's id (a thread id on host planes)
+  int64_t at_ns = 0;  // where its first event starts, from Timeline::start_ns
+  uint64_t events = 0;
+  uint64_t hidden = 0;  // events deeper than kMaxLanes (not drawn, counted)
+  std::vector<std::vector<TimelineLevel>> lanes;  // by depth, each finest level first
+};
+
+struct Timeline {
+  int64_t start_ns = 0;  // absolute time of 0 (the earliest event)
+  int64_t duration_ns = 0;
+  uint64_t events = 0;
+  std::vector<std::string> names;  // span name ids index this
+  std::vector<TimelineTrack> tracks;
+  uint64_t hidden_tracks = 0, hidden_track_events = 0;  // past kMaxTracks: the smallest, not shown
+  // Each level: per span, as LEB128 varints, the zigzag gap from the end of
+  // the previous span (the first: from its track's at_ns), the duration, the
+  // name id and (levels > 0) the number of events merged; times in ns.
+  std::string blob;
+};
+
+inline constexpr size_t kMaxLanes = 128;
+inline constexpr size_t kMaxTracks = 2000;
+
+// Fed one line (thread, GPU stream) at a time, in any order; holds one
+// line's events at a time besides the encoded levels.
+class TimelineBuilder {
+ public:
+  void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
+  void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps);
+  void EndLine();
+  // Host planes first, then devices, each in the order given.
+  Timeline Finish();
+
+ private:
+  struct Span {
+    int64_t start, end;  // ps
+    uint32_t name;
+    uint32_t count;   // events merged into it
+    int64_t longest;  // duration of its longest event: that one names it
+  };
+  static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
+  TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
+  void AddLevels(const std::vector<Span>& lane, int64_t base_ns, std::vector<TimelineLevel>* levels);
+
+  Timeline tl_;
+  std::vector<int64_t> base_ns_;  // of each track: absolute ns of its first event
+  int64_t end_ps_ = INT64_MIN;
+  // Looked up by string_view: no string made per event.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
+  std::string plane_, line_;
+  int64_t line_id_ = 0;
+  std::vector<Span> spans_;
+};
+
+}  // namespace spyglass::report

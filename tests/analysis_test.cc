@@ -1,0 +1,532 @@
+// `summary` and `diff` on known traces: XSpaces built here with exact step
+// and annotation durations, checked number by number through the library
+// (src/analysis) and through the CLI (exit codes, messages); and the read
+// API's errors for a file that is not a profile, truncated, or newer.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "analysis/diff.h"
+#include "analysis/summary.h"
+#include "spyglass/profile_reader.h"
+#include "test_util.h"
+#include "xplane.pb.h"
+
+namespace spyglass {
+namespace {
+
+namespace tp = tensorflow::profiler;
+using analysis::Summary;
+
+constexpr int64_t kMs = 1'000'000'000;  // ps in a millisecond
+constexpr double kMsNs = 1e6;           // ns in a millisecond
+
+struct Known {
+  double matmul_scale = 1;  // 2: the "new" run, matmul twice as slow
+  bool shuffle = false;     // events written out of order
+  bool gpu = true;
+};
+
+// Ten steps "train" (step_num 0..9) of 10, 20, ..., 100 ms back to back on
+// thread "main"; in each: "forward" (40% of the step) holding "matmul" (25%),
+// then "backward" (30%). With matmul_scale, matmul (and so forward and the
+// step) grows by that factor of its time. A "loader" thread: "load" 5 ms at
+// each step's start. A GPU stream: 10 "gemm_kernel" of 2 ms, 5 "MemcpyH2D" of
+// 1 ms. A live-bytes counter 100, 500, 300. dropped_events 3, one warning.
+tp::XSpace KnownSpace(const Known& k) {
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  auto md = [](tp::XPlane* p, int64_t id, const std::string& name) {
+    auto& m = (*p->mutable_event_metadata())[id];
+    m.set_id(id);
+    m.set_name(name);
+  };
+  auto smd = [](tp::XPlane* p, int64_t id, const std::string& name) {
+    auto& m = (*p->mutable_stat_metadata())[id];
+    m.set_id(id);
+    m.set_name(name);
+  };
+  md(host, 1, "train"), md(host, 2, "forward"), md(host, 3, "matmul"), md(host, 4, "backward"), md(host, 5, "load");
+  md(host, 6, "memory host");
+  smd(host, 1, "step_num"), smd(host, 2, "_r"), smd(host, 3, "live_bytes"), smd(host, 4, "dropped_events");
+  auto* dropped = host->add_stats();
+  dropped->set_metadata_id(4);
+  dropped->set_uint64_value(3);
+  tp::XLine* main = host->add_lines();
+  main->set_id(1);
+  main->set_name("main");
+  tp::XLine* loader = host->add_lines();
+  loader->set_id(2);
+  loader->set_name("loader");
+  auto event = [](tp::XLine* l, int64_t md, int64_t start, int64_t dur) {
+    tp::XEvent* e = l->add_events();
+    e->set_metadata_id(md);
+    e->set_offset_ps(start);
+    e->set_duration_ps(dur);
+    return e;
+  };
+  int64_t t = 0;
+  for (int i = 0; i < 10; ++i) {
+    int64_t step = (i + 1) * 10 * kMs;
+    int64_t matmul = static_cast<int64_t>(step / 4 * k.matmul_scale);
+    int64_t forward = step * 4 / 10 - step / 4 + matmul;
+    int64_t backward = step * 3 / 10;
+    int64_t total = step - step / 4 + matmul;
+    tp::XEvent* s = event(main, 1, t, total);
+    tp::XStat* n = s->add_stats();
+    n->set_metadata_id(1);
+    n->set_int64_value(i);
+    tp::XStat* r = s->add_stats();
+    r->set_metadata_id(2);
+    r->set_int64_value(1);
+    event(main, 2, t, forward);
+    event(main, 3, t, matmul);  // inside forward (same start, shorter)
+    event(main, 4, t + forward, backward);
+    event(loader, 5, t, 5 * kMs);
+    t += total;
+  }
+  tp::XLine* counters = host->add_lines();
+  counters->set_id(INT64_MAX);
+  counters->set_name("_counters_");
+  int64_t values[] = {100, 500, 300};
+  for (int i = 0; i < 3; ++i) {
+    tp::XStat* v = event(counters, 6, i * 7 * kMs, 0)->add_stats();
+    v->set_metadata_id(3);
+    v->set_int64_value(values[i]);
+  }
+  if (k.shuffle) {
+    std::mt19937 rng(7);
+    auto* ev = main->mutable_events();
+    for (int i = ev->size() - 1; i > 0; --i) ev->SwapElements(i, static_cast<int>(rng() % (i + 1)));
+  }
+  if (k.gpu) {
+    tp::XPlane* gpu = space.add_planes();
+    gpu->set_name("/device:GPU:0");
+    md(gpu, 1, "gemm_kernel"), md(gpu, 2, "MemcpyH2D");
+    tp::XLine* stream = gpu->add_lines();
+    stream->set_id(7);
+    stream->set_name("Stream #7(Compute,MemcpyH2D)");
+    for (int i = 0; i < 10; ++i) event(stream, 1, i * 3 * kMs, 2 * kMs);
+    for (int i = 0; i < 5; ++i) event(stream, 2, 40 * kMs + i * 2 * kMs, kMs);
+  }
+  tp::XPlane* env = space.add_planes();
+  env->set_name("Task Environment");
+  smd(env, 1, "profile_start_time"), smd(env, 2, "profile_stop_time");
+  auto* start = env->add_stats();
+  start->set_metadata_id(1);
+  start->set_uint64_value(1'000'000'000'000'000'000);
+  auto* stop = env->add_stats();
+  stop->set_metadata_id(2);
+  stop->set_uint64_value(1'000'000'000'000'000'000 + 800'000'000);  // 800 ms
+  space.add_hostnames("hostA");
+  space.add_warnings("w1: something was off");
+  return space;
+}
+
+std::string WriteFile(const std::string& dir, const std::string& name, const std::string& bytes) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string WriteKnown(const std::string& dir, const std::string& name, const Known& k = {}) {
+  return WriteFile(dir, name, KnownSpace(k).SerializeAsString());
+}
+
+const analysis::AnnotationRow* Find(const std::vector<analysis::AnnotationRow>& rows, const std::string& name) {
+  for (const auto& r : rows)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+TEST(Summary, KnownTraceNumberByNumber) {
+  std::string dir = testing::MakeTempDir();
+  std::string path = WriteKnown(dir, "host.xplane.pb");
+  analysis::SummaryOptions o;
+  o.top = 0;
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  // Steps 10..100 ms: percentiles interpolated between ranks.
+  EXPECT_EQ(s.steps.name, "train");
+  EXPECT_EQ(s.steps.duration.count, 10u);
+  EXPECT_DOUBLE_EQ(s.steps.duration.mean_ns, 55 * kMsNs);
+  EXPECT_DOUBLE_EQ(s.steps.duration.p50_ns, 55 * kMsNs);
+  EXPECT_NEAR(s.steps.duration.p90_ns, 91 * kMsNs, 1e-3);
+  EXPECT_NEAR(s.steps.duration.p99_ns, 99.1 * kMsNs, 1e-3);
+  EXPECT_DOUBLE_EQ(s.steps.duration.max_ns, 100 * kMsNs);
+  ASSERT_EQ(s.steps.slowest.size(), 5u);
+  EXPECT_EQ(s.steps.slowest[0].number, 9);
+  EXPECT_EQ(s.steps.slowest[4].number, 5);
+  EXPECT_EQ(s.steps.all.size(), 10u);
+  // Wall: the Task Environment's bounds.
+  EXPECT_DOUBLE_EQ(s.wall_ns, 800 * kMsNs);
+  // Nesting: forward (220 ms) holds matmul (137.5 ms): self 82.5 ms.
+  const auto* forward = Find(s.top_total, "forward");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->count, 10u);
+  EXPECT_DOUBLE_EQ(forward->total_ns, 220 * kMsNs);
+  EXPECT_DOUBLE_EQ(forward->self_ns, 82.5 * kMsNs);
+  EXPECT_DOUBLE_EQ(forward->mean_ns, 22 * kMsNs);
+  EXPECT_DOUBLE_EQ(forward->share, 220.0 / 800);
+  const auto* matmul = Find(s.top_total, "matmul");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_NEAR(matmul->self_ns, 137.5 * kMsNs, 1e-2);
+  // The step's self time: 550 - 220 - 165 ms.
+  const auto* train = Find(s.top_total, "train");
+  ASSERT_NE(train, nullptr);
+  EXPECT_DOUBLE_EQ(train->total_ns, 550 * kMsNs);
+  EXPECT_DOUBLE_EQ(train->self_ns, 165 * kMsNs);
+  // Ordered: by total, and by self.
+  EXPECT_EQ(s.top_total[0].name, "train");
+  EXPECT_EQ(s.top_self[0].name, "backward");  // 165 ms, ties with train broken by name
+  // Threads: main busy for the 550 ms of steps, loader 50 ms.
+  ASSERT_EQ(s.threads.size(), 2u);
+  EXPECT_EQ(s.threads[0].name, "main");
+  EXPECT_DOUBLE_EQ(s.threads[0].busy_ns, 550 * kMsNs);
+  EXPECT_EQ(s.threads[1].name, "loader");
+  EXPECT_DOUBLE_EQ(s.threads[1].busy_ns, 50 * kMsNs);
+  EXPECT_EQ(s.threads[0].events, 40u);
+  // GPU kernels and copies.
+  ASSERT_EQ(s.kernels.size(), 1u);
+  EXPECT_EQ(s.kernels[0].name, "gemm_kernel");
+  EXPECT_EQ(s.kernels[0].count, 10u);
+  EXPECT_DOUBLE_EQ(s.kernels[0].total_ns, 20 * kMsNs);
+  ASSERT_EQ(s.copies.size(), 1u);
+  EXPECT_EQ(s.copies[0].name, "MemcpyH2D");
+  EXPECT_DOUBLE_EQ(s.copies[0].total_ns, 5 * kMsNs);
+  // The counter's peak and when.
+  ASSERT_EQ(s.counters.size(), 1u);
+  EXPECT_EQ(s.counters[0].name, "memory host");
+  EXPECT_DOUBLE_EQ(s.counters[0].peak, 500);
+  EXPECT_DOUBLE_EQ(s.counters[0].peak_at_ns, 7 * kMsNs);
+  EXPECT_DOUBLE_EQ(s.counters[0].last, 300);
+  // Drops and warnings.
+  ASSERT_EQ(s.dropped.size(), 1u);
+  EXPECT_EQ(s.dropped[0].name, "dropped_events");
+  EXPECT_EQ(s.dropped[0].value, 3u);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_EQ(s.hostnames, std::vector<std::string>{"hostA"});
+  EXPECT_EQ(s.events, 10u * 5 + 3 + 15);
+
+  // JSON carries the same numbers.
+  std::string json = analysis::SummaryToJson(s);
+  EXPECT_NE(json.find("\"p50_ns\":55000000"), std::string::npos) << json.substr(0, 400);
+  EXPECT_NE(json.find("\"name\":\"forward\",\"thread\":\"\",\"count\":10,\"total_ns\":220000000,\"self_ns\":82500000"),
+            std::string::npos);
+  // Text fits 100 columns.
+  std::string text = analysis::SummaryToText(s, 100);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    EXPECT_LE(end - start, 100u) << text.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+TEST(Summary, UnsortedLinesGiveTheSameNumbers) {
+  std::string dir = testing::MakeTempDir();
+  analysis::SummaryOptions o;
+  o.top = 0;
+  Summary sorted, shuffled;
+  ASSERT_TRUE(analysis::Summarize(WriteKnown(dir, "a.xplane.pb"), o, &sorted).ok());
+  ASSERT_TRUE(analysis::Summarize(WriteKnown(dir, "b.xplane.pb", {.shuffle = true}), o, &shuffled).ok());
+  for (const char* name : {"train", "forward", "matmul", "backward"}) {
+    const auto* a = Find(sorted.top_total, name);
+    const auto* b = Find(shuffled.top_total, name);
+    ASSERT_TRUE(a && b) << name;
+    EXPECT_EQ(a->count, b->count) << name;
+    EXPECT_DOUBLE_EQ(a->total_ns, b->total_ns) << name;
+    EXPECT_DOUBLE_EQ(a->self_ns, b->self_ns) << name;
+  }
+  EXPECT_DOUBLE_EQ(shuffled.threads[0].busy_ns, 550 * kMsNs);
+  EXPECT_DOUBLE_EQ(shuffled.steps.duration.p99_ns, sorted.steps.duration.p99_ns);
+  ASSERT_EQ(shuffled.steps.all.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(shuffled.steps.all[i].number, static_cast<int64_t>(i));
+  EXPECT_EQ(shuffled.steps.slowest[0].number, 9);
+}
+
+TEST(Summary, StepAndThreadFilters) {
+  std::string dir = testing::MakeTempDir();
+  std::string path = WriteKnown(dir, "host.xplane.pb");
+  analysis::SummaryOptions o;
+  o.top = 0;
+  o.step_first = 3;
+  o.step_last = 4;  // 40 and 50 ms
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  EXPECT_EQ(s.steps.duration.count, 2u);
+  EXPECT_DOUBLE_EQ(s.steps.duration.mean_ns, 45 * kMsNs);
+  EXPECT_DOUBLE_EQ(s.wall_ns, 90 * kMsNs);
+  const auto* forward = Find(s.top_total, "forward");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->count, 2u);
+  EXPECT_DOUBLE_EQ(forward->total_ns, 36 * kMsNs);
+
+  analysis::SummaryOptions t;
+  t.thread = "load";
+  Summary only;
+  ASSERT_TRUE(analysis::Summarize(path, t, &only).ok());
+  ASSERT_EQ(only.threads.size(), 1u);
+  EXPECT_EQ(only.threads[0].name, "loader");
+  ASSERT_EQ(only.top_total.size(), 1u);
+  EXPECT_EQ(only.top_total[0].name, "load");
+  EXPECT_EQ(only.steps.duration.count, 10u);  // steps are found on every thread
+}
+
+TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
+  std::string dir = testing::MakeTempDir();
+  analysis::DiffOptions o;
+  o.fail_above_pct = 10;
+  o.annotations = {"backward"};
+  analysis::Diff d;
+  ASSERT_TRUE(
+      analysis::DiffRuns(WriteKnown(dir, "base.xplane.pb"), WriteKnown(dir, "new.xplane.pb", {.matmul_scale = 2}), o, &d)
+          .ok());
+  EXPECT_TRUE(d.per_step);
+  // By total time its parents grew as much; the bigger relative change leads.
+  ASSERT_GE(d.annotations.size(), 3u);
+  EXPECT_EQ(d.annotations[0].name, "matmul");
+  EXPECT_EQ(d.annotations[0].delta_ns, 13.75 * kMsNs);
+  EXPECT_EQ(d.annotations[1].name, "forward");
+  // Self time isolates it: matmul +100%, nothing else moved.
+  ASSERT_FALSE(d.self.empty());
+  EXPECT_EQ(d.self[0].name, "matmul");
+  EXPECT_NEAR(d.self[0].delta_pct, 100, 1e-6);
+  EXPECT_NEAR(d.self[0].base_ns, 13.75 * kMsNs, 1);  // per step
+  EXPECT_NEAR(d.self[0].new_ns, 27.5 * kMsNs, 1);
+  for (size_t i = 1; i < d.self.size(); ++i) EXPECT_NEAR(d.self[i].delta_ns, 0, 1) << d.self[i].name;
+  // Steps grew by matmul's 25%: above the gate.
+  ASSERT_FALSE(d.steps.empty());
+  EXPECT_EQ(d.steps[0].name, "step mean");
+  EXPECT_NEAR(d.steps[0].delta_pct, 25, 1e-6);
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_NE(d.failures[0].find("step time regressed +25.0%"), std::string::npos) << d.failures[0];
+  EXPECT_FALSE(d.gate_error);
+  // Counter peaks side by side (the same here).
+  ASSERT_EQ(d.counters.size(), 1u);
+  EXPECT_EQ(d.counters[0].name, "memory host");
+  EXPECT_EQ(d.counters[0].base_ns, 500);
+  EXPECT_EQ(d.counters[0].delta_ns, 0);
+  // Noise from the spread of step times (10..100 ms): large here.
+  EXPECT_GT(d.noise_pct, 10);
+}
+
+TEST(Diff, NothingChangedPassesTheGate) {
+  std::string dir = testing::MakeTempDir();
+  analysis::DiffOptions o;
+  o.fail_above_pct = 0;
+  o.annotations = {"matmul", "load"};
+  analysis::Diff d;
+  ASSERT_TRUE(analysis::DiffRuns(WriteKnown(dir, "a.xplane.pb"), WriteKnown(dir, "b.xplane.pb"), o, &d).ok());
+  EXPECT_TRUE(d.failures.empty()) << d.failures[0];
+  for (const auto& r : d.annotations) EXPECT_EQ(r.delta_ns, 0) << r.name;
+  std::string json = analysis::DiffToJson(d);
+  EXPECT_NE(json.find("\"passed\":true"), std::string::npos);
+}
+
+TEST(Diff, NamedAnnotationGate) {
+  std::string dir = testing::MakeTempDir();
+  analysis::DiffOptions o;
+  o.fail_above_pct = 30;  // steps: +25%, under it
+  o.annotations = {"matmul"};
+  analysis::Diff d;
+  ASSERT_TRUE(analysis::DiffRuns(WriteKnown(dir, "a.xplane.pb"), WriteKnown(dir, "b.xplane.pb", {.matmul_scale = 2}), o,
+                                 &d)
+                  .ok());
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_NE(d.failures[0].find("annotation 'matmul' regressed +100.0%"), std::string::npos) << d.failures[0];
+  o.annotations = {"no such"};
+  ASSERT_TRUE(analysis::DiffRuns(WriteKnown(dir, "a.xplane.pb"), WriteKnown(dir, "a.xplane.pb"), o, &d).ok());
+  EXPECT_TRUE(d.gate_error);
+}
+
+// --- the read API and its errors ------------------------------------------------
+
+TEST(ProfileReader, ReadsTheWholeModel) {
+  std::string dir = testing::MakeTempDir();
+  profile::ProfileReader r;
+  ASSERT_TRUE(r.Open(WriteKnown(dir, "h.xplane.pb")).ok());
+  profile::ProfileData data;
+  ASSERT_TRUE(r.Read(&data).ok());
+  std::optional<profile::ProfilePlane> host = data.find_plane("/host:CPU");
+  ASSERT_TRUE(host);
+  ASSERT_GE(host->line_count(), 1u);
+  profile::ProfileLine main = host->line(0);
+  EXPECT_EQ(main.name(), "main");
+  ASSERT_EQ(main.event_count(), 40u);
+  profile::ProfileEvent step = main.event(0);
+  EXPECT_EQ(step.name(), "train");
+  EXPECT_EQ(step.start_ns(), 0);
+  EXPECT_EQ(step.duration_ns(), 10'000'000);
+  bool found = false;
+  for (const profile::ProfileStat& s : step.stats()) found |= s.name == "step_num" && s.i64 == 0;
+  EXPECT_TRUE(found);
+  EXPECT_EQ(data.hostnames(), std::vector<std::string>{"hostA"});
+  EXPECT_EQ(data.event_count(), 68u);
+}
+
+Status OpenError(const std::string& path) {
+  profile::ProfileReader r;
+  Status s = r.Open(path);
+  if (!s.ok()) return s;
+  struct Null : profile::ProfileVisitor {
+  } v;
+  return r.Scan(v);
+}
+
+TEST(ProfileReader, ClearErrors) {
+  std::string dir = testing::MakeTempDir();
+  Status s = OpenError(WriteFile(dir, "text.xplane.pb", "this is a text file, not a profile\n"));
+  EXPECT_NE(s.message().find("is not a profile"), std::string::npos) << s.message();
+  s = OpenError(WriteFile(dir, "empty.xplane.pb", ""));
+  EXPECT_NE(s.message().find("is empty"), std::string::npos) << s.message();
+  s = OpenError(WriteFile(dir, "gz.xplane.pb", std::string("\x1f\x8b\x08\x00", 4) + "xxxx"));
+  EXPECT_NE(s.message().find("gzip"), std::string::npos) << s.message();
+  std::string bytes = KnownSpace({}).SerializeAsString();
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 1, size_t{3}}) {
+    s = OpenError(WriteFile(dir, "cut.xplane.pb", bytes.substr(0, cut)));
+    EXPECT_NE(s.message().find("is truncated"), std::string::npos) << cut << ": " << s.message();
+  }
+  // A newer format: /host:metadata says so.
+  tp::XSpace newer = KnownSpace({});
+  tp::XPlane* md = newer.add_planes();
+  md->set_name("/host:metadata");
+  auto& sm = (*md->mutable_stat_metadata())[1];
+  sm.set_id(1);
+  sm.set_name("spyglass_format_version");
+  auto* v = md->add_stats();
+  v->set_metadata_id(1);
+  v->set_int64_value(profile::kProfileFormatVersion + 1);
+  s = OpenError(WriteFile(dir, "newer.xplane.pb", newer.SerializeAsString()));
+  EXPECT_NE(s.message().find("newer format"), std::string::npos) << s.message();
+  v->set_int64_value(profile::kProfileFormatVersion);
+  EXPECT_TRUE(OpenError(WriteFile(dir, "same.xplane.pb", newer.SerializeAsString())).ok());
+  s = OpenError(dir + "/missing.xplane.pb");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+}
+
+TEST(ProfileReader, RandomBytesNeverCrash) {
+  std::string dir = testing::MakeTempDir();
+  std::string bytes = KnownSpace({}).SerializeAsString();
+  std::mt19937 rng(1);
+  for (int i = 0; i < 300; ++i) {
+    std::string b = bytes;
+    for (int k = 0; k < 1 + i % 8; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+    std::string path = WriteFile(dir, "fuzz.xplane.pb", b);
+    Summary s;
+    (void)analysis::Summarize(path, {}, &s);  // an error or a summary, never a crash
+  }
+}
+
+TEST(FindProfileFiles, RunFolderAndLogDir) {
+  std::string dir = testing::MakeTempDir();
+  std::filesystem::create_directories(dir + "/plugins/profile/2026_01_01_00_00_00");
+  std::filesystem::create_directories(dir + "/plugins/profile/2026_01_02_00_00_00");
+  WriteKnown(dir + "/plugins/profile/2026_01_01_00_00_00", "old.xplane.pb");
+  std::string newest = WriteKnown(dir + "/plugins/profile/2026_01_02_00_00_00", "new.xplane.pb");
+  auto t = std::filesystem::last_write_time(dir + "/plugins/profile/2026_01_01_00_00_00");
+  std::filesystem::last_write_time(dir + "/plugins/profile/2026_01_02_00_00_00", t + std::chrono::seconds(5));
+  std::vector<std::string> files;
+  ASSERT_TRUE(profile::FindProfileFiles(dir, &files).ok());
+  EXPECT_EQ(files, std::vector<std::string>{newest});
+  Status s = profile::FindProfileFiles(dir + "/plugins", &files);
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(Summary, RunFolderWithTwoHosts) {
+  std::string dir = testing::MakeTempDir();
+  WriteKnown(dir, "hostA.xplane.pb");
+  WriteKnown(dir, "hostB.xplane.pb", {.matmul_scale = 2, .gpu = false});
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(dir, {}, &s).ok());
+  EXPECT_EQ(s.file, dir);
+  EXPECT_EQ(s.events, 68u + 53u);
+  ASSERT_EQ(s.threads.size(), 4u);  // main and loader of each host, named by host
+  std::vector<std::string> names;
+  for (const auto& t : s.threads) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"hostA loader", "hostA main", "hostB loader", "hostB main"}));
+  EXPECT_EQ(s.hostnames.size(), 2u);
+  EXPECT_EQ(s.steps.duration.count, 10u);  // the first host's steps
+  // All-thread tables summed over hosts: matmul 137.5 + 275 ms.
+  const auto* matmul = Find(s.top_total, "matmul");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_EQ(matmul->count, 20u);
+  EXPECT_NEAR(matmul->total_ns, 412.5 * kMsNs, 1e-3);
+  EXPECT_DOUBLE_EQ(matmul->share, 412.5 / 800);
+  ASSERT_EQ(s.kernels.size(), 1u);  // hostB has no GPU
+}
+
+// --- the CLI --------------------------------------------------------------------
+
+struct CliResult {
+  int code;
+  std::string out;
+};
+
+CliResult Cli(const std::string& args) {
+  std::string cmd = std::string(SPYGLASS_CLI) + " " + args + " 2>&1";
+  CliResult r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(Cli, SummaryAndDiffExitCodes) {
+  std::string dir = testing::MakeTempDir();
+  std::string base = WriteKnown(dir, "base.xplane.pb");
+  std::string same = WriteKnown(dir, "same.xplane.pb");
+  std::string slow = WriteKnown(dir, "slow.xplane.pb", {.matmul_scale = 2});
+  CliResult r = Cli("summary " + base);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("train"), std::string::npos);
+  EXPECT_NE(r.out.find("55.00 ms"), std::string::npos) << r.out;  // mean and p50
+  EXPECT_NE(r.out.find("gemm_kernel"), std::string::npos);
+  EXPECT_NE(r.out.find("dropped_events (/host:CPU): 3"), std::string::npos);
+  r = Cli("summary --json --top 2 " + base);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.front(), '{');
+  EXPECT_NE(r.out.find("\"p99_ns\":99100000"), std::string::npos) << r.out.substr(0, 600);
+  r = Cli("summary --step 9 --json " + base);
+  EXPECT_NE(r.out.find("\"count\":1,\"total_ns\":100000000"), std::string::npos) << r.out.substr(0, 600);
+  r = Cli("summary --step x " + base);
+  EXPECT_EQ(r.code, 2);
+
+  EXPECT_EQ(Cli("diff --fail-above 10 " + base + " " + same).code, 0);
+  r = Cli("diff --fail-above 10 " + base + " " + slow);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("step time regressed"), std::string::npos) << r.out;
+  r = Cli("diff --fail-above 30 --annotation matmul " + base + " " + slow);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("'matmul' regressed +100.0%"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("diff --fail-above 30 --annotation load " + base + " " + slow).code, 0);
+  r = Cli("diff " + base + " " + slow);  // no gate: a report, exit 0
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("matmul"), std::string::npos);
+
+  std::string text = WriteFile(dir, "notes.xplane.pb", "hello\n");
+  r = Cli("summary " + text);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("is not a profile"), std::string::npos) << r.out;
+  r = Cli("diff " + base + " " + text);
+  EXPECT_EQ(r.code, 2);
+  std::string bytes = testing::ReadFile(base);
+  r = Cli("summary " + WriteFile(dir, "cut.xplane.pb", bytes.substr(0, bytes.size() - 10)));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("is truncated"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace spyglass

@@ -1,0 +1,163 @@
+// A `spyglass report` page in Debian's chromium, driven headless, with the
+// network blocked:
+//   node report_check.mjs REPORT.html [--steps N] [--step-ms A,B,...]
+//        [--track NAME]... [--flame FUNCTION] [--no-flame] [--timing]
+// Fails (exit 1) unless the page loads with no request but its own file and
+// no script error, and shows what is asked: N steps with exactly these
+// durations (in the chart and the table), a drawn timeline with these
+// tracks, and a flame graph whose largest allocation site is FUNCTION, shown
+// as the widest frame of its row. --timing prints how long the page took.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const argv = process.argv.slice(2);
+const file = argv.shift();
+const opt = { tracks: [] };
+while (argv.length) {
+  const a = argv.shift();
+  if (a === '--steps') opt.steps = Number(argv.shift());
+  else if (a === '--step-ms') opt.stepMs = argv.shift().split(',').map(Number);
+  else if (a === '--track') opt.tracks.push(argv.shift());
+  else if (a === '--flame') opt.flame = argv.shift();
+  else if (a === '--no-flame') opt.noFlame = true;
+  else if (a === '--timing') opt.timing = true;
+  else { console.error(`unknown argument ${a}`); process.exit(2); }
+}
+if (!file) { console.error('usage: node report_check.mjs REPORT.html [options]'); process.exit(2); }
+const url = pathToFileURL(path.resolve(file)).href;
+const problems = [];
+const check = (ok, what) => { if (!ok) problems.push(what); };
+
+// Polls from outside: the page's CSP forbids the eval that the polling of
+// page.waitForFunction needs.
+async function waitReady(p, timeoutMs) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const state = await p.evaluate(() => document.body && (document.body.dataset.ready || document.body.dataset.error)).catch(() => null);
+    if (state) return;
+    if (Date.now() > end) throw new Error(`the page was not ready within ${timeoutMs / 1000} s`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+let timing;
+try {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 }, offline: true });
+  const requests = [];
+  // Every request is recorded and refused, except the page itself.
+  await context.route('**/*', (route) => {
+    const u = route.request().url();
+    if (u === url) return route.continue();
+    requests.push(u);
+    return route.abort();
+  });
+  const page = await context.newPage();
+  page.on('request', (r) => { if (r.url() !== url && !requests.includes(r.url())) requests.push(r.url()); });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+  const t0 = Date.now();
+  await page.goto(url);
+  await waitReady(page, 60000);
+  const wall = Date.now() - t0;
+  const state = await page.evaluate(() => ({ error: document.body.dataset.error, readyMs: window.spyglassReport.readyMs }));
+  check(!state.error, `the page says: ${state.error}`);
+  timing = { wall_ms: wall, ready_ms: Math.round(state.readyMs) };
+
+  // Steps: the count, and each duration in the chart and the table.
+  if (opt.steps !== undefined) {
+    const count = await page.locator('#sg-step-count').textContent().catch(() => '');
+    check(count === `${opt.steps} steps`, `step count: '${count}', expected '${opt.steps} steps'`);
+    const bars = await page.locator('#sg-step-chart rect.bar').evaluateAll((rs) => rs.map((r) => [Number(r.dataset.step), Number(r.dataset.ns), r.textContent]));
+    check(bars.length === opt.steps, `${bars.length} bars in the step chart, expected ${opt.steps}`);
+    if (opt.stepMs) {
+      opt.stepMs.forEach((ms, i) => {
+        const bar = bars[i] || [];
+        check(bar[1] === ms * 1e6, `step bar ${i}: ${bar[1]} ns, expected ${ms * 1e6}`);
+        check(bar[2] === `step ${bar[0]}: ${ms.toFixed(3)} ms`, `step bar ${i} title '${bar[2]}'`);
+      });
+      await page.locator('#sg-steps details summary').click();
+      const rows = await page.locator('#sg-steps table.steps-table tr').evaluateAll((trs) => trs.slice(1).map((tr) => tr.innerText.split('\t')));
+      check(rows.length === opt.stepMs.length, `${rows.length} rows in the step table`);
+      opt.stepMs.forEach((ms, i) => check(rows[i] && rows[i][1] === `${ms.toFixed(3)} ms`, `step row ${i}: ${rows[i]}`));
+      check(await page.locator('#sg-steps details').isVisible(), 'step table not visible');
+    }
+  }
+
+  // The timeline: tracks named, spans drawn (pixels on the canvas), fewer
+  // spans drawn than events when there are many, and events when zoomed in.
+  const tl = await page.evaluate(() => {
+    const r = window.spyglassReport, c = document.getElementById('tl-canvas');
+    if (!r.timeline) return null;
+    const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let colored = 0;
+    for (let i = 0; i < px.length; i += 4) if (px[i + 3] && Math.abs(px[i] - px[i + 1]) + Math.abs(px[i + 1] - px[i + 2]) > 30) colored++;
+    const whole = { ...r.timeline.stats };
+    const tracks = r.data.timeline.tracks.map((t) => t.name);
+    const events = r.data.timeline.events, total = r.data.timeline.duration_ns;
+    // Zoomed into the first thousandth: the finest level there.
+    const zoomed = r.timeline.setView(0, total / 1000);
+    r.timeline.setView(0, total);
+    return { colored, whole, zoomed, tracks, events, total };
+  });
+  check(tl !== null, 'no timeline');
+  if (tl) {
+    check(tl.colored > 500, `the timeline canvas is blank (${tl.colored} coloured pixels)`);
+    check(tl.whole.drawn > 0, 'no span drawn');
+    check(tl.whole.drawn <= tl.events, `${tl.whole.drawn} spans drawn for ${tl.events} events`);
+    if (tl.events > 100000) check(tl.whole.drawn < tl.events / 10 && tl.whole.maxLevel > 0,
+      `all at once: ${tl.whole.drawn} spans drawn of ${tl.events} events (level ${tl.whole.maxLevel})`);
+    check(tl.zoomed.drawn > 0, 'nothing drawn when zoomed in');
+    for (const t of opt.tracks) check(tl.tracks.includes(t), `no timeline track '${t}' (${tl.tracks.join(', ')})`);
+    // The wheel zooms in where the mouse is; a drag pans.
+    await page.locator('#tl-canvas').scrollIntoViewIfNeeded();
+    const box = await page.locator('#tl-canvas').boundingBox();
+    await page.mouse.move(box.x + box.width * 0.6, box.y + 40);
+    await page.mouse.wheel(0, -800);
+    await page.waitForTimeout(100);
+    const zoomedIn = await page.evaluate(() => window.spyglassReport.timeline.view());
+    check(zoomedIn[0] > 0 && zoomedIn[1] - zoomedIn[0] < tl.total / 2, `the wheel did not zoom in: view ${zoomedIn}`);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.3, box.y + 40, { steps: 5 });
+    await page.mouse.up();
+    await page.waitForTimeout(100);
+    const panned = await page.evaluate(() => window.spyglassReport.timeline.view());
+    check(panned[0] > zoomedIn[0], `dragging left did not move the view later: ${zoomedIn} -> ${panned}`);
+    Object.assign(timing, { events: tl.events, drawn_whole: tl.whole.drawn, level_whole: tl.whole.maxLevel });
+  }
+
+  // The flame graph names the top allocator: the first site of its table
+  // and the widest frame under the root.
+  if (opt.flame) {
+    const fl = await page.evaluate(() => [...document.querySelectorAll('.profile')].map((p) => ({
+      site: (p.querySelector('table.sites tr:nth-child(2) td') || {}).textContent,
+      nodes: [...p.querySelectorAll('.fl-node')].map((n) => ({ name: n.dataset.name, value: Number(n.dataset.value), top: n.style.top, visible: n.offsetWidth > 0 })),
+    })));
+    check(fl.length > 0, 'no memory profile shown');
+    for (const p of fl) {
+      check(p.site && p.site.startsWith(opt.flame), `top allocation site '${p.site}', expected ${opt.flame}`);
+      const named = p.nodes.filter((n) => n.name === opt.flame && n.visible);
+      check(named.length > 0, `no visible flame graph frame named ${opt.flame}`);
+      // The widest frame of its row (its siblings and cousins).
+      for (const n of named) {
+        const widest = Math.max(...p.nodes.filter((m) => m.top === n.top).map((m) => m.value));
+        check(n.value === widest, `${opt.flame} (${n.value}) is not the widest frame of its row (${widest})`);
+      }
+    }
+    const label = await page.locator(`.fl-node[data-name="${opt.flame}"]`).first();
+    await label.click();  // zooms to it
+    const crumbs = await page.locator('.fl-crumbs').first().textContent();
+    check(crumbs.includes(opt.flame), `clicking ${opt.flame} did not zoom to it: '${crumbs}'`);
+  }
+  if (opt.noFlame) check(await page.locator('.profile').count() === 0, 'a memory profile is shown');
+  check(requests.length === 0, `requests were attempted: ${requests.slice(0, 5).join(', ')}`);
+  if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+} finally {
+  await browser.close();
+}
+if (problems.length) {
+  console.error(`FAIL: ${file}:\n  ${problems.join('\n  ')}`);
+  process.exit(1);
+}
+console.log(opt.timing ? JSON.stringify(timing) : `ok: ${file}`);

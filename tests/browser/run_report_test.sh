@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `spyglass report` pages in Debian's chromium (report_check.mjs: network
+# blocked, steps, timeline, flame graph), for a run with known numbers and
+# memory profiles of an unmodified program beside it, for one .xplane.pb
+# with --memory, and for a run that JAX wrote.
+#   run_report_test.sh SPYGLASS_CLI LIBSPYGLASS_HEAP MAKE_KNOWN_RUN HEAP_WORKLOAD
+set -euo pipefail
+cli=$1 heap=$2 known=$3 workload=$4
+here=$(cd "$(dirname "$0")" && pwd)
+[ -d "$here/node_modules/playwright-core" ] || { echo "FAIL: run scripts/setup.sh --browser (npm ci in tests/browser)"; exit 1; }
+T=$(mktemp -d /tmp/spyglass-report-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export SPYGLASS_HEAP_LIB=$heap
+
+# 1. A log dir: the known run (5 steps of 10..50 ms; 300k more events on
+#    "busy", so the whole view must be decimated) and memory.*.prof beside it.
+"$known" "$T/log" --busy 300000 >/dev/null
+"$cli" run -o "$T/log" -- "$workload" grow 5 >/dev/null 2>&1
+"$cli" report "$T/log" -o "$T/report.html"
+node "$here/report_check.mjs" "$T/report.html" --steps 5 --step-ms 10,20,30,40,50 \
+  --track main --track loader --track busy --track "Stream #7" --flame "build_table()"
+
+# 2. One .xplane.pb, its memory profile named with --memory (the early one:
+#    build_table's 640 KiB against grow_cache's 100 KiB).
+early=$(ls "$T"/log/memory.*.1.prof)
+"$cli" report "$T/log/plugins/profile/run1/known.xplane.pb" --memory "$early" -o "$T/one.html"
+node "$here/report_check.mjs" "$T/one.html" --steps 5 --step-ms 10,20,30,40,50 --flame "build_table()"
+
+# 3. A run JAX wrote (jax.profiler, 3 steps), with no memory profile.
+python3 - "$T/jaxlog" <<'PY'
+import sys
+import jax, jax.numpy as jnp
+with jax.profiler.trace(sys.argv[1]):
+    x = jnp.ones((64, 64))
+    for i in range(3):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            x = (x @ x).block_until_ready()
+PY
+"$cli" report "$T/jaxlog" -o "$T/jax.html"
+node "$here/report_check.mjs" "$T/jax.html" --steps 3 --no-flame
+echo "run_report_test: all passed"

@@ -1,0 +1,59 @@
+// Fuzz target: bytes as an .xplane.pb through the streaming read API, the
+// summary (text and JSON), the diff of the file with itself, and the whole
+// model read: errors are fine, crashes and hangs are not.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "analysis/diff.h"
+#include "analysis/summary.h"
+#include "spyglass/profile_reader.h"
+
+#include <google/protobuf/stubs/logging.h>
+
+namespace {
+
+const bool kQuiet = [] {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+  return true;
+}();
+
+// The reader takes paths: one file per process, rewritten for each input.
+const std::string& InputPath() {
+  static const std::string path = "summary_fuzz." + std::to_string(getpid()) + ".xplane.pb";
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > (1 << 20)) return 0;
+  {
+    std::ofstream f(InputPath(), std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  spyglass::analysis::Summary s;
+  spyglass::analysis::SummaryOptions o;
+  o.top = 0;
+  if (spyglass::analysis::Summarize(InputPath(), o, &s).ok()) {
+    (void)spyglass::analysis::SummaryToJson(s);
+    (void)spyglass::analysis::SummaryToText(s);
+    spyglass::analysis::Diff d;
+    spyglass::analysis::DiffOptions dopt;
+    dopt.fail_above_pct = 0;
+    if (!spyglass::analysis::DiffRuns(InputPath(), InputPath(), dopt, &d).ok()) std::abort();  // read once, reads twice
+    for (const auto& r : d.annotations)
+      if (r.delta_ns != 0) std::abort();  // a file compared with itself
+    (void)spyglass::analysis::DiffToText(d);
+  }
+  spyglass::profile::ProfileReader r;
+  if (r.Open(InputPath()).ok()) {
+    spyglass::profile::ProfileData p;
+    (void)r.Read(&p);
+  }
+  std::remove(InputPath().c_str());
+  return 0;
+}

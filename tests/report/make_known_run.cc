@@ -1,0 +1,81 @@
+// Writes a run whose numbers are known, for the report's tests:
+//   make_known_run LOG_DIR [--busy N]
+// -> LOG_DIR/plugins/profile/run1/known.xplane.pb with, on /host:CPU,
+//   thread "main": 5 steps "train" (step_num 1..5) of 10, 20, 30, 40, 50 ms,
+//     1 ms apart, each holding "forward" (the first 40 %) and "backward"
+//     (the next 40 %) and, inside forward, "matmul" (half of forward);
+//   thread "loader": "load_batch" of 2 ms at the start of each step;
+// and on /device:GPU:0, line "Stream #7": a kernel "gemm_kernel" of 3 ms in each step.
+// --busy N adds thread "busy" with N more events (about), back to back from
+// 0: "outer" of 4 us holding "inner" of 2 us holding "leaf" of 1 us, 0.5 us apart.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "export/log_dir.h"
+#include "export/xplane/xplane_writer.h"
+#include "model/schema.h"
+#include "model/xspace.h"
+
+namespace model = spyglass::model;
+
+int main(int argc, char** argv) {
+  long busy = 0;
+  if (argc == 4 && std::string(argv[2]) == "--busy") busy = std::atol(argv[3]);
+  if ((argc != 2 && argc != 4) || busy < 0) {
+    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N]\n");
+    return 2;
+  }
+  constexpr int64_t kMs = 1'000'000'000;  // ps
+  model::Space space;
+  // Made first, referenced after: adding planes or lines moves them.
+  space.plane(model::kHostPlaneName);
+  space.plane(std::string(model::kGpuPlanePrefix) + "0");
+  model::Plane& host = space.planes[0];
+  model::Plane& gpu = space.planes[1];
+  host.stats.push_back(host.int_stat(model::kProcessIdStat, 4242));
+  host.line_with_id(1).name = "main";
+  host.line_with_id(2).name = "loader";
+  if (busy) host.line_with_id(3).name = "busy";
+  gpu.line_with_id(7).name = "Stream #7";
+  model::Line& main = host.lines[0];
+  model::Line& loader = host.lines[1];
+  model::Line& stream = gpu.lines[0];
+  auto add = [](model::Line& line, model::Plane& plane, const char* name, int64_t at, int64_t dur) -> model::Event& {
+    line.events.push_back({at, dur, plane.intern_event(name)});
+    return line.events.back();
+  };
+  int64_t t = 0;
+  for (int step = 1; step <= 5; ++step) {
+    int64_t d = step * 10 * kMs;
+    model::Event& e = add(main, host, "train", t, d);
+    main.add_stats(e, std::vector<model::Stat>{host.int_stat("_r", 1), host.int_stat("step_num", step)});
+    add(main, host, "forward", t, d * 4 / 10);
+    add(main, host, "matmul", t, d * 2 / 10);
+    add(main, host, "backward", t + d * 4 / 10, d * 4 / 10);
+    add(loader, host, "load_batch", t, 2 * kMs);
+    add(stream, gpu, "gemm_kernel", t + kMs, 3 * kMs);
+    t += d + kMs;
+  }
+  if (busy) {
+    constexpr int64_t kUs = 1'000'000;
+    model::Line& line = host.lines[2];
+    for (long i = 0; i < busy / 3; ++i) {
+      int64_t at = i * 4500 * kUs / 1000;
+      add(line, host, "outer", at, 4 * kUs);
+      add(line, host, "inner", at + kUs, 2 * kUs);
+      add(line, host, "leaf", at + kUs, kUs);
+    }
+  }
+  std::string run_dir;
+  if (auto s = spyglass::exporter::MakeRunDir(argv[1], "run1", &run_dir); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
+  }
+  if (auto s = spyglass::exporter::WriteXSpaceFile(space, run_dir + "/known.xplane.pb"); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("%s/known.xplane.pb\n", run_dir.c_str());
+  return 0;
+}

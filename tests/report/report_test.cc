@@ -1,0 +1,379 @@
+// `spyglass report`: the timeline's levels of detail (decoded back as the
+// page decodes them), the flame graph of a known profile, the page's
+// escaping, and the real CLI's errors (not a profile, truncated, newer format, missing run,
+// a bad memory profile, an output it cannot write).
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/gzip.h"
+#include "export/xplane/xplane_writer.h"
+#include "memory/pprof.h"
+#include "model/schema.h"
+#include "report/flame.h"
+#include "report/report.h"
+#include "report/timeline.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace report = spyglass::report;
+namespace model = spyglass::model;
+using spyglass::testing::MakeTempDir;
+using spyglass::testing::ReadFile;
+
+struct Span {
+  int64_t start, end;
+  uint32_t name, count;
+};
+
+// The page's decoder (report.js, decode()), in C++.
+std::vector<Span> Decode(const report::Timeline& tl, const report::TimelineTrack& t, const report::TimelineLevel& l) {
+  std::vector<Span> out;
+  size_t p = l.offset;
+  auto varint = [&] {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      uint8_t b = static_cast<uint8_t>(tl.blob.at(p++));
+      v |= uint64_t{b & 127u} << shift;
+      if (!(b & 128)) return v;
+    }
+  };
+  int64_t prev = t.at_ns;
+  for (uint64_t i = 0; i < l.spans; ++i) {
+    uint64_t z = varint();
+    int64_t gap = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+    Span s;
+    s.start = prev + gap;
+    s.end = s.start + static_cast<int64_t>(varint());
+    s.name = static_cast<uint32_t>(varint());
+    s.count = l.threshold_ns > 0 ? static_cast<uint32_t>(varint()) : 1;
+    prev = s.end;
+    out.push_back(s);
+  }
+  EXPECT_EQ(p, l.offset + l.bytes);
+  return out;
+}
+
+TEST(TimelineTest, NestedEventsGoOneLanePerDepth) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "main");
+  // ps; given out of order: the builder sorts.
+  b.AddEvent("child", 2'000'000, 3'000'000);
+  b.AddEvent("parent", 1'000'000, 10'000'000);
+  b.AddEvent("grandchild", 2'500'000, 1'000'000);
+  b.AddEvent("sibling", 12'000'000, 1'000'000);
+  b.AddEvent("overlaps_parent", 9'000'000, 2'500'000);  // not nested: below the busy lane
+  b.EndLine();
+  b.BeginLine("/device:GPU:0", "Stream #1");
+  b.AddEvent("kernel", 500'000, 1'000'000);
+  b.EndLine();
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.tracks.size(), 2u);
+  EXPECT_EQ(tl.events, 6u);
+  EXPECT_EQ(tl.start_ns, 500);
+  EXPECT_EQ(tl.duration_ns, 12'500);
+  const report::TimelineTrack& main = tl.tracks[0];
+  EXPECT_EQ(main.plane, "/host:CPU");
+  EXPECT_EQ(main.at_ns, 500);
+  ASSERT_EQ(main.lanes.size(), 3u);
+  auto names = [&](const std::vector<Span>& spans) {
+    std::vector<std::string> out;
+    for (const Span& s : spans) out.push_back(tl.names[s.name]);
+    return out;
+  };
+  auto lane0 = Decode(tl, main, main.lanes[0][0]);
+  EXPECT_EQ(names(lane0), (std::vector<std::string>{"parent", "sibling"}));
+  EXPECT_EQ(lane0[0].start, 500);  // ns from the first event of the run
+  EXPECT_EQ(lane0[0].end, 10'500);
+  EXPECT_EQ(names(Decode(tl, main, main.lanes[1][0])), (std::vector<std::string>{"child", "overlaps_parent"}));
+  EXPECT_EQ(names(Decode(tl, main, main.lanes[2][0])), (std::vector<std::string>{"grandchild"}));
+  auto kernel = Decode(tl, tl.tracks[1], tl.tracks[1].lanes[0][0]);
+  ASSERT_EQ(kernel.size(), 1u);
+  EXPECT_EQ(kernel[0].start, 0);
+  EXPECT_EQ(kernel[0].end, 1'000);
+}
+
+// Many short events: each kept level halves the one before, at most about
+// one span per threshold of time survives, and the events are all counted.
+TEST(TimelineTest, LevelsOfDetailBoundWhatIsDrawn) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "busy");
+  constexpr int kEvents = 100'000;
+  for (int i = 0; i < kEvents; ++i) b.AddEvent(i % 7 ? "short" : "longer", int64_t{i} * 150'000, i % 7 ? 100'000 : 140'000);
+  // One wide event after a gap: never merged into the short ones.
+  b.AddEvent("wide", int64_t{kEvents} * 150'000 + 50'000'000, 20'000'000'000);
+  report::Timeline tl = b.Finish();
+  const auto& levels = tl.tracks.at(0).lanes.at(0);
+  ASSERT_GE(levels.size(), 3u);
+  EXPECT_EQ(levels[0].threshold_ns, 0);
+  EXPECT_EQ(levels[0].spans, kEvents + 1u);
+  uint64_t all = 0;
+  for (size_t k = 1; k < levels.size(); ++k) {
+    EXPECT_GT(levels[k].threshold_ns, levels[k - 1].threshold_ns);
+    EXPECT_LE(levels[k].spans * 2, levels[k - 1].spans) << "level " << k;
+    auto spans = Decode(tl, tl.tracks[0], levels[k]);
+    uint64_t counted = 0;
+    for (const Span& s : spans) counted += s.count;
+    EXPECT_EQ(counted, kEvents + 1u) << "level " << k;
+    // Neighbours closer than the threshold are both wide.
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].start - spans[i - 1].end < levels[k].threshold_ns) {
+        EXPECT_GE(spans[i].end - spans[i].start, levels[k].threshold_ns);
+        EXPECT_GE(spans[i - 1].end - spans[i - 1].start, levels[k].threshold_ns);
+      }
+    all += levels[k].spans;
+    // The wide event keeps its name at every level.
+    EXPECT_EQ(tl.names[spans.back().name], "wide");
+  }
+  EXPECT_LE(all, levels[0].spans);  // all levels together: at most the events again
+  // The coarsest level of a 15 ms stretch of events: a handful of spans.
+  EXPECT_LE(levels.back().spans, 4u);
+}
+
+TEST(TimelineTest, TooDeepIsCountedNotDrawn) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "deep");
+  const int depth = static_cast<int>(report::kMaxLanes) + 10;
+  for (int i = 0; i < depth; ++i) b.AddEvent("level", i * 1000, (depth - i) * 2000);
+  report::Timeline tl = b.Finish();
+  EXPECT_EQ(tl.tracks[0].lanes.size(), report::kMaxLanes);
+  EXPECT_EQ(tl.tracks[0].hidden, 10u);
+}
+
+// Too many threads: the busiest kMaxTracks are kept, the rest counted; times
+// at the ends of int64 do not overflow.
+TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
+  report::TimelineBuilder b;
+  const size_t n = report::kMaxTracks + 5;
+  for (size_t i = 0; i < n; ++i) {
+    b.BeginLine("/host:CPU", "t" + std::to_string(i));
+    // Thread i has 1 event, except the last 5 which have 3: 5 of one event go.
+    for (int k = 0; k < (i >= report::kMaxTracks ? 3 : 1); ++k) b.AddEvent("e", int64_t{k} * 1000, 500);
+    b.EndLine();
+  }
+  report::Timeline tl = b.Finish();
+  EXPECT_EQ(tl.tracks.size(), report::kMaxTracks);
+  EXPECT_EQ(tl.hidden_tracks, 5u);
+  EXPECT_EQ(tl.hidden_track_events, 5u);
+  EXPECT_EQ(tl.tracks[0].name, "t0");  // in the order given
+  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(n - 1));
+  size_t busiest = 0;
+  for (const auto& t : tl.tracks) busiest += t.events == 3;
+  EXPECT_EQ(busiest, 5u);
+
+  report::TimelineBuilder x;
+  x.BeginLine("/host:CPU", "odd");
+  x.AddEvent("late", INT64_MAX - 10, INT64_MAX);
+  x.AddEvent("negative", -5'000, -1);
+  report::Timeline odd = x.Finish();
+  ASSERT_EQ(odd.tracks.size(), 1u);
+  EXPECT_EQ(odd.events, 2u);
+  EXPECT_GE(odd.duration_ns, 0);
+}
+
+// A profile with known stacks: main -> build_table (640 KiB), main ->
+// grow_cache (500 KiB, through operator new).
+spyglass::memory::PprofProfile KnownProfile() {
+  spyglass::memory::ProfileData d;
+  d.functions = {{"main", "main", "w.cc", 1}, {"build_table()", "", "w.cc", 10}, {"grow_cache(int)", "", "w.cc", 20},
+                 {"operator new(unsigned long)", "", "new.cc", 1}};
+  d.locations = {{0x10, {{1, 5}}}, {0x20, {{2, 12}}}, {0x30, {{3, 22}}}, {0x40, {{4, 2}}}};
+  d.samples = {{{2, 1}, 10, 640 << 10, "heap", "cpu:0"}, {{4, 3, 1}, 500, 500 << 10, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  EXPECT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  return p;
+}
+
+TEST(FlameTest, KnownProfile) {
+  report::FlameGraph g = report::BuildFlameGraph(KnownProfile(), "memory.1.exit.prof");
+  EXPECT_EQ(g.unit, "bytes");
+  EXPECT_EQ(g.total, (640 + 500) << 10);
+  // Preorder, largest child first.
+  std::vector<std::string> order;
+  for (size_t i = 0; i < g.node_name.size(); ++i)
+    order.push_back(g.names[g.node_name[i]] + "@" + std::to_string(g.node_depth[i]) + "=" +
+                    std::to_string(g.node_value[i] >> 10));
+  EXPECT_EQ(order, (std::vector<std::string>{"all@0=1140", "main@1=1140", "build_table()@2=640",
+                                             "grow_cache(int)@2=500", "operator new(unsigned long)@3=500"}));
+  ASSERT_EQ(g.top_sites.size(), 2u);
+  EXPECT_EQ(g.top_sites[0].site.substr(0, 13), "build_table()");
+  EXPECT_EQ(g.top_sites[0].count, 10);
+  EXPECT_EQ(g.top_sites[1].site.substr(0, 15), "grow_cache(int)");  // past the allocator frame
+  EXPECT_EQ(g.top_sites[1].value, 500 << 10);
+}
+
+// Several devices: a subtree each; negative values (not a live-memory
+// profile) weigh nothing and are counted.
+TEST(FlameTest, DevicesAndNegativeValues) {
+  spyglass::memory::ProfileData d;
+  d.functions = {{"main", "", "w.cc", 1}, {"upload", "", "w.cc", 2}};
+  d.locations = {{0x10, {{1, 5}}}, {0x20, {{2, 9}}}};
+  d.samples = {{{1}, 1, 100, "heap", "cpu:0"}, {{2, 1}, 1, 300, "device", "gpu:0"}, {{1}, 1, -50, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::FlameGraph g = report::BuildFlameGraph(p, "x.prof");
+  EXPECT_EQ(g.total, 400);
+  EXPECT_EQ(g.negative_samples, 1u);
+  std::vector<std::string> order;
+  for (size_t i = 0; i < g.node_name.size(); ++i) order.push_back(g.names[g.node_name[i]] + "=" + std::to_string(g.node_value[i]));
+  EXPECT_EQ(order, (std::vector<std::string>{"all=400", "[gpu:0 device]=300", "main=300", "upload=300",
+                                             "[cpu:0 heap]=100", "main=100"}));
+}
+
+// Names come from the profile: a name that closes the script element or
+// starts a comment must stay data.
+TEST(ReportPageTest, NamesCannotEndTheScript) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "</script><script>alert(1)</script>");
+  b.AddEvent("<!--<script>", 0, 1000);
+  report::ReportInput in;
+  in.title = "<b>run</b>";
+  in.timeline = b.Finish();
+  in.summary_json = R"({"note":"</script>"})";
+  std::string html = report::RenderReport(in);
+  size_t scripts = 0;
+  for (size_t at = html.find("</script"); at != std::string::npos; at = html.find("</script", at + 1)) ++scripts;
+  EXPECT_EQ(scripts, 3u);  // data, timeline, code
+  EXPECT_EQ(html.find("<!--<script>"), std::string::npos);
+  EXPECT_EQ(html.find("<b>run</b>"), std::string::npos);
+  EXPECT_NE(html.find("\\u003c/script>\\u003cscript>alert(1)"), std::string::npos);
+  // Nothing to fetch: no src= or href= to anything but the page's own anchors.
+  EXPECT_EQ(html.find(" src="), std::string::npos);
+  EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+}
+
+// ---- the real CLI ----------------------------------------------------------------
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result Cli(const std::string& args) {
+  const char* cli = std::getenv("SPYGLASS_CLI");
+  std::string cmd = std::string(cli ? cli : "spyglass") + " report " + args + " 2>&1";
+  Result r{-1, ""};
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(f);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class ReportCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::getenv("SPYGLASS_CLI")) GTEST_SKIP() << "SPYGLASS_CLI not set";
+    dir_ = MakeTempDir("spyglass-report");
+    model::Space space;
+    space.plane(model::kHostPlaneName);
+    model::Plane& host = space.planes[0];
+    host.line_with_id(1).name = "main";
+    host.lines[0].events.push_back({0, 5'000'000, host.intern_event("work")});
+    good_ = dir_ + "/good.xplane.pb";
+    ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, good_).ok());
+  }
+  void Write(const std::string& name, const std::string& bytes) {
+    ASSERT_TRUE(spyglass::exporter::WriteOutputBytes(dir_ + "/" + name, bytes).ok());
+  }
+  std::string dir_, good_;
+};
+
+TEST_F(ReportCliTest, WritesThePage) {
+  Result r = Cli(good_ + " -o " + dir_ + "/r.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 events on 1 threads"), std::string::npos) << r.out;
+  std::string html = ReadFile(dir_ + "/r.html");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("\"name\":\"main\""), std::string::npos);
+}
+
+TEST_F(ReportCliTest, NotAProfile) {
+  Write("text.xplane.pb", "this is not a profile, just some text\n");
+  Result r = Cli(dir_ + "/text.xplane.pb -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("is not a profile"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+}
+
+TEST_F(ReportCliTest, Truncated) {
+  std::string bytes = ReadFile(good_);
+  Write("cut.xplane.pb", bytes.substr(0, bytes.size() / 2));
+  Result r = Cli(dir_ + "/cut.xplane.pb -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+}
+
+TEST_F(ReportCliTest, NewerFormat) {
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  space.plane(model::kMetadataPlaneName);
+  space.planes[0].line_with_id(1).events.push_back({0, 1000, space.planes[0].intern_event("work")});
+  model::Plane& md = space.planes[1];
+  md.stats.push_back(md.int_stat(model::kFormatVersionMetadata, 99));
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, dir_ + "/newer.xplane.pb").ok());
+  Result r = Cli(dir_ + "/newer.xplane.pb -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("newer format"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+}
+
+TEST_F(ReportCliTest, MissingRunAndEmptyFolder) {
+  Result r = Cli(dir_ + "/no_such_run -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no such file or folder"), std::string::npos) << r.out;
+  fs::create_directory(dir_ + "/empty");
+  r = Cli(dir_ + "/empty -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no .xplane.pb in"), std::string::npos) << r.out;
+  // A path quoted in an error is bounded.
+  r = Cli(dir_ + "/" + std::string(200, 'x') + " -o " + dir_ + "/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.out.size(), 400u) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+}
+
+TEST_F(ReportCliTest, BadMemoryProfile) {
+  Write("memory.1.exit.prof", std::string("\x1f\x8b\x08\x00garbage", 11));
+  // Named with --memory: an error.
+  Result r = Cli(good_ + " -o " + dir_ + "/r.html --memory " + dir_ + "/memory.1.exit.prof");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("not a valid pprof profile"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/r.html"));
+  // Found next to the run: left out, and the page says why.
+  r = Cli(good_ + " -o " + dir_ + "/r.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("0 memory profiles"), std::string::npos) << r.out;
+  EXPECT_NE(ReadFile(dir_ + "/r.html").find("memory profile left out"), std::string::npos);
+}
+
+TEST_F(ReportCliTest, OutputItCannotWrite) {
+  Result r = Cli(good_ + " -o " + dir_ + "/no/such/dir/r.html");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("cannot create"), std::string::npos) << r.out;
+  // A symbolic link at the output's name is replaced, never written through.
+  Write("target.txt", "keep");
+  fs::create_symlink(dir_ + "/target.txt", dir_ + "/link.html");
+  r = Cli(good_ + " -o " + dir_ + "/link.html");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_EQ(ReadFile(dir_ + "/target.txt"), "keep");
+}
+
+TEST_F(ReportCliTest, UsageErrors) {
+  Result r = Cli(good_);  // no -o
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--output is required"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,199 @@
+// `spyglass report RUN -o report.html`: one self-contained HTML page of a
+// run (src/report/report.h): the events through spyglass/profile_reader.h,
+// the tables from src/analysis/.
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "commands.h"
+#include "export/output_file.h"
+#include "memory/pprof.h"
+#include "analysis/summary.h"
+#include "model/schema.h"
+#include "report/report.h"
+#include "spyglass/profile_reader.h"
+
+namespace spyglass::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What is being done, on stderr once the command has taken more than a
+// second, then every few seconds while it lasts.
+class Progress {
+ public:
+  Progress() : thread_([this] { Loop(); }) {}
+  ~Progress() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void Set(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    what_ = std::move(what);
+    changed_ = true;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::chrono::milliseconds wait(1000);
+    while (!cv_.wait_for(lock, wait, [this] { return done_; })) {
+      if (changed_) std::cerr << "spyglass report: " << what_ << "\n";
+      changed_ = false;
+      wait = std::chrono::milliseconds(500);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string what_ = "starting";
+  bool changed_ = true, done_ = false;
+  std::thread thread_;
+};
+
+// Feeds each line of a profile to the timeline (counter tracks left out).
+class TimelineVisitor : public profile::ProfileVisitor {
+ public:
+  TimelineVisitor(report::TimelineBuilder* b, std::string host) : b_(b), host_(std::move(host)) {}
+  bool OnPlane(const profile::PlaneHeader& p) override {
+    plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
+    return true;
+  }
+  bool OnLine(const profile::LineHeader& l) override {
+    if (l.name == model::kCounterLineName) return false;
+    std::string name(l.display_name.empty() ? l.name : l.display_name);
+    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id);
+    return true;
+  }
+  void OnEvent(const profile::EventRecord& e) override { b_->AddEvent(e.name, e.start_ps, e.duration_ps); }
+  void OnLineEnd() override { b_->EndLine(); }
+
+ private:
+  report::TimelineBuilder* b_;
+  std::string host_, plane_;
+};
+
+// memory.*.prof in the run folder, in the log dir above it, and in RUN.
+std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file) {
+  std::error_code ec;
+  std::vector<fs::path> dirs;
+  fs::path run_dir = fs::path(first_file).parent_path();
+  dirs.push_back(run_dir);
+  fs::path abs = fs::absolute(run_dir, ec);
+  if (abs.parent_path().filename() == "profile" && abs.parent_path().parent_path().filename() == "plugins")
+    dirs.push_back(abs.parent_path().parent_path().parent_path());
+  if (fs::is_directory(run, ec)) dirs.push_back(run);
+  std::set<std::string> seen, found;
+  for (const fs::path& d : dirs) {
+    if (!seen.insert(fs::weakly_canonical(d, ec).string()).second) continue;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.starts_with("memory.") && name.ends_with(".prof") && e.is_regular_file(ec))
+        found.insert(e.path().string());
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+constexpr size_t kMaxNearbyProfiles = 16;
+
+int RunReport(const std::string& run, const std::string& output, const std::vector<std::string>& memory_files) {
+  Progress progress;
+  std::vector<std::string> files;
+  if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) {
+    std::cerr << "spyglass report: " << s.message() << "\n";
+    return 1;
+  }
+  report::ReportInput in;
+  in.title = run;
+  report::TimelineBuilder timeline;
+  for (const std::string& f : files) {
+    progress.Set("reading the events of " + f);
+    profile::ProfileReader reader;
+    // Several files (hosts) of one run: their planes named after the file.
+    std::string host;
+    if (files.size() > 1) {
+      host = fs::path(f).filename().string();
+      host = host.substr(0, host.rfind(".xplane.pb"));
+    }
+    TimelineVisitor visitor(&timeline, host);
+    Status s = reader.Open(f);
+    if (s.ok()) s = reader.Scan(visitor);
+    if (!s.ok()) {
+      std::cerr << "spyglass report: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  in.timeline = timeline.Finish();
+  progress.Set("summarizing " + run);
+  analysis::SummaryOptions options;
+  options.top = 20;
+  analysis::Summary summary;
+  if (Status s = analysis::Summarize(run, options, &summary); !s.ok()) {
+    std::cerr << "spyglass report: " << s.message() << "\n";
+    return 1;
+  }
+  in.summary_json = analysis::SummaryToJson(summary);
+
+  // Memory profiles: those named must read; those found nearby are shown if they do.
+  std::vector<std::pair<std::string, bool>> profiles;
+  for (const std::string& m : memory_files) profiles.emplace_back(m, true);
+  if (memory_files.empty()) {
+    std::vector<std::string> nearby = NearbyMemoryProfiles(run, files.front());
+    if (nearby.size() > kMaxNearbyProfiles) {
+      in.notes.push_back(std::to_string(nearby.size()) + " memory profiles found; the last " +
+                         std::to_string(kMaxNearbyProfiles) + " are shown (choose with --memory)");
+      nearby.erase(nearby.begin(), nearby.end() - kMaxNearbyProfiles);
+    }
+    for (const std::string& m : nearby) profiles.emplace_back(m, false);
+  }
+  for (const auto& [path, required] : profiles) {
+    progress.Set("reading " + path);
+    memory::PprofProfile p;
+    if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
+      if (required) {
+        std::cerr << "spyglass report: " << s.message() << "\n";
+        return 1;
+      }
+      in.notes.push_back("memory profile left out: " + s.message());
+      continue;
+    }
+    in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string()));
+  }
+
+  progress.Set("writing " + output);
+  std::string html = report::RenderReport(in);
+  if (Status s = exporter::WriteOutputBytes(output, html); !s.ok()) {
+    std::cerr << "spyglass report: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << output << " (" << memory::HumanBytes(static_cast<int64_t>(html.size())) << "): "
+            << in.timeline.events << " events on " << in.timeline.tracks.size() << " threads, "
+            << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "report", "One self-contained HTML page of a run: step times, summary, a zoomable timeline and memory flame graphs");
+  static std::string run, output;
+  static std::vector<std::string> memory_files;
+  cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")
+      ->required();
+  cmd->add_option("-o,--output", output, "the HTML file to write")->required();
+  cmd->add_option("--memory", memory_files,
+                  "memory profile(s) (.prof, pprof) to show as flame graphs; default: memory.*.prof in the run "
+                  "folder and its log dir");
+  cmd->callback([] { std::exit(RunReport(run, output, memory_files)); });
+}
+
+}  // namespace spyglass::cli
