@@ -115,7 +115,7 @@ class _State:
 _state = _State()
 
 
-class ProfileSession(contextlib.ContextDecorator):
+class ProfileSession:
   """A profiling session (jax.profiler.ProfileSession).
 
   ``start()`` ... ``stop()``, or a context manager. After ``stop()`` the
@@ -226,8 +226,9 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
                         perfetto_link_timeout_s=perfetto_link_timeout_s).start()
 
 
-# The stop path is not recorded by the Python tracer (its frames would be cut
-# by the stop and written as incomplete events).
+# The stop path (stop_trace, ProfileSession.stop/__exit__, trace's exit) is
+# not recorded by the Python tracer: its frames would be cut by the stop and
+# written as incomplete events.
 @_spyglass._untraced
 def stop_trace() -> Optional[ProfileData]:
   """Stops the running trace, writes its files (see start_trace) and returns its ProfileData."""
@@ -254,15 +255,26 @@ def flight_recorder_active() -> bool:
   return _spyglass.flight_recorder_active()
 
 
-def trace(log_dir=None, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
-          profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
-  """Context manager (or decorator) giving a started ProfileSession, stopped on exit (also on errors).
+class trace(contextlib.ContextDecorator):  # pylint: disable=invalid-name
+  """Context manager yielding a started ProfileSession, stopped on exit (also on errors).
 
-  ``log_dir=None`` keeps the trace in memory only: read it from the
-  session's ``profile_data`` after the block.
+  ``log_dir=None`` keeps the trace in memory only: read it from the yielded
+  session's ``profile_data`` after the block. Also usable as a decorator.
+  (A class rather than a generator: its exit is not recorded, see stop_trace.)
   """
-  return ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
-                        perfetto_link_timeout_s=perfetto_link_timeout_s)
+
+  def __init__(self, log_dir=None, create_perfetto_link: bool = False, create_perfetto_trace: bool = False,
+               profiler_options: Optional[ProfileOptions] = None, *, perfetto_link_timeout_s: int = 300):
+    self._session = ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
+                                   perfetto_link_timeout_s=perfetto_link_timeout_s)
+
+  def __enter__(self) -> "ProfileSession":
+    return self._session.__enter__()
+
+  @_spyglass._untraced
+  def __exit__(self, exc_type, exc_val, exc_tb):
+    self._session.__exit__(exc_type, exc_val, exc_tb)
+    return False
 
 
 def export_profile_data(profile_data: Union[ProfileData, ProfileSession], log_dir,

@@ -297,7 +297,11 @@ Status ParseTimeline(std::string_view text, Timeline* out) {
       for (size_t d = 0; d < t.devices.size(); ++d)
         if (f[1 + 2 * d] != t.devices[d] + " live" || f[2 + 2 * d] != t.devices[d] + " max")
           return bad("the header does not match the devices");
-      for (const TimelineSite& s : t.sites) site_cols.push_back(s.id);
+      for (size_t i = 0; i < t.sites.size(); ++i) {
+        if (f[1 + 2 * t.devices.size() + i] != "site " + std::to_string(t.sites[i].id))
+          return bad("the header does not match the sites");
+        site_cols.push_back(t.sites[i].id);
+      }
       header = true;
       continue;
     }
@@ -327,10 +331,11 @@ Status ParseTimeline(std::string_view text, Timeline* out) {
 Status ReadTimelineFile(const std::string& path, Timeline* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("cannot open memory timeline " + QuoteInput(path));
+  // Read in chunks up to one byte over the limit (ParseTimeline refuses it).
   std::string text;
-  text.resize(kMaxTimelineBytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  char buf[1 << 16];
+  while (text.size() <= kMaxTimelineBytes && in.read(buf, sizeof buf).gcount() > 0)
+    text.append(buf, static_cast<size_t>(in.gcount()));
   return ParseTimeline(text, out);
 }
 

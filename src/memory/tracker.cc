@@ -985,7 +985,14 @@ void ResetPeaks() {
 
 namespace {
 void PrepareFork() {
-  MakeShared();  // the shard locks below must mean something
+  // The shard locks below must mean something: another thread that records
+  // without them could be halfway through a change. Not when the forking
+  // thread is the single writer itself (it is not inside an operation): the
+  // child gets a consistent copy, pending record included, and the parent
+  // keeps its single-writer mode.
+  if (g_mode.load(std::memory_order_acquire) != kModeSingle ||
+      g_writer.load(std::memory_order_relaxed) != reinterpret_cast<uintptr_t>(&t_guard))
+    MakeShared();
   Guard::Enter();
   g_class_lock.lock();
   for (Shard& s : g_shards) s.lock.lock();
@@ -1000,7 +1007,12 @@ void ChildFork() {
   // One thread now: single-writer mode again if membarrier works here.
   g_writer.store(0, std::memory_order_relaxed);
   g_writer_busy.store(0, std::memory_order_relaxed);
-  g_mode.store(RegisterMembarrier() ? kModeSingle : kModeShared, std::memory_order_release);
+  if (RegisterMembarrier()) {
+    g_mode.store(kModeSingle, std::memory_order_release);
+  } else {
+    FlushPending(true);  // the only thread: into the table before shared mode forgets it
+    g_mode.store(kModeShared, std::memory_order_release);
+  }
   g_class_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
   ResetPeaks();               // nor are its peak and its timeline

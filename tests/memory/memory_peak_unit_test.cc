@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -236,6 +237,7 @@ TEST(MemoryTimeline, MalformedFilesAreClearErrors) {
            {"# spyglass memory timeline 1\n# device\tcpu:0\n", "unknown metadata"},
            {"# spyglass memory timeline 1\n# device\tcpu:0\t1\nt_ns\tgpu:0 live\tgpu:0 max\n", "does not match"},
            {"# spyglass memory timeline 1\nt_ns\n0\n# device\tcpu:0\t1\n", "metadata after the header"},
+           {"# spyglass memory timeline 1\n# site\t7\tcpu:0\tf\nt_ns\tsite 8\n", "does not match the sites"},
        }) {
     mem::Timeline out;
     spyglass::Status s = mem::ParseTimeline(b.text, &out);
@@ -245,6 +247,30 @@ TEST(MemoryTimeline, MalformedFilesAreClearErrors) {
   }
   mem::Timeline out;
   EXPECT_FALSE(mem::ReadTimelineFile("/nonexistent/x.timeline.tsv", &out).ok());
+  // A file over the size limit is refused without being read whole.
+  std::string path = ::testing::TempDir() + "/big_" + std::to_string(getpid()) + ".timeline.tsv";
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::string line = good + std::string(1 << 20, '#') + "\n";
+    for (size_t n = 0; n <= mem::kMaxTimelineBytes; n += line.size()) std::fwrite(line.data(), 1, line.size(), f);
+    std::fclose(f);
+  }
+  spyglass::Status s = mem::ReadTimelineFile(path, &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("over the limit"), std::string::npos) << s.message();
+  std::remove(path.c_str());
+  mem::Timeline ok;
+  std::string small = ::testing::TempDir() + "/ok_" + std::to_string(getpid()) + ".timeline.tsv";
+  {
+    FILE* f = std::fopen(small.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(good.data(), 1, good.size(), f);
+    std::fclose(f);
+  }
+  EXPECT_TRUE(mem::ReadTimelineFile(small, &ok).ok());
+  EXPECT_EQ(ok.points.size(), 2u);
+  std::remove(small.c_str());
 }
 
 TEST(MemoryFiles, NamesCarryPidAndProgram) {
@@ -254,4 +280,38 @@ TEST(MemoryFiles, NamesCarryPidAndProgram) {
   EXPECT_EQ(mem::SafeComm(".."), "unknown");
   EXPECT_EQ(mem::SelfComm(), mem::SafeComm(mem::SelfComm()));
   EXPECT_FALSE(mem::SelfComm().empty());
+}
+
+// Fork while the single writer holds its latest allocation out of the table:
+// the child and the parent still find it. Inside a forked child, which starts
+// in single-writer mode (earlier tests' snapshots made this process shared).
+bool ForkWhilePending() {
+  const char* dev = "forkpend:0";
+  WeightsSite(7501, 1, 4321, dev);  // the latest allocation of this thread: pending
+  const uint64_t unknown = mem::tracking_stats().unknown_frees;
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    FreeAll(7501, 1);
+    bool ok = Device(dev).live_bytes == 0 && mem::tracking_stats().unknown_frees == unknown;
+    std::string now;
+    ok = ok && spyglass::profiler::device_memory_profile(&now, dev).ok() && Sum(now, "WeightsSite").first == 0;
+    _exit(ok ? 0 : 3);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return false;
+  std::string now;
+  bool ok = spyglass::profiler::device_memory_profile(&now, dev).ok() &&
+            Sum(now, "WeightsSite") == std::make_pair(int64_t{1}, int64_t{4321});
+  FreeAll(7501, 1);
+  return ok && Device(dev).live_bytes == 0 && mem::tracking_stats().unknown_frees == unknown;
+}
+
+TEST(MemoryPeak, ForkKeepsTheWritersLatestAllocation) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(ForkWhilePending() ? 0 : 3);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }

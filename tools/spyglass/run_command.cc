@@ -175,7 +175,7 @@ void AddRunCommand(CLI::App& app) {
   static std::string trace_dir, server, flight_recorder, options, out_dir = ".";
   static std::string sample_bytes = "0";
   static std::vector<std::string> command;
-  run->add_flag("--memory", memory, "track the heap (default when --trace is not given)");
+  run->add_flag("--memory", memory, "track the heap (the default without --trace, --server and --flight-recorder)");
   run->add_option("--trace", trace_dir,
                   "record a trace from start to exit into this log dir (with --memory: a live-bytes counter track); "
                   "the program's SPYGLASS_TRACE_DIR");
