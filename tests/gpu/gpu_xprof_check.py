@@ -1,6 +1,7 @@
 """Reads a GPU .xplane.pb with XProf's converter (pip package xprof) and checks
 what its GPU tools show: kernel_stats lists the kernel with its duration and
-grid/block; trace_viewer@ shows the kernel on /device:GPU:0 with its
+grid/block; framework_op_stats and overview_page put its device time under the
+launch's outermost annotation; trace_viewer@ shows the kernel on /device:GPU:0 with its
 annotation, the copies with their byte counts, and a flow from the launch on
 the host thread to the kernel.
 
@@ -85,6 +86,19 @@ def main():
             failures.append(f"kernel_stats {key} {r.get(key)!r}, expected {want!r}")
       if a.annotation and a.annotation.split("::")[0] not in str(r.get("op_name", "")):
         failures.append(f"kernel_stats op_name {r.get('op_name')!r} lacks {a.annotation.split('::')[0]!r}")
+
+    # framework_op_stats and overview_page: device time under the outermost
+    # annotation of the launch (tf_op).
+    top = a.annotation.split("::")[0] if a.annotation else ""
+    if top:
+      fw = rows(convert(path, "framework_op_stats"))
+      dev_ops = [r for r in fw if str(r.get("host_or_device", "")).lower() == "device"]
+      if not any(r.get("operation") == top for r in dev_ops):
+        failures.append(f"framework_op_stats: no device op {top!r}: {[(r.get('operation'), r.get('host_or_device')) for r in fw][:10]}")
+      ov = rows(convert(path, "overview_page"))
+      if not any(r.get("operation") == top for r in ov):
+        failures.append(f"overview_page: no top op {top!r}")
+      print(f"framework_op_stats: {len(dev_ops)} device ops; overview_page: {len(ov)} rows")
 
     # trace_viewer@ (what the UI loads): events per process, and the flow
     # from the launch on the host thread to the kernel (same bind_id).
