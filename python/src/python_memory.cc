@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "gpu/gpu_callback.h"
 #include "memory/tracker.h"
 #include "spyglass/memory.h"
 
@@ -458,7 +459,18 @@ PyMethodDef g_methods[] = {
 
 }  // namespace
 
+// GPU allocations made from Python (CUPTI callbacks on this thread): the
+// Python stack, when the thread holds the GIL.
+int PythonStackForGpu(uintptr_t* words, int max) {
+  if (t_walking || !Py_IsInitialized() || !PyGILState_Check()) return 0;
+  t_walking = true;
+  int n = WalkPythonStack(words, max);
+  t_walking = false;
+  return n;
+}
+
 bool AddPythonMemory(PyObject* module) {
+  gpu::SetAllocationStackHook(&PythonStackForGpu);
   g_fn_extra = SG_REQUEST_EXTRA(nullptr);
   if (g_fn_extra < 0) PyErr_Clear();  // works without the cache, only slower
   PyObject* name = PyModule_GetNameObject(module);

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "gpu/cupti_abi.h"
+#include "memory/tracker.h"
 #include "spyglass/memory.h"
 
 namespace spyglass::gpu {
@@ -47,6 +48,7 @@ const char* MemoryKindOfCallback(uint32_t id) {
 namespace {
 
 thread_local uint32_t t_tid = 0;
+std::atomic<StackHook> g_stack_hook{nullptr};
 
 void TrackMemory(uint32_t cbid, ApiKind kind, const void* cbd, uint32_t device, uint64_t bytes) {
   const void* params = Field<const void*>(cbd, cb::kFunctionParams);
@@ -64,11 +66,24 @@ void TrackMemory(uint32_t cbid, ApiKind kind, const void* cbd, uint32_t device, 
   int n = 4;
   if (device >= 10) name[n++] = static_cast<char>('0' + device / 10 % 10);
   name[n++] = static_cast<char>('0' + device % 10);
-  memory::record_allocation(reinterpret_cast<const void*>(*out), bytes, std::string_view(name, n),
-                            MemoryKindOfCallback(cbid));
+  std::string_view dev(name, n);
+  if (StackHook hook = g_stack_hook.load(std::memory_order_acquire)) {
+    uintptr_t words[64];
+    int depth = hook(words, 64);
+    if (depth > 0 && memory::internal::g_api_enabled.load(std::memory_order_relaxed)) {
+      if (!memory::internal::Guard::Enter()) return;
+      memory::internal::Record(*out, bytes, memory::internal::InternClass(dev, MemoryKindOfCallback(cbid)), words,
+                               depth);
+      memory::internal::Guard::Leave();
+      return;
+    }
+  }
+  memory::record_allocation(reinterpret_cast<const void*>(*out), bytes, dev, MemoryKindOfCallback(cbid));
 }
 
 }  // namespace
+
+void SetAllocationStackHook(StackHook hook) { g_stack_hook.store(hook, std::memory_order_release); }
 
 void ApiCallback(void* userdata, int domain, uint32_t cbid, const void* cbd) {
   if (domain != abi::kDomainDriverApi || cbd == nullptr) return;

@@ -35,6 +35,13 @@ struct CallbackSink {
 // CUpti_CallbackData (read at the offsets of cupti_abi.h).
 void ApiCallback(void* sink, int domain, uint32_t cbid, const void* cbdata);
 
+// Where GPU allocations are attributed: by default the native stack of the
+// allocating call; a hook set here (the Python extension's, at import) may
+// give the interpreter's stack instead, as symbolic frames (memory/tracker.h),
+// innermost first. It returns how many it wrote, 0 to fall back to native.
+using StackHook = int (*)(uintptr_t* words, int max);
+void SetAllocationStackHook(StackHook hook);
+
 // The memory kind of an allocating call ("device", "managed", "pinned_host",
 // "stream_ordered"), nullptr for other calls.
 const char* MemoryKindOfCallback(uint32_t cbid);

@@ -19,6 +19,7 @@
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
 #include "memory/pprof.h"
+#include "memory/tracker.h"
 #include "model/schema.h"
 #include "spyglass/memory.h"
 
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
   Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, "cuMemsetD32Async", 12, &ms, 34, 35);
   cuMemcpyDtoH_v2_params d2h{host_src, dptr, 65536};
   Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2", 13, &d2h, 600, 700);  // outside layer1
-  CHECK(sink.size() == 7);
+  CHECK(sink.size() == 7);  // (the stream-ordered allocation below makes 9 with the free)
 
   // GPU memory: the live allocation is in the profile as gpu:0 / device with a
   // stack; the failed call is not; the freed one goes.
@@ -214,6 +215,28 @@ int main(int argc, char** argv) {
     CHECK(!s.frames.empty());
   }
   CHECK(gpu_samples == 1);
+
+  // Called from Python: the extension's hook gives the interpreter's frames.
+  gpu::SetAllocationStackHook([](uintptr_t* words, int max) {
+    if (max < 1) return 0;
+    words[0] = memory::internal::SymbolicFrame(memory::internal::InternFunction("train_step", "model.py"), 12);
+    return 1;
+  });
+  CUdeviceptr py_ptr = 0x7f0000c00000ull;
+  cuMemAllocAsync_params py_alloc{&py_ptr, 3u << 20, nullptr};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, "cuMemAllocAsync", 4, &py_alloc, 18, 19);
+  gpu::SetAllocationStackHook(nullptr);
+  CHECK(profiler::device_memory_profile(&pprof, "gpu:0").ok());
+  memory::PprofProfile prof2;
+  CHECK(memory::ParsePprof(pprof, &prof2).ok());
+  bool python_site = false;
+  for (const auto& smp : prof2.samples) {
+    auto kind = smp.labels.find("kind");
+    if (kind != smp.labels.end() && kind->second == "stream_ordered" && !smp.frames.empty())
+      python_site = smp.frames[0].function == "train_step" && smp.frames[0].file == "model.py" &&
+                    smp.frames[0].line == 12 && smp.values[prof2.bytes_index] == (3 << 20);
+  }
+  CHECK(python_site);
 
   // Device records with NVIDIA's layouts.
   gpu::GpuCollector collector;
