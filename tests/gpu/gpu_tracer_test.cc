@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -164,6 +165,8 @@ TEST(GpuTracer, RaiseErrorOnStartFailure) {
 TEST(GpuTracer, PipLibcuptiWithoutDriver) {
   const char* dir = std::getenv("SPYGLASS_TEST_CUPTI_DIR");
   if (dir == nullptr || *dir == 0) GTEST_SKIP() << "SPYGLASS_TEST_CUPTI_DIR not set (pip nvidia-cuda-cupti)";
+  if (access((std::string(dir) + "/libcupti.so.13").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "no pip libcupti in " << dir << " (scripts/setup.sh --browser installs it)";
   if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
   setenv("SPYGLASS_CUPTI_PATH", dir, 1);
   gpu::Loaded l = gpu::LoadCupti();
