@@ -55,7 +55,7 @@ print(json.dumps(out))
 """
 
 CHILD_TRACER = r"""
-import json, sys, tempfile, time
+import json, os, sys, tempfile, time
 impl, scale = sys.argv[1], int(sys.argv[2])
 
 def fib(n):
@@ -105,6 +105,12 @@ for _ in range(3):
         profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
         runs.append(timed())
         profiler.stop_trace()
+    elif impl.startswith("floor"):  # floor-py / floor-ccall: bench/mon_floor.c's empty callbacks
+        sys.path.insert(0, os.environ["MON_FLOOR_DIR"])
+        import mon_floor
+        mon_floor.start(impl == "floor-ccall")
+        runs.append(timed())
+        mon_floor.stop()
     elif impl == "viztracer":
         from viztracer import VizTracer
         tracer = VizTracer(tracer_entries=5_000_000, verbose=0)
@@ -150,10 +156,26 @@ def child(code, *args, **extra_env):
   return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def build_floor():
+  """bench/mon_floor.c as an extension of this Python, in a temporary dir (None: no C compiler)."""
+  import sysconfig
+  out = tempfile.mkdtemp()
+  cc = (sysconfig.get_config_var("CC") or "cc").split()
+  src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mon_floor.c")
+  so = os.path.join(out, "mon_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+  p = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], src, "-o", so],
+                     capture_output=True, text=True)
+  if p.returncode != 0:
+    sys.stderr.write(p.stderr[-2000:])
+    return None
+  return out
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
   ap.add_argument("--json", help="also write the figures to this file")
+  ap.add_argument("--tracer-only", action="store_true", help="only the Python tracer table")
   args = ap.parse_args()
   n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
   scale = 5 if args.quick else 40
@@ -161,15 +183,20 @@ def main():
 
   impls = ["spyglass"] + (["jax"] if have("jax.profiler") else [])
   results = {"annotation": {}, "tracer": {}, "export": {}}
-  for impl in impls:
+  for impl in [] if args.tracer_only else impls:
     results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
   # On 3.12+ Spyglass records through sys.monitoring; the profile-function
   # hook (the one before 3.12) is measured beside it.
   tracers = impls[:1] + (["spyglass-setprofile"] if sys.version_info >= (3, 12) else []) + impls[1:]
-  for impl in tracers + (["viztracer"] if have("viztracer") else []):
+  # The floor of sys.monitoring (3.12+): empty C callbacks for the same events.
+  floor = build_floor() if sys.version_info >= (3, 12) else None
+  floors = ["floor-py", "floor-ccall"] if floor else []
+  for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
+    if floor:
+      extra["MON_FLOOR_DIR"] = floor
     results["tracer"][impl] = child(CHILD_TRACER, impl, scale, **extra)
-  for impl in impls:
+  for impl in [] if args.tracer_only else impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
   def fmt(v, spec):
@@ -178,9 +205,10 @@ def main():
   a = results["annotation"]
   s, j = a.get("spyglass") or {}, a.get("jax") or {}
   print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; loop of {n_loop:,}, best of {repeat}\n")
-  print("| `with TraceAnnotation(\"x\"): pass` | Spyglass | jax.profiler | Spyglass / JAX |")
-  print("|---|---|---|---|")
-  for key, label in [("idle_ns", "no trace running"), ("tracing_ns", "trace running")]:
+  if not args.tracer_only:
+    print("| `with TraceAnnotation(\"x\"): pass` | Spyglass | jax.profiler | Spyglass / JAX |")
+    print("|---|---|---|---|")
+  for key, label in [] if args.tracer_only else [("idle_ns", "no trace running"), ("tracing_ns", "trace running")]:
     ratio = s[key] / j[key] if s.get(key) and j.get(key) else None
     print(f"| {label} (ns per iteration) | {fmt(s.get(key), '.1f')} | {fmt(j.get(key), '.1f')} | "
           f"{fmt(ratio, '.2f')} |")
@@ -188,26 +216,32 @@ def main():
   t = results["tracer"]
   calls = next((v["calls"] for v in t.values() if v), None)
   print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
-  print("| tracer | bare (ms) | traced (ms) | slowdown |")
-  print("|---|---|---|---|")
+  print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's |")
+  print("|---|---|---|---|---|")
+  viz = (t.get("viztracer") or {}).get("slowdown")
   hook = "sys.monitoring" if sys.version_info >= (3, 12) else "profile function"
-  for impl, label in [("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
+  for impl, label in [("floor-py", "floor: empty C callbacks, PY_* events (bench/mon_floor.c)"),
+                      ("floor-ccall", "floor: empty C callbacks, PY_* + CALL/C_RETURN (DISABLE as Spyglass)"),
+                      ("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
                       ("spyglass-setprofile", "Spyglass, profile function (SPYGLASS_PYTHON_TRACER=setprofile)"),
                       ("jax", "jax.profiler python_tracer_level=1"), ("viztracer", "viztracer")]:
     r = t.get(impl)
     if impl in t:
       print(f"| {label} | {fmt(r and r['bare_s'] * 1e3, '.1f')} | {fmt(r and r['traced_s'] * 1e3, '.1f')} | "
-            f"{fmt(r and r['slowdown'], '.2f')}x |")
+            f"{fmt(r and r['slowdown'], '.2f')}x | "
+            f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} |")
 
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+  if args.tracer_only:
+    return
   e = results["export"]
   print(f"\nstop_trace after {n_export:,} annotations\n")
   print("| | Spyglass | jax.profiler |")
   print("|---|---|---|")
   print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
         f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":
