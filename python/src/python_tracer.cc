@@ -87,20 +87,22 @@ const char kUntraced[] = "<untraced>";
 // Per thread: how many of the events this tracer began are still open, so
 // that returns of frames entered before the session (or whose begin was
 // dropped) end nothing.
+struct CCall;  // sys.monitoring: a C call begun (below)
 struct ThreadDepth {
   uint32_t generation = 0;
   uint32_t depth = 0;    // recorded, open
   uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
   uint32_t open = 0;     // annotations followed in t_open (see below)
-  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in t_c_calls
+  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in c_call
   uint64_t word = 0;
+  CCall* c_call = nullptr;         // sys.monitoring: this thread's t_c_calls (kept across sessions)
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
 thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, d.c_call};
   return d;
 }
 
@@ -246,7 +248,24 @@ std::string Utf8(PyObject* s) {
 
 void NoFree(void*) {}
 
-const char* CodeName(PyCodeObject* code) {
+// The layout of a code object's co_extra (CPython's _PyCodeObjectExtra, the
+// same from 3.6 to 3.13; its header is internal): read directly on every
+// event, as the interpreter's own accessor would (a call into libpython).
+struct CodeExtra {
+  Py_ssize_t ce_size;
+  void* ce_extras[1];
+};
+
+const char* CodeNameSlow(PyCodeObject* code);
+
+inline const char* CodeName(PyCodeObject* code) {
+  auto* extra = static_cast<CodeExtra*>(code->co_extra);
+  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size && extra->ce_extras[g_code_extra] != nullptr))
+    return static_cast<const char*>(extra->ce_extras[g_code_extra]);
+  return CodeNameSlow(code);
+}
+
+__attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
   void* extra = nullptr;
   if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra != nullptr)
     return static_cast<const char*>(extra);
@@ -262,10 +281,29 @@ const char* CodeName(PyCodeObject* code) {
 
 // "$<owner> <method>" of a C method definition `ml`; the key (definition
 // and, for methods, the type of self) names one function.
-const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+// In front of the map, a direct-mapped cache: a C call's name is then a few
+// loads (the map's hash and probe cost as much as the rest of the event).
+struct CNameEntry {
+  uint64_t key;
+  const char* name;
+};
+constexpr size_t kCNameCache = 256;
+CNameEntry g_cname_cache[kCNameCache];
+
+const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module, PyObject* self, bool module_named);
+
+inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
   bool module_named = module != nullptr && PyUnicode_Check(module);
   uint64_t key = reinterpret_cast<uint64_t>(ml) * 31 +
                  (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self)));
+  CNameEntry& e = g_cname_cache[(key ^ (key >> 12)) % kCNameCache];
+  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr)) return e.name;
+  e = {key, CMethodNameSlow(key, ml, module, self, module_named)};
+  return e.name;
+}
+
+__attribute__((noinline)) const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module,
+                                                      PyObject* self, bool module_named) {
   auto it = g_cfunc_names->find(key);
   if (it != g_cfunc_names->end()) return it->second;
   std::string owner;
@@ -365,7 +403,9 @@ struct CCall {
   uint32_t frame_depth;
 };
 constexpr uint32_t kMaxCCalls = 64;
-thread_local std::unique_ptr<CCall[]> t_c_calls;  // off the static TLS block, as t_open
+// Off the static TLS block, as t_open; ThreadDepth::c_call points into it
+// (an initial-exec access, where this one is a __tls_get_addr call).
+thread_local std::unique_ptr<CCall[]> t_c_calls;
 PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
@@ -396,17 +436,20 @@ PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
     return Py_NewRef(g_disable);
   }
   ThreadDepth& d = Depth();
-  if (SPYGLASS_UNLIKELY(!t_c_calls)) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+  if (SPYGLASS_UNLIKELY(d.c_call == nullptr)) {
+    if (!t_c_calls) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+    d.c_call = t_c_calls.get();
+  }
   if (d.c_calls < kMaxCCalls) {
     BeginEvent(name);
-    t_c_calls[d.c_calls++] = {callable, FrameDepth(d)};
+    d.c_call[d.c_calls++] = {callable, FrameDepth(d)};
   }
   Py_RETURN_NONE;
 }
 PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETURN, C_RAISE
   ThreadDepth& d = Depth();
   if (d.c_calls > 0) {
-    const CCall& c = t_c_calls[d.c_calls - 1];
+    const CCall& c = d.c_call[d.c_calls - 1];
     if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
       --d.c_calls;
       EndEvent();
