@@ -411,25 +411,26 @@ PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
 // a CALL that is not a C function (that place's CALL events stop, until the
 // next session's restart_events).
-PyObject* MonStart(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_START
+PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   Py_RETURN_NONE;
 }
-PyObject* MonResume(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_RESUME, PY_THROW
+PyObject* MonResume(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_RESUME, PY_THROW
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   Py_RETURN_NONE;
 }
-PyObject* MonReturn(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_RETURN, PY_UNWIND
+PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
   EndEvent();
   Py_RETURN_NONE;
 }
-PyObject* MonYield(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_YIELD
+PyObject* MonYield(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_YIELD
   EndEvent(/*yield=*/true);
   Py_RETURN_NONE;
 }
-PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
+PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
   PyObject* callable = args[2];
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
   if (name == nullptr) {
     if (PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type)) Py_RETURN_NONE;  // ours
@@ -446,7 +447,7 @@ PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
   }
   Py_RETURN_NONE;
 }
-PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETURN, C_RAISE
+PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
   ThreadDepth& d = Depth();
   if (d.c_calls > 0) {
     const CCall& c = d.c_call[d.c_calls - 1];
@@ -458,18 +459,41 @@ PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETUR
   Py_RETURN_NONE;
 }
 
-#define SG_FASTCALL(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f)), METH_FASTCALL
-PyMethodDef g_mon_defs[] = {
-    {"_sg_py_start", SG_FASTCALL(MonStart), nullptr},   {"_sg_py_resume", SG_FASTCALL(MonResume), nullptr},
-    {"_sg_py_return", SG_FASTCALL(MonReturn), nullptr}, {"_sg_py_yield", SG_FASTCALL(MonYield), nullptr},
-    {"_sg_call", SG_FASTCALL(MonCall), nullptr},        {"_sg_c_return", SG_FASTCALL(MonCReturn), nullptr},
+// The callbacks are objects of a type of our own whose vectorcall is the
+// callback itself: the interpreter calls it directly, where a builtin
+// function goes through the generic C-function call (thread state, recursion
+// check), about a tenth of the interpreter's own cost per event.
+struct MonCallback {
+  PyObject_HEAD
+  vectorcallfunc fn;
 };
-// sys.monitoring.events names -> callback index in g_mon_defs.
+PyTypeObject g_mon_callback_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+constexpr vectorcallfunc kMonFns[] = {MonStart, MonResume, MonReturn, MonYield, MonCall, MonCReturn};
+// sys.monitoring.events names -> callback index in kMonFns.
 constexpr std::pair<const char*, int> kMonEvents[] = {
     {"PY_START", 0}, {"PY_RESUME", 1}, {"PY_THROW", 1}, {"PY_RETURN", 2}, {"PY_UNWIND", 2},
     {"PY_YIELD", 3}, {"CALL", 4},      {"C_RETURN", 5}, {"C_RAISE", 5},
 };
 PyObject* g_mon_callbacks[6] = {};
+
+PyObject* NewMonCallback(int i) {
+  if (g_mon_callback_type.tp_flags == 0) {
+    PyTypeObject& t = g_mon_callback_type;
+    t.tp_name = "spyglass._spyglass._MonitoringCallback";
+    t.tp_basicsize = sizeof(MonCallback);
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    t.tp_vectorcall_offset = offsetof(MonCallback, fn);
+    t.tp_call = PyVectorcall_Call;
+    if (PyType_Ready(&t) < 0) {
+      t.tp_flags = 0;
+      return nullptr;
+    }
+  }
+  MonCallback* cb = PyObject_New(MonCallback, &g_mon_callback_type);
+  if (cb != nullptr) cb->fn = kMonFns[i];
+  return reinterpret_cast<PyObject*>(cb);
+}
+
 
 // Takes a tool id and installs the callbacks; false (nothing held) when no
 // id is free or SPYGLASS_PYTHON_TRACER=setprofile.
@@ -502,7 +526,7 @@ bool MonitoringStart() {
       ok = false;
       break;
     }
-    if (g_mon_callbacks[cb] == nullptr) g_mon_callbacks[cb] = PyCFunction_NewEx(&g_mon_defs[cb], nullptr, nullptr);
+    if (g_mon_callbacks[cb] == nullptr) g_mon_callbacks[cb] = NewMonCallback(cb);
     PyObject* r = g_mon_callbacks[cb] ? PyObject_CallMethod(mon, "register_callback", "iOO", tool, bit,
                                                               g_mon_callbacks[cb])
                                       : nullptr;
