@@ -2,11 +2,14 @@
  * loads it on CPython 3.12+): C callbacks that do nothing, registered for the
  * events Spyglass's Python tracer takes. What a traced run costs with these
  * is the interpreter's own dispatch; the rest of Spyglass's cost is ours.
- *   start(c_calls): PY_START/RESUME/THROW, PY_RETURN/YIELD/UNWIND, and with
- *   c_calls also CALL (DISABLE where the callable is not a C function, as
- *   Spyglass does) and C_RETURN/C_RAISE.   stop(): all off. */
+ *   start(kind): PY_START/RESUME/THROW, PY_RETURN/YIELD/UNWIND, and from
+ *   kind 1 on also CALL (DISABLE where the callable is not a C function, as
+ *   Spyglass does) and C_RETURN/C_RAISE. Kinds 0, 1: the callbacks are
+ *   builtin functions (METH_FASTCALL); 2: objects of a type whose vectorcall
+ *   is the callback, as Spyglass's are.   stop(): all off. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 
 static PyObject* g_disable;
 static int g_tool = -1;
@@ -20,9 +23,33 @@ static PyObject* Call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
 static PyMethodDef g_cb[] = {{"nothing", (PyCFunction)(void (*)(void))Nothing, METH_FASTCALL, NULL},
                              {"call", (PyCFunction)(void (*)(void))Call, METH_FASTCALL, NULL}};
 
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc fn;
+} Callback;
+static PyObject* VcNothing(PyObject* self, PyObject* const* args, size_t n, PyObject* kw) { Py_RETURN_NONE; }
+static PyObject* VcCall(PyObject* self, PyObject* const* args, size_t n, PyObject* kw) { return Call(self, args, 0); }
+static PyTypeObject g_callback_type = {PyVarObject_HEAD_INIT(NULL, 0)};
+static int g_vectorcall;
+
+static PyObject* NewCallback(PyMethodDef* def) {
+  if (!g_vectorcall) return PyCFunction_New(def, NULL);
+  if (!g_callback_type.tp_flags) {
+    g_callback_type.tp_name = "mon_floor.Callback";
+    g_callback_type.tp_basicsize = sizeof(Callback);
+    g_callback_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    g_callback_type.tp_vectorcall_offset = offsetof(Callback, fn);
+    g_callback_type.tp_call = PyVectorcall_Call;
+    if (PyType_Ready(&g_callback_type) < 0) return NULL;
+  }
+  Callback* cb = PyObject_New(Callback, &g_callback_type);
+  if (cb) cb->fn = def == &g_cb[0] ? VcNothing : VcCall;
+  return (PyObject*)cb;
+}
+
 static int Register(PyObject* mon, PyObject* events, const char* ev, PyMethodDef* def, long* mask) {
   PyObject* bit = PyObject_GetAttrString(events, ev);
-  PyObject* fn = PyCFunction_New(def, NULL);
+  PyObject* fn = NewCallback(def);
   PyObject* r = bit && fn ? PyObject_CallMethod(mon, "register_callback", "iOO", g_tool, bit, fn) : NULL;
   if (r) *mask |= PyLong_AsLong(bit);
   Py_XDECREF(bit);
@@ -32,7 +59,9 @@ static int Register(PyObject* mon, PyObject* events, const char* ev, PyMethodDef
 }
 
 static PyObject* Start(PyObject* self, PyObject* arg) {
-  int c_calls = PyObject_IsTrue(arg);
+  long kind = PyLong_AsLong(arg);
+  int c_calls = kind >= 1;
+  g_vectorcall = kind == 2;
   PyObject* mon = PySys_GetObject("monitoring");
   if (!mon) return NULL;
   PyObject* r = PyObject_CallMethod(mon, "use_tool_id", "is", 2, "floor");

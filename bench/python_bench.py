@@ -105,10 +105,10 @@ for _ in range(3):
         profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
         runs.append(timed())
         profiler.stop_trace()
-    elif impl.startswith("floor"):  # floor-py / floor-ccall: bench/mon_floor.c's empty callbacks
+    elif impl.startswith("floor"):  # floor-py / floor-ccall / floor-vectorcall: bench/mon_floor.c's empty callbacks
         sys.path.insert(0, os.environ["MON_FLOOR_DIR"])
         import mon_floor
-        mon_floor.start(impl == "floor-ccall")
+        mon_floor.start(["floor-py", "floor-ccall", "floor-vectorcall"].index(impl))
         runs.append(timed())
         mon_floor.stop()
     elif impl == "viztracer":
@@ -190,7 +190,7 @@ def main():
   tracers = impls[:1] + (["spyglass-setprofile"] if sys.version_info >= (3, 12) else []) + impls[1:]
   # The floor of sys.monitoring (3.12+): empty C callbacks for the same events.
   floor = build_floor() if sys.version_info >= (3, 12) else None
-  floors = ["floor-py", "floor-ccall"] if floor else []
+  floors = ["floor-py", "floor-ccall", "floor-vectorcall"] if floor else []
   for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
     if floor:
@@ -222,6 +222,7 @@ def main():
   hook = "sys.monitoring" if sys.version_info >= (3, 12) else "profile function"
   for impl, label in [("floor-py", "floor: empty C callbacks, PY_* events (bench/mon_floor.c)"),
                       ("floor-ccall", "floor: empty C callbacks, PY_* + CALL/C_RETURN (DISABLE as Spyglass)"),
+                      ("floor-vectorcall", "floor: as above, callbacks of a vectorcall type (as Spyglass's)"),
                       ("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
                       ("spyglass-setprofile", "Spyglass, profile function (SPYGLASS_PYTHON_TRACER=setprofile)"),
                       ("jax", "jax.profiler python_tracer_level=1"), ("viztracer", "viztracer")]:
