@@ -14,7 +14,11 @@ Markdown table (the BENCHMARKS.md "## Python" section):
 2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
    methods, builtins) timed bare, then under Spyglass (python_tracer_level=1;
    on 3.12+ sys.monitoring, and the profile-function hook beside it),
-   jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare.
+   jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare,
+   by wall time and by the process's CPU time (which a loaded machine's
+   waits for a CPU do not enter). On 3.12+ also the floor of sys.monitoring:
+   empty C callbacks (bench/mon_floor.c, compiled here with the C compiler
+   Python was built with) for the events Spyglass takes.
 3. stop_trace time after 1,000,000 annotations (export of the files).
 """
 import argparse
@@ -77,10 +81,10 @@ def workload():
         sorted(range(500), key=lambda v: -v)
     return acc.total
 
-def timed():
-    t = time.perf_counter()
+def timed():  # (wall, CPU of the process: all its threads, none of the time it waits for a CPU)
+    t, c = time.perf_counter(), time.process_time()
     workload()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 # Calls per run, counted with a plain profile hook.
 calls = [0]
@@ -90,7 +94,7 @@ def count(frame, event, arg):
 sys.setprofile(count); workload(); sys.setprofile(None)
 
 timed()  # warm-up
-bare = min(timed() for _ in range(3))
+bares = [timed() for _ in range(3)]
 runs = []
 for _ in range(3):
     if impl.startswith("spyglass"):  # spyglass-setprofile: SPYGLASS_PYTHON_TRACER=setprofile (set by the parent)
@@ -118,8 +122,10 @@ for _ in range(3):
         runs.append(timed())
         tracer.stop()
         tracer.clear()
-traced = min(runs)
-print(json.dumps({"bare_s": bare, "traced_s": traced, "slowdown": traced / bare, "calls": calls[0]}))
+bare, traced = min(b[0] for b in bares), min(r[0] for r in runs)
+bare_cpu, traced_cpu = min(b[1] for b in bares), min(r[1] for r in runs)
+print(json.dumps({"bare_s": bare, "traced_s": traced, "slowdown": traced / bare, "bare_cpu_s": bare_cpu,
+                  "traced_cpu_s": traced_cpu, "slowdown_cpu": traced_cpu / bare_cpu, "calls": calls[0]}))
 """
 
 CHILD_EXPORT = r"""
@@ -216,9 +222,11 @@ def main():
   t = results["tracer"]
   calls = next((v["calls"] for v in t.values() if v), None)
   print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
-  print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's |")
-  print("|---|---|---|---|---|")
+  print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's | CPU: bare (ms) | traced (ms) | slowdown "
+        "| / viztracer's |")
+  print("|---|---|---|---|---|---|---|---|---|")
   viz = (t.get("viztracer") or {}).get("slowdown")
+  viz_cpu = (t.get("viztracer") or {}).get("slowdown_cpu")
   hook = "sys.monitoring" if sys.version_info >= (3, 12) else "profile function"
   for impl, label in [("floor-py", "floor: empty C callbacks, PY_* events (bench/mon_floor.c)"),
                       ("floor-ccall", "floor: empty C callbacks, PY_* + CALL/C_RETURN (DISABLE as Spyglass)"),
@@ -230,7 +238,9 @@ def main():
     if impl in t:
       print(f"| {label} | {fmt(r and r['bare_s'] * 1e3, '.1f')} | {fmt(r and r['traced_s'] * 1e3, '.1f')} | "
             f"{fmt(r and r['slowdown'], '.2f')}x | "
-            f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} |")
+            f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} | {fmt(r and r['bare_cpu_s'] * 1e3, '.1f')} | "
+            f"{fmt(r and r['traced_cpu_s'] * 1e3, '.1f')} | {fmt(r and r['slowdown_cpu'], '.2f')}x | "
+            f"{fmt(r and viz_cpu and r['slowdown_cpu'] / viz_cpu, '.2f')} |")
 
   if args.json:
     with open(args.json, "w") as f:
