@@ -112,7 +112,7 @@ for _ in range(3):
     elif impl.startswith("floor"):  # floor-py / floor-ccall / floor-vectorcall: bench/mon_floor.c's empty callbacks
         sys.path.insert(0, os.environ["MON_FLOOR_DIR"])
         import mon_floor
-        mon_floor.start(["floor-py", "floor-ccall", "floor-vectorcall"].index(impl))
+        mon_floor.start(["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"].index(impl))
         runs.append(timed())
         mon_floor.stop()
     elif impl == "viztracer":
@@ -194,9 +194,10 @@ def main():
   # On 3.12+ Spyglass records through sys.monitoring; the profile-function
   # hook (the one before 3.12) is measured beside it.
   tracers = impls[:1] + (["spyglass-setprofile"] if sys.version_info >= (3, 12) else []) + impls[1:]
-  # The floor of sys.monitoring (3.12+): empty C callbacks for the same events.
+  # The floor of sys.monitoring (3.12+): empty C callbacks for the same events,
+  # then with the one thing every event must add, a timestamp.
   floor = build_floor() if sys.version_info >= (3, 12) else None
-  floors = ["floor-py", "floor-ccall", "floor-vectorcall"] if floor else []
+  floors = ["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"] if floor else []
   for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
     if floor:
@@ -231,6 +232,7 @@ def main():
   for impl, label in [("floor-py", "floor: empty C callbacks, PY_* events (bench/mon_floor.c)"),
                       ("floor-ccall", "floor: empty C callbacks, PY_* + CALL/C_RETURN (DISABLE as Spyglass)"),
                       ("floor-vectorcall", "floor: as above, callbacks of a vectorcall type (as Spyglass's)"),
+                      ("floor-clock", "floor: as above, and a clock read per event (into a small ring)"),
                       ("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
                       ("spyglass-setprofile", "Spyglass, profile function (SPYGLASS_PYTHON_TRACER=setprofile)"),
                       ("jax", "jax.profiler python_tracer_level=1"), ("viztracer", "viztracer")]:
