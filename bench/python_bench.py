@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Spyglass's Python package next to jax.profiler (and viztracer), in one run.
 
-  python3 bench/python_bench.py [--quick] [--json OUT.json]
+  python3 bench/python_bench.py [--quick] [--tracer-only] [--json OUT.json]
 
 Needs `spyglass` importable (pip install .), and for the comparisons
 `pip install jax viztracer` (a missing one is reported as n/a). Each figure is
