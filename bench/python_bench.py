@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Spyglass's Python package next to jax.profiler (and viztracer), in one run.
 
-  python3 bench/python_bench.py [--quick] [--json OUT.json]
+  python3 bench/python_bench.py [--quick] [--tracer-only] [--json OUT.json]
 
 Needs `spyglass` importable (pip install .), and for the comparisons
 `pip install jax viztracer` (a missing one is reported as n/a). Each figure is
@@ -14,7 +14,11 @@ Markdown table (the BENCHMARKS.md "## Python" section):
 2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
    methods, builtins) timed bare, then under Spyglass (python_tracer_level=1;
    on 3.12+ sys.monitoring, and the profile-function hook beside it),
-   jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare.
+   jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare,
+   by wall time and by the process's CPU time (which a loaded machine's
+   waits for a CPU do not enter). On 3.12+ also the floor of sys.monitoring:
+   empty C callbacks (bench/mon_floor.c, compiled here with the C compiler
+   Python was built with) for the events Spyglass takes.
 3. stop_trace time after 1,000,000 annotations (export of the files).
 """
 import argparse
@@ -55,7 +59,7 @@ print(json.dumps(out))
 """
 
 CHILD_TRACER = r"""
-import json, sys, tempfile, time
+import json, os, sys, tempfile, time
 impl, scale = sys.argv[1], int(sys.argv[2])
 
 def fib(n):
@@ -77,10 +81,10 @@ def workload():
         sorted(range(500), key=lambda v: -v)
     return acc.total
 
-def timed():
-    t = time.perf_counter()
+def timed():  # (wall, CPU of the process: all its threads, none of the time it waits for a CPU)
+    t, c = time.perf_counter(), time.process_time()
     workload()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 # Calls per run, counted with a plain profile hook.
 calls = [0]
@@ -90,7 +94,7 @@ def count(frame, event, arg):
 sys.setprofile(count); workload(); sys.setprofile(None)
 
 timed()  # warm-up
-bare = min(timed() for _ in range(3))
+bares = [timed() for _ in range(3)]
 runs = []
 for _ in range(3):
     if impl.startswith("spyglass"):  # spyglass-setprofile: SPYGLASS_PYTHON_TRACER=setprofile (set by the parent)
@@ -105,6 +109,12 @@ for _ in range(3):
         profiler.start_trace(tempfile.mkdtemp(), profiler_options=o)
         runs.append(timed())
         profiler.stop_trace()
+    elif impl.startswith("floor"):  # floor-py / floor-ccall / floor-vectorcall: bench/mon_floor.c's empty callbacks
+        sys.path.insert(0, os.environ["MON_FLOOR_DIR"])
+        import mon_floor
+        mon_floor.start(["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"].index(impl))
+        runs.append(timed())
+        mon_floor.stop()
     elif impl == "viztracer":
         from viztracer import VizTracer
         tracer = VizTracer(tracer_entries=5_000_000, verbose=0)
@@ -112,8 +122,10 @@ for _ in range(3):
         runs.append(timed())
         tracer.stop()
         tracer.clear()
-traced = min(runs)
-print(json.dumps({"bare_s": bare, "traced_s": traced, "slowdown": traced / bare, "calls": calls[0]}))
+bare, traced = min(b[0] for b in bares), min(r[0] for r in runs)
+bare_cpu, traced_cpu = min(b[1] for b in bares), min(r[1] for r in runs)
+print(json.dumps({"bare_s": bare, "traced_s": traced, "slowdown": traced / bare, "bare_cpu_s": bare_cpu,
+                  "traced_cpu_s": traced_cpu, "slowdown_cpu": traced_cpu / bare_cpu, "calls": calls[0]}))
 """
 
 CHILD_EXPORT = r"""
@@ -150,10 +162,26 @@ def child(code, *args, **extra_env):
   return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def build_floor():
+  """bench/mon_floor.c as an extension of this Python, in a temporary dir (None: no C compiler)."""
+  import sysconfig
+  out = tempfile.mkdtemp()
+  cc = (sysconfig.get_config_var("CC") or "cc").split()
+  src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mon_floor.c")
+  so = os.path.join(out, "mon_floor" + sysconfig.get_config_var("EXT_SUFFIX"))
+  p = subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], src, "-o", so],
+                     capture_output=True, text=True)
+  if p.returncode != 0:
+    sys.stderr.write(p.stderr[-2000:])
+    return None
+  return out
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
   ap.add_argument("--json", help="also write the figures to this file")
+  ap.add_argument("--tracer-only", action="store_true", help="only the Python tracer table")
   args = ap.parse_args()
   n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
   scale = 5 if args.quick else 40
@@ -161,15 +189,21 @@ def main():
 
   impls = ["spyglass"] + (["jax"] if have("jax.profiler") else [])
   results = {"annotation": {}, "tracer": {}, "export": {}}
-  for impl in impls:
+  for impl in [] if args.tracer_only else impls:
     results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
   # On 3.12+ Spyglass records through sys.monitoring; the profile-function
   # hook (the one before 3.12) is measured beside it.
   tracers = impls[:1] + (["spyglass-setprofile"] if sys.version_info >= (3, 12) else []) + impls[1:]
-  for impl in tracers + (["viztracer"] if have("viztracer") else []):
+  # The floor of sys.monitoring (3.12+): empty C callbacks for the same events,
+  # then with the one thing every event must add, a timestamp.
+  floor = build_floor() if sys.version_info >= (3, 12) else None
+  floors = ["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"] if floor else []
+  for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
+    if floor:
+      extra["MON_FLOOR_DIR"] = floor
     results["tracer"][impl] = child(CHILD_TRACER, impl, scale, **extra)
-  for impl in impls:
+  for impl in [] if args.tracer_only else impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
   def fmt(v, spec):
@@ -178,9 +212,10 @@ def main():
   a = results["annotation"]
   s, j = a.get("spyglass") or {}, a.get("jax") or {}
   print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; loop of {n_loop:,}, best of {repeat}\n")
-  print("| `with TraceAnnotation(\"x\"): pass` | Spyglass | jax.profiler | Spyglass / JAX |")
-  print("|---|---|---|---|")
-  for key, label in [("idle_ns", "no trace running"), ("tracing_ns", "trace running")]:
+  if not args.tracer_only:
+    print("| `with TraceAnnotation(\"x\"): pass` | Spyglass | jax.profiler | Spyglass / JAX |")
+    print("|---|---|---|---|")
+  for key, label in [] if args.tracer_only else [("idle_ns", "no trace running"), ("tracing_ns", "trace running")]:
     ratio = s[key] / j[key] if s.get(key) and j.get(key) else None
     print(f"| {label} (ns per iteration) | {fmt(s.get(key), '.1f')} | {fmt(j.get(key), '.1f')} | "
           f"{fmt(ratio, '.2f')} |")
@@ -188,26 +223,38 @@ def main():
   t = results["tracer"]
   calls = next((v["calls"] for v in t.values() if v), None)
   print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
-  print("| tracer | bare (ms) | traced (ms) | slowdown |")
-  print("|---|---|---|---|")
+  print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's | CPU: bare (ms) | traced (ms) | slowdown "
+        "| / viztracer's |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  viz = (t.get("viztracer") or {}).get("slowdown")
+  viz_cpu = (t.get("viztracer") or {}).get("slowdown_cpu")
   hook = "sys.monitoring" if sys.version_info >= (3, 12) else "profile function"
-  for impl, label in [("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
+  for impl, label in [("floor-py", "floor: empty C callbacks, PY_* events (bench/mon_floor.c)"),
+                      ("floor-ccall", "floor: empty C callbacks, PY_* + CALL/C_RETURN (DISABLE as Spyglass)"),
+                      ("floor-vectorcall", "floor: as above, callbacks of a vectorcall type (as Spyglass's)"),
+                      ("floor-clock", "floor: as above, and a clock read per event (into a small ring)"),
+                      ("spyglass", f"Spyglass python_tracer_level=1 ({hook})"),
                       ("spyglass-setprofile", "Spyglass, profile function (SPYGLASS_PYTHON_TRACER=setprofile)"),
                       ("jax", "jax.profiler python_tracer_level=1"), ("viztracer", "viztracer")]:
     r = t.get(impl)
     if impl in t:
       print(f"| {label} | {fmt(r and r['bare_s'] * 1e3, '.1f')} | {fmt(r and r['traced_s'] * 1e3, '.1f')} | "
-            f"{fmt(r and r['slowdown'], '.2f')}x |")
+            f"{fmt(r and r['slowdown'], '.2f')}x | "
+            f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} | {fmt(r and r['bare_cpu_s'] * 1e3, '.1f')} | "
+            f"{fmt(r and r['traced_cpu_s'] * 1e3, '.1f')} | {fmt(r and r['slowdown_cpu'], '.2f')}x | "
+            f"{fmt(r and viz_cpu and r['slowdown_cpu'] / viz_cpu, '.2f')} |")
 
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+  if args.tracer_only:
+    return
   e = results["export"]
   print(f"\nstop_trace after {n_export:,} annotations\n")
   print("| | Spyglass | jax.profiler |")
   print("|---|---|---|")
   print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
         f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 //          object is made per call, which the profile hook's emulation on
 //          3.12+ does) for PY_START/RESUME/THROW, PY_RETURN/YIELD/UNWIND,
 //          CALL + C_RETURN/C_RAISE (C functions), under tool id PROFILER_ID
-//          (or another free one). About twice as fast (BENCHMARKS.md).
+//          (or another free one). About twice as fast (BENCHMARKS.md); per
+//          event what is left above the interpreter's own dispatch is
+//          little more than the two clock reads of the begin and the end.
 //   else   the C-level profile function (PyEval_SetProfile), installed on
 //          every thread at start (the interpreter's thread list) and on
 //          threads started later through threading.setprofile.
@@ -87,20 +89,22 @@ const char kUntraced[] = "<untraced>";
 // Per thread: how many of the events this tracer began are still open, so
 // that returns of frames entered before the session (or whose begin was
 // dropped) end nothing.
+struct CCall;  // sys.monitoring: a C call begun (below)
 struct ThreadDepth {
   uint32_t generation = 0;
   uint32_t depth = 0;    // recorded, open
   uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
   uint32_t open = 0;     // annotations followed in t_open (see below)
-  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in t_c_calls
+  uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in c_call
   uint64_t word = 0;
+  CCall* c_call = nullptr;         // sys.monitoring: this thread's t_c_calls (kept across sessions)
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
 thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, d.c_call};
   return d;
 }
 
@@ -246,7 +250,24 @@ std::string Utf8(PyObject* s) {
 
 void NoFree(void*) {}
 
-const char* CodeName(PyCodeObject* code) {
+// The layout of a code object's co_extra (CPython's _PyCodeObjectExtra, the
+// same from 3.6 to 3.13; its header is internal): read directly on every
+// event, as the interpreter's own accessor would (a call into libpython).
+struct CodeExtra {
+  Py_ssize_t ce_size;
+  void* ce_extras[1];
+};
+
+const char* CodeNameSlow(PyCodeObject* code);
+
+inline const char* CodeName(PyCodeObject* code) {
+  auto* extra = static_cast<CodeExtra*>(code->co_extra);
+  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size && extra->ce_extras[g_code_extra] != nullptr))
+    return static_cast<const char*>(extra->ce_extras[g_code_extra]);
+  return CodeNameSlow(code);
+}
+
+__attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
   void* extra = nullptr;
   if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra != nullptr)
     return static_cast<const char*>(extra);
@@ -262,10 +283,29 @@ const char* CodeName(PyCodeObject* code) {
 
 // "$<owner> <method>" of a C method definition `ml`; the key (definition
 // and, for methods, the type of self) names one function.
-const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+// In front of the map, a direct-mapped cache: a C call's name is then a few
+// loads (the map's hash and probe cost as much as the rest of the event).
+struct CNameEntry {
+  uint64_t key;
+  const char* name;
+};
+constexpr size_t kCNameCache = 256;
+CNameEntry g_cname_cache[kCNameCache];
+
+const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module, PyObject* self, bool module_named);
+
+inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
   bool module_named = module != nullptr && PyUnicode_Check(module);
   uint64_t key = reinterpret_cast<uint64_t>(ml) * 31 +
                  (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self)));
+  CNameEntry& e = g_cname_cache[(key ^ (key >> 12)) % kCNameCache];
+  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr)) return e.name;
+  e = {key, CMethodNameSlow(key, ml, module, self, module_named)};
+  return e.name;
+}
+
+__attribute__((noinline)) const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module,
+                                                      PyObject* self, bool module_named) {
   auto it = g_cfunc_names->find(key);
   if (it != g_cfunc_names->end()) return it->second;
   std::string owner;
@@ -365,48 +405,54 @@ struct CCall {
   uint32_t frame_depth;
 };
 constexpr uint32_t kMaxCCalls = 64;
-thread_local std::unique_ptr<CCall[]> t_c_calls;  // off the static TLS block, as t_open
+// Off the static TLS block, as t_open; ThreadDepth::c_call points into it
+// (an initial-exec access, where this one is a __tls_get_addr call).
+thread_local std::unique_ptr<CCall[]> t_c_calls;
 PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
 // a CALL that is not a C function (that place's CALL events stop, until the
 // next session's restart_events).
-PyObject* MonStart(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_START
+PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   Py_RETURN_NONE;
 }
-PyObject* MonResume(PyObject*, PyObject* const* args, Py_ssize_t) {  // PY_RESUME, PY_THROW
+PyObject* MonResume(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_RESUME, PY_THROW
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   Py_RETURN_NONE;
 }
-PyObject* MonReturn(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_RETURN, PY_UNWIND
+PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
   EndEvent();
   Py_RETURN_NONE;
 }
-PyObject* MonYield(PyObject*, PyObject* const*, Py_ssize_t) {  // PY_YIELD
+PyObject* MonYield(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_YIELD
   EndEvent(/*yield=*/true);
   Py_RETURN_NONE;
 }
-PyObject* MonCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {  // CALL
+PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
   PyObject* callable = args[2];
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
   if (name == nullptr) {
     if (PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type)) Py_RETURN_NONE;  // ours
     return Py_NewRef(g_disable);
   }
   ThreadDepth& d = Depth();
-  if (SPYGLASS_UNLIKELY(!t_c_calls)) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+  if (SPYGLASS_UNLIKELY(d.c_call == nullptr)) {
+    if (!t_c_calls) t_c_calls = std::make_unique<CCall[]>(kMaxCCalls);
+    d.c_call = t_c_calls.get();
+  }
   if (d.c_calls < kMaxCCalls) {
     BeginEvent(name);
-    t_c_calls[d.c_calls++] = {callable, FrameDepth(d)};
+    d.c_call[d.c_calls++] = {callable, FrameDepth(d)};
   }
   Py_RETURN_NONE;
 }
-PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETURN, C_RAISE
+PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
   ThreadDepth& d = Depth();
   if (d.c_calls > 0) {
-    const CCall& c = t_c_calls[d.c_calls - 1];
+    const CCall& c = d.c_call[d.c_calls - 1];
     if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
       --d.c_calls;
       EndEvent();
@@ -415,18 +461,41 @@ PyObject* MonCReturn(PyObject*, PyObject* const* args, Py_ssize_t) {  // C_RETUR
   Py_RETURN_NONE;
 }
 
-#define SG_FASTCALL(f) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f)), METH_FASTCALL
-PyMethodDef g_mon_defs[] = {
-    {"_sg_py_start", SG_FASTCALL(MonStart), nullptr},   {"_sg_py_resume", SG_FASTCALL(MonResume), nullptr},
-    {"_sg_py_return", SG_FASTCALL(MonReturn), nullptr}, {"_sg_py_yield", SG_FASTCALL(MonYield), nullptr},
-    {"_sg_call", SG_FASTCALL(MonCall), nullptr},        {"_sg_c_return", SG_FASTCALL(MonCReturn), nullptr},
+// The callbacks are objects of a type of our own whose vectorcall is the
+// callback itself: the interpreter calls it directly, where a builtin
+// function goes through the generic C-function call (thread state, recursion
+// check), about a tenth of the interpreter's own cost per event.
+struct MonCallback {
+  PyObject_HEAD
+  vectorcallfunc fn;
 };
-// sys.monitoring.events names -> callback index in g_mon_defs.
+PyTypeObject g_mon_callback_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+constexpr vectorcallfunc kMonFns[] = {MonStart, MonResume, MonReturn, MonYield, MonCall, MonCReturn};
+// sys.monitoring.events names -> callback index in kMonFns.
 constexpr std::pair<const char*, int> kMonEvents[] = {
     {"PY_START", 0}, {"PY_RESUME", 1}, {"PY_THROW", 1}, {"PY_RETURN", 2}, {"PY_UNWIND", 2},
     {"PY_YIELD", 3}, {"CALL", 4},      {"C_RETURN", 5}, {"C_RAISE", 5},
 };
 PyObject* g_mon_callbacks[6] = {};
+
+PyObject* NewMonCallback(int i) {
+  if (g_mon_callback_type.tp_flags == 0) {
+    PyTypeObject& t = g_mon_callback_type;
+    t.tp_name = "spyglass._spyglass._MonitoringCallback";
+    t.tp_basicsize = sizeof(MonCallback);
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    t.tp_vectorcall_offset = offsetof(MonCallback, fn);
+    t.tp_call = PyVectorcall_Call;
+    if (PyType_Ready(&t) < 0) {
+      t.tp_flags = 0;
+      return nullptr;
+    }
+  }
+  MonCallback* cb = PyObject_New(MonCallback, &g_mon_callback_type);
+  if (cb != nullptr) cb->fn = kMonFns[i];
+  return reinterpret_cast<PyObject*>(cb);
+}
+
 
 // Takes a tool id and installs the callbacks; false (nothing held) when no
 // id is free or SPYGLASS_PYTHON_TRACER=setprofile.
@@ -459,7 +528,7 @@ bool MonitoringStart() {
       ok = false;
       break;
     }
-    if (g_mon_callbacks[cb] == nullptr) g_mon_callbacks[cb] = PyCFunction_NewEx(&g_mon_defs[cb], nullptr, nullptr);
+    if (g_mon_callbacks[cb] == nullptr) g_mon_callbacks[cb] = NewMonCallback(cb);
     PyObject* r = g_mon_callbacks[cb] ? PyObject_CallMethod(mon, "register_callback", "iOO", tool, bit,
                                                               g_mon_callbacks[cb])
                                       : nullptr;
