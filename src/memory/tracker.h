@@ -119,6 +119,11 @@ SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
 SPYGLASS_MEM_EXPORT bool RemoveIfTracked(uintptr_t ptr);
 // Sampled mode: a quick test whether `ptr` may be tracked (no false negatives).
 SPYGLASS_MEM_EXPORT bool MaybeTracked(uintptr_t ptr);
+// Starts loading the live-table slot where `ptr`'s record is (or goes), so
+// that the cache miss overlaps other work (the real malloc/free, the stack
+// walk) instead of stalling the insert or erase that follows. Only a hint:
+// no lock, no guard needed, never faults.
+SPYGLASS_MEM_EXPORT void PrefetchRecord(uintptr_t ptr);
 
 // One live record, as a snapshot sees it.
 struct LiveRecord {
