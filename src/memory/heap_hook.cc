@@ -267,7 +267,6 @@ constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec")
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
-    PrefetchRecord(reinterpret_cast<uintptr_t>(p));  // lands while the stack is walked
     uintptr_t frames[kMaxFrames];
     const uint32_t cls = HeapClass();
     uint32_t site;
@@ -809,12 +808,19 @@ inline bool MayUntrack(void* p) {
   return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
 }
 
+// The live table's slot of this allocation's record: it lands while the
+// stack is walked (here, not in TrackSlow: a call there made the walk's loop
+// slower).
+inline void PrefetchTrack(void* p) { PrefetchInsert(reinterpret_cast<uintptr_t>(p)); }
+
 __attribute__((noinline)) void* MallocTracked(size_t n) {
   void* p = __libc_malloc(n);
-  if (p)
+  if (p) {
+    PrefetchTrack(p);
     TrackSlow(p, n, __builtin_frame_address(0));
-  else
+  } else {
     AllocFailed(n, __builtin_frame_address(0));
+  }
   return p;
 }
 __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
@@ -829,14 +835,17 @@ __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
 __attribute__((noinline)) void FreeTracked(void* p) {
   // Two cache misses of a long-lived block's free, overlapped: the live
   // table's slot (the erase) and the chunk header (glibc's free reads it next).
-  PrefetchRecord(reinterpret_cast<uintptr_t>(p));
+  PrefetchErase(reinterpret_cast<uintptr_t>(p));
   __builtin_prefetch(static_cast<char*>(p) - sizeof(size_t), 0, 3);
   UntrackSlow(p);
   __libc_free(p);
 }
 __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
   void* p = NewOrThrow(n, nothrow);
-  if (p) TrackSlow(p, n, __builtin_frame_address(0));
+  if (p) {
+    PrefetchTrack(p);
+    TrackSlow(p, n, __builtin_frame_address(0));
+  }
   return p;
 }
 
