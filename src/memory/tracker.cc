@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -161,81 +160,9 @@ inline uint64_t Find(const Shard& s, uint64_t ptr, uint64_t h, bool* found) {
   }
 }
 
-// ---- the live table's memory -------------------------------------------------
-// The shards' slot arrays come from one reserved region with transparent huge
-// pages past its first 2 MiB (small programs keep small pages): a large live
-// set's table then spans a few TLB entries instead of one page per 4 KiB, and
-// the random probe of each free misses the TLB less (a two-level walk under a
-// hypervisor). An array a shard outgrows is kept, per capacity (they follow
-// 64 * 1.5^k), for the next shard that grows to that capacity.
-constexpr size_t kArenaBytes = size_t{8} << 30;  // address space only (MAP_NORESERVE)
-constexpr size_t kArenaSmallBytes = size_t{2} << 20;
-constexpr int kCapClasses = 48;
-SpinLock g_arena_lock;
-char* g_arena = nullptr;
-size_t g_arena_used = 0;
-bool g_arena_tried = false;
-Slot* g_free_arrays[kCapClasses];  // linked through each array's first word
-
-int CapClass(uint64_t cap) {
-  int k = 0;
-  for (uint64_t c = 64; c < cap && k < kCapClasses; c += c / 2) ++k;
-  return k;
-}
-
-bool InArena(const Slot* a) {
-  auto p = reinterpret_cast<const char*>(a);
-  return g_arena && p >= g_arena && p < g_arena + kArenaBytes;
-}
-
-Slot* AllocSlots(uint64_t cap) {
-  const size_t bytes = cap * sizeof(Slot);
-  {
-    LockGuard lock(g_arena_lock);
-    const int k = CapClass(cap);
-    if (k < kCapClasses && g_free_arrays[k]) {
-      Slot* a = g_free_arrays[k];
-      std::memcpy(&g_free_arrays[k], a, sizeof(Slot*));
-      std::memset(a, 0, bytes);
-      return a;
-    }
-    if (!g_arena_tried) {
-      g_arena_tried = true;
-      // Not under an address-space limit (ulimit -v): the reservation would
-      // count against the program's own allocations.
-      rlimit as{};
-      if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur == RLIM_INFINITY) {
-        g_arena = static_cast<char*>(MapBytes(kArenaBytes));
-        if (g_arena) madvise(g_arena + kArenaSmallBytes, kArenaBytes - kArenaSmallBytes, MADV_HUGEPAGE);
-      }
-    }
-    const size_t rounded = (bytes + 63) & ~size_t{63};
-    if (g_arena && kArenaBytes - g_arena_used >= rounded) {
-      Slot* a = reinterpret_cast<Slot*>(g_arena + g_arena_used);
-      g_arena_used += rounded;
-      return a;
-    }
-  }
-  return static_cast<Slot*>(MapBytes(bytes));
-}
-
-void FreeSlots(Slot* a, uint64_t cap) {
-  if (a == nullptr) return;
-  if (InArena(a)) {
-    LockGuard lock(g_arena_lock);
-    const int k = CapClass(cap);
-    if (k < kCapClasses) {
-      std::memcpy(a, &g_free_arrays[k], sizeof(Slot*));
-      g_free_arrays[k] = a;
-    }
-    return;
-  }
-  munmap(a, cap * sizeof(Slot));
-}
-
 bool Grow(Shard& s) {
   uint64_t ncap = s.cap == 0 ? 64 : s.cap + s.cap / 2;
-  Slot* ns = AllocSlots(ncap);
+  Slot* ns = static_cast<Slot*>(MapBytes(ncap * sizeof(Slot)));
   if (ns == nullptr) return false;
   for (uint64_t i = 0; i < s.cap; ++i) {
     uint64_t p = s.slots[i].ptr;
@@ -245,7 +172,7 @@ bool Grow(Shard& s) {
       if (++j == ncap) j = 0;
     ns[j] = s.slots[i];
   }
-  FreeSlots(s.slots, s.cap);
+  if (s.slots) munmap(s.slots, s.cap * sizeof(Slot));
   // Atomic stores: PrefetchSlot reads these two without the lock.
   __atomic_store_n(&s.slots, ns, __ATOMIC_RELAXED);
   __atomic_store_n(&s.cap, ncap, __ATOMIC_RELAXED);
