@@ -247,6 +247,7 @@ __attribute__((noinline)) void RecordHere(void* p, size_t n, void* frame) {
     if (Guard::InsideTracking()) Count(kReentrant);
     return;
   }
+  PrefetchInsert(reinterpret_cast<uintptr_t>(p));  // lands while the stacks are walked
   uintptr_t frames[kMaxFrames];
   int depth = CaptureNative(frame, frames, kMaxFrames / 2);
   depth = SplicePythonFrames(frames, depth, kMaxFrames);

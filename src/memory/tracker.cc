@@ -61,7 +61,7 @@ struct PendingRecord {
   uint32_t site = 0;
 };
 PendingRecord g_pending_rec;
-std::atomic<uint64_t> g_pending_live{0};  // 0 or 1, for LiveCount
+std::atomic<uint64_t> g_pending_live{0};  // its pointer, or 0 (LiveCount, the prefetch hints)
 std::atomic<uint64_t> g_single_allocations{0}, g_single_frees{0};
 void FlushPending(bool plain);
 
@@ -173,8 +173,9 @@ bool Grow(Shard& s) {
     ns[j] = s.slots[i];
   }
   if (s.slots) munmap(s.slots, s.cap * sizeof(Slot));
-  s.slots = ns;
-  s.cap = ncap;
+  // Atomic stores: PrefetchSlot reads these two without the lock.
+  __atomic_store_n(&s.slots, ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&s.cap, ncap, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -738,7 +739,7 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
       if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
     }
     g_pending_rec = {ptr, size, site};
-    g_pending_live.store(1, std::memory_order_relaxed);
+    g_pending_live.store(ptr, std::memory_order_relaxed);
     AddTo(g_single_allocations, uint64_t{1}, true);
   } else {
     int64_t old_size = -1;
@@ -753,6 +754,30 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
+
+namespace {
+inline void PrefetchSlot(uintptr_t ptr) {
+  const uint64_t h = PtrHash(ptr);
+  Shard& s = g_shards[h >> (64 - kShardBits)];
+  // A torn pair (a Grow in between) only aims the hint elsewhere: a prefetch
+  // of any address is harmless.
+  Slot* slots = __atomic_load_n(&s.slots, __ATOMIC_RELAXED);
+  if (slots) __builtin_prefetch(&slots[Home(h, __atomic_load_n(&s.cap, __ATOMIC_RELAXED))], 1, 3);
+}
+}  // namespace
+
+// Single-writer mode: the table work of an allocation is the previous
+// pending record's insert, and a free of the pending record touches no table
+// (churn): nothing to load then.
+void PrefetchInsert(uintptr_t ptr) {
+  if (g_mode.load(std::memory_order_relaxed) == kModeSingle) ptr = g_pending_live.load(std::memory_order_relaxed);
+  if (ptr) PrefetchSlot(ptr);
+}
+void PrefetchErase(uintptr_t ptr) {
+  if (g_mode.load(std::memory_order_relaxed) == kModeSingle && g_pending_live.load(std::memory_order_relaxed) == ptr)
+    return;
+  PrefetchSlot(ptr);
+}
 
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
@@ -856,7 +881,7 @@ void ForEachLive(const std::function<void(const LiveRecord&)>& f) {
 }
 
 uint64_t LiveCount() {
-  uint64_t n = g_pending_live.load(std::memory_order_relaxed);
+  uint64_t n = g_pending_live.load(std::memory_order_relaxed) != 0;
   for (const Shard& s : g_shards) n += s.count.load(std::memory_order_relaxed);
   return n;
 }

@@ -119,6 +119,13 @@ SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
 SPYGLASS_MEM_EXPORT bool RemoveIfTracked(uintptr_t ptr);
 // Sampled mode: a quick test whether `ptr` may be tracked (no false negatives).
 SPYGLASS_MEM_EXPORT bool MaybeTracked(uintptr_t ptr);
+// Start loading the live-table slot that the coming record of `ptr`
+// (PrefetchInsert: an allocation's, before its stack is walked) or its
+// removal (PrefetchErase: a free's, before the real free) will touch, so that
+// the cache miss overlaps other work instead of stalling the table operation.
+// Only hints: no lock, no guard needed, never fault.
+SPYGLASS_MEM_EXPORT void PrefetchInsert(uintptr_t ptr);
+SPYGLASS_MEM_EXPORT void PrefetchErase(uintptr_t ptr);
 
 // One live record, as a snapshot sees it.
 struct LiveRecord {
