@@ -12,6 +12,8 @@
 # With ccache (scripts/setup.sh installs it for the tests) and CCACHE_BASEDIR
 # at the repository, those builds reuse the C++ core compiled for the first
 # one: only the extension's Python-dependent files compile again.
+# On the newest one, the newest jax too (0.12 needs Python 3.12+): our
+# ProfileData/ProfileSession names and outputs against jax's own classes.
 #   SPYGLASS_PYTHONS="3.10 3.13"   the extra versions (empty: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +42,9 @@ VENV=${SPYGLASS_VENV:-.venv-test}
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check jax xprof memray
 install_and_test "$VENV" python3 .
 
-for v in ${SPYGLASS_PYTHONS-3.10 3.13}; do
+pythons=${SPYGLASS_PYTHONS-3.10 3.13}
+newest=${pythons##* }
+for v in $pythons; do
   # pyenv's own install first (its shims answer for the global version only).
   py=$(ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
   if [ -z "$py" ] && command -v "python$v" >/dev/null && "python$v" -c '' 2>/dev/null; then py=$(command -v "python$v"); fi
@@ -50,4 +54,9 @@ for v in ${SPYGLASS_PYTHONS-3.10 3.13}; do
   venv=.venv-test-py${v/./}
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   install_and_test "$venv" "$py" -k "not jax and not xprof and not memray" --ignore=test_jax_compat.py --ignore=test_xprof_and_processes.py .
+  if [ "$v" = "$newest" ]; then
+    echo "== CPython $v with the newest jax: test_api.py, test_profile_data.py"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check jax
+    (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_profile_data.py)
+  fi
 done
