@@ -401,22 +401,8 @@ Status ConvertCrashDump(std::string_view raw, std::string* pprof_gz, DumpSummary
     if (auto it = site_frames.find(site); it != site_frames.end()) want(it->second);
   want(failed);
   auto syms = SymbolizeWithMaps(pcs, maps);
-  std::unordered_map<std::string, uint64_t> fn_ids;
-  auto function_id = [&](const std::string& name, const std::string& system_name, const std::string& file,
-                         int64_t start_line) {
-    auto [it, inserted] = fn_ids.emplace(name + '\0' + system_name + '\0' + file, data.functions.size() + 1);
-    if (inserted) data.functions.push_back({name, system_name, file, start_line});
-    return it->second;
-  };
-  for (uintptr_t pc : pcs) {
-    const SymLocation& sl = syms[pc];
-    ProfileLocation loc;
-    loc.address = sl.rel_address;
-    for (const SymFrame& f : sl.frames)
-      loc.lines.push_back({function_id(f.function, f.system_name, f.file, f.start_line), f.line});
-    data.locations.push_back(std::move(loc));
-    loc_of[pc] = data.locations.size();
-  }
+  LocationTable table(&data);
+  for (uintptr_t pc : pcs) loc_of[pc] = table.Native(syms[pc]);
   auto location = [&](uintptr_t w) -> uint64_t {
     if (!IsSymbolicFrame(w)) return loc_of[w];
     auto [it, inserted] = loc_of.emplace(w, 0);
@@ -424,8 +410,7 @@ Status ConvertCrashDump(std::string_view raw, std::string* pprof_gz, DumpSummary
       auto f = functions.find(SymbolicFunction(w));
       std::string name = f != functions.end() ? f->second.first : "<unknown>";
       std::string file = f != functions.end() ? f->second.second : "";
-      data.locations.push_back({0, {{function_id(name, name, file, 0), SymbolicLine(w)}}});
-      it->second = data.locations.size();
+      it->second = table.Symbolic(table.Function(name, name, file, 0), SymbolicLine(w));
     }
     return it->second;
   };

@@ -183,23 +183,8 @@ std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::v
   auto syms = Symbolize(pcs);
 
   ProfileData data;
-  std::unordered_map<std::string, uint64_t> fn_ids;
-  auto function_id = [&](const std::string& name, const std::string& system_name, const std::string& file,
-                         int64_t start_line) {
-    std::string key = name + '\0' + system_name + '\0' + file;
-    auto [it, inserted] = fn_ids.emplace(key, data.functions.size() + 1);
-    if (inserted) data.functions.push_back({name, system_name, file, start_line});
-    return it->second;
-  };
-  for (uintptr_t pc : pcs) {
-    const SymLocation& sl = syms[pc];
-    ProfileLocation loc;
-    loc.address = sl.rel_address;
-    for (const SymFrame& f : sl.frames)
-      loc.lines.push_back({function_id(f.function, f.system_name, f.file, f.start_line), f.line});
-    data.locations.push_back(std::move(loc));
-    loc_of_pc[pc] = data.locations.size();
-  }
+  LocationTable table(&data);
+  for (uintptr_t pc : pcs) loc_of_pc[pc] = table.Native(syms[pc]);
   // As JAX's Python frames: no address, one line; name = system_name.
   std::unordered_map<uint32_t, uint64_t> fn_of_symbolic;
   for (uintptr_t w : symbolic) {
@@ -209,10 +194,9 @@ std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::v
       std::string_view name, file;
       if (!FunctionNames(id, &name, &file)) name = "<unknown>";
       std::string n(name);
-      it->second = function_id(n, n, std::string(file), 0);
+      it->second = table.Function(n, n, std::string(file), 0);
     }
-    data.locations.push_back({0, {{it->second, SymbolicLine(w)}}});
-    loc_of_pc[w] = data.locations.size();
+    loc_of_pc[w] = table.Symbolic(it->second, SymbolicLine(w));
   }
   for (const auto& [site, agg] : by_site) {
     ProfileSample s;
