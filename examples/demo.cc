@@ -111,9 +111,11 @@ int main(int argc, char** argv) {
       "Open it:\n"
       "  Perfetto: open https://ui.perfetto.dev and drop %s on it\n"
       "            (or rerun with --perfetto-link to serve it at 127.0.0.1:9001)\n"
-      "  XProf:    pip install xprof && xprof --logdir %s   (then http://localhost:8791)\n",
+      "  XProf:    pip install xprof && xprof --logdir %s   (then http://localhost:8791)\n"
+      "  Here, no UI: spyglass summary %s   or   spyglass report %s -o report.html\n",
       (unsigned long long)stats.events, (unsigned long long)stats.threads, (unsigned long long)stats.dropped_events,
       files.run_dir.c_str(), files.xplane_path.c_str(), files.trace_json_path.c_str(),
-      files.perfetto_trace_path.c_str(), files.perfetto_trace_path.c_str(), log_dir.c_str());
+      files.perfetto_trace_path.c_str(), files.perfetto_trace_path.c_str(), log_dir.c_str(), files.run_dir.c_str(),
+      files.run_dir.c_str());
   return 0;
 }

@@ -114,7 +114,8 @@ void* LoadDriver(std::string* error) {
   if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) return h;
   if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) return h;
   const char* e = dlerror();
-  *error = std::string("no NVIDIA driver (libcuda.so.1: ") + (e ? e : "not found") + ")";
+  // dlerror() already names the library ("libcuda.so.1: cannot open ...").
+  *error = std::string("no NVIDIA driver (") + (e ? e : "libcuda.so.1: not found") + ")";
   return nullptr;
 }
 
