@@ -35,8 +35,8 @@
 //                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof
 //                                    (the snapshot thread then runs from the start
 //                                    and polls the cgroup; SPYGLASS_HEAP_CGROUP_WATCH=0:
-//                                    not). In sampled mode only a failing allocation
-//                                    that is a sample is seen (the fast path).
+//                                    not). A failing allocation is seen in sampled
+//                                    mode too (sampled or not, its site is unwound).
 //   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
 //                                    (through its execs: a launcher script that
 //                                    execs its program profiles that program).
@@ -314,6 +314,7 @@ void DumpFailure(size_t n, const uintptr_t* frames, int depth) {
 const void* g_hook_base = nullptr;  // this library's load address
 __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   if (!WantFailure(n)) return;
+  const int saved_errno = errno;  // ENOMEM, for the program to read
   uintptr_t frames[kHeapFrames];
   int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
   // The stack from the program on: frames of the hook itself (operator new
@@ -323,6 +324,7 @@ __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
                        info.dli_fbase == g_hook_base;)
     ++skip;
   DumpFailure(n, frames + skip, depth - skip);
+  errno = saved_errno;
 }
 }  // namespace
 
@@ -832,6 +834,18 @@ __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
     AllocFailed(bytes, __builtin_frame_address(0));
   return p;
 }
+// An untracked malloc/calloc failed (the fast path): the dump still names
+// its site. Reached by a tail call from the hooked function, so this frame's
+// caller is the program's.
+__attribute__((noinline)) void* MallocFailed(size_t n) {
+  AllocFailed(n, __builtin_frame_address(0));
+  return nullptr;
+}
+__attribute__((noinline)) void* CallocFailed(size_t n, size_t m) {
+  size_t bytes;
+  if (!__builtin_mul_overflow(n, m, &bytes)) AllocFailed(bytes, __builtin_frame_address(0));
+  return nullptr;
+}
 __attribute__((noinline)) void FreeTracked(void* p) {
   // Two cache misses of a long-lived block's free, overlapped: the live
   // table's slot (the erase) and the chunk header (glibc's free reads it next).
@@ -852,7 +866,13 @@ __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
 }  // namespace
 
 SPYGLASS_FAST void* malloc(size_t n) {
-  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  if (__builtin_expect(!WillTrack(n), 1)) {
+    // Not recorded (sampled mode, tracking off), but a failure still is: the
+    // OOM dump names this call's site. A tail call: its stack starts here.
+    void* p = __libc_malloc(n);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+    return MallocFailed(n);
+  }
   return MallocTracked(n);
 }
 SPYGLASS_FAST void free(void* p) {
@@ -860,7 +880,11 @@ SPYGLASS_FAST void free(void* p) {
   return FreeTracked(p);
 }
 SPYGLASS_FAST void* calloc(size_t n, size_t m) {
-  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  if (__builtin_expect(!WillTrack(n * m), 1)) {
+    void* p = __libc_calloc(n, m);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+    return CallocFailed(n, m);
+  }
   return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
