@@ -64,7 +64,8 @@
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <semaphore.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -78,16 +79,20 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 
+#include "memory/cgroup_watch.h"
 #include "memory/crash_dump.h"
 #include "memory/heap_hook.h"
+#include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
+#include "export/output_file.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -102,6 +107,7 @@ void* __libc_pvalloc(size_t);
 namespace {
 
 using namespace spyglass::memory::internal;  // NOLINT
+using spyglass::memory::heap::CgroupWatch;
 
 constexpr int kHeapFrames = 64;
 
@@ -446,16 +452,27 @@ __attribute__((noinline)) void* AlignedNewOrThrow(size_t n, size_t align, bool n
 
 // ---- snapshots on exit and SIGUSR2 ------------------------------------------
 std::string* g_dir = nullptr;
-sem_t g_sem;
+// Wakes the snapshot thread: SIGUSR2's handler adds 1 (write(2) on an
+// eventfd is async-signal-safe); the thread polls it with the cgroup watch.
+int g_wake = -1;
+void Wake(uint64_t n) {
+  if (n == 0 || g_wake < 0) return;
+  ssize_t w = write(g_wake, &n, sizeof n);
+  (void)w;
+}
 std::atomic<int> g_snapshots{0};
 bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
-// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
-void WriteSnapshot(const char* tag) {
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file), with
+// `comment` among the profile's comments.
+void WriteSnapshot(const char* tag, const std::string& comment = "") {
   if (!g_dir) return;
   ScopedUntracked untracked;
   std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
-  spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  std::string bytes;
+  spyglass::Status s = spyglass::memory::SnapshotPprof(
+      "", &bytes, comment.empty() ? std::vector<std::string>{} : std::vector<std::string>{comment});
+  if (s.ok()) s = spyglass::exporter::WriteOutputBytes(path, bytes);
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
@@ -481,6 +498,7 @@ void WriteExitFiles() {
 // state, and the next malloc/free of any thread (or the exit) starts it.
 // Under a cgroup memory limit it is started at load (it watches the limit).
 std::atomic<bool> g_thread_started{false};
+CgroupWatch* g_cgroup = nullptr;  // a cgroup memory limit watched (see below)
 std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
 
 void* SnapshotThread(void*);
@@ -500,13 +518,19 @@ void StartSnapshotThread() {
     pthread_attr_destroy(&attr);
     if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
   }
-  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+  Wake(static_cast<uint64_t>(g_pending.exchange(0)));
 }
 
 // A forked child has no snapshot thread (threads do not survive fork).
 void ResetSnapshotThreadInChild() {
   g_thread_started.store(false);
-  if (g_dir) sem_init(&g_sem, 0, 0);
+  // Its own wake-up (the parent's is shared) and no cgroup watch (the
+  // parent's registrations are shared too).
+  if (g_wake >= 0) {
+    close(g_wake);
+    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  }
+  g_cgroup = nullptr;
 }
 
 bool HeapStateSlow(int s) {
@@ -518,61 +542,15 @@ bool HeapStateSlow(int s) {
 }
 
 // ---- a cgroup memory limit close to being hit ---------------------------------
-// Best effort, v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
-// memory.usage_in_bytes) of the process's own cgroup, as /proc/self/cgroup
-// names it under /sys/fs/cgroup. The snapshot thread polls it (4 times a
-// second) only when a limit is set; at 90% of it a snapshot is written, once
-// until usage falls below 80% again.
-struct CgroupLimit {
-  std::string usage;
-  uint64_t limit = 0;
-  bool armed = true;
-};
-CgroupLimit* g_cgroup = nullptr;
-
-bool ReadNumber(const std::string& path, uint64_t* v) {
-  FILE* f = std::fopen(path.c_str(), "re");
-  if (!f) return false;
-  unsigned long long x = 0;
-  bool ok = std::fscanf(f, "%llu", &x) == 1;
-  std::fclose(f);
-  *v = x;
-  return ok;
-}
-
-void FindCgroupLimit() {
-  FILE* f = std::fopen("/proc/self/cgroup", "re");
-  if (!f) return;
-  char line[1024];
-  std::string v1, v2;
-  while (std::fgets(line, sizeof line, f)) {
-    std::string l(line);
-    if (!l.empty() && l.back() == '\n') l.pop_back();
-    if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
-    size_t at = l.find(":memory:");
-    if (at != std::string::npos) v1 = l.substr(at + 8);
-  }
-  std::fclose(f);
-  uint64_t limit = 0, usage = 0;
-  std::string dir;
-  if (!v2.empty() && ReadNumber("/sys/fs/cgroup" + v2 + "/memory.max", &limit)) {  // "max": no number, no limit
-    dir = "/sys/fs/cgroup" + v2 + "/memory.current";
-  } else if (!v1.empty() && ReadNumber("/sys/fs/cgroup/memory" + v1 + "/memory.limit_in_bytes", &limit)) {
-    dir = "/sys/fs/cgroup/memory" + v1 + "/memory.usage_in_bytes";
-  }
-  if (dir.empty() || limit == 0 || limit >= (uint64_t{1} << 60) || !ReadNumber(dir, &usage)) return;
-  g_cgroup = new CgroupLimit{dir, limit};
-}
-
-void CheckCgroup() {
-  uint64_t usage = 0;
-  if (!ReadNumber(g_cgroup->usage, &usage)) return;
-  if (g_cgroup->armed && usage >= g_cgroup->limit / 10 * 9) {
-    g_cgroup->armed = false;
-    WriteSnapshot("cgroup");
-  } else if (!g_cgroup->armed && usage < g_cgroup->limit / 10 * 8) {
-    g_cgroup->armed = true;
-  }
+// The snapshot thread waits on the kernel's notifications where it offers
+// them, else polls (cgroup_watch.h); at 90% of the limit a snapshot is
+// written, once until usage falls below 80% again. Its comment says how the
+// limit was watched.
+void CgroupSnapshot() {
+  std::string comment = "spyglass: cgroup memory limit: usage " + std::to_string(g_cgroup->usage()) + " of " +
+                        std::to_string(g_cgroup->limit()) + " bytes (" + g_cgroup->dir() + "), watched by " +
+                        g_cgroup->how();
+  WriteSnapshot("cgroup", comment);
 }
 std::atomic<bool> g_exit_written{false};
 
@@ -590,27 +568,30 @@ void spyglass::memory::heap::WriteExitSnapshotOnce() {
 namespace {
 
 void* SnapshotThread(void*) {
+  pollfd fds[1 + CgroupWatch::kMaxFds];
+  if (g_cgroup) {  // usage may be past 90% already
+    ScopedUntracked untracked;
+    if (g_cgroup->Check(fds, 0)) CgroupSnapshot();
+  }
   while (true) {
-    int rc;
-    if (g_cgroup) {
-      timespec until{};
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 250 * 1000 * 1000;
-      if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
-      rc = sem_timedwait(&g_sem, &until);
-    } else {
-      rc = sem_wait(&g_sem);
-    }
-    if (rc != 0) {
-      if (errno == ETIMEDOUT) {
-        ScopedUntracked untracked;
-        CheckCgroup();
-        continue;
-      }
+    fds[0] = {g_wake, POLLIN, 0};
+    const int n = g_cgroup ? g_cgroup->PollFds(fds + 1) : 0;
+    int rc = poll(fds, static_cast<nfds_t>(1 + n), g_cgroup ? g_cgroup->TimeoutMs() : -1);
+    if (rc < 0) {
       if (errno == EINTR) continue;
       return nullptr;
     }
-    WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+    if (g_cgroup) {
+      bool event = rc == 0;  // the polling mode's tick
+      for (int i = 1; i <= n; ++i) event |= fds[i].revents != 0;
+      ScopedUntracked untracked;
+      if (event && g_cgroup->Check(fds + 1, n)) CgroupSnapshot();
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t asked = 0;
+      if (read(g_wake, &asked, sizeof asked) != sizeof asked) asked = 0;
+      for (; asked > 0; --asked) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+    }
   }
 }
 
@@ -658,7 +639,7 @@ void InstallFatalHandlers() {
 void OnSigusr2(int) {
   int saved = errno;
   if (g_thread_started.load()) {
-    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+    Wake(1);  // async-signal-safe; the snapshot thread does the work
   } else {
     g_pending.fetch_add(1);
     int s = g_heap_state.load();
@@ -714,7 +695,7 @@ __attribute__((constructor)) void HeapInit() {
     // Kept open for a dump from a dying process (no path lookup then, no allocation).
     int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
-    sem_init(&g_sem, 0, 0);
+    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct sigaction sa {};
     sa.sa_handler = OnSigusr2;
     sa.sa_flags = SA_RESTART;
@@ -722,7 +703,7 @@ __attribute__((constructor)) void HeapInit() {
     sigaction(SIGUSR2, &sa, nullptr);
     // A cgroup memory limit: the snapshot thread watches it from the start.
     if (const char* w = getenv("SPYGLASS_HEAP_CGROUP_WATCH"); !w || w[0] != '0') {
-      FindCgroupLimit();
+      g_cgroup = CgroupWatch::Open();
       if (g_cgroup) StartSnapshotThread();
     }
   }

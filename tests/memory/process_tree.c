@@ -20,6 +20,8 @@
 //   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
 //                           N MiB, 5 ms apart up to S MiB and 100 ms apart
 //                           after that, then exits 0
+//   process_tree spike N H  keeps and touches N MiB (grab_block) at once,
+//                           holds them H ms, frees them, waits 700 ms, exits 0
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -145,6 +147,19 @@ int main(int argc, char** argv) {
     printf("cgroup: %d MiB kept\n", g_kept);
     return 0;
   }
-  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|crash|cgroup N\n");
+  if (strcmp(mode, "spike") == 0) {
+    int mib = argc > 2 ? atoi(argv[2]) : 0, hold = argc > 3 ? atoi(argv[3]) : 0;
+    for (int i = 0; i < mib && i < 4096; ++i)
+      if (!grab_block(1)) break;
+    struct timespec ts = {hold / 1000, (long)(hold % 1000) * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int kept = g_kept;
+    while (g_kept > 0) free(g_keep[--g_kept]);
+    struct timespec after = {0, 700 * 1000 * 1000};
+    nanosleep(&after, NULL);
+    printf("spike: %d MiB held %d ms\n", kept, hold);
+    return 0;
+  }
+  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|crash|cgroup N|spike N H\n");
   return 2;
 }
