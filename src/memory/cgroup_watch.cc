@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,14 @@ std::string Parent(const std::string& p) {
 }
 
 constexpr uint64_t kNoLimit = uint64_t{1} << 60;
+
+// Whether fd is a file of that file system: a plain file accepts the writes
+// that register events (a copied tree, a test's fake one) and never notifies.
+constexpr long kCgroupMagic = 0x27e0eb, kCgroup2Magic = 0x63677270, kProcMagic = 0x9fa0;
+bool On(int fd, long magic) {
+  struct statfs st {};
+  return fd >= 0 && fstatfs(fd, &st) == 0 && static_cast<long>(st.f_type) == magic;
+}
 
 // The cgroup with the smallest limit, from `path` up to the hierarchy's root
 // under `mount`: its directory, or "" when none has a limit.
@@ -111,7 +120,7 @@ bool CgroupWatch::StartV1() {
   int ctl = open((dir_ + "/cgroup.event_control").c_str(), O_WRONLY | O_CLOEXEC);
   int usage = open(usage_file_.c_str(), O_RDONLY | O_CLOEXEC);
   int oom = open((dir_ + "/memory.oom_control").c_str(), O_RDONLY | O_CLOEXEC);
-  bool ok = efd >= 0 && ctl >= 0 && usage >= 0;
+  bool ok = efd >= 0 && On(ctl, kCgroupMagic) && usage >= 0;
   for (uint64_t threshold : {limit_ / 10 * 9, limit_ / 10 * 8})
     ok = ok && WriteText(ctl, std::to_string(efd) + " " + std::to_string(usage) + " " + std::to_string(threshold));
   bool oom_ok = ok && oom >= 0 && WriteText(ctl, std::to_string(efd) + " " + std::to_string(oom));
@@ -133,20 +142,25 @@ bool CgroupWatch::StartV1() {
 bool CgroupWatch::StartV2() {
   // memory.events: the kernel notifies (POLLPRI) each change of its counters.
   int events = open((dir_ + "/memory.events").c_str(), O_RDONLY | O_CLOEXEC);
+  if (events >= 0 && !On(events, kCgroup2Magic)) {
+    close(events);
+    events = -1;
+  }
   if (events >= 0) {
     fds_[nfds_] = events;
     events_[nfds_++] = POLLPRI;
   }
-  // A PSI trigger: tasks stalled on memory 100 ms within 1 s (the
+  // A PSI trigger: tasks stalled on memory 150 ms within 2 s (the
   // cgroup's own pressure; else the system's, which includes it).
   std::string psi;
   for (std::string p : {dir_ + "/memory.pressure", std::string("/proc/pressure/memory")}) {
     int fd = open(p.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
-    if (WriteText(fd, "some 100000 1000000")) {
+    const bool proc = p.compare(0, 6, "/proc/") == 0;
+    if (On(fd, proc ? kProcMagic : kCgroup2Magic) && WriteText(fd, "some 150000 2000000")) {
       fds_[nfds_] = fd;
       events_[nfds_++] = POLLPRI;
-      psi = p.compare(0, 6, "/proc/") == 0 ? p : "memory.pressure";
+      psi = proc ? p : "memory.pressure";
       break;
     }
     close(fd);

@@ -241,6 +241,14 @@ if [ -n "$cg" ] && mkdir "$cg" 2>/dev/null && echo $((256 << 20)) >"$cg/$limit" 
   held=$(flat "$p" grab_block)
   [ "$held" -ge $((200 << 20)) ] && [ "$held" -le $((256 << 20)) ] || fail "cgroup: grab_block holds $held B, expected 200-256 MiB"
   check "summary, cgroup" "$out" "killed by SIGKILL; passed 90% of its cgroup memory limit" "$(basename "$p")"
+  # Watched through the kernel's notification, not by polling; the profile says how, and at what usage.
+  case $limit in
+    memory.limit_in_bytes) how="cgroup v1 eventfd: usage thresholds" ;;
+    *) how="cgroup v2 POLLPRI: memory.events" ;;
+  esac
+  check "summary, cgroup: how it was watched" "$out" "(watched by $how"
+  check "cgroup: the profile's comment" "$(go tool pprof -comments "$p" 2>&1)" \
+    "spyglass: cgroup memory limit: usage " "of $((256 << 20)) bytes ($cg), watched by $how"
 else
   echo "skip: no cgroup can be made here (cgroup v1 memory or v2 with the memory controller, writable)"
   cg=""
