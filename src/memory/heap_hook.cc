@@ -116,6 +116,16 @@ constexpr int kHeapFrames = 64;
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
+// Sampled mode with tracking on: the tracker's filter of sampled blocks, for
+// free()'s fast path (one load of a hook-local, no GOT, no state check: in
+// sampled mode the state only ever moves between "on" and "on, SIGUSR2
+// pending", which malloc notices). nullptr otherwise.
+uint8_t* g_free_filter = nullptr;
+// Sampled mode, tracking on and no SIGUSR2 snapshot waiting for its thread:
+// malloc/calloc/operator new decide by the countdown alone (one flag instead
+// of the state and the interval). Cleared by SIGUSR2's handler, set again
+// once the snapshot thread runs (HeapStateSlow).
+std::atomic<bool> g_sampling{false};
 
 constinit thread_local int64_t t_until_sample __attribute__((tls_model("initial-exec"))) = 0;
 constinit thread_local uint64_t t_rng __attribute__((tls_model("initial-exec"))) = 0;
@@ -163,6 +173,10 @@ int InitState() {
     if (ParseSampleBytes(iv, &v)) {
       g_interval = v;
       if (v > 0) SetSampleInterval(v);
+      if (v > 0 && s == 1) {
+        g_free_filter = g_filter.load(std::memory_order_acquire);
+        g_sampling.store(true, std::memory_order_relaxed);
+      }
     } else if (s == 1) {
       WarnBadInterval(iv);
     }
@@ -537,6 +551,8 @@ bool HeapStateSlow(int s) {
   if (s == 0) return InitState() == 1;
   // 3 or 4: snapshots asked for before the thread existed.
   const int base = s - 2;
+  // Before the state: a SIGUSR2 arriving after it clears the flag again.
+  if (base == 1 && g_free_filter) g_sampling.store(true, std::memory_order_relaxed);
   if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
   return g_heap_state.load(std::memory_order_relaxed) == 1;
 }
@@ -643,6 +659,7 @@ void OnSigusr2(int) {
   } else {
     g_pending.fetch_add(1);
     int s = g_heap_state.load();
+    g_sampling.store(false, std::memory_order_relaxed);  // malloc's fast path checks the state again
     if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
   }
   errno = saved;
@@ -785,7 +802,13 @@ SPYGLASS_HOOK int dlclose(void* handle) {
 namespace {
 
 // Whether an allocation of n bytes is recorded (advances the sampling countdown).
-inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+inline bool WillTrack(size_t n) {
+  if (__builtin_expect(g_sampling.load(std::memory_order_relaxed), 1)) {
+    t_until_sample -= static_cast<int64_t>(n);
+    return __builtin_expect(t_until_sample <= 0, 0) && SampledSlow();
+  }
+  return HeapOn() && Sampled(n);
+}
 // Whether a free of p must look into the tracker.
 inline bool MayUntrack(void* p) {
   return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
@@ -856,9 +879,28 @@ SPYGLASS_FAST void* malloc(size_t n) {
   }
   return MallocTracked(n);
 }
+namespace {
+// free() before the state is known, or with SIGUSR2 snapshots pending
+// (out of line: free's own path then needs no frame).
+__attribute__((noinline)) void FreeStateSlow(void* p) {
+  if (MayUntrack(p)) return FreeTracked(p);
+  return __libc_free(p);
+}
+}  // namespace
+
 SPYGLASS_FAST void free(void* p) {
-  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
-  return FreeTracked(p);
+  if (uint8_t* f = g_free_filter) {
+    if (__builtin_expect(!p || !__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
+      return __libc_free(p);
+    return FreeTracked(p);
+  }
+  const int s = g_heap_state.load(std::memory_order_relaxed);
+  if (__builtin_expect(s == 1, 1)) {
+    if (p && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)))) return FreeTracked(p);
+    return __libc_free(p);
+  }
+  if (s == 2 || !p) return __libc_free(p);
+  return FreeStateSlow(p);
 }
 SPYGLASS_FAST void* calloc(size_t n, size_t m) {
   if (__builtin_expect(!WillTrack(n * m), 1)) {
