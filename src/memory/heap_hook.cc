@@ -809,6 +809,20 @@ inline bool WillTrack(size_t n) {
   }
   return HeapOn() && Sampled(n);
 }
+// malloc/calloc: tracking off, or on and this allocation not recorded (a
+// failure is still reported), or recorded. One flag and the countdown in
+// sampled mode; the state otherwise.
+enum Decision { kOff, kUntracked, kTracked };
+inline Decision Decide(size_t n) {
+  if (__builtin_expect(g_sampling.load(std::memory_order_relaxed), 1)) {
+    t_until_sample -= static_cast<int64_t>(n);
+    return __builtin_expect(t_until_sample <= 0, 0) && SampledSlow() ? kTracked : kUntracked;
+  }
+  const int s = g_heap_state.load(std::memory_order_relaxed);
+  if (s == 2) return kOff;
+  if (s != 1 && !HeapStateSlow(s)) return kUntracked;  // not on after all: failures are still looked at
+  return Sampled(n) ? kTracked : kUntracked;
+}
 // Whether a free of p must look into the tracker.
 inline bool MayUntrack(void* p) {
   return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
@@ -870,13 +884,15 @@ __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
 }  // namespace
 
 SPYGLASS_FAST void* malloc(size_t n) {
-  if (__builtin_expect(!WillTrack(n), 1)) {
-    // Not recorded (sampled mode, tracking off), but a failure still is: the
-    // OOM dump names this call's site. A tail call: its stack starts here.
+  const Decision d = Decide(n);
+  if (__builtin_expect(d == kUntracked, 1)) {
+    // Not recorded (sampled mode), but a failure still is: the OOM dump
+    // names this call's site. MallocFailed is a tail call: its stack starts here.
     void* p = __libc_malloc(n);
     if (__builtin_expect(p != nullptr, 1)) return p;
     return MallocFailed(n);
   }
+  if (d == kOff) return __libc_malloc(n);  // a jump; no dump is written anyway
   return MallocTracked(n);
 }
 namespace {
@@ -903,11 +919,13 @@ SPYGLASS_FAST void free(void* p) {
   return FreeStateSlow(p);
 }
 SPYGLASS_FAST void* calloc(size_t n, size_t m) {
-  if (__builtin_expect(!WillTrack(n * m), 1)) {
+  const Decision d = Decide(n * m);
+  if (__builtin_expect(d == kUntracked, 1)) {
     void* p = __libc_calloc(n, m);
     if (__builtin_expect(p != nullptr, 1)) return p;
     return CallocFailed(n, m);
   }
+  if (d == kOff) return __libc_calloc(n, m);
   return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
