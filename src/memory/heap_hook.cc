@@ -34,7 +34,8 @@
 //                                    makes pprof of it). Near a cgroup memory limit
 //                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof
 //                                    (the snapshot thread then runs from the start
-//                                    and polls the cgroup; SPYGLASS_HEAP_CGROUP_WATCH=0:
+//                                    and waits on the kernel's notifications, or
+//                                    polls: cgroup_watch.h; SPYGLASS_HEAP_CGROUP_WATCH=0:
 //                                    not). A failing allocation is seen in sampled
 //                                    mode too (sampled or not, its site is unwound).
 //   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
