@@ -833,6 +833,16 @@ __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
   return p;
 }
 __attribute__((noinline)) void FreeTracked(void* p) {
+  if (!g_interval && Guard::Enter()) {
+    // Complete stacks: the block may wait a few frees before glibc gets it
+    // (RemoveSoon), so that the table slot and the chunk header it needs are
+    // loaded by then.
+    uintptr_t release[2];
+    const int n = RemoveSoon(reinterpret_cast<uintptr_t>(p), release);
+    Guard::Leave();
+    for (int i = 0; i < n; ++i) __libc_free(reinterpret_cast<void*>(release[i]));
+    return;
+  }
   // Two cache misses of a long-lived block's free, overlapped: the live
   // table's slot (the erase) and the chunk header (glibc's free reads it next).
   PrefetchErase(reinterpret_cast<uintptr_t>(p));
