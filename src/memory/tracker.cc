@@ -637,16 +637,19 @@ struct ShardLock {
 constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
 constexpr uint32_t kTimelineCheckOps = 128;
 
-inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
-  if (site >= kFirstSite)
-    if (const Site* s = GetSite(site)) return const_cast<SiteStats*>(&s->stats);
-  return &g_class_stats[cls];
-}
-
 // Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
-// the site's and its device's totals, remembering the peak lazily (tracker.h).
-void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plain) {
-  SiteStats* st = StatsOf(site, cls);
+// the site's and its device's totals, remembering the peak lazily
+// (tracker.h). Returns the site's class (one lookup of the site for both).
+uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
+  SiteStats* st;
+  uint32_t cls;
+  if (const Site* s = site >= kFirstSite ? GetSite(site) : nullptr) {
+    st = const_cast<SiteStats*>(&s->stats);
+    cls = s->cls;
+  } else {
+    cls = site >= kFirstSite ? 0 : site;
+    st = &g_class_stats[cls];
+  }
   int64_t b = static_cast<int64_t>(size), c = kCountUnit;
   if (__builtin_expect(g_class_weighted[cls], 1)) {
     if (uint64_t interval = g_sample_interval.load(std::memory_order_relaxed)) {
@@ -699,6 +702,7 @@ void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plai
     SettleAll(plain);  // a timeline point sees every free made so far
     TimelineTick();
   }
+  return cls;
 }
 
 // The shard part of an insert. `count`: +1 a new allocation, -1 a restored
@@ -741,8 +745,7 @@ bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int co
 void Replaced(uintptr_t ptr, int64_t old_size, uint32_t old_site, bool plain) {
   Count(kReplaced);
   LargeChange(ptr, static_cast<uint64_t>(old_size), -1);
-  const uint32_t old_cls = SiteClass(old_site);
-  Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, plain);
+  const uint32_t old_cls = Account(old_site, static_cast<uint64_t>(old_size), -1, plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
 }
 
@@ -761,7 +764,7 @@ void FlushPending(bool plain) {
   int64_t old_size = -1;
   uint32_t old_site = 0;
   if (!TableInsert(r.ptr, r.size, r.site, plain, 0, &old_size, &old_site)) {
-    Account(r.site, SiteClass(r.site), r.size, -1, plain);  // dropped: no longer counted as live
+    Account(r.site, r.size, -1, plain);  // dropped: no longer counted as live
     LargeChange(r.ptr, r.size, -1);
     return;
   }
@@ -770,7 +773,7 @@ void FlushPending(bool plain) {
 
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
-void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
+void Insert(uintptr_t ptr, uint64_t size, uint32_t site, bool restored) {
   Op op;
   if (op.plain && !restored) {
     if (g_pending_rec.ptr == ptr) {
@@ -791,7 +794,7 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
     else if (g_filter.load(std::memory_order_relaxed))
       FilterAdd(ptr);
   }
-  Account(site, cls, size, 1, op.plain);
+  const uint32_t cls = Account(site, size, 1, op.plain);
   LargeChange(ptr, size, 1);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
@@ -824,7 +827,7 @@ void PrefetchErase(uintptr_t ptr) {
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, cls, false);
+  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, false);
 }
 
 uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash) {
@@ -840,11 +843,11 @@ uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t 
 void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, site, SiteClass(site), false);
+  Insert(ptr, size, site, false);
 }
 
 void Restore(const LiveRecord& r) {
-  if (r.ptr != 0) Insert(r.ptr, r.size, r.site, SiteClass(r.site), true);
+  if (r.ptr != 0) Insert(r.ptr, r.size, r.site, true);
 }
 
 namespace {
@@ -889,8 +892,7 @@ bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
   LargeChange(ptr, static_cast<uint64_t>(size), -1);
-  const uint32_t cls = SiteClass(site);
-  Account(site, cls, static_cast<uint64_t>(size), -1, plain);
+  const uint32_t cls = Account(site, static_cast<uint64_t>(size), -1, plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
@@ -948,8 +950,11 @@ int RemoveSoon(uintptr_t ptr, uintptr_t release[2]) {
     release[0] = ptr;
     return 1;
   }
+  bool again = false;
+  for (uintptr_t w : g_waiting) again |= (w ^ ptr) <= 1;  // ptr, settled or not
   for (uintptr_t& w : g_waiting) {
-    if ((w | 1) != (ptr | 1)) continue;
+    if (__builtin_expect(!again, 1)) break;
+    if ((w ^ ptr) > 1) continue;
     // Freed again while its first free waits (a double free): the first one
     // completes now, then this one, so glibc sees the double free where the
     // program made it.
