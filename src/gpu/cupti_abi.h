@@ -25,7 +25,7 @@ inline constexpr int kErrorVirtualizedInsufficientPrivileges = 40;
 inline constexpr int kErrorUnknown = 999;
 
 // CUpti_CallbackDomain.
-inline constexpr int kDomainDriverApi = 1;
+inline constexpr int kDomainDriverApi = 1, kDomainRuntimeApi = 2;
 // CUpti_ApiCallbackSite.
 inline constexpr int kApiEnter = 0;
 inline constexpr int kApiExit = 1;
@@ -52,7 +52,25 @@ inline constexpr uint32_t kGraphLaunch = 514, kGraphLaunchPtsz = 515;
 inline constexpr uint32_t kMemAllocAsync = 598, kMemAllocAsyncPtsz = 599, kMemFreeAsync = 600,
                           kMemFreeAsyncPtsz = 601, kMemAllocFromPoolAsync = 611, kMemAllocFromPoolAsyncPtsz = 612;
 inline constexpr uint32_t kLaunchKernelEx = 652;
+inline constexpr uint32_t kMemHostUnregister = 302, kMemHostRegister = 379;
+// Virtual memory management (physical allocations and their mappings).
+inline constexpr uint32_t kMemCreate = 549, kMemRelease = 550, kMemMap = 551, kMemUnmap = 552;
 }  // namespace cbid
+
+// Runtime callback ids (cupti_runtime_cbid.h): the allocating calls only
+// (used for GPU memory when the runtime does not go through a traced driver call).
+namespace rt_cbid {
+inline constexpr uint32_t kMalloc = 20, kMallocPitch = 21, kFree = 22, kMallocHost = 25, kFreeHost = 26,
+                          kHostAlloc = 27, kHostRegister = 152, kHostUnregister = 153, kMallocManaged = 206,
+                          kMallocAsync = 373, kMallocAsyncPtsz = 374, kFreeAsync = 375, kFreeAsyncPtsz = 376,
+                          kMallocFromPoolAsync = 391, kMallocFromPoolAsyncPtsz = 392;
+}  // namespace rt_cbid
+
+// CUmemAllocationProp: where cuMemCreate puts the memory.
+namespace mem_prop {
+inline constexpr size_t kLocationType = 8, kLocationId = 12;
+inline constexpr int kLocationDevice = 1;  // CU_MEM_LOCATION_TYPE_DEVICE
+}  // namespace mem_prop
 
 // CUpti_ActivityKind.
 namespace kind {

@@ -42,8 +42,23 @@ void ApiCallback(void* sink, int domain, uint32_t cbid, const void* cbdata);
 using StackHook = int (*)(uintptr_t* words, int max);
 void SetAllocationStackHook(StackHook hook);
 
-// The memory kind of an allocating call ("device", "managed", "pinned_host",
-// "stream_ordered"), nullptr for other calls.
-const char* MemoryKindOfCallback(uint32_t cbid);
+// How an allocating or freeing call (driver or runtime domain) reports its
+// memory; kind == nullptr for other calls.
+struct MemoryCall {
+  // "device", "pitched", "managed", "pinned_host", "host_registered",
+  // "stream_ordered", "vmm" (physical memory of cuMemCreate: what the
+  // mappings of cuMemMap show is the same memory, so they are not counted).
+  const char* kind = nullptr;
+  bool alloc = false;
+  bool out_pointer = false;  // params[0] points at the address (else it is the address)
+  // ORed into the tracker's key: a VMM handle or a registered host range is
+  // not an allocation of its own address (the host heap may track that one).
+  uintptr_t tag = 0;
+};
+MemoryCall MemoryCallOf(int domain, uint32_t cbid);
+// Bytes an allocating call of either domain asks for (0 when unknown).
+uint64_t BytesOfMemoryCall(int domain, uint32_t cbid, const void* params);
+// Keys of memory that is not its own address (MemoryCall::tag).
+inline constexpr uintptr_t kVmmHandleTag = uintptr_t{1} << 63, kHostRegisteredTag = uintptr_t{1} << 62;
 
 }  // namespace spyglass::gpu

@@ -45,7 +45,10 @@ ApiKind KindOfCallback(uint32_t id) {
     case kMemAlloc: case kMemAllocPitch: case kMemAllocManaged: case kMemAllocHost: case kMemHostAlloc:
     case kMemAllocAsync: case kMemAllocAsyncPtsz: case kMemAllocFromPoolAsync: case kMemAllocFromPoolAsyncPtsz:
       return ApiKind::kAlloc;
-    case kMemFree: case kMemFreeHost: case kMemFreeAsync: case kMemFreeAsyncPtsz: return ApiKind::kFree;
+    case kMemCreate: case kMemHostRegister: return ApiKind::kAlloc;
+    case kMemFree: case kMemFreeHost: case kMemFreeAsync: case kMemFreeAsyncPtsz: case kMemRelease:
+    case kMemHostUnregister:
+      return ApiKind::kFree;
     case kMemsetD8Async: case kMemsetD16Async: case kMemsetD32Async: case kMemsetD2D8Async: case kMemsetD2D16Async:
     case kMemsetD2D32Async: case kMemsetD8: case kMemsetD16: case kMemsetD32: case kMemsetD2D8: case kMemsetD2D16:
     case kMemsetD2D32:
@@ -82,6 +85,8 @@ uint64_t BytesOfCall(uint32_t id, const void* params) {
     // {CUdeviceptr* dptr / void** pp, size_t bytesize, ...}
     case kMemAlloc: case kMemAllocManaged: case kMemAllocHost: case kMemHostAlloc: case kMemAllocAsync:
     case kMemAllocAsyncPtsz: case kMemAllocFromPoolAsync: case kMemAllocFromPoolAsyncPtsz:
+    // {handle*, size, ...}, {ptr, size, ...}, {void* p, bytesize, Flags}
+    case kMemCreate: case kMemMap: case kMemUnmap: case kMemHostRegister:
       return Field<uint64_t>(params, 8);
     // {dptr, size_t* pPitch, WidthInBytes, Height, ElementSizeBytes}
     case kMemAllocPitch: {

@@ -94,7 +94,10 @@ constexpr uint32_t kCallbackIds[] = {
     216, 218, 220, 222, 224, 226, 249, 250, 251, 252, 253, 254,               // memsets
     514, 515,                                                                 // graph launches
     243, 244, 371, 294, 39, 245, 38, 598, 599, 600, 601, 611, 612,            // memory
+    379, 302, 549, 550, 551, 552,                                             // host register, VMM
 };
+// Runtime allocating calls (GPU memory only; spec GPU.md §7.2).
+constexpr uint32_t kRuntimeMemoryIds[] = {20, 21, 22, 25, 26, 27, 152, 153, 206, 373, 374, 375, 376, 391, 392};
 
 constexpr size_t kBufferBytes = 1 << 20;
 
@@ -220,6 +223,7 @@ class GpuTracer : public session::Tracer {
     Cupti& c = active_->cupti;
     if (subscriber_ != nullptr) {
       for (uint32_t id : kCallbackIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
+      for (uint32_t id : kRuntimeMemoryIds) c.EnableCallback(0, subscriber_, abi::kDomainRuntimeApi, id);
       c.Unsubscribe(subscriber_);
       subscriber_ = nullptr;
     }
@@ -349,6 +353,9 @@ class GpuTracer : public session::Tracer {
     }
     for (uint32_t id : kCallbackIds)
       if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
+        return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    for (uint32_t id : kRuntimeMemoryIds)
+      if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainRuntimeApi, id); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
     FillPool();
     if (CUptiResult r = c.ActivityRegisterCallbacks(&BufferRequested, &BufferCompleted); r != abi::kSuccess)

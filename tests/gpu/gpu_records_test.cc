@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "export/trace_json/trace_json_writer.h"
@@ -109,6 +110,65 @@ static_assert(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES == abi::kErrorInsufficientPriv
 static_assert(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED == abi::kErrorMultipleSubscribers);
 static_assert(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD == abi::kCopyHtoD && CUPTI_ACTIVITY_MEMCPY_KIND_DTOH == abi::kCopyDtoH);
 static_assert(CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC == abi::kMemcpyFlagAsync);
+// GPU memory beyond cuMemAlloc: host registration, VMM, the runtime's calls.
+static_assert(CUPTI_CB_DOMAIN_RUNTIME_API == abi::kDomainRuntimeApi);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 == abi::cbid::kMemAllocPitch);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc == abi::cbid::kMemHostAlloc);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost == abi::cbid::kMemFreeHost);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz == abi::cbid::kMemAllocAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz == abi::cbid::kMemFreeAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync == abi::cbid::kMemAllocFromPoolAsync);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz == abi::cbid::kMemAllocFromPoolAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2 == abi::cbid::kMemHostRegister);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister == abi::cbid::kMemHostUnregister);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemCreate == abi::cbid::kMemCreate);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemRelease == abi::cbid::kMemRelease);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemMap == abi::cbid::kMemMap);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap == abi::cbid::kMemUnmap);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 == abi::rt_cbid::kMalloc);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020 == abi::rt_cbid::kMallocPitch);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 == abi::rt_cbid::kFree);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020 == abi::rt_cbid::kMallocHost);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020 == abi::rt_cbid::kFreeHost);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020 == abi::rt_cbid::kHostAlloc);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000 == abi::rt_cbid::kHostRegister);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostUnregister_v4000 == abi::rt_cbid::kHostUnregister);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 == abi::rt_cbid::kMallocManaged);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020 == abi::rt_cbid::kMallocAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020 == abi::rt_cbid::kMallocAsyncPtsz);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 == abi::rt_cbid::kFreeAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020 == abi::rt_cbid::kFreeAsyncPtsz);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020 == abi::rt_cbid::kMallocFromPoolAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020 == abi::rt_cbid::kMallocFromPoolAsyncPtsz);
+SAME(CUmemAllocationProp, location.type, abi::mem_prop::kLocationType);
+SAME(CUmemAllocationProp, location.id, abi::mem_prop::kLocationId);
+static_assert(CU_MEM_LOCATION_TYPE_DEVICE == abi::mem_prop::kLocationDevice);
+// The parameter layouts the memory callback reads (spec GPU.md §7.2).
+SAME(cuMemCreate_params, handle, 0);
+SAME(cuMemCreate_params, size, 8);
+SAME(cuMemCreate_params, prop, 16);
+SAME(cuMemRelease_params, handle, 0);
+SAME(cuMemMap_params, size, 8);
+SAME(cuMemUnmap_params, size, 8);
+SAME(cuMemHostRegister_v2_params, p, 0);
+SAME(cuMemHostRegister_v2_params, bytesize, 8);
+SAME(cuMemHostUnregister_params, p, 0);
+SAME(cuMemAllocFromPoolAsync_params, bytesize, 8);
+SAME(cuMemFreeAsync_params, dptr, 0);
+SAME(cudaMalloc_v3020_params, devPtr, 0);
+SAME(cudaMalloc_v3020_params, size, 8);
+SAME(cudaMallocPitch_v3020_params, pitch, 8);
+SAME(cudaMallocPitch_v3020_params, height, 24);
+SAME(cudaFree_v3020_params, devPtr, 0);
+SAME(cudaMallocHost_v3020_params, size, 8);
+SAME(cudaHostAlloc_v3020_params, size, 8);
+SAME(cudaFreeHost_v3020_params, ptr, 0);
+SAME(cudaHostRegister_v4000_params, ptr, 0);
+SAME(cudaHostRegister_v4000_params, size, 8);
+SAME(cudaMallocManaged_v6000_params, size, 8);
+SAME(cudaMallocAsync_v11020_params, size, 8);
+SAME(cudaFreeAsync_v11020_params, devPtr, 0);
+SAME(cudaMallocFromPoolAsync_v11020_params, size, 8);
 
 namespace {
 
@@ -125,18 +185,37 @@ constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;  // CUPTI clock (ns) at t
 uint64_t At(uint64_t us) { return kT0 + us * 1000; }
 
 uint64_t g_now = 0;
+spyglass::gpu::CallbackSink* g_sink = nullptr;
 int FakeTimestamp(uint64_t* t) {
   *t = g_now;
   return 0;
 }
+// Live GPU bytes and allocations per kind in the memory profile of `device`.
+std::map<std::string, std::pair<int64_t, int64_t>> LiveByKind(const char* device) {
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  std::string pprof;
+  if (!spyglass::profiler::device_memory_profile(&pprof, device).ok()) return out;
+  spyglass::memory::PprofProfile prof;
+  if (!spyglass::memory::ParsePprof(pprof, &prof).ok()) return out;
+  for (const auto& s : prof.samples) {
+    auto kind = s.labels.find("kind"), dev = s.labels.find("device");
+    if (kind == s.labels.end() || dev == s.labels.end() || dev->second != device) continue;
+    auto& [bytes, count] = out[std::string(kind->second)];
+    bytes += s.values[prof.bytes_index];
+    count += prof.count_index >= 0 ? s.values[prof.count_index] : 1;
+  }
+  return out;
+}
+
 int FakeDeviceId(void*, uint32_t* d) {
   *d = 0;
   return 0;
 }
 
 // One driver call through the real callback: enter at `start_us`, exit at `end_us`.
-void Call(spyglass::gpu::CallbackSink& sink, CUpti_driver_api_trace_cbid id, const char* fn, uint32_t corr,
-          void* params, uint64_t start_us, uint64_t end_us, CUresult ret = CUDA_SUCCESS) {
+void Call(spyglass::gpu::CallbackSink& sink, uint32_t id, const char* fn, uint32_t corr, void* params,
+          uint64_t start_us, uint64_t end_us, int ret = CUDA_SUCCESS, CUpti_CallbackDomain domain = CUPTI_CB_DOMAIN_DRIVER_API,
+          void (*inside)() = nullptr) {
   uint64_t scratch = 0;
   CUpti_CallbackData d{};
   d.functionName = fn;
@@ -147,10 +226,11 @@ void Call(spyglass::gpu::CallbackSink& sink, CUpti_driver_api_trace_cbid id, con
   d.correlationId = corr;
   d.callbackSite = CUPTI_API_ENTER;
   g_now = At(start_us);
-  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+  spyglass::gpu::ApiCallback(&sink, domain, id, &d);
+  if (inside) inside();
   d.callbackSite = CUPTI_API_EXIT;
   g_now = At(end_us);
-  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+  spyglass::gpu::ApiCallback(&sink, domain, id, &d);
 }
 
 }  // namespace
@@ -237,6 +317,95 @@ int main(int argc, char** argv) {
                     smp.frames[0].line == 12 && smp.values[prof2.bytes_index] == (3 << 20);
   }
   CHECK(python_site);
+
+  // Every other kind of GPU memory, each under its own kind, through the real
+  // callback with NVIDIA's parameter layouts. A runtime call counts once,
+  // whether a driver call under it reports the memory or not.
+  g_sink = &sink;
+  CUdeviceptr pitched = 0x7f0001000000ull;
+  size_t pitch = 512;
+  cuMemAllocPitch_v2_params pp{&pitched, &pitch, 500, 100, 4};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, "cuMemAllocPitch_v2", 30, &pp, 100, 101);
+  void* pinned = reinterpret_cast<void*>(0x7f0002000000ull);
+  cuMemHostAlloc_params hp{&pinned, 2u << 20, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, "cuMemHostAlloc", 31, &hp, 102, 103);
+  // Registering host memory the heap tracker already holds: both records stay.
+  static char registered[8192];
+  memory::record_allocation(registered, sizeof registered, "cpu:0", "buffer");
+  cuMemHostRegister_v2_params hr{registered, sizeof registered, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, "cuMemHostRegister_v2", 32, &hr, 104, 105);
+  CUdeviceptr pooled = 0x7f0003000000ull;
+  cuMemAllocFromPoolAsync_params pa{&pooled, 5u << 20, nullptr, nullptr};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 33, &pa, 106, 107);
+  // VMM: physical memory on the device of its property (no context); the
+  // handle's value equals a live device address: the keys must not collide.
+  CUmemGenericAllocationHandle handle = dptr;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  cuMemCreate_params mc{&handle, 6u << 20, &prop, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, "cuMemCreate", 34, &mc, 108, 109);
+  cuMemMap_params mm{0x7f0010000000ull, 6u << 20, 0, handle, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemMap, "cuMemMap", 35, &mm, 109, 110);
+  // The runtime alone...
+  void* rt = reinterpret_cast<void*>(0x7f0004000000ull);
+  cudaMalloc_v3020_params rm{&rt, 7u << 20};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, "cudaMalloc_v3020", 36, &rm, 110, 111, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  // ...and with its driver call under it.
+  static CUdeviceptr nested_ptr = 0x7f0005000000ull;
+  static cuMemAllocManaged_params nested{&nested_ptr, 9u << 20, 1};
+  void* rt_managed = reinterpret_cast<void*>(nested_ptr);
+  cudaMallocManaged_v6000_params rmm{&rt_managed, 9u << 20, 1};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, "cudaMallocManaged_v6000", 37, &rmm, 112, 116,
+       cudaSuccess, CUPTI_CB_DOMAIN_RUNTIME_API, [] {
+         Call(*g_sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, "cuMemAllocManaged", 37, &nested, 113, 114);
+       });
+  // A failed runtime call is not memory.
+  void* rt_failed = reinterpret_cast<void*>(0x7f0006000000ull);
+  cudaMallocHost_v3020_params rfail{&rt_failed, 1u << 20};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, "cudaMallocHost_v3020", 38, &rfail, 117, 118,
+       cudaErrorMemoryAllocation, CUPTI_CB_DOMAIN_RUNTIME_API);
+  auto live = LiveByKind("gpu:0");
+  auto Is = [&](const char* kind, int64_t bytes, int64_t count) {
+    auto it = live.find(kind);
+    bool ok = it != live.end() && it->second.first == bytes && it->second.second == count;
+    if (!ok)
+      std::fprintf(stderr, "kind %s: %lld bytes in %lld, wanted %lld in %lld\n", kind,
+                   static_cast<long long>(it == live.end() ? -1 : it->second.first),
+                   static_cast<long long>(it == live.end() ? -1 : it->second.second), static_cast<long long>(bytes),
+                   static_cast<long long>(count));
+    return ok;
+  };
+  CHECK(Is("device", (4 << 20) + (7 << 20), 2));
+  CHECK(Is("pitched", 512 * 100, 1));
+  CHECK(Is("pinned_host", 2 << 20, 1));
+  CHECK(Is("host_registered", 8192, 1));
+  CHECK(Is("stream_ordered", (3 << 20) + (5 << 20), 2));
+  CHECK(Is("vmm", 6 << 20, 1));
+  CHECK(Is("managed", 9 << 20, 1));
+  CHECK(live.size() == 7);
+  // Frees of each kind, by the driver and the runtime.
+  cuMemRelease_params rel{handle};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemRelease, "cuMemRelease", 40, &rel, 120, 121);
+  cuMemHostUnregister_params hu{registered};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, "cuMemHostUnregister", 41, &hu, 122, 123);
+  cudaFree_v3020_params rf{rt};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, "cudaFree_v3020", 42, &rf, 124, 125, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  cudaFreeAsync_v11020_params rfa{reinterpret_cast<void*>(pooled), nullptr};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, "cudaFreeAsync_v11020", 43, &rfa, 126, 127, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  cuMemFreeHost_params fh{pinned};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, "cuMemFreeHost", 44, &fh, 128, 129);
+  live = LiveByKind("gpu:0");
+  CHECK(Is("device", 4 << 20, 1));
+  CHECK(Is("stream_ordered", 3 << 20, 1));
+  CHECK(live.count("vmm") == 0 && live.count("host_registered") == 0 && live.count("pinned_host") == 0);
+  auto heap = LiveByKind("cpu:0");
+  CHECK(heap.count("buffer") == 1 && heap["buffer"].first >= 8192);  // the heap's record of the registered range
+  memory::record_free(registered);
 
   // Device records with NVIDIA's layouts.
   gpu::GpuCollector collector;
