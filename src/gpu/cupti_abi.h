@@ -25,7 +25,16 @@ inline constexpr int kErrorVirtualizedInsufficientPrivileges = 40;
 inline constexpr int kErrorUnknown = 999;
 
 // CUpti_CallbackDomain.
-inline constexpr int kDomainDriverApi = 1, kDomainRuntimeApi = 2;
+inline constexpr int kDomainDriverApi = 1, kDomainRuntimeApi = 2, kDomainResource = 3;
+// Resource callbacks (CUpti_CallbackIdResource) for graph nodes, and the
+// layouts of CUpti_ResourceData / CUpti_GraphData they pass.
+inline constexpr uint32_t kResourceGraphNodeCreated = 13, kResourceGraphNodeCloned = 20;
+namespace resource {
+inline constexpr size_t kResourceDescriptor = 16;
+}
+namespace graph_data {
+inline constexpr size_t kGraph = 0, kNode = 16, kOriginalNode = 24, kNodeType = 32;
+}
 // CUpti_ApiCallbackSite.
 inline constexpr int kApiEnter = 0;
 inline constexpr int kApiExit = 1;
@@ -55,6 +64,15 @@ inline constexpr uint32_t kLaunchKernelEx = 652;
 inline constexpr uint32_t kMemHostUnregister = 302, kMemHostRegister = 379;
 // Virtual memory management (physical allocations and their mappings).
 inline constexpr uint32_t kMemCreate = 549, kMemRelease = 550, kMemMap = 551, kMemUnmap = 552;
+// Calls that make CUDA graph nodes (traced for gpu_dump_graph_node_mapping).
+inline constexpr uint32_t kGraphCreate = 501, kGraphAddKernelNode = 502, kGraphAddMemcpyNode = 504,
+                          kGraphAddMemsetNode = 506, kGraphInstantiate = 513, kGraphClone = 523,
+                          kGraphAddChildGraphNode = 525, kGraphAddEmptyNode = 526, kGraphAddHostNode = 530,
+                          kGraphInstantiateV2 = 578, kGraphAddEventRecordNode = 589, kGraphAddEventWaitNode = 590,
+                          kGraphAddMemAllocNode = 638, kGraphAddMemFreeNode = 639, kGraphInstantiateWithFlags = 643,
+                          kGraphInstantiateWithParams = 656, kGraphInstantiateWithParamsPtsz = 657,
+                          kGraphAddBatchMemOpNode = 669, kGraphAddKernelNodeV2 = 689, kGraphAddNode = 712,
+                          kGraphAddNodeV2 = 723;
 }  // namespace cbid
 
 // Runtime callback ids (cupti_runtime_cbid.h): the allocating calls only
@@ -95,18 +113,19 @@ inline constexpr size_t kCallbackSite = 0, kFunctionName = 8, kFunctionParams = 
 namespace kernel {
 inline constexpr size_t kRegistersPerThread = 6, kStart = 16, kEnd = 24, kDeviceId = 40, kContextId = 44,
                         kStreamId = 48, kGridX = 52, kBlockX = 64, kStaticShared = 76, kDynamicShared = 80,
-                        kCorrelationId = 92, kName = 104, kGraphId = 156;
+                        kCorrelationId = 92, kName = 104, kGraphNodeId = 144, kGraphId = 156;
 }
 namespace memcpy {
 inline constexpr size_t kCopyKind = 4, kSrcKind = 5, kDstKind = 6, kFlags = 7, kBytes = 8, kStart = 16, kEnd = 24,
-                        kDeviceId = 32, kContextId = 36, kStreamId = 40, kCorrelationId = 44, kGraphId = 72;
+                        kDeviceId = 32, kContextId = 36, kStreamId = 40, kCorrelationId = 44, kGraphNodeId = 64,
+                        kGraphId = 72;
 }
 namespace memcpy_p2p {
 inline constexpr size_t kSrcDeviceId = 44, kDstDeviceId = 52, kCorrelationId = 60;
 }
 namespace memset {
 inline constexpr size_t kBytes = 8, kStart = 16, kEnd = 24, kDeviceId = 32, kContextId = 36, kStreamId = 40,
-                        kCorrelationId = 44, kFlags = 48, kMemoryKind = 50;
+                        kCorrelationId = 44, kFlags = 48, kMemoryKind = 50, kGraphNodeId = 64, kGraphId = 72;
 }
 namespace marker {  // CUpti_ActivityMarker2 (NVTX)
 inline constexpr size_t kFlags = 4, kTimestamp = 8, kId = 16, kObjectKind = 20, kObjectId = 24, kName = 40,

@@ -27,10 +27,24 @@ bool CallbackSink::Reserve(uint64_t n) {
   return true;
 }
 
+bool CallbackSink::ReserveNodes(uint64_t n) {
+  void* p = mmap(nullptr, n * sizeof(GraphNodeEvent), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  nodes = static_cast<GraphNodeEvent*>(p);
+  node_capacity = n;
+  next_node = 0;
+  nodes_dropped = 0;
+  return true;
+}
+
 void CallbackSink::Release() {
   if (events != nullptr) munmap(events, capacity * sizeof(ApiEvent));
   events = nullptr;
   capacity = 0;
+  if (nodes != nullptr) munmap(nodes, node_capacity * sizeof(GraphNodeEvent));
+  nodes = nullptr;
+  node_capacity = 0;
 }
 
 MemoryCall MemoryCallOf(int domain, uint32_t id) {
@@ -96,6 +110,9 @@ thread_local uint32_t t_tid = 0;
 // reported the memory (then the runtime's exit does not report it again).
 thread_local int t_runtime_depth = 0;
 thread_local bool t_driver_reported = false;
+// The driver call in progress on this thread (a graph node made now was made by it).
+thread_local const char* t_call_function = nullptr;
+thread_local uint32_t t_call_correlation = 0;
 std::atomic<StackHook> g_stack_hook{nullptr};
 
 void TrackMemory(const MemoryCall& m, const void* cbd, uint32_t device, uint64_t bytes) {
@@ -155,6 +172,34 @@ bool DeviceOf(CallbackSink* sink, int domain, uint32_t cbid, const void* cbd, ui
   return ctx == nullptr || sink->get_device_id(ctx, device) == 0;
 }
 
+// A graph node made or cloned: its ids, and the driver call under which it
+// happened (`cbd` is a CUpti_ResourceData whose descriptor is a CUpti_GraphData).
+void RecordGraphNode(CallbackSink* sink, uint32_t cbid, const void* cbd) {
+  if (sink->nodes == nullptr || sink->get_graph_node_id == nullptr) return;
+  const void* g = Field<const void*>(cbd, abi::resource::kResourceDescriptor);
+  if (g == nullptr) return;
+  GraphNodeEvent e;
+  if (void* node = Field<void*>(g, abi::graph_data::kNode); node == nullptr || sink->get_graph_node_id(node, &e.node_id) != 0)
+    return;
+  if (cbid == abi::kResourceGraphNodeCloned)
+    if (void* orig = Field<void*>(g, abi::graph_data::kOriginalNode); orig != nullptr)
+      sink->get_graph_node_id(orig, &e.original_node_id);
+  if (void* graph = Field<void*>(g, abi::graph_data::kGraph); graph != nullptr && sink->get_graph_id != nullptr)
+    sink->get_graph_id(graph, &e.graph_id);
+  e.node_type = Field<int32_t>(g, abi::graph_data::kNodeType);
+  e.function = t_call_function;
+  e.correlation_id = t_call_function ? t_call_correlation : 0;
+  sink->get_timestamp(&e.time_ns);
+  if (t_tid == 0) t_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  e.tid = t_tid;
+  uint64_t i = sink->next_node.fetch_add(1, std::memory_order_relaxed);
+  if (i >= sink->node_capacity) {
+    sink->nodes_dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  sink->nodes[i] = e;
+}
+
 }  // namespace
 
 void SetAllocationStackHook(StackHook hook) { g_stack_hook.store(hook, std::memory_order_release); }
@@ -183,12 +228,19 @@ void ApiCallback(void* userdata, int domain, uint32_t cbid, const void* cbd) {
     TrackMemory(m, cbd, device, BytesOfMemoryCall(domain, cbid, Field<const void*>(cbd, cb::kFunctionParams)));
     return;
   }
+  if (domain == abi::kDomainResource) {
+    if (cbid == abi::kResourceGraphNodeCreated || cbid == abi::kResourceGraphNodeCloned) RecordGraphNode(sink, cbid, cbd);
+    return;
+  }
   if (domain != abi::kDomainDriverApi) return;
   auto* slot = Field<uint64_t*>(cbd, cb::kCorrelationData);
   if (enter) {
     if (slot) sink->get_timestamp(slot);
+    t_call_function = Field<const char*>(cbd, cb::kFunctionName);
+    t_call_correlation = Field<uint32_t>(cbd, cb::kCorrelationId);
     return;
   }
+  t_call_function = nullptr;
   uint64_t end = 0;
   sink->get_timestamp(&end);
   uint32_t device = 0;

@@ -23,9 +23,20 @@ struct CallbackSink {
   std::atomic<uint64_t> dropped[kMaxDevices] = {};  // over capacity, per GPU
   uint32_t num_devices = kMaxDevices;  // calls on devices >= this are ignored
   bool track_memory = true;
+  // gpu_dump_graph_node_mapping: graph nodes as they are made (resource
+  // callbacks), in a second preallocated array.
+  int (*get_graph_node_id)(void* node, uint64_t* id) = nullptr;
+  int (*get_graph_id)(void* graph, uint32_t* id) = nullptr;
+  GraphNodeEvent* nodes = nullptr;
+  uint64_t node_capacity = 0;
+  std::atomic<uint64_t> next_node{0};
+  std::atomic<uint64_t> nodes_dropped{0};
 
   // Reserves `n` events (mmap, committed as used); false when that fails.
   bool Reserve(uint64_t n);
+  // Reserves `n` graph nodes the same way.
+  bool ReserveNodes(uint64_t n);
+  uint64_t node_count() const { return next_node.load() < node_capacity ? next_node.load() : node_capacity; }
   void Release();
   uint64_t size() const { return next.load() < capacity ? next.load() : capacity; }
   ~CallbackSink() { Release(); }

@@ -244,6 +244,7 @@ void GpuCollector::AddRecord(const void* r) {
       e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
       e.name = InternName(Field<const char*>(r, o::kName));
       e.graph_id = Field<uint32_t>(r, o::kGraphId);
+      e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
       break;
     }
     case abi::kind::kMemcpy:
@@ -261,11 +262,13 @@ void GpuCollector::AddRecord(const void* r) {
       if (k == abi::kind::kMemcpy) {
         e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
         e.graph_id = Field<uint32_t>(r, o::kGraphId);
+        e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
         dst_device = dev;
       } else {
         copy_kind = abi::kCopyPtoP;
         e.correlation_id = Field<uint32_t>(r, abi::memcpy_p2p::kCorrelationId);
         e.graph_id = 0;
+        e.graph_node_id = 0;
         dst_device = Field<uint32_t>(r, abi::memcpy_p2p::kDstDeviceId);
       }
       e.name = copy_kind;
@@ -281,7 +284,8 @@ void GpuCollector::AddRecord(const void* r) {
       e.context = Field<uint32_t>(r, o::kContextId);
       stream_id = Field<uint32_t>(r, o::kStreamId);
       e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
-      e.graph_id = 0;
+      e.graph_id = Field<uint32_t>(r, o::kGraphId);
+      e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
       e.name = static_cast<uint8_t>(Field<uint16_t>(r, o::kMemoryKind));
       key = {uint64_t{1} << 62 | Field<uint64_t>(r, o::kBytes),
              uint64_t{e.name} << 8 | ((Field<uint16_t>(r, o::kFlags) & abi::kMemsetFlagAsync) ? 1 : 0), 0, 0, 0};
@@ -299,6 +303,7 @@ void GpuCollector::AddRecord(const void* r) {
       stream_id = Field<uint32_t>(r, o::kStreamId);
       e.name = 0;
       e.detail = 0;
+      e.graph_node_id = 0;
       break;
     }
     case abi::kind::kMarker:
@@ -477,6 +482,36 @@ class CorrelationMap {
   std::unordered_map<uint32_t, uint32_t> sparse_;
 };
 
+// Graph node id -> the driver call that made it; a clone (a node of an
+// instantiated graph, which is what runs) is followed to its source node.
+class NodeApiMap {
+ public:
+  explicit NodeApiMap(const std::vector<GraphNodeEvent>& nodes) {
+    for (const GraphNodeEvent& n : nodes) nodes_.emplace(n.node_id, &n);
+  }
+  const char* Find(uint64_t node) const {
+    if (nodes_.empty()) return nullptr;
+    const GraphNodeEvent* found = nullptr;
+    for (int hops = 0; hops < 16 && node != 0; ++hops) {  // bounded: ids could loop in bad data
+      auto it = nodes_.find(node);
+      if (it == nodes_.end()) break;
+      found = it->second;
+      node = found->original_node_id;
+    }
+    return found ? (found->function ? found->function : "unknown") : nullptr;
+  }
+
+ private:
+  std::unordered_map<uint64_t, const GraphNodeEvent*> nodes_;
+};
+
+const char* NodeTypeName(int32_t t) {
+  static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty", "wait_event",
+                                       "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc",
+                                       "mem_free", "batch_mem_op", "conditional"};
+  return t >= 0 && t < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[t] : "other";
+}
+
 }  // namespace
 
 void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
@@ -492,6 +527,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
   // Correlation id -> kernel name index (to name the launch events), dense
   // when the ids are (they count up per process).
   CorrelationMap kernel_of(api_);
+  NodeApiMap node_api(graph_nodes_);
 
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
     Device& d = devices_[dev];
@@ -512,6 +548,9 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     uint32_t copy_ids[11] = {}, memset_ids[8] = {};
     uint32_t last_ctx = UINT32_MAX, last_ctx_id = 0;
     std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> annotation_ids;  // stack -> (tf_op, stack)
+    const uint32_t k_node = p.intern_stat(model::kCudaGraphNodeIdStat);
+    uint32_t k_node_api = 0;
+    std::unordered_map<const char*, uint32_t> node_api_ids;
     char buf[256];
     auto detail = [&](uint32_t index) {
       uint32_t& id = detail_ids[index];
@@ -568,7 +607,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
           model::Event& ev = line.events.emplace_back();
           ev.offset_ps = start_ps;
           ev.duration_ps = static_cast<int64_t>(e->end_ns - e->start_ns) * 1000;
-          model::Stat stats[6];
+          model::Stat stats[8];
           int n = 0;
           switch (e->type) {
             case Type::kKernel: {
@@ -615,6 +654,16 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
           }
           stats[n++] = ref(k_ctx, last_ctx_id);
           if (e->graph_id != 0 && e->type != Type::kGraph) stats[n++] = uint(k_graph, e->graph_id);
+          if (e->graph_node_id != 0) {
+            stats[n++] = uint(k_node, e->graph_node_id);
+            // The call that made the node (gpu_dump_graph_node_mapping).
+            if (const char* api = node_api.Find(e->graph_node_id)) {
+              if (k_node_api == 0) k_node_api = p.intern_stat(model::kCudaGraphNodeApiStat);
+              auto [it, fresh] = node_api_ids.emplace(api, 0);
+              if (fresh) it->second = p.intern_stat(api);
+              stats[n++] = ref(k_node_api, it->second);
+            }
+          }
           if (!annotations.empty()) {
             auto ait = annotations.find(e->correlation_id);
             if (ait != annotations.end()) {
@@ -707,6 +756,35 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     line->events.push_back(ev);
     line->add_stats(line->events.back(), std::span<const model::Stat>(stats, n));
   }
+  // The graph nodes made (gpu_dump_graph_node_mapping): one 1 ns event per
+  // node on the thread that made it, named after the call that made it.
+  if (!graph_nodes_.empty()) {
+    const uint32_t h_graph = host.intern_stat(model::kCudaGraphIdStat), h_node = host.intern_stat(model::kCudaGraphNodeIdStat),
+                   h_orig = host.intern_stat(model::kCudaGraphOrigNodeIdStat),
+                   h_type = host.intern_stat(model::kCudaGraphNodeTypeStat);
+    for (const GraphNodeEvent& g : graph_nodes_) {
+      auto [tit, fresh] = touched.emplace(g.tid, 0);
+      if (fresh) {
+        host.line_with_id(g.tid);
+        for (size_t li = 0; li < host.lines.size(); ++li)
+          if (host.lines[li].id == g.tid) tit->second = li;
+      }
+      model::Event ev;
+      ev.offset_ps = clock.ToPs(g.time_ns);
+      ev.duration_ps = 1000;
+      ev.metadata_id = host.intern_event(std::string(model::kCudaGraphNodeMapPrefix) + (g.function ? g.function : "unknown"));
+      model::Stat stats[4];
+      int n = 0;
+      stats[n++] = uint(h_graph, g.graph_id);
+      stats[n++] = uint(h_node, g.node_id);
+      if (g.original_node_id != 0) stats[n++] = uint(h_orig, g.original_node_id);
+      stats[n] = host.ref_stat(model::kCudaGraphNodeTypeStat, NodeTypeName(g.node_type));
+      stats[n++].metadata_id = h_type;
+      model::Line& l = host.lines[tit->second];
+      l.events.push_back(ev);
+      l.add_stats(l.events.back(), std::span<const model::Stat>(stats, n));
+    }
+  }
   // NVTX ranges: one line per thread beside its own (ids from 2^32, as XLA's
   // /host:NVTX-CUPTI lines are renumbered when merged).
   for (const NvtxRange& r : nvtx_) {
@@ -747,6 +825,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     }
   }
   std::vector<ApiEvent>().swap(api_);
+  std::vector<GraphNodeEvent>().swap(graph_nodes_);
 }
 
 }  // namespace spyglass::gpu

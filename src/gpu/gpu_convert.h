@@ -54,6 +54,17 @@ struct ApiEvent {
   uint32_t device = 0;
 };
 
+// A CUDA graph node as it was made (gpu_dump_graph_node_mapping): under
+// which driver call, on which thread, when.
+struct GraphNodeEvent {
+  uint64_t time_ns = 0;  // CUPTI clock
+  uint64_t node_id = 0;
+  uint64_t original_node_id = 0;  // a clone's (instantiation's) source node, else 0
+  const char* function = nullptr;  // the driver call it was made under (CUPTI's static name)
+  uint32_t tid = 0, graph_id = 0, correlation_id = 0;
+  int32_t node_type = -1;  // CUgraphNodeType
+};
+
 enum class ApiKind : uint8_t { kLaunch, kMemcpy, kMemset, kAlloc, kFree, kGraphLaunch, kOther };
 ApiKind KindOfCallback(uint32_t cbid);
 // "MemcpyH2D"... for a memcpy callback id, else nullptr.
@@ -79,6 +90,8 @@ class GpuCollector {
   void AddRecord(const void* record);
   // A host call (already bounded by the tracer).
   void AddApiEvent(const ApiEvent& e) { api_.push_back(e); }
+  // A graph node made during the session (gpu_dump_graph_node_mapping).
+  void AddGraphNode(const GraphNodeEvent& e) { graph_nodes_.push_back(e); }
   // Records the tracer could not keep, per GPU (reason shown in the warning).
   void CountDropped(uint32_t device, const std::string& reason, uint64_t n);
 
@@ -92,17 +105,18 @@ class GpuCollector {
 
  private:
   enum class Type : uint8_t { kKernel, kMemcpy, kMemset, kGraph };
-  // One device record as kept until Export (40 bytes; what repeats, the
+  // One device record as kept until Export (48 bytes; what repeats, the
   // kernel name and the launch configuration / copy details, is interned when
   // the record is added and stored as an index).
   struct DeviceEvent {
     uint64_t start_ns, end_ns;
+    uint64_t graph_node_id;
     uint32_t correlation_id, context, graph_id;
     uint32_t detail;  // index into details_
     uint32_t name;    // kernel: index into names_; memcpy: copy kind; memset: memory kind
     Type type;
   };
-  static_assert(sizeof(DeviceEvent) == 40);
+  static_assert(sizeof(DeviceEvent) == 48);
   // Events of one stream, in chunks that never move (no copy as they grow;
   // the large ones on transparent huge pages: 512 times fewer page faults).
   struct Stream {
@@ -143,6 +157,7 @@ class GpuCollector {
   std::vector<NvtxRange> nvtx_;
   uint64_t nvtx_dropped_ = 0;
   std::vector<ApiEvent> api_;
+  std::vector<GraphNodeEvent> graph_nodes_;
   uint64_t records_ = 0;
   uint64_t unknown_kinds_ = 0;
   bool copy_names_ = false;

@@ -42,6 +42,8 @@ struct Cupti {
   CUptiResult (*GetTimestamp)(uint64_t*);
   CUptiResult (*GetResultString)(CUptiResult, const char**);
   CUptiResult (*GetDeviceId)(void*, uint32_t*);
+  CUptiResult (*GetGraphNodeId)(void*, uint64_t*);  // optional (graph node mapping)
+  CUptiResult (*GetGraphId)(void*, uint32_t*);
 };
 
 struct Driver {
@@ -96,6 +98,11 @@ constexpr uint32_t kCallbackIds[] = {
     243, 244, 371, 294, 39, 245, 38, 598, 599, 600, 601, 611, 612,            // memory
     379, 302, 549, 550, 551, 552,                                             // host register, VMM
 };
+// Calls that make graph nodes, and the resource callbacks that give the
+// nodes' ids (gpu_dump_graph_node_mapping; spec GPU.md §1.2).
+constexpr uint32_t kGraphNodeCallIds[] = {501, 502, 504, 506, 513, 523, 525, 526, 530, 578, 589,
+                                          590, 638, 639, 643, 656, 657, 669, 689, 712, 723};
+constexpr uint32_t kGraphNodeResourceIds[] = {abi::kResourceGraphNodeCreated, abi::kResourceGraphNodeCloned};
 // Runtime allocating calls (GPU memory only; spec GPU.md §7.2).
 constexpr uint32_t kRuntimeMemoryIds[] = {20, 21, 22, 25, 26, 27, 152, 153, 206, 373, 374, 375, 376, 391, 392};
 
@@ -224,6 +231,10 @@ class GpuTracer : public session::Tracer {
     if (subscriber_ != nullptr) {
       for (uint32_t id : kCallbackIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
       for (uint32_t id : kRuntimeMemoryIds) c.EnableCallback(0, subscriber_, abi::kDomainRuntimeApi, id);
+      if (map_graph_nodes_) {
+        for (uint32_t id : kGraphNodeCallIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
+        for (uint32_t id : kGraphNodeResourceIds) c.EnableCallback(0, subscriber_, abi::kDomainResource, id);
+      }
       c.Unsubscribe(subscriber_);
       subscriber_ = nullptr;
     }
@@ -251,6 +262,10 @@ class GpuTracer : public session::Tracer {
     uint64_t n = sink_.size();
     for (uint64_t i = 0; i < n; ++i)
       if (sink_.events[i].end_ns != 0) active_->collector.AddApiEvent(sink_.events[i]);
+    for (uint64_t i = 0; i < sink_.node_count(); ++i) active_->collector.AddGraphNode(sink_.nodes[i]);
+    if (uint64_t lost = sink_.nodes_dropped.load(); lost != 0)
+      active_->collector.CountDropped(0, "graph nodes over gpu_max_callback_api_events (not mapped)", lost);
+    for (const std::string& w : warnings_) space->warnings.push_back(w);
     for (uint32_t d = 0; d < CallbackSink::kMaxDevices; ++d)
       active_->collector.CountDropped(d, "total driver(callback) events reaches max (gpu_max_callback_api_events)",
                                       sink_.dropped[d].load());
@@ -286,7 +301,6 @@ class GpuTracer : public session::Tracer {
   std::vector<const char*> Unsupported() const {
     std::vector<const char*> out;
     if (!options_.pm_sample_counters.empty()) out.push_back("gpu_pm_sample_counters");
-    if (options_.dump_graph_node_mapping) out.push_back("gpu_dump_graph_node_mapping");
     return out;
   }
 
@@ -335,6 +349,18 @@ class GpuTracer : public session::Tracer {
 
     if (!sink_.Reserve(static_cast<uint64_t>(options_.max_callback_api_events)))
       return *why = "cannot reserve the callback event array", false;
+    // Graph node mapping needs CUPTI's id getters (CUDA 12+); without them
+    // the session goes on and a warning says why the mapping is missing.
+    std::string no_graph;
+    Resolve(h, "cuptiGetGraphNodeId", &c.GetGraphNodeId, &no_graph);
+    Resolve(h, "cuptiGetGraphId", &c.GetGraphId, &no_graph);
+    map_graph_nodes_ = options_.dump_graph_node_mapping && no_graph.empty() &&
+                       sink_.ReserveNodes(static_cast<uint64_t>(options_.max_callback_api_events));
+    if (options_.dump_graph_node_mapping && !map_graph_nodes_)
+      warnings_.push_back("gpu_dump_graph_node_mapping: off, " +
+                          (no_graph.empty() ? std::string("cannot reserve the node array") : lib.path + " lacks " + no_graph));
+    sink_.get_graph_node_id = map_graph_nodes_ ? c.GetGraphNodeId : nullptr;
+    sink_.get_graph_id = map_graph_nodes_ ? c.GetGraphId : nullptr;
     sink_.get_timestamp = c.GetTimestamp;
     sink_.get_device_id = c.GetDeviceId;
     sink_.num_devices = options_.num_chips_to_profile_per_task > 0
@@ -357,6 +383,14 @@ class GpuTracer : public session::Tracer {
     for (uint32_t id : kRuntimeMemoryIds)
       if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainRuntimeApi, id); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    if (map_graph_nodes_) {
+      for (uint32_t id : kGraphNodeCallIds)
+        if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
+          return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+      for (uint32_t id : kGraphNodeResourceIds)
+        if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainResource, id); r != abi::kSuccess)
+          return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback (graph nodes)", r));
+    }
     FillPool();
     if (CUptiResult r = c.ActivityRegisterCallbacks(&BufferRequested, &BufferCompleted); r != abi::kSuccess)
       return Fail(why, ExplainCuptiError(c, "cuptiActivityRegisterCallbacks", r));
@@ -397,6 +431,8 @@ class GpuTracer : public session::Tracer {
   uint64_t start_ticks_ = 0;
   bool stopped_ = false;
   std::string off_reason_;
+  bool map_graph_nodes_ = false;
+  std::vector<std::string> warnings_;
   std::vector<DeviceProperties> devices_;
   uint64_t events_ = 0, dropped_ = 0;
 };

@@ -169,6 +169,40 @@ SAME(cudaMallocManaged_v6000_params, size, 8);
 SAME(cudaMallocAsync_v11020_params, size, 8);
 SAME(cudaFreeAsync_v11020_params, devPtr, 0);
 SAME(cudaMallocFromPoolAsync_v11020_params, size, 8);
+// Graph node mapping: resource callbacks, the graph node of device records.
+static_assert(CUPTI_CB_DOMAIN_RESOURCE == abi::kDomainResource);
+static_assert(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED == abi::kResourceGraphNodeCreated);
+static_assert(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED == abi::kResourceGraphNodeCloned);
+SAME(CUpti_ResourceData, resourceDescriptor, abi::resource::kResourceDescriptor);
+SAME(CUpti_GraphData, graph, abi::graph_data::kGraph);
+SAME(CUpti_GraphData, node, abi::graph_data::kNode);
+SAME(CUpti_GraphData, originalNode, abi::graph_data::kOriginalNode);
+SAME(CUpti_GraphData, nodeType, abi::graph_data::kNodeType);
+SAME(CUpti_ActivityKernel9, graphNodeId, abi::kernel::kGraphNodeId);
+SAME(CUpti_ActivityMemcpy5, graphNodeId, abi::memcpy::kGraphNodeId);
+SAME(CUpti_ActivityMemset4, graphNodeId, abi::memset::kGraphNodeId);
+SAME(CUpti_ActivityMemset4, graphId, abi::memset::kGraphId);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuGraphCreate == abi::cbid::kGraphCreate &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode == abi::cbid::kGraphAddKernelNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemcpyNode == abi::cbid::kGraphAddMemcpyNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemsetNode == abi::cbid::kGraphAddMemsetNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate == abi::cbid::kGraphInstantiate &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphClone == abi::cbid::kGraphClone &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddChildGraphNode == abi::cbid::kGraphAddChildGraphNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEmptyNode == abi::cbid::kGraphAddEmptyNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddHostNode == abi::cbid::kGraphAddHostNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2 == abi::cbid::kGraphInstantiateV2 &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventRecordNode == abi::cbid::kGraphAddEventRecordNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode == abi::cbid::kGraphAddEventWaitNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode == abi::cbid::kGraphAddMemAllocNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode == abi::cbid::kGraphAddMemFreeNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags == abi::cbid::kGraphInstantiateWithFlags &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams == abi::cbid::kGraphInstantiateWithParams &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz == abi::cbid::kGraphInstantiateWithParamsPtsz &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddBatchMemOpNode == abi::cbid::kGraphAddBatchMemOpNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2 == abi::cbid::kGraphAddKernelNodeV2 &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode == abi::cbid::kGraphAddNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2 == abi::cbid::kGraphAddNodeV2);
 
 namespace {
 
@@ -205,6 +239,29 @@ std::map<std::string, std::pair<int64_t, int64_t>> LiveByKind(const char* device
     count += prof.count_index >= 0 ? s.values[prof.count_index] : 1;
   }
   return out;
+}
+
+// Graph and node handles stand for their ids in these tests.
+int FakeGraphNodeId(void* node, uint64_t* id) {
+  *id = reinterpret_cast<uintptr_t>(node);
+  return 0;
+}
+int FakeGraphId(void* graph, uint32_t* id) {
+  *id = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(graph));
+  return 0;
+}
+// CUPTI's resource callback for a graph node made (or cloned from `original`) now.
+void NodeMade(spyglass::gpu::CallbackSink& sink, uintptr_t graph, uintptr_t node, CUgraphNodeType type,
+              uintptr_t original = 0) {
+  CUpti_GraphData g{};
+  g.graph = reinterpret_cast<CUgraph>(graph);
+  g.node = reinterpret_cast<CUgraphNode>(node);
+  g.originalNode = reinterpret_cast<CUgraphNode>(original);
+  g.nodeType = type;
+  CUpti_ResourceData r{};
+  r.resourceDescriptor = &g;
+  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_RESOURCE,
+                             original ? CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED : CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &r);
 }
 
 int FakeDeviceId(void*, uint32_t* d) {
@@ -486,6 +543,36 @@ int main(int argc, char** argv) {
   collector.AddRecord(&mk);
   CHECK(collector.records() == 6);
 
+  // CUDA graph nodes (gpu_dump_graph_node_mapping): one made by
+  // cuGraphAddKernelNode, one by a launch under stream capture, then both
+  // cloned by cuGraphInstantiate; what runs are the clones.
+  CHECK(sink.ReserveNodes(64));
+  sink.get_graph_node_id = &FakeGraphNodeId;
+  sink.get_graph_id = &FakeGraphId;
+  cuGraphAddKernelNode_v2_params add{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2, "cuGraphAddKernelNode_v2", 50, &add, 200, 202, CUDA_SUCCESS,
+       CUPTI_CB_DOMAIN_DRIVER_API, [] { NodeMade(*g_sink, 42, 1001, CU_GRAPH_NODE_TYPE_KERNEL); });
+  cuLaunchKernel_params captured{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", 51, &captured, 203, 204, CUDA_SUCCESS,
+       CUPTI_CB_DOMAIN_DRIVER_API, [] { NodeMade(*g_sink, 42, 1002, CU_GRAPH_NODE_TYPE_KERNEL); });
+  cuGraphInstantiateWithFlags_params inst{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 52, &inst, 205, 208,
+       CUDA_SUCCESS, CUPTI_CB_DOMAIN_DRIVER_API, [] {
+         NodeMade(*g_sink, 43, 2001, CU_GRAPH_NODE_TYPE_KERNEL, 1001);
+         NodeMade(*g_sink, 43, 2002, CU_GRAPH_NODE_TYPE_KERNEL, 1002);
+       });
+  NodeMade(sink, 44, 3001, CU_GRAPH_NODE_TYPE_MEMSET);  // outside any traced call
+  CHECK(sink.node_count() == 5);
+  for (uint64_t i = 0; i < sink.node_count(); ++i) collector.AddGraphNode(sink.nodes[i]);
+  // The graph's launch runs the clones' kernels.
+  CUpti_ActivityKernel9 gk = k;
+  gk.start = At(300), gk.end = At(310), gk.streamId = 9, gk.correlationId = 60, gk.graphId = 43, gk.graphNodeId = 2001;
+  gk.name = "_Z7captureddPf";
+  collector.AddRecord(&gk);
+  gk.start = At(311), gk.end = At(320), gk.graphNodeId = 2002, gk.name = "_Z8capturedPf";
+  collector.AddRecord(&gk);
+  CHECK(collector.records() == 8);
+
   for (uint64_t i = 0; i < sink.size(); ++i) collector.AddApiEvent(sink.events[i]);
   gpu::ClockMap clock;
   clock.AddSample(kT0, 0, 0);
@@ -524,6 +611,42 @@ int main(int argc, char** argv) {
         nvtx |= host_after.event_metadata()[e.metadata_id].name == "NVTX:app:nvtx_forward" &&
                 e.offset_ps == 45'000'000 && e.duration_ps == 45'000'000;
   CHECK(nvtx);
+
+  // Graph node mapping: each graph kernel names its node and the call that
+  // made it; each node made is an event on the thread that made it.
+  int graph_kernels = 0;
+  if (dev != nullptr)
+    for (const model::Line& l : dev->lines)
+      for (const model::Event& e : l.events) {
+        std::string node, api;
+        for (const model::Stat& s : l.stats_of(e)) {
+          if (dev->stat_name(s) == model::kCudaGraphNodeIdStat) node = std::to_string(s.u64);
+          if (dev->stat_name(s) == model::kCudaGraphNodeApiStat) api = dev->stat_text(s);
+        }
+        if (node == "2001") graph_kernels += api == "cuGraphAddKernelNode_v2";
+        if (node == "2002") graph_kernels += api == "cuLaunchKernel";
+      }
+  CHECK(graph_kernels == 2);
+  int node_events = 0;
+  for (const model::Line& l : host_after.lines)
+    for (const model::Event& e : l.events) {
+      const std::string& name = host_after.event_metadata()[e.metadata_id].name;
+      if (name.rfind(model::kCudaGraphNodeMapPrefix, 0) != 0) continue;
+      std::string node, orig, type;
+      for (const model::Stat& s : l.stats_of(e)) {
+        if (host_after.stat_name(s) == model::kCudaGraphNodeIdStat) node = std::to_string(s.u64);
+        if (host_after.stat_name(s) == model::kCudaGraphOrigNodeIdStat) orig = std::to_string(s.u64);
+        if (host_after.stat_name(s) == model::kCudaGraphNodeTypeStat) type = host_after.stat_text(s);
+      }
+      CHECK(l.id == tid);
+      if (name == "CudaGraphNodeMap: cuGraphAddKernelNode_v2" && node == "1001" && type == "kernel" &&
+          e.offset_ps == 200'000'000)
+        ++node_events;
+      if (name == "CudaGraphNodeMap: cuLaunchKernel" && node == "1002") ++node_events;
+      if (name == "CudaGraphNodeMap: cuGraphInstantiateWithFlags" && node == "2002" && orig == "1002") ++node_events;
+      if (name == "CudaGraphNodeMap: unknown" && node == "3001" && type == "memset") ++node_events;
+    }
+  CHECK(node_events == 4);
 
   // Our own trace JSON: a flow arrow from the launch to the kernel.
   std::string json = exporter::TraceJsonString(space);
