@@ -9,6 +9,7 @@
 // Memcpy5/6, Memset4, GraphTrace2; cuptiActivityGetNextRecord knows the size.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -155,3 +156,79 @@ using BufferCompletedFunc = void (*)(void* context, uint32_t stream_id, uint8_t*
                                      size_t valid_size);
 
 }  // namespace spyglass::gpu::abi
+
+// PM sampling (CUPTI 12.6+: cupti_pmsampling.h, cupti_profiler_host.h,
+// cupti_profiler_target.h, cupti_target.h). The parameter structs as CUPTI
+// lays them out; each call's structSize is the end of the last field we
+// set (CUPTI's STRUCT_SIZE), so newer CUPTIs that appended fields accept them.
+namespace spyglass::gpu::abi::pm {
+struct ProfilerInitializeParams {
+  size_t structSize; void* pPriv;
+};
+struct DeviceGetChipNameParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; const char* pChipName;
+};
+struct GetCounterAvailabilityParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; size_t counterAvailabilityImageSize;
+  uint8_t* pCounterAvailabilityImage;
+};
+struct HostInitializeParams {  // (newer CUPTIs append pSinglePassMetricSetName)
+  size_t structSize; void* pPriv; int profilerType; const char* pChipName; const uint8_t* pCounterAvailabilityImage;
+  void* pHostObject;
+};
+struct HostDeinitializeParams {
+  size_t structSize; void* pPriv; void* pHostObject;
+};
+struct HostConfigAddMetricsParams {
+  size_t structSize; void* pPriv; void* pHostObject; const char** ppMetricNames; size_t numMetrics;
+};
+struct HostGetConfigImageSizeParams {
+  size_t structSize; void* pPriv; void* pHostObject; size_t configImageSize;
+};
+struct HostGetConfigImageParams {
+  size_t structSize; void* pPriv; void* pHostObject; size_t configImageSize; uint8_t* pConfigImage;
+};
+struct HostEvaluateToGpuValuesParams {
+  size_t structSize; void* pPriv; void* pHostObject; const uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  size_t rangeIndex; const char** ppMetricNames; size_t numMetrics; double* pMetricValues;
+};
+struct EnableParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; void* pPmSamplingObject;
+};
+struct ObjectParams {  // Disable, Start, Stop
+  size_t structSize; void* pPriv; void* pPmSamplingObject;
+};
+struct SetConfigParams {  // (newer CUPTIs append hwBufferAppendMode)
+  size_t structSize; void* pPriv; void* pPmSamplingObject; size_t configSize; const uint8_t* pConfig;
+  size_t hardwareBufferSize; uint64_t samplingInterval; int triggerMode;
+};
+struct GetCounterDataSizeParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; const char** pMetricNames; size_t numMetrics;
+  uint32_t maxSamples; size_t counterDataSize;
+};
+struct CounterDataImageInitializeParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; size_t counterDataSize; uint8_t* pCounterData;
+};
+struct DecodeDataParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  int decodeStopReason; uint8_t overflow;
+};
+struct GetCounterDataInfoParams {
+  size_t structSize; void* pPriv; const uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  size_t numTotalSamples; size_t numPopulatedSamples; size_t numCompletedSamples;
+};
+struct GetSampleInfoParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; const uint8_t* pCounterDataImage;
+  size_t counterDataImageSize; size_t sampleIndex; uint64_t startTimestamp; uint64_t endTimestamp;
+};
+inline constexpr int kProfilerTypePmSampling = 1;         // CUPTI_PROFILER_TYPE_PM_SAMPLING
+inline constexpr int kTriggerGpuTimeInterval = 1;         // CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL (ns)
+inline constexpr int kDecodeStopCounterDataFull = 1;      // CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL
+inline constexpr int kErrorNotSupported = 27;             // CUPTI_ERROR_NOT_SUPPORTED
+inline constexpr int kErrorInvalidMetricName = 17, kErrorInvalidChipName = 46, kErrorMigNotSupported = 43,
+                     kErrorVirtualizedNotSupported = 33, kErrorWslNotSupported = 45, kErrorCmpNotSupported = 42,
+                     kErrorConfidentialNotSupported = 41, kErrorHardwareBusy = 26, kErrorInvalidDevice = 2;
+}  // namespace spyglass::gpu::abi::pm
+
+// CUPTI's STRUCT_SIZE: where the last field a caller sets ends.
+#define SPYGLASS_CUPTI_STRUCT_SIZE(T, last) (offsetof(T, last) + sizeof(static_cast<T*>(nullptr)->last))

@@ -19,6 +19,7 @@
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
 #include "gpu/gpu_options.h"
+#include "gpu/pm_sampling.h"
 #include "model/schema.h"
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
@@ -227,6 +228,7 @@ class GpuTracer : public session::Tracer {
   Status Stop() override {
     if (active_ == nullptr || stopped_) return Status::Ok();
     stopped_ = true;
+    if (pm_ != nullptr) pm_->Stop();  // first, as XLA does
     Cupti& c = active_->cupti;
     if (subscriber_ != nullptr) {
       for (uint32_t id : kCallbackIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
@@ -250,10 +252,11 @@ class GpuTracer : public session::Tracer {
   Status CollectData(model::Space* space) override {
     if (active_ == nullptr) {
       if (!off_reason_.empty()) space->warnings.push_back("GPU tracer off: " + off_reason_);
+      if (!off_reason_.empty() && !options_.pm_sample_counters.empty())
+        space->warnings.push_back("gpu_pm_sample_counters: not sampled (the GPU tracer is off: " +
+                                  off_reason_.substr(0, off_reason_.find('\n')) + ")");
       return Status::Ok();
     }
-    for (const char* k : Unsupported())
-      space->warnings.push_back(std::string("GPU option ") + k + " is accepted but not implemented by this Spyglass");
     internal::TickConverter ticks = internal::TickConverter::Calibrate();
     ClockMap clock;
     for (const auto& s : active_->samples)
@@ -272,6 +275,11 @@ class GpuTracer : public session::Tracer {
     events_ = n + active_->collector.records();
     dropped_ = active_->collector.dropped();
     active_->collector.Export(clock, space);
+    if (pm_ != nullptr) {
+      AddPmCounters(pm_->metrics(), pm_->samples(), clock, space);
+      for (const std::string& e : pm_->errors()) space->warnings.push_back(e);
+      pm_.reset();
+    }
     for (size_t i = 0; i < devices_.size(); ++i) {
       model::Plane* p = space->find_plane(std::string(model::kGpuPlanePrefix) + std::to_string(i));
       if (p == nullptr) continue;
@@ -298,12 +306,6 @@ class GpuTracer : public session::Tracer {
   }
 
  private:
-  std::vector<const char*> Unsupported() const {
-    std::vector<const char*> out;
-    if (!options_.pm_sample_counters.empty()) out.push_back("gpu_pm_sample_counters");
-    return out;
-  }
-
   bool Enable(std::string* why, bool* driver_present) {
     void* driver = LoadDriver(why);
     if (driver == nullptr) return false;
@@ -405,7 +407,31 @@ class GpuTracer : public session::Tracer {
     for (uint32_t k : kinds_)
       if (CUptiResult r = c.ActivityEnable(k); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiActivityEnable", r));
+    if (!options_.pm_sample_counters.empty()) StartPmSampling(h, lib.path);
     return true;
+  }
+
+  // Counter sampling is an extra: when it cannot start, the trace goes on
+  // and a warning (and, as a GPU key was set, one stderr line) says why.
+  void StartPmSampling(void* libcupti, const std::string& path) {
+    PmApi api{};
+    std::string missing, why;
+    if (!ResolvePmApi(libcupti, &api, &missing)) {
+      why = "PM sampling needs CUPTI 12.6 or newer; " + path + " lacks " + missing.substr(0, 200);
+    } else {
+      std::vector<uint32_t> devices;
+      for (uint32_t d = 0; d < devices_.size(); ++d)
+        if (options_.num_chips_to_profile_per_task <= 0 || d < options_.num_chips_to_profile_per_task)
+          devices.push_back(d);
+      auto pm = std::make_unique<PmSampler>(api, options_.pm_sample_counters, options_.pm_sample_interval_us,
+                                            options_.pm_sample_buffer_size_per_gpu_mb);
+      if (pm->Start(devices, &why)) {
+        pm_ = std::move(pm);
+        return;
+      }
+    }
+    std::fprintf(stderr, "spyglass: gpu_pm_sample_counters: not sampled: %s\n", why.c_str());
+    warnings_.push_back("gpu_pm_sample_counters: not sampled: " + why);
   }
 
   bool Fail(std::string* why, std::string text) {
@@ -415,6 +441,7 @@ class GpuTracer : public session::Tracer {
     std::lock_guard<std::mutex> lock(g_mu);
     g_active = nullptr;
     active_.reset();
+    pm_.reset();
     sink_.Release();
     return false;
   }
@@ -432,6 +459,7 @@ class GpuTracer : public session::Tracer {
   bool stopped_ = false;
   std::string off_reason_;
   bool map_graph_nodes_ = false;
+  std::unique_ptr<PmSampler> pm_;
   std::vector<std::string> warnings_;
   std::vector<DeviceProperties> devices_;
   uint64_t events_ = 0, dropped_ = 0;

@@ -6,6 +6,10 @@
 //
 //   gpu_records_test <out.xplane.pb>
 #include <cupti.h>
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_target.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -19,6 +23,7 @@
 #include "gpu/cupti_abi.h"
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
+#include "gpu/pm_sampling.h"
 #include "memory/pprof.h"
 #include "memory/tracker.h"
 #include "model/schema.h"
@@ -169,6 +174,129 @@ SAME(cudaMallocManaged_v6000_params, size, 8);
 SAME(cudaMallocAsync_v11020_params, size, 8);
 SAME(cudaFreeAsync_v11020_params, devPtr, 0);
 SAME(cudaMallocFromPoolAsync_v11020_params, size, 8);
+// PM sampling: our parameter structs against NVIDIA's, field by field, and
+// the struct sizes we pass (CUPTI's STRUCT_SIZE up to our last field).
+static_assert(offsetof(CUpti_Profiler_Initialize_Params, structSize) == offsetof(abi::pm::ProfilerInitializeParams, structSize), "ProfilerInitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Initialize_Params, pPriv) == offsetof(abi::pm::ProfilerInitializeParams, pPriv), "ProfilerInitializeParams.pPriv");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Initialize_Params, pPriv) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ProfilerInitializeParams, pPriv));
+static_assert(offsetof(CUpti_Device_GetChipName_Params, structSize) == offsetof(abi::pm::DeviceGetChipNameParams, structSize), "DeviceGetChipNameParams.structSize");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, pPriv) == offsetof(abi::pm::DeviceGetChipNameParams, pPriv), "DeviceGetChipNameParams.pPriv");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, deviceIndex) == offsetof(abi::pm::DeviceGetChipNameParams, deviceIndex), "DeviceGetChipNameParams.deviceIndex");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, pChipName) == offsetof(abi::pm::DeviceGetChipNameParams, pChipName), "DeviceGetChipNameParams.pChipName");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Device_GetChipName_Params, pChipName) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::DeviceGetChipNameParams, pChipName));
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, structSize) == offsetof(abi::pm::GetCounterAvailabilityParams, structSize), "GetCounterAvailabilityParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, pPriv) == offsetof(abi::pm::GetCounterAvailabilityParams, pPriv), "GetCounterAvailabilityParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, deviceIndex) == offsetof(abi::pm::GetCounterAvailabilityParams, deviceIndex), "GetCounterAvailabilityParams.deviceIndex");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, counterAvailabilityImageSize) == offsetof(abi::pm::GetCounterAvailabilityParams, counterAvailabilityImageSize), "GetCounterAvailabilityParams.counterAvailabilityImageSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage) == offsetof(abi::pm::GetCounterAvailabilityParams, pCounterAvailabilityImage), "GetCounterAvailabilityParams.pCounterAvailabilityImage");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterAvailabilityParams, pCounterAvailabilityImage));
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, structSize) == offsetof(abi::pm::HostInitializeParams, structSize), "HostInitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pPriv) == offsetof(abi::pm::HostInitializeParams, pPriv), "HostInitializeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, profilerType) == offsetof(abi::pm::HostInitializeParams, profilerType), "HostInitializeParams.profilerType");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pChipName) == offsetof(abi::pm::HostInitializeParams, pChipName), "HostInitializeParams.pChipName");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pCounterAvailabilityImage) == offsetof(abi::pm::HostInitializeParams, pCounterAvailabilityImage), "HostInitializeParams.pCounterAvailabilityImage");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pHostObject) == offsetof(abi::pm::HostInitializeParams, pHostObject), "HostInitializeParams.pHostObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostInitializeParams, pHostObject));
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, structSize) == offsetof(abi::pm::HostDeinitializeParams, structSize), "HostDeinitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, pPriv) == offsetof(abi::pm::HostDeinitializeParams, pPriv), "HostDeinitializeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) == offsetof(abi::pm::HostDeinitializeParams, pHostObject), "HostDeinitializeParams.pHostObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostDeinitializeParams, pHostObject));
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, structSize) == offsetof(abi::pm::HostConfigAddMetricsParams, structSize), "HostConfigAddMetricsParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, pPriv) == offsetof(abi::pm::HostConfigAddMetricsParams, pPriv), "HostConfigAddMetricsParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, pHostObject) == offsetof(abi::pm::HostConfigAddMetricsParams, pHostObject), "HostConfigAddMetricsParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, ppMetricNames) == offsetof(abi::pm::HostConfigAddMetricsParams, ppMetricNames), "HostConfigAddMetricsParams.ppMetricNames");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) == offsetof(abi::pm::HostConfigAddMetricsParams, numMetrics), "HostConfigAddMetricsParams.numMetrics");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostConfigAddMetricsParams, numMetrics));
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, structSize) == offsetof(abi::pm::HostGetConfigImageSizeParams, structSize), "HostGetConfigImageSizeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, pPriv) == offsetof(abi::pm::HostGetConfigImageSizeParams, pPriv), "HostGetConfigImageSizeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, pHostObject) == offsetof(abi::pm::HostGetConfigImageSizeParams, pHostObject), "HostGetConfigImageSizeParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize) == offsetof(abi::pm::HostGetConfigImageSizeParams, configImageSize), "HostGetConfigImageSizeParams.configImageSize");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostGetConfigImageSizeParams, configImageSize));
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, structSize) == offsetof(abi::pm::HostGetConfigImageParams, structSize), "HostGetConfigImageParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pPriv) == offsetof(abi::pm::HostGetConfigImageParams, pPriv), "HostGetConfigImageParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pHostObject) == offsetof(abi::pm::HostGetConfigImageParams, pHostObject), "HostGetConfigImageParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, configImageSize) == offsetof(abi::pm::HostGetConfigImageParams, configImageSize), "HostGetConfigImageParams.configImageSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) == offsetof(abi::pm::HostGetConfigImageParams, pConfigImage), "HostGetConfigImageParams.pConfigImage");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostGetConfigImageParams, pConfigImage));
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, structSize) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, structSize), "HostEvaluateToGpuValuesParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pPriv) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pPriv), "HostEvaluateToGpuValuesParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pHostObject) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pHostObject), "HostEvaluateToGpuValuesParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pCounterDataImage) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pCounterDataImage), "HostEvaluateToGpuValuesParams.pCounterDataImage");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, counterDataImageSize) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, counterDataImageSize), "HostEvaluateToGpuValuesParams.counterDataImageSize");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, rangeIndex) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, rangeIndex), "HostEvaluateToGpuValuesParams.rangeIndex");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ppMetricNames) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, ppMetricNames), "HostEvaluateToGpuValuesParams.ppMetricNames");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, numMetrics) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, numMetrics), "HostEvaluateToGpuValuesParams.numMetrics");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pMetricValues), "HostEvaluateToGpuValuesParams.pMetricValues");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostEvaluateToGpuValuesParams, pMetricValues));
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, structSize) == offsetof(abi::pm::EnableParams, structSize), "EnableParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, pPriv) == offsetof(abi::pm::EnableParams, pPriv), "EnableParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, deviceIndex) == offsetof(abi::pm::EnableParams, deviceIndex), "EnableParams.deviceIndex");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, pPmSamplingObject) == offsetof(abi::pm::EnableParams, pPmSamplingObject), "EnableParams.pPmSamplingObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_Enable_Params, pPmSamplingObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::EnableParams, pPmSamplingObject));
+static_assert(offsetof(CUpti_PmSampling_Start_Params, structSize) == offsetof(abi::pm::ObjectParams, structSize), "ObjectParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_Start_Params, pPriv) == offsetof(abi::pm::ObjectParams, pPriv), "ObjectParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_Start_Params, pPmSamplingObject) == offsetof(abi::pm::ObjectParams, pPmSamplingObject), "ObjectParams.pPmSamplingObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_Start_Params, pPmSamplingObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject));
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, structSize) == offsetof(abi::pm::SetConfigParams, structSize), "SetConfigParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pPriv) == offsetof(abi::pm::SetConfigParams, pPriv), "SetConfigParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pPmSamplingObject) == offsetof(abi::pm::SetConfigParams, pPmSamplingObject), "SetConfigParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, configSize) == offsetof(abi::pm::SetConfigParams, configSize), "SetConfigParams.configSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pConfig) == offsetof(abi::pm::SetConfigParams, pConfig), "SetConfigParams.pConfig");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, hardwareBufferSize) == offsetof(abi::pm::SetConfigParams, hardwareBufferSize), "SetConfigParams.hardwareBufferSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, samplingInterval) == offsetof(abi::pm::SetConfigParams, samplingInterval), "SetConfigParams.samplingInterval");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, triggerMode) == offsetof(abi::pm::SetConfigParams, triggerMode), "SetConfigParams.triggerMode");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_SetConfig_Params, triggerMode) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::SetConfigParams, triggerMode));
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, structSize) == offsetof(abi::pm::GetCounterDataSizeParams, structSize), "GetCounterDataSizeParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pPriv) == offsetof(abi::pm::GetCounterDataSizeParams, pPriv), "GetCounterDataSizeParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pPmSamplingObject) == offsetof(abi::pm::GetCounterDataSizeParams, pPmSamplingObject), "GetCounterDataSizeParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pMetricNames) == offsetof(abi::pm::GetCounterDataSizeParams, pMetricNames), "GetCounterDataSizeParams.pMetricNames");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, numMetrics) == offsetof(abi::pm::GetCounterDataSizeParams, numMetrics), "GetCounterDataSizeParams.numMetrics");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, maxSamples) == offsetof(abi::pm::GetCounterDataSizeParams, maxSamples), "GetCounterDataSizeParams.maxSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize) == offsetof(abi::pm::GetCounterDataSizeParams, counterDataSize), "GetCounterDataSizeParams.counterDataSize");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterDataSizeParams, counterDataSize));
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, structSize) == offsetof(abi::pm::CounterDataImageInitializeParams, structSize), "CounterDataImageInitializeParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPriv) == offsetof(abi::pm::CounterDataImageInitializeParams, pPriv), "CounterDataImageInitializeParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPmSamplingObject) == offsetof(abi::pm::CounterDataImageInitializeParams, pPmSamplingObject), "CounterDataImageInitializeParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, counterDataSize) == offsetof(abi::pm::CounterDataImageInitializeParams, counterDataSize), "CounterDataImageInitializeParams.counterDataSize");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData) == offsetof(abi::pm::CounterDataImageInitializeParams, pCounterData), "CounterDataImageInitializeParams.pCounterData");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::CounterDataImageInitializeParams, pCounterData));
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, structSize) == offsetof(abi::pm::DecodeDataParams, structSize), "DecodeDataParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pPriv) == offsetof(abi::pm::DecodeDataParams, pPriv), "DecodeDataParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pPmSamplingObject) == offsetof(abi::pm::DecodeDataParams, pPmSamplingObject), "DecodeDataParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pCounterDataImage) == offsetof(abi::pm::DecodeDataParams, pCounterDataImage), "DecodeDataParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, counterDataImageSize) == offsetof(abi::pm::DecodeDataParams, counterDataImageSize), "DecodeDataParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, decodeStopReason) == offsetof(abi::pm::DecodeDataParams, decodeStopReason), "DecodeDataParams.decodeStopReason");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, overflow) == offsetof(abi::pm::DecodeDataParams, overflow), "DecodeDataParams.overflow");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_DecodeData_Params, overflow) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::DecodeDataParams, overflow));
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, structSize) == offsetof(abi::pm::GetCounterDataInfoParams, structSize), "GetCounterDataInfoParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, pPriv) == offsetof(abi::pm::GetCounterDataInfoParams, pPriv), "GetCounterDataInfoParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, pCounterDataImage) == offsetof(abi::pm::GetCounterDataInfoParams, pCounterDataImage), "GetCounterDataInfoParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, counterDataImageSize) == offsetof(abi::pm::GetCounterDataInfoParams, counterDataImageSize), "GetCounterDataInfoParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numTotalSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numTotalSamples), "GetCounterDataInfoParams.numTotalSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numPopulatedSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numPopulatedSamples), "GetCounterDataInfoParams.numPopulatedSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numCompletedSamples), "GetCounterDataInfoParams.numCompletedSamples");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterDataInfoParams, numCompletedSamples));
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, structSize) == offsetof(abi::pm::GetSampleInfoParams, structSize), "GetSampleInfoParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPriv) == offsetof(abi::pm::GetSampleInfoParams, pPriv), "GetSampleInfoParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPmSamplingObject) == offsetof(abi::pm::GetSampleInfoParams, pPmSamplingObject), "GetSampleInfoParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pCounterDataImage) == offsetof(abi::pm::GetSampleInfoParams, pCounterDataImage), "GetSampleInfoParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, counterDataImageSize) == offsetof(abi::pm::GetSampleInfoParams, counterDataImageSize), "GetSampleInfoParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, sampleIndex) == offsetof(abi::pm::GetSampleInfoParams, sampleIndex), "GetSampleInfoParams.sampleIndex");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, startTimestamp) == offsetof(abi::pm::GetSampleInfoParams, startTimestamp), "GetSampleInfoParams.startTimestamp");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp) == offsetof(abi::pm::GetSampleInfoParams, endTimestamp), "GetSampleInfoParams.endTimestamp");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetSampleInfoParams, endTimestamp));
+static_assert(CUpti_PmSampling_Stop_Params_STRUCT_SIZE == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject) &&
+              CUpti_PmSampling_Disable_Params_STRUCT_SIZE == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject));
+static_assert(CUPTI_PROFILER_TYPE_PM_SAMPLING == abi::pm::kProfilerTypePmSampling &&
+              CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL == abi::pm::kTriggerGpuTimeInterval &&
+              CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL == abi::pm::kDecodeStopCounterDataFull);
+static_assert(CUPTI_ERROR_NOT_SUPPORTED == abi::pm::kErrorNotSupported && CUPTI_ERROR_INVALID_METRIC_NAME == abi::pm::kErrorInvalidMetricName &&
+              CUPTI_ERROR_INVALID_CHIP_NAME == abi::pm::kErrorInvalidChipName && CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED == abi::pm::kErrorMigNotSupported &&
+              CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED == abi::pm::kErrorVirtualizedNotSupported &&
+              CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED == abi::pm::kErrorWslNotSupported && CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED == abi::pm::kErrorCmpNotSupported &&
+              CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED == abi::pm::kErrorConfidentialNotSupported &&
+              CUPTI_ERROR_HARDWARE_BUSY == abi::pm::kErrorHardwareBusy &&
+              CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES == abi::kErrorVirtualizedInsufficientPrivileges);
 // Graph node mapping: resource callbacks, the graph node of device records.
 static_assert(CUPTI_CB_DOMAIN_RESOURCE == abi::kDomainResource);
 static_assert(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED == abi::kResourceGraphNodeCreated);
@@ -652,6 +780,14 @@ int main(int argc, char** argv) {
   std::string json = exporter::TraceJsonString(space);
   CHECK(json.find("\"bind_id\":11,\"flow_out\":true") != std::string::npos);
   CHECK(json.find("\"bind_id\":11,\"flow_in\":true") != std::string::npos);
+
+  // PM sampling's counter line on the same plane (XProf reads the file with it).
+  gpu::PmDeviceSamples pm;
+  pm.start_ns = {At(100), At(600)};
+  pm.end_ns = {At(600), At(1000)};
+  pm.values = {42.5, 17.0};
+  gpu::AddPmCounters({"sm__cycles_active.avg"}, {pm}, clock, &space);
+  CHECK(space.find_plane("/device:GPU:0")->lines.back().name == model::kCounterLineName);
 
   Status s = exporter::WriteXSpaceFile(space, argv[1]);
   CHECK(s.ok());
