@@ -54,6 +54,14 @@ fi
 [ -x "$stage/gpu_check_program" ] || { echo "no $stage: run 'bash scripts/gpu_check.sh prepare' first" >&2; exit 2; }
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+# The program and libcupti are CUDA 13.5: a driver older than CUDA 13's
+# (580) cannot run them; say so rather than fail inside CUDA.
+driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
+echo "driver ${driver:-unknown}"
+if [ -n "$driver" ] && [ "${driver%%.*}" -lt 580 ] 2>/dev/null; then
+  echo "driver $driver is older than CUDA 13 needs (580): rebuild the stage with CUDA 12 wheels" >&2
+  exit 3
+fi
 grep -s RmProfilingAdminOnly /proc/driver/nvidia/params || true
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp" /tmp/gpu_check_overhead' EXIT
