@@ -14,7 +14,10 @@
 # It asserts kernels, copies and memsets on /device:GPU:0 inside their
 # TraceAnnotations, the copy byte counts, the launch <-> kernel link, the
 # kernel after its launch on the shared clock, and the GPU allocation in the
-# pprof at its call site (gpu_check_reader); then prints the host cost per
+# pprof at its call site (gpu_check_reader; it also reports the PM sampling
+# counter samples of gpu_pm_sample_counters, or the warning saying why there
+# are none, and the driver version, stopping early on one older than CUDA
+# 13's); then prints the host cost per
 # kernel launch with no tracer, with CUPTI activity tracing alone (the floor)
 # and with Spyglass. Runs in well under 5 minutes.
 set -euo pipefail

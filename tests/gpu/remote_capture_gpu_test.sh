@@ -2,6 +2,7 @@
 # Remote capture of GPU planes (issue 11): a live program whose GPU tracer
 # runs on a stand-in driver and libcupti (fake_libcuda.cc, fake_libcupti.cc:
 # one kernel launch, a 4 KiB copy, a memset) is captured by `spyglass collect`
+# by `python -m spyglass.collect_profile` where that package is installed,
 # and by JAX's `python -m jax.collect_profile`; each returned run must hold
 # /device:GPU:0 as XProf's converter reads it (the kernel in kernel_stats, the
 # copy and memset, the launch linked to its kernel).
@@ -32,6 +33,7 @@ capture() {
   [ -n "$port" ] || { echo "FAIL: the server did not start"; cat "$tmp/server.err"; exit 1; }
   case "$how" in
     spyglass) timeout 90 "$cli" collect "$port" 500 --log_dir "$log" --no_perfetto_link ;;
+    python) timeout 90 python3 -m spyglass.collect_profile --log_dir "$log" --no_perfetto_link "$port" 500 ;;
     jax) timeout 90 python3 -m jax.collect_profile "$port" 500 --log_dir "$log" --no_perfetto_link ||
            { echo "== jax.collect_profile failed; the server said:"; cat "$tmp/server.err"; exit 1; } ;;
   esac
@@ -46,6 +48,12 @@ capture() {
 }
 
 capture spyglass
+# Spyglass's own Python path (the same C++ client), where the package is installed.
+if python3 -c 'import spyglass._spyglass' 2>/dev/null; then
+  capture python
+else
+  echo "(the spyglass Python package is not installed for python3: python -m spyglass.collect_profile not run)"
+fi
 if python3 -c 'import jax' 2>/dev/null; then
   capture jax
 else
