@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <unordered_set>
 
 #include "gpu/cupti_abi.h"
 #include "model/schema.h"
@@ -393,9 +394,25 @@ std::unordered_map<uint32_t, Annotation> AnnotationsOfLaunches(const model::Plan
                                                                std::vector<std::pair<int64_t, const ApiEvent*>>& launches,
                                                                const ClockMap& clock) {
   std::unordered_map<uint32_t, Annotation> out;
-  std::sort(launches.begin(), launches.end(), [](const auto& a, const auto& b) {
-    return a.second->tid != b.second->tid ? a.second->tid < b.second->tid : a.first < b.first;
-  });
+  // Only threads with host events can have annotations open; the launches of
+  // each such thread, grouped by thread with a stable partition (the
+  // callback array is in call order per thread: sorted already, checked).
+  std::unordered_set<int64_t> annotated;
+  for (const model::Line& l : host.lines)
+    if (!l.events.empty()) annotated.insert(l.id);
+  launches.erase(std::remove_if(launches.begin(), launches.end(),
+                                [&](const auto& a) { return annotated.count(a.second->tid) == 0; }),
+                 launches.end());
+  std::stable_sort(launches.begin(), launches.end(),
+                   [](const auto& a, const auto& b) { return a.second->tid < b.second->tid; });
+  for (size_t g = 0; g < launches.size();) {
+    size_t h = g;
+    while (h < launches.size() && launches[h].second->tid == launches[g].second->tid) ++h;
+    auto by_start = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (!std::is_sorted(launches.begin() + g, launches.begin() + h, by_start))
+      std::sort(launches.begin() + g, launches.begin() + h, by_start);
+    g = h;
+  }
   size_t i = 0;
   while (i < launches.size()) {
     uint32_t tid = launches[i].second->tid;
@@ -712,6 +729,9 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     s.u64 = v;
     return s;
   };
+  // Each thread's line is sized once (counted first), as the device lines.
+  std::unordered_map<uint32_t, size_t> calls_of;
+  for (const ApiEvent& a : api_) ++calls_of[a.tid];
   for (const ApiEvent& a : api_) {
     if (a.tid != last_tid) {
       auto [tit, fresh] = touched.emplace(a.tid, 0);
@@ -719,6 +739,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
         host.line_with_id(a.tid);
         for (size_t li = 0; li < host.lines.size(); ++li)
           if (host.lines[li].id == a.tid) tit->second = li;
+        host.lines[tit->second].reserve_exact(calls_of[a.tid], 3 * calls_of[a.tid]);
       }
       last_tid = a.tid;
       last_index = tit->second;
