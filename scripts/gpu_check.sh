@@ -76,7 +76,7 @@ xplane="$(echo "$out" | sed -n 's/^xplane //p')"
 timeout 120 "$stage/gpu_check_reader" "$xplane" "$tmp/gpu.pprof.gz"
 if python3 -c 'import xprof' 2>/dev/null; then
   timeout 300 python3 tests/gpu/gpu_xprof_check.py "$xplane" --kernel scale_kernel --no-exact \
-    --copy-bytes 1048576 --copy-bytes 65536 --annotation step::compute
+    --copy-bytes 1048576 --copy-bytes 65536 --annotation step::compute --pm-counter ""
 else
   echo "(xprof not installed here: XProf's converter was checked on synthetic records by gpu_records_xprof)"
 fi
