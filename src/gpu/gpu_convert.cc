@@ -144,9 +144,9 @@ uint64_t GpuCollector::dropped() const {
 
 GpuCollector::DeviceEvent* GpuCollector::Stream::Append() {
   if (chunks.empty() || chunks.back().used == chunks.back().capacity) {
-    // Chunks double from 16 KiB (a stream with a few events costs little)
+    // Chunks double from 4 KiB (a stream with a few events costs little)
     // up to 2 MiB huge pages.
-    size_t bytes = std::max<size_t>(16 << 10, std::min(kHugePage, count * sizeof(DeviceEvent)));
+    size_t bytes = std::max<size_t>(4 << 10, std::min(kHugePage, count * sizeof(DeviceEvent)));
     void* p = bytes == kHugePage ? AllocHuge() : nullptr;
     if (p != nullptr) {
       chunks.push_back({{static_cast<DeviceEvent*>(p), &FreeHuge<DeviceEvent>}, 0, bytes / sizeof(DeviceEvent)});
@@ -160,20 +160,22 @@ GpuCollector::DeviceEvent* GpuCollector::Stream::Append() {
   return chunks.back().data.get() + chunks.back().used++;
 }
 
-GpuCollector::Stream& GpuCollector::stream(uint32_t dev, uint32_t id) {
-  if (dev == last_dev_ && id == last_stream_id_ && last_stream_ != nullptr) return *last_stream_;
+GpuCollector::Stream* GpuCollector::stream(uint32_t dev, uint32_t id) {
+  if (dev == last_dev_ && id == last_stream_id_ && last_stream_ != nullptr) return last_stream_;
   Device& d = device(dev);
-  Stream* s = nullptr;
-  for (Stream& x : d.streams)
-    if (x.id == id) s = &x;
-  if (s == nullptr) {
-    s = &d.streams.emplace_back();
-    s->id = id;
+  auto [it, fresh] = d.stream_index.try_emplace(id, static_cast<uint32_t>(d.streams.size()));
+  if (fresh) {
+    // Stream ids come from the records: a corrupt buffer could name millions.
+    if (d.streams.size() >= kMaxStreamsPerGpu) {
+      d.stream_index.erase(it);
+      return nullptr;
+    }
+    d.streams.emplace_back().id = id;
   }
   last_dev_ = dev;
   last_stream_id_ = id;
-  last_stream_ = s;
-  return *s;
+  last_stream_ = &d.streams[it->second];
+  return last_stream_;
 }
 
 size_t GpuCollector::KeyHash::operator()(const std::array<uint64_t, 5>& k) const {
@@ -321,7 +323,12 @@ void GpuCollector::AddRecord(const void* r) {
     return;
   }
   if (e.type != Type::kGraph) e.detail = InternDetail(key);
-  DeviceEvent* slot = stream(dev, stream_id).Append();
+  Stream* st = stream(dev, stream_id);
+  if (st == nullptr) {
+    ++device(dev).dropped["over " + std::to_string(kMaxStreamsPerGpu) + " streams on the GPU (a corrupt buffer?)"];
+    return;
+  }
+  DeviceEvent* slot = st->Append();
   if (slot == nullptr) {
     ++device(dev).dropped["no memory to keep it"];
     return;
@@ -709,8 +716,10 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       SortIfNeeded(line);
     }
     std::vector<Stream>().swap(d.streams);
+    d.stream_index.clear();
   }
   last_stream_ = nullptr;
+  last_dev_ = UINT32_MAX;
 
   // Host calls on their threads' lines (the plane is looked up again: adding
   // device planes moved it).

@@ -129,12 +129,14 @@ class GpuCollector {
     std::vector<Chunk> chunks;
     DeviceEvent* Append();
   };
+  static constexpr size_t kMaxStreamsPerGpu = 16384;
   struct Device {
     std::vector<Stream> streams;
+    std::unordered_map<uint32_t, uint32_t> stream_index;  // stream id -> index in streams
     std::unordered_map<std::string, uint64_t> dropped;  // reason -> count
   };
   Device& device(uint32_t id);
-  Stream& stream(uint32_t dev, uint32_t id);
+  Stream* stream(uint32_t dev, uint32_t id);  // nullptr: over kMaxStreamsPerGpu
   uint32_t InternName(const char* cupti_name);
   uint32_t InternDetail(const std::array<uint64_t, 5>& key);
 
