@@ -163,6 +163,13 @@ GpuCollector::DeviceEvent* GpuCollector::Stream::Append() {
 GpuCollector::Stream* GpuCollector::stream(uint32_t dev, uint32_t id) {
   if (dev == last_dev_ && id == last_stream_id_ && last_stream_ != nullptr) return last_stream_;
   Device& d = device(dev);
+  // Records alternate between a few streams: a scan while they are few.
+  if (d.streams.size() <= 16)
+    for (Stream& x : d.streams)
+      if (x.id == id) {
+        last_dev_ = dev, last_stream_id_ = id, last_stream_ = &x;
+        return last_stream_;
+      }
   auto [it, fresh] = d.stream_index.try_emplace(id, static_cast<uint32_t>(d.streams.size()));
   if (fresh) {
     // Stream ids come from the records: a corrupt buffer could name millions.
