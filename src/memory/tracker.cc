@@ -637,10 +637,15 @@ struct ShardLock {
 constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
 constexpr uint32_t kTimelineCheckOps = 128;
 
+// Inlined into the hook's two hot paths (as TableInsert, FlushPendingInline
+// and EraseIn): the calls and the registers they spilled were ~150
+// instructions a pair.
+#define SPYGLASS_HOT inline __attribute__((always_inline))
+
 // Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
 // the site's and its device's totals, remembering the peak lazily
 // (tracker.h). Returns the site's class (one lookup of the site for both).
-uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
+SPYGLASS_HOT uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
   SiteStats* st;
   uint32_t cls;
   if (const Site* s = site >= kFirstSite ? GetSite(site) : nullptr) {
@@ -708,8 +713,8 @@ uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
 // The shard part of an insert. `count`: +1 a new allocation, -1 a restored
 // one (its free is taken back), 0 a record that was counted already. Returns
 // false when the table bound drops it; *old_size >= 0 when ptr had a record.
-bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta, int64_t* old_size,
-                 uint32_t* old_site) {
+SPYGLASS_HOT bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta,
+                              int64_t* old_size, uint32_t* old_site) {
   uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   ShardLock lock(s.lock, plain);
@@ -756,7 +761,7 @@ void Replaced(uintptr_t ptr, int64_t old_size, uint32_t old_site, bool plain) {
 // touches it, in plain mode; MakeSharedSlow moves it into the table once the
 // writer is quiescent, so readers (ForEachLive) see it.
 
-void FlushPending(bool plain) {
+SPYGLASS_HOT void FlushPendingInline(bool plain) {
   const PendingRecord r = g_pending_rec;
   if (r.ptr == 0) return;
   g_pending_rec.ptr = 0;
@@ -770,6 +775,7 @@ void FlushPending(bool plain) {
   }
   if (old_size >= 0) Replaced(r.ptr, old_size, old_site, plain);
 }
+void FlushPending(bool plain) { FlushPendingInline(plain); }
 
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
@@ -779,7 +785,7 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, bool restored) {
     if (g_pending_rec.ptr == ptr) {
       Replaced(ptr, static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
     } else {
-      FlushPending(true);
+      FlushPendingInline(true);
       if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
     }
     g_pending_rec = {ptr, size, site};
@@ -856,7 +862,7 @@ namespace {
 // counted (no unknown/double free). `out`, if given, receives the record.
 // `table_only`: a settling free, whose record was in the table when freed
 // (the pending record may since be a new block at the same address).
-bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_only = false) {
+SPYGLASS_HOT bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_only = false) {
   uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;
