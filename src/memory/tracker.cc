@@ -208,21 +208,26 @@ bool Grow(Shard& s) {
   return true;
 }
 
-// Backward-shift deletion (no tombstones).
+// Backward-shift deletion (no tombstones): each record after the hole moves
+// back into it unless its home slot lies after the hole (its distance from
+// home is below the hole's distance).
 void EraseAt(Shard& s, uint64_t i) {
-  uint64_t j = i;
+  Slot* const slots = s.slots;  // locals: the moves below do not reload them
+  const uint64_t cap = s.cap;
+  uint64_t j = i, gap = 0;
   while (true) {
-    if (++j == s.cap) j = 0;
-    uint64_t p = s.slots[j].ptr;
+    if (++j == cap) j = 0;
+    ++gap;
+    const uint64_t p = slots[j].ptr;
     if (p == 0) break;
-    uint64_t k = Home(PtrHash(p), s.cap);
-    bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-    if (stays) continue;
-    s.slots[i] = s.slots[j];
+    const uint64_t k = Home(PtrHash(p), cap);
+    if ((j >= k ? j - k : j + cap - k) < gap) continue;
+    slots[i] = slots[j];
     i = j;
+    gap = 0;
   }
-  s.slots[i].ptr = 0;
-  s.slots[i].meta = 0;
+  slots[i].ptr = 0;
+  slots[i].meta = 0;
 }
 
 // ---- sampled-mode filter ---------------------------------------------------
