@@ -284,7 +284,13 @@ struct LastStack {
   uint32_t site;
   uint32_t generation;
 };
-constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = {};
+// Frames start at ~0, never a return address (CaptureFramePointersCompared).
+constexpr LastStack InitialLastStack() {
+  LastStack s{};
+  for (uintptr_t& f : s.frames) f = ~uintptr_t{0};
+  return s;
+}
+constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = InitialLastStack();
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
