@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Spyglass's Python package next to jax.profiler (and viztracer), in one run.
 
-  python3 bench/python_bench.py [--quick] [--tracer-only] [--json OUT.json]
+  python3 bench/python_bench.py [--quick] [--tracer-only] [--workload fib|mixed|both] [--only ROWS] [--json OUT.json]
 
 Needs `spyglass` importable (pip install .), and for the comparisons
 `pip install jax viztracer` (a missing one is reported as n/a). Each figure is
@@ -60,7 +60,7 @@ print(json.dumps(out))
 
 CHILD_TRACER = r"""
 import json, os, sys, tempfile, time
-impl, scale = sys.argv[1], int(sys.argv[2])
+impl, scale, which = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
@@ -72,7 +72,7 @@ class Acc:
         self.total += v
         return self
 
-def workload():
+def mixed():
     for _ in range(scale):
         fib(18)
         acc = Acc()
@@ -80,6 +80,12 @@ def workload():
             acc.add(abs(i - 1000))
         sorted(range(500), key=lambda v: -v)
     return acc.total
+
+def fib_only():  # issue 13's "recursive call-heavy function (28k calls)": 9 x fib(16), 28,737 calls
+    for _ in range(9):
+        fib(16)
+
+workload = fib_only if which == "fib" else mixed
 
 def timed():  # (wall, CPU of the process: all its threads, none of the time it waits for a CPU)
     t, c = time.perf_counter(), time.process_time()
@@ -182,12 +188,17 @@ def main():
   ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
   ap.add_argument("--json", help="also write the figures to this file")
   ap.add_argument("--tracer-only", action="store_true", help="only the Python tracer table")
+  ap.add_argument("--workload", choices=["fib", "mixed", "both"], default="both",
+                  help="the Python tracer's workload: fib (issue 13's: a recursive function, 28,737 calls), "
+                       "mixed (fib, small methods, abs, sorted with a key lambda; 514,522 calls), or both")
+  ap.add_argument("--only", help="comma-separated tracer rows to measure (e.g. floor-clock,spyglass,viztracer)")
   args = ap.parse_args()
   n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
   scale = 5 if args.quick else 40
   n_export = 100_000 if args.quick else 1_000_000
 
   impls = ["spyglass"] + (["jax"] if have("jax.profiler") else [])
+  workloads = ["fib", "mixed"] if args.workload == "both" else [args.workload]
   results = {"annotation": {}, "tracer": {}, "export": {}}
   for impl in [] if args.tracer_only else impls:
     results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
@@ -199,10 +210,13 @@ def main():
   floor = build_floor() if sys.version_info >= (3, 12) else None
   floors = ["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"] if floor else []
   for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
+    if args.only and impl not in args.only.split(","):
+      continue
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
     if floor:
       extra["MON_FLOOR_DIR"] = floor
-    results["tracer"][impl] = child(CHILD_TRACER, impl, scale, **extra)
+    for w in workloads:
+      results["tracer"].setdefault(w, {})[impl] = child(CHILD_TRACER, impl, scale, w, **extra)
   for impl in [] if args.tracer_only else impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
@@ -220,9 +234,26 @@ def main():
     print(f"| {label} (ns per iteration) | {fmt(s.get(key), '.1f')} | {fmt(j.get(key), '.1f')} | "
           f"{fmt(ratio, '.2f')} |")
 
-  t = results["tracer"]
+  for w in workloads:
+    print_tracer_table(results["tracer"][w], w, fmt)
+
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+  if args.tracer_only:
+    return
+  e = results["export"]
+  print(f"\nstop_trace after {n_export:,} annotations\n")
+  print("| | Spyglass | jax.profiler |")
+  print("|---|---|---|")
+  print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
+        f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
+
+
+def print_tracer_table(t, workload, fmt):
   calls = next((v["calls"] for v in t.values() if v), None)
-  print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
+  what = "recursive fib" if workload == "fib" else "call-heavy mixed"
+  print(f"\nPython tracer, {what} workload ({fmt(calls, ',')} calls per run, best of 3)\n")
   print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's | CPU: bare (ms) | traced (ms) | slowdown "
         "| / viztracer's |")
   print("|---|---|---|---|---|---|---|---|---|")
@@ -243,18 +274,6 @@ def main():
             f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} | {fmt(r and r['bare_cpu_s'] * 1e3, '.1f')} | "
             f"{fmt(r and r['traced_cpu_s'] * 1e3, '.1f')} | {fmt(r and r['slowdown_cpu'], '.2f')}x | "
             f"{fmt(r and viz_cpu and r['slowdown_cpu'] / viz_cpu, '.2f')} |")
-
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
-  if args.tracer_only:
-    return
-  e = results["export"]
-  print(f"\nstop_trace after {n_export:,} annotations\n")
-  print("| | Spyglass | jax.profiler |")
-  print("|---|---|---|")
-  print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
-        f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
 
 
 if __name__ == "__main__":
