@@ -60,7 +60,7 @@ print(json.dumps(out))
 
 CHILD_TRACER = r"""
 import json, os, sys, tempfile, time
-impl, scale, which = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+impl, scale, which, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
@@ -100,9 +100,9 @@ def count(frame, event, arg):
 sys.setprofile(count); workload(); sys.setprofile(None)
 
 timed()  # warm-up
-bares = [timed() for _ in range(3)]
+bares = [timed() for _ in range(repeat)]
 runs = []
-for _ in range(3):
+for _ in range(repeat):
     if impl.startswith("spyglass"):  # spyglass-setprofile: SPYGLASS_PYTHON_TRACER=setprofile (set by the parent)
         import spyglass.profiler as profiler
         o = profiler.ProfileOptions(); o.python_tracer_level = 1
@@ -191,6 +191,7 @@ def main():
   ap.add_argument("--workload", choices=["fib", "mixed", "both"], default="both",
                   help="the Python tracer's workload: fib (issue 13's: a recursive function, 28,737 calls), "
                        "mixed (fib, small methods, abs, sorted with a key lambda; 514,522 calls), or both")
+  ap.add_argument("--repeat", type=int, default=3, help="the Python tracer's figures: best of this many runs")
   ap.add_argument("--only", help="comma-separated tracer rows to measure (e.g. floor-clock,spyglass,viztracer)")
   args = ap.parse_args()
   n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
@@ -216,7 +217,7 @@ def main():
     if floor:
       extra["MON_FLOOR_DIR"] = floor
     for w in workloads:
-      results["tracer"].setdefault(w, {})[impl] = child(CHILD_TRACER, impl, scale, w, **extra)
+      results["tracer"].setdefault(w, {})[impl] = child(CHILD_TRACER, impl, scale, w, args.repeat, **extra)
   for impl in [] if args.tracer_only else impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
@@ -235,7 +236,7 @@ def main():
           f"{fmt(ratio, '.2f')} |")
 
   for w in workloads:
-    print_tracer_table(results["tracer"][w], w, fmt)
+    print_tracer_table(results["tracer"][w], w, args.repeat, fmt)
 
   if args.json:
     with open(args.json, "w") as f:
@@ -250,10 +251,10 @@ def main():
         f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
 
 
-def print_tracer_table(t, workload, fmt):
+def print_tracer_table(t, workload, repeat, fmt):
   calls = next((v["calls"] for v in t.values() if v), None)
   what = "recursive fib" if workload == "fib" else "call-heavy mixed"
-  print(f"\nPython tracer, {what} workload ({fmt(calls, ',')} calls per run, best of 3)\n")
+  print(f"\nPython tracer, {what} workload ({fmt(calls, ',')} calls per run, best of {repeat})\n")
   print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's | CPU: bare (ms) | traced (ms) | slowdown "
         "| / viztracer's |")
   print("|---|---|---|---|---|---|---|---|---|")

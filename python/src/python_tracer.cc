@@ -97,14 +97,18 @@ struct ThreadDepth {
   uint32_t open = 0;     // annotations followed in t_open (see below)
   uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in c_call
   uint64_t word = 0;
-  CCall* c_call = nullptr;         // sys.monitoring: this thread's t_c_calls (kept across sessions)
+  // The buffer this generation's first recorded begin bound (the recorder's
+  // t_slot.buffer then): while t_slot.buffer is still it, the fast path
+  // writes there with no session check (see BeginEvent).
+  in::ThreadBuffer* tb = nullptr;
+  CCall* c_call = nullptr;  // sys.monitoring: this thread's t_c_calls (kept across sessions)
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
 thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, d.c_call};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, nullptr, d.c_call};
   return d;
 }
 
@@ -207,26 +211,64 @@ void ClearSuspended() {
 }
 
 // ---- Events ------------------------------------------------------------------
-inline void BeginEvent(const char* name) {
+// Each begin and end has a fast path, taken on almost every event: the thread
+// records (nothing untraced or dropped open, no annotation followed) into the
+// buffer it bound in this generation, and the record fits in the current
+// chunk. It needs no session check: g_generation changes at every start and
+// stop of the hooks, and the host recorder's session runs from before the
+// start to after the stop (kRankPython), so a buffer bound in this generation
+// records for the running session. Everything else goes through the general
+// path (out of line, so that the fast one saves no register).
+
+// A begin with nothing in the way, or false.
+inline bool BeginFast(const char* name) {
+  ThreadDepth& d = t_depth;
+  in::ThreadBuffer* tb = in::t_slot.buffer;
+  if (SPYGLASS_LIKELY(d.generation == g_generation && d.skipped == 0 && tb == d.tb && tb != nullptr &&
+                      name != kUntraced && in::try_begin_static(tb, name))) {
+    ++d.depth;
+    return true;
+  }
+  return false;
+}
+
+__attribute__((noinline)) void BeginEventSlow(const char* name) {
   ThreadDepth& d = Depth();
   // Inside a frame not recorded (untraced, or its begin dropped) nothing is
   // recorded: each return then ends what its call began.
-  if (SPYGLASS_UNLIKELY(d.skipped > 0 || name == kUntraced)) {
+  if (d.skipped > 0 || name == kUntraced) {
     ++d.skipped;
     return;
   }
   uint64_t w = in::begin_static(name, kLevel);
-  if (SPYGLASS_LIKELY(w != 0)) {
+  if (w != 0) {
     d.word = w;
+    d.tb = in::t_slot.buffer;
     ++d.depth;
   } else {
     ++d.skipped;
   }
 }
 
+inline void BeginEvent(const char* name) {
+  if (SPYGLASS_UNLIKELY(!BeginFast(name))) BeginEventSlow(name);
+}
+
+// An end with nothing in the way, or false.
+inline bool EndFast() {
+  ThreadDepth& d = t_depth;
+  // depth > 0: d.tb was set in this generation.
+  if (SPYGLASS_LIKELY(d.generation == g_generation && (d.skipped | d.open) == 0 && d.depth > 0 &&
+                      in::t_slot.buffer == d.tb && in::try_end(d.tb))) {
+    --d.depth;
+    return true;
+  }
+  return false;
+}
+
 // A frame (or C call) ends; `yield`: a generator or coroutine frame suspends
 // (`frame`: it, or nullptr for the current one).
-inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
+__attribute__((noinline)) void EndEventSlow(bool yield, PyObject* frame) {
   ThreadDepth& d = Depth();
   if (SPYGLASS_UNLIKELY(d.open > 0)) CloseAnnotationsOfFrame(yield, frame);
   if (d.skipped > 0) {
@@ -235,6 +277,10 @@ inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
     --d.depth;
     in::end(d.word);
   }
+}
+
+inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
+  if (SPYGLASS_UNLIKELY(!EndFast())) EndEventSlow(yield, frame);
 }
 
 std::string Utf8(PyObject* s) {
@@ -260,11 +306,17 @@ struct CodeExtra {
 
 const char* CodeNameSlow(PyCodeObject* code);
 
-inline const char* CodeName(PyCodeObject* code) {
+// The code's name when it has one already, else nullptr.
+inline const char* CodeNameCached(PyCodeObject* code) {
   auto* extra = static_cast<CodeExtra*>(code->co_extra);
-  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size && extra->ce_extras[g_code_extra] != nullptr))
+  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size))
     return static_cast<const char*>(extra->ce_extras[g_code_extra]);
-  return CodeNameSlow(code);
+  return nullptr;
+}
+
+inline const char* CodeName(PyCodeObject* code) {
+  const char* name = CodeNameCached(code);
+  return SPYGLASS_LIKELY(name != nullptr) ? name : CodeNameSlow(code);
 }
 
 __attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
@@ -413,18 +465,28 @@ PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
 // a CALL that is not a C function (that place's CALL events stop, until the
 // next session's restart_events).
-PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
-  BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
+__attribute__((noinline)) PyObject* MonStartSlow(PyCodeObject* code) {
+  BeginEventSlow(CodeName(code));
   Py_RETURN_NONE;
+}
+PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
+  auto* code = reinterpret_cast<PyCodeObject*>(args[0]);
+  const char* name = CodeNameCached(code);
+  if (SPYGLASS_LIKELY(name != nullptr && BeginFast(name))) Py_RETURN_NONE;
+  return MonStartSlow(code);  // a tail call: the fast path has no frame
 }
 PyObject* MonResume(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_RESUME, PY_THROW
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   Py_RETURN_NONE;
 }
-PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
-  EndEvent();
+__attribute__((noinline)) PyObject* MonReturnSlow() {
+  EndEventSlow(false, nullptr);
   Py_RETURN_NONE;
+}
+PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
+  if (SPYGLASS_LIKELY(EndFast())) Py_RETURN_NONE;
+  return MonReturnSlow();
 }
 PyObject* MonYield(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_YIELD
   EndEvent(/*yield=*/true);
@@ -682,6 +744,7 @@ void InstallHooks() {
 }
 
 void RemoveHooks() {
+  ++g_generation;  // the fast paths stop writing (see BeginFast)
   g_active = false;
   g_tracer_follows_annotations = false;
   if (g_tool >= 0)
@@ -708,6 +771,7 @@ class PythonTracer : public session::Tracer {
     if (!started_ || !Py_IsInitialized()) return Status::Ok();
     started_ = false;
     PyGILState_STATE gil = PyGILState_Ensure();
+    ++g_generation;  // also when the hooks stay (finalizing): the session ends
     if (!SG_IS_FINALIZING() && g_active) RemoveHooks();
     PyGILState_Release(gil);
     return Status::Ok();
