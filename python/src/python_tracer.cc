@@ -346,13 +346,23 @@ CNameEntry g_cname_cache[kCNameCache];
 
 const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module, PyObject* self, bool module_named);
 
-inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+struct CNameKey {
+  uint64_t key;
+  bool module_named;
+};
+inline CNameKey CMethodKey(PyMethodDef* ml, PyObject* module, PyObject* self) {
   bool module_named = module != nullptr && PyUnicode_Check(module);
-  uint64_t key = reinterpret_cast<uint64_t>(ml) * 31 +
-                 (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self)));
-  CNameEntry& e = g_cname_cache[(key ^ (key >> 12)) % kCNameCache];
-  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr)) return e.name;
-  e = {key, CMethodNameSlow(key, ml, module, self, module_named)};
+  return {reinterpret_cast<uint64_t>(ml) * 31 +
+              (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self))),
+          module_named};
+}
+inline CNameEntry& CNameSlot(uint64_t key) { return g_cname_cache[(key ^ (key >> 12)) % kCNameCache]; }
+
+inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+  CNameKey k = CMethodKey(ml, module, self);
+  CNameEntry& e = CNameSlot(k.key);
+  if (SPYGLASS_LIKELY(e.key == k.key && e.name != nullptr)) return e.name;
+  e = {k.key, CMethodNameSlow(k.key, ml, module, self, k.module_named)};
   return e.name;
 }
 
@@ -492,7 +502,7 @@ PyObject* MonYield(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_YIEL
   EndEvent(/*yield=*/true);
   Py_RETURN_NONE;
 }
-PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+__attribute__((noinline)) PyObject* MonCallSlow(PyObject* const* args, size_t nargsf) {
   PyObject* callable = args[2];
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
@@ -511,13 +521,47 @@ PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) { 
   }
   Py_RETURN_NONE;
 }
+// The fast path of a C function's call (CALL): a builtin function or method
+// descriptor (exact types) whose name is cached, not one of ours, recorded
+// with BeginFast; anything else takes MonCallSlow (which also answers
+// DISABLE for callables that are not C functions).
+PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+  PyObject* callable = args[2];
+  PyTypeObject* type = Py_TYPE(callable);
+  CNameKey k;
+  if (type == &PyCFunction_Type) {
+    auto* f = reinterpret_cast<PyCFunctionObject*>(callable);
+    k = CMethodKey(f->m_ml, f->m_module, f->m_self);
+  } else if (type == &PyMethodDescr_Type) {
+    // The owner as CCallName names it: self's type when self is an instance, else the descriptor's type.
+    auto* descr = reinterpret_cast<PyMethodDescrObject*>(callable);
+    PyObject* arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : nullptr;
+    PyObject* self = arg0 != nullptr && PyObject_TypeCheck(arg0, PyDescr_TYPE(callable))
+                         ? arg0
+                         : reinterpret_cast<PyObject*>(PyDescr_TYPE(callable));
+    k = CMethodKey(descr->d_method, nullptr, self);
+  } else {
+    return MonCallSlow(args, nargsf);
+  }
+  const CNameEntry& e = CNameSlot(k.key);
+  ThreadDepth& d = t_depth;
+  if (SPYGLASS_LIKELY(e.key == k.key && e.name != nullptr && d.generation == g_generation &&
+                      d.c_calls < kMaxCCalls && d.c_call != nullptr && BeginFast(e.name))) {
+    d.c_call[d.c_calls++] = {callable, FrameDepth(d)};
+    Py_RETURN_NONE;
+  }
+  return MonCallSlow(args, nargsf);
+}
+
 PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
-  ThreadDepth& d = Depth();
-  if (d.c_calls > 0) {
+  ThreadDepth& d = t_depth;
+  // Another generation: no C call of this one is open (Depth() would clear c_calls).
+  if (d.generation == g_generation && d.c_calls > 0) {
     const CCall& c = d.c_call[d.c_calls - 1];
     if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
       --d.c_calls;
-      EndEvent();
+      if (SPYGLASS_LIKELY(EndFast())) Py_RETURN_NONE;
+      return MonReturnSlow();
     }
   }
   Py_RETURN_NONE;
