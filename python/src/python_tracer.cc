@@ -69,7 +69,8 @@ constexpr int kLevel = 1;
 // All of the state below is read and written with the GIL held.
 bool g_active = false;            // hooks installed for the running session
 uint32_t g_generation = 0;        // bumped at every start: resets thread depths
-Py_ssize_t g_code_extra = -1;     // index of our slot in code objects' extra
+Py_ssize_t g_code_extra = -1;     // index of our slot in code objects' extra: the name
+Py_ssize_t g_untraced_extra = -1;  // and of the one that marks untraced code (see kUntraced)
 PyObject* g_bootstrap = nullptr;  // callable handed to threading.setprofile
 PyObject* g_prev_thread_hook = nullptr;
 
@@ -84,6 +85,8 @@ const char* Intern(std::string s) { return g_names->insert(std::move(s)).first->
 // not recorded, and neither is what it calls. Their frames are open when the
 // session stops: recorded, they would end it as "incomplete", as the start's
 // frames are not recorded either (the hooks go in during the start).
+// Marked in a slot of its own, so that the name slot of such code stays
+// empty and its calls take the general path (the fast one never sees them).
 const char kUntraced[] = "<untraced>";
 
 // Per thread: how many of the events this tracer began are still open, so
@@ -96,10 +99,15 @@ struct ThreadDepth {
   uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
   uint32_t open = 0;     // annotations followed in t_open (see below)
   uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in c_call
+  // The fast paths' one check of this state (see BeginFast): `generation`
+  // when a begin (an end) may take the fast path, else 0 (g_generation is
+  // never 0 while hooks are in). Rearm() keeps them.
+  uint32_t begin_key = 0;
+  uint32_t end_key = 0;
   uint64_t word = 0;
   // The buffer this generation's first recorded begin bound (the recorder's
   // t_slot.buffer then): while t_slot.buffer is still it, the fast path
-  // writes there with no session check (see BeginEvent).
+  // writes there with no session check (see BeginFast).
   in::ThreadBuffer* tb = nullptr;
   CCall* c_call = nullptr;  // sys.monitoring: this thread's t_c_calls (kept across sessions)
 };
@@ -108,8 +116,20 @@ thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, nullptr, d.c_call};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) {
+    CCall* c_call = d.c_call;
+    d = ThreadDepth{};
+    d.generation = g_generation;
+    d.c_call = c_call;
+  }
   return d;
+}
+
+// After a change of skipped, open or tb (general paths only).
+inline void Rearm(ThreadDepth& d) {
+  bool begin = d.skipped == 0 && d.tb != nullptr;
+  d.begin_key = begin ? d.generation : 0;
+  d.end_key = begin && d.open == 0 ? d.generation : 0;
 }
 
 // ---- Annotations open inside a frame ----------------------------------------
@@ -162,6 +182,7 @@ void FollowAnnotation(PyObject* ann, PyObject* name) {
   Py_INCREF(name);
   o.a[o.n++] = {ann, name, FrameDepth(d)};
   d.open = o.n;
+  Rearm(d);
 }
 
 // The frame at the top of this thread ends (yield: `frame` is suspended, or
@@ -183,6 +204,7 @@ void CloseAnnotationsOfFrame(bool yield, PyObject* frame) {
     }
   }
   d.open = o.n;
+  Rearm(d);
 }
 
 // `frame` resumed (its event just began): its suspended annotations begin again.
@@ -220,12 +242,13 @@ void ClearSuspended() {
 // records for the running session. Everything else goes through the general
 // path (out of line, so that the fast one saves no register).
 
-// A begin with nothing in the way, or false.
+// A begin with nothing in the way, or false. `name` is not kUntraced (it
+// never is in the name caches).
 inline bool BeginFast(const char* name) {
   ThreadDepth& d = t_depth;
-  in::ThreadBuffer* tb = in::t_slot.buffer;
-  if (SPYGLASS_LIKELY(d.generation == g_generation && d.skipped == 0 && tb == d.tb && tb != nullptr &&
-                      name != kUntraced && in::try_begin_static(tb, name))) {
+  // begin_key: this generation, nothing skipped, d.tb set (not null).
+  if (SPYGLASS_LIKELY(d.begin_key == g_generation && in::t_slot.buffer == d.tb &&
+                      in::try_begin_static(d.tb, name))) {
     ++d.depth;
     return true;
   }
@@ -238,28 +261,27 @@ __attribute__((noinline)) void BeginEventSlow(const char* name) {
   // recorded: each return then ends what its call began.
   if (d.skipped > 0 || name == kUntraced) {
     ++d.skipped;
-    return;
-  }
-  uint64_t w = in::begin_static(name, kLevel);
-  if (w != 0) {
+  } else if (uint64_t w = in::begin_static(name, kLevel); w != 0) {
     d.word = w;
-    d.tb = in::t_slot.buffer;
+    // The fast path writes with the recorder's clock read inline only.
+    if (in::ticks_inline_usable()) d.tb = in::t_slot.buffer;
     ++d.depth;
   } else {
     ++d.skipped;
   }
+  Rearm(d);
 }
 
 inline void BeginEvent(const char* name) {
-  if (SPYGLASS_UNLIKELY(!BeginFast(name))) BeginEventSlow(name);
+  if (SPYGLASS_UNLIKELY(name == kUntraced || !BeginFast(name))) BeginEventSlow(name);
 }
 
 // An end with nothing in the way, or false.
 inline bool EndFast() {
   ThreadDepth& d = t_depth;
-  // depth > 0: d.tb was set in this generation.
-  if (SPYGLASS_LIKELY(d.generation == g_generation && (d.skipped | d.open) == 0 && d.depth > 0 &&
-                      in::t_slot.buffer == d.tb && in::try_end(d.tb))) {
+  // end_key: as begin_key, and no annotation followed.
+  if (SPYGLASS_LIKELY(d.end_key == g_generation && d.depth > 0 && in::t_slot.buffer == d.tb &&
+                      in::try_end(d.tb))) {
     --d.depth;
     return true;
   }
@@ -273,6 +295,7 @@ __attribute__((noinline)) void EndEventSlow(bool yield, PyObject* frame) {
   if (SPYGLASS_UNLIKELY(d.open > 0)) CloseAnnotationsOfFrame(yield, frame);
   if (d.skipped > 0) {
     --d.skipped;
+    Rearm(d);
   } else if (d.depth > 0) {
     --d.depth;
     in::end(d.word);
@@ -321,6 +344,8 @@ inline const char* CodeName(PyCodeObject* code) {
 
 __attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
   void* extra = nullptr;
+  if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_untraced_extra, &extra) == 0 && extra != nullptr)
+    return kUntraced;
   if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra != nullptr)
     return static_cast<const char*>(extra);
   PyErr_Clear();
@@ -718,7 +743,10 @@ PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* MarkUntraced(PyObject*, PyObject* func) {
   PyObject* code = PyObject_GetAttrString(func, "__code__");
   if (code == nullptr) return nullptr;
-  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_code_extra, const_cast<char*>(kUntraced)) : -1;
+  // The name slot emptied too: a name cached before would take the fast path.
+  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_untraced_extra, const_cast<char*>(kUntraced)) |
+                                   SG_SET_EXTRA(code, g_code_extra, nullptr)
+                             : -1;
   Py_DECREF(code);
   if (r != 0) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_untraced() takes a Python function");
@@ -855,6 +883,7 @@ void PythonTracerUnfollowAnnotation(PyObject* annotation) {
     break;
   }
   d.open = o.n;
+  Rearm(d);
 }
 
 const char* PythonTracerHook() { return !g_active ? "off" : g_tool >= 0 ? "sys.monitoring" : "setprofile"; }
@@ -864,7 +893,8 @@ bool RegisterPythonTracer(PyObject* module) {
   g_cfunc_names = new std::unordered_map<uint64_t, const char*>;
   g_suspended = new std::vector<Suspended>;
   g_code_extra = SG_REQUEST_EXTRA(NoFree);
-  if (g_code_extra < 0) {
+  g_untraced_extra = SG_REQUEST_EXTRA(NoFree);
+  if (g_code_extra < 0 || g_untraced_extra < 0) {
     PyErr_SetString(PyExc_RuntimeError, "spyglass: no free code-object extra slot for the Python tracer");
     return false;
   }

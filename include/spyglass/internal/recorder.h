@@ -98,20 +98,28 @@ inline uint64_t now_ticks() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-// The clock, when reading it takes no call (x86's TSC, arm64's counter):
-// for paths that must not make one (the callee-saved registers it would need
-// cost as much as the rest); false: use now_ticks().
-inline bool now_ticks_inline(uint64_t& t) {
+// The clock read with no call (x86's TSC, arm64's counter), where
+// ticks_inline_usable(): for paths that must not make one (the callee-saved
+// registers a call needs cost as much as the rest of such a path).
+inline bool ticks_inline_usable() {
 #if defined(__x86_64__)
-  if (SPYGLASS_UNLIKELY(!g_state.use_tsc)) return false;
-  t = __rdtsc();
-  return true;
+  return g_state.use_tsc;
 #elif defined(__aarch64__)
-  asm volatile("mrs %0, cntvct_el0" : "=r"(t));
   return true;
 #else
-  (void)t;
   return false;
+#endif
+}
+
+inline uint64_t ticks_inline() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return now_ticks();
 #endif
 }
 
@@ -152,23 +160,21 @@ inline uint64_t begin_static(const char* name, int level) {
 
 // For a recorder of its own events that keeps the thread's buffer while it
 // knows the session runs (the Python tracer: from its start to its stop, on
-// the thread that bound it): the begin/end records when they fit in the
-// current chunk, with no session check; false: nothing written, take the
-// general path (begin_static/end). No call in them (the clock neither:
-// now_ticks_inline), so that a caller's fast path needs no stack frame.
+// the thread that bound it) and ticks_inline_usable() held when it took the
+// buffer: the begin/end records when they fit in the current chunk, with no
+// session check and no call (its fast path then needs no stack frame);
+// false: nothing written, take the general path (begin_static/end).
 inline bool try_begin_static(ThreadBuffer* tb, const char* name) {
   uint64_t* c = tb->cursor.load(std::memory_order_relaxed);
-  uint64_t t;
-  if (SPYGLASS_UNLIKELY(c + 2 > tb->soft_limit || !now_ticks_inline(t))) return false;
+  if (SPYGLASS_UNLIKELY(c + 2 > tb->soft_limit)) return false;
   c[0] = (kTagStatic << 56) | reinterpret_cast<uint64_t>(name);
-  c[1] = t;
+  c[1] = ticks_inline();
   publish(tb, c + 2);
   return true;
 }
 
 inline bool try_end(ThreadBuffer* tb) {
-  uint64_t t;
-  if (SPYGLASS_UNLIKELY(!now_ticks_inline(t))) return false;
+  uint64_t t = ticks_inline();
   uint64_t* c = tb->cursor.load(std::memory_order_relaxed);
   if (SPYGLASS_UNLIKELY(c + 1 > tb->hard_limit)) return false;
   c[0] = kEndBit | t;
