@@ -497,6 +497,10 @@ constexpr uint32_t kMaxCCalls = 64;
 thread_local std::unique_ptr<CCall[]> t_c_calls;
 PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 
+// The callbacks of every event: next to each other (.text.hot), so that the
+// interpreter's loop reaches them through fewer code pages.
+#define SG_HOT __attribute__((hot))
+
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
 // a CALL that is not a C function (that place's CALL events stop, until the
 // next session's restart_events).
@@ -504,7 +508,7 @@ __attribute__((noinline)) PyObject* MonStartSlow(PyCodeObject* code) {
   BeginEventSlow(CodeName(code));
   Py_RETURN_NONE;
 }
-PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
+SG_HOT PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
   auto* code = reinterpret_cast<PyCodeObject*>(args[0]);
   const char* name = CodeNameCached(code);
   if (SPYGLASS_LIKELY(name != nullptr && BeginFast(name))) Py_RETURN_NONE;
@@ -519,7 +523,7 @@ __attribute__((noinline)) PyObject* MonReturnSlow() {
   EndEventSlow(false, nullptr);
   Py_RETURN_NONE;
 }
-PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
+SG_HOT PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
   if (SPYGLASS_LIKELY(EndFast())) Py_RETURN_NONE;
   return MonReturnSlow();
 }
@@ -550,7 +554,7 @@ __attribute__((noinline)) PyObject* MonCallSlow(PyObject* const* args, size_t na
 // descriptor (exact types) whose name is cached, not one of ours, recorded
 // with BeginFast; anything else takes MonCallSlow (which also answers
 // DISABLE for callables that are not C functions).
-PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+SG_HOT PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
   PyObject* callable = args[2];
   PyTypeObject* type = Py_TYPE(callable);
   CNameKey k;
@@ -578,7 +582,7 @@ PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) { 
   return MonCallSlow(args, nargsf);
 }
 
-PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
+SG_HOT PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
   ThreadDepth& d = t_depth;
   // Another generation: no C call of this one is open (Depth() would clear c_calls).
   if (d.generation == g_generation && d.c_calls > 0) {
