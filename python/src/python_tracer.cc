@@ -551,35 +551,40 @@ __attribute__((noinline)) PyObject* MonCallSlow(PyObject* const* args, size_t na
   Py_RETURN_NONE;
 }
 // The fast path of a C function's call (CALL): a builtin function or method
-// descriptor (exact types) whose name is cached, not one of ours, recorded
-// with BeginFast; anything else takes MonCallSlow (which also answers
-// DISABLE for callables that are not C functions).
-SG_HOT PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
-  PyObject* callable = args[2];
-  PyTypeObject* type = Py_TYPE(callable);
-  CNameKey k;
-  if (type == &PyCFunction_Type) {
-    auto* f = reinterpret_cast<PyCFunctionObject*>(callable);
-    k = CMethodKey(f->m_ml, f->m_module, f->m_self);
-  } else if (type == &PyMethodDescr_Type) {
-    // The owner as CCallName names it: self's type when self is an instance, else the descriptor's type.
-    auto* descr = reinterpret_cast<PyMethodDescrObject*>(callable);
-    PyObject* arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : nullptr;
-    PyObject* self = arg0 != nullptr && PyObject_TypeCheck(arg0, PyDescr_TYPE(callable))
-                         ? arg0
-                         : reinterpret_cast<PyObject*>(PyDescr_TYPE(callable));
-    k = CMethodKey(descr->d_method, nullptr, self);
-  } else {
-    return MonCallSlow(args, nargsf);
-  }
-  const CNameEntry& e = CNameSlot(k.key);
+// descriptor (exact types) whose name is cached (key: CMethodKey), not one of
+// ours, recorded with BeginFast; anything else takes MonCallSlow (which also
+// answers DISABLE for callables that are not C functions).
+inline PyObject* CCallBegin(PyObject* callable, uint64_t key, PyObject* const* args, size_t nargsf) {
+  const CNameEntry& e = CNameSlot(key);
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_LIKELY(e.key == k.key && e.name != nullptr && d.generation == g_generation &&
+  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr && d.generation == g_generation &&
                       d.c_calls < kMaxCCalls && d.c_call != nullptr && BeginFast(e.name))) {
     d.c_call[d.c_calls++] = {callable, FrameDepth(d)};
     Py_RETURN_NONE;
   }
   return MonCallSlow(args, nargsf);
+}
+
+// Method descriptors (`lst.append(x)`), out of MonCall to keep it short.
+__attribute__((noinline)) PyObject* MonCallOther(PyObject* const* args, size_t nargsf) {
+  PyObject* callable = args[2];
+  if (!Py_IS_TYPE(callable, &PyMethodDescr_Type)) return MonCallSlow(args, nargsf);
+  // The owner as CCallName names it: self's type when self is an instance, else the descriptor's type.
+  PyObject* arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : nullptr;
+  PyObject* self = arg0 != nullptr && PyObject_TypeCheck(arg0, PyDescr_TYPE(callable))
+                       ? arg0
+                       : reinterpret_cast<PyObject*>(PyDescr_TYPE(callable));
+  PyMethodDef* ml = reinterpret_cast<PyMethodDescrObject*>(callable)->d_method;
+  return CCallBegin(callable, CMethodKey(ml, nullptr, self).key, args, nargsf);
+}
+
+SG_HOT PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+  PyObject* callable = args[2];
+  if (SPYGLASS_LIKELY(Py_IS_TYPE(callable, &PyCFunction_Type))) {
+    auto* f = reinterpret_cast<PyCFunctionObject*>(callable);
+    return CCallBegin(callable, CMethodKey(f->m_ml, f->m_module, f->m_self).key, args, nargsf);
+  }
+  return MonCallOther(args, nargsf);
 }
 
 SG_HOT PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
