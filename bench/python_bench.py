@@ -11,9 +11,11 @@ Markdown table (the BENCHMARKS.md "## Python" section):
 1. `with TraceAnnotation("x"): pass` in a Python loop, ns per iteration above
    the empty loop: no trace running, and a trace running (python tracer off,
    so only the annotation is recorded). Best of several repeats.
-2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
-   methods, builtins) timed bare, then under Spyglass (python_tracer_level=1;
-   on 3.12+ sys.monitoring, and the profile-function hook beside it),
+2. Python tracer: two pure-Python workloads (--workload): issue 13's recursive
+   fib (28,737 calls), and a mixed one (recursive fib, small methods,
+   builtins; 514,522 calls), each timed bare (best of --repeat runs), then
+   under Spyglass (python_tracer_level=1; on 3.12+ sys.monitoring, and the
+   profile-function hook beside it),
    jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare,
    by wall time and by the process's CPU time (which a loaded machine's
    waits for a CPU do not enter). On 3.12+ also the floor of sys.monitoring:

@@ -68,7 +68,7 @@ constexpr int kLevel = 1;
 
 // All of the state below is read and written with the GIL held.
 bool g_active = false;            // hooks installed for the running session
-uint32_t g_generation = 0;        // bumped at every start: resets thread depths
+uint32_t g_generation = 0;        // bumped at every start and stop: resets thread depths
 Py_ssize_t g_code_extra = -1;     // index of our slot in code objects' extra: the name
 Py_ssize_t g_untraced_extra = -1;  // and of the one that marks untraced code (see kUntraced)
 PyObject* g_bootstrap = nullptr;  // callable handed to threading.setprofile
@@ -551,8 +551,8 @@ __attribute__((noinline)) PyObject* MonCallSlow(PyObject* const* args, size_t na
   Py_RETURN_NONE;
 }
 // The fast path of a C function's call (CALL): a builtin function or method
-// descriptor (exact types) whose name is cached (key: CMethodKey), not one of
-// ours, recorded with BeginFast; anything else takes MonCallSlow (which also
+// descriptor (exact types) whose name is cached (key: CMethodKey; our own
+// methods never are), recorded with BeginFast; anything else takes MonCallSlow (which also
 // answers DISABLE for callables that are not C functions).
 inline PyObject* CCallBegin(PyObject* callable, uint64_t key, PyObject* const* args, size_t nargsf) {
   const CNameEntry& e = CNameSlot(key);
@@ -817,7 +817,7 @@ void SetThreadingHook(bool on) {
 }
 
 void InstallHooks() {
-  ++g_generation;
+  if (++g_generation == 0) ++g_generation;  // 0: the fast paths' "off" key
   g_active = true;
   g_tracer_follows_annotations = true;
   SetThreadingHook(true);  // first: its own calls are not recorded
