@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Spyglass's Python package next to jax.profiler (and viztracer), in one run.
 
-  python3 bench/python_bench.py [--quick] [--tracer-only] [--json OUT.json]
+  python3 bench/python_bench.py [--quick] [--tracer-only] [--workload fib|mixed|both] [--only ROWS] [--json OUT.json]
 
 Needs `spyglass` importable (pip install .), and for the comparisons
 `pip install jax viztracer` (a missing one is reported as n/a). Each figure is
@@ -11,9 +11,11 @@ Markdown table (the BENCHMARKS.md "## Python" section):
 1. `with TraceAnnotation("x"): pass` in a Python loop, ns per iteration above
    the empty loop: no trace running, and a trace running (python tracer off,
    so only the annotation is recorded). Best of several repeats.
-2. Python tracer: a call-heavy pure-Python workload (recursive fib, small
-   methods, builtins) timed bare, then under Spyglass (python_tracer_level=1;
-   on 3.12+ sys.monitoring, and the profile-function hook beside it),
+2. Python tracer: two pure-Python workloads (--workload): issue 13's recursive
+   fib (28,737 calls), and a mixed one (recursive fib, small methods,
+   builtins; 514,522 calls), each timed bare (best of --repeat runs), then
+   under Spyglass (python_tracer_level=1; on 3.12+ sys.monitoring, and the
+   profile-function hook beside it),
    jax.profiler (python_tracer_level=1) and viztracer; slowdown = traced/bare,
    by wall time and by the process's CPU time (which a loaded machine's
    waits for a CPU do not enter). On 3.12+ also the floor of sys.monitoring:
@@ -60,7 +62,7 @@ print(json.dumps(out))
 
 CHILD_TRACER = r"""
 import json, os, sys, tempfile, time
-impl, scale = sys.argv[1], int(sys.argv[2])
+impl, scale, which, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
@@ -72,7 +74,7 @@ class Acc:
         self.total += v
         return self
 
-def workload():
+def mixed():
     for _ in range(scale):
         fib(18)
         acc = Acc()
@@ -80,6 +82,12 @@ def workload():
             acc.add(abs(i - 1000))
         sorted(range(500), key=lambda v: -v)
     return acc.total
+
+def fib_only():  # issue 13's "recursive call-heavy function (28k calls)": 9 x fib(16), 28,737 calls
+    for _ in range(9):
+        fib(16)
+
+workload = fib_only if which == "fib" else mixed
 
 def timed():  # (wall, CPU of the process: all its threads, none of the time it waits for a CPU)
     t, c = time.perf_counter(), time.process_time()
@@ -94,9 +102,9 @@ def count(frame, event, arg):
 sys.setprofile(count); workload(); sys.setprofile(None)
 
 timed()  # warm-up
-bares = [timed() for _ in range(3)]
+bares = [timed() for _ in range(repeat)]
 runs = []
-for _ in range(3):
+for _ in range(repeat):
     if impl.startswith("spyglass"):  # spyglass-setprofile: SPYGLASS_PYTHON_TRACER=setprofile (set by the parent)
         import spyglass.profiler as profiler
         o = profiler.ProfileOptions(); o.python_tracer_level = 1
@@ -182,12 +190,18 @@ def main():
   ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
   ap.add_argument("--json", help="also write the figures to this file")
   ap.add_argument("--tracer-only", action="store_true", help="only the Python tracer table")
+  ap.add_argument("--workload", choices=["fib", "mixed", "both"], default="both",
+                  help="the Python tracer's workload: fib (issue 13's: a recursive function, 28,737 calls), "
+                       "mixed (fib, small methods, abs, sorted with a key lambda; 514,522 calls), or both")
+  ap.add_argument("--repeat", type=int, default=3, help="the Python tracer's figures: best of this many runs")
+  ap.add_argument("--only", help="comma-separated tracer rows to measure (e.g. floor-clock,spyglass,viztracer)")
   args = ap.parse_args()
   n_loop, repeat = (100_000, 3) if args.quick else (500_000, 7)
   scale = 5 if args.quick else 40
   n_export = 100_000 if args.quick else 1_000_000
 
   impls = ["spyglass"] + (["jax"] if have("jax.profiler") else [])
+  workloads = ["fib", "mixed"] if args.workload == "both" else [args.workload]
   results = {"annotation": {}, "tracer": {}, "export": {}}
   for impl in [] if args.tracer_only else impls:
     results["annotation"][impl] = child(CHILD_ANNOTATION, impl, n_loop, repeat)
@@ -199,10 +213,13 @@ def main():
   floor = build_floor() if sys.version_info >= (3, 12) else None
   floors = ["floor-py", "floor-ccall", "floor-vectorcall", "floor-clock"] if floor else []
   for impl in floors + tracers + (["viztracer"] if have("viztracer") else []):
+    if args.only and impl not in args.only.split(","):
+      continue
     extra = {"SPYGLASS_PYTHON_TRACER": "setprofile"} if impl == "spyglass-setprofile" else {}
     if floor:
       extra["MON_FLOOR_DIR"] = floor
-    results["tracer"][impl] = child(CHILD_TRACER, impl, scale, **extra)
+    for w in workloads:
+      results["tracer"].setdefault(w, {})[impl] = child(CHILD_TRACER, impl, scale, w, args.repeat, **extra)
   for impl in [] if args.tracer_only else impls:
     results["export"][impl] = child(CHILD_EXPORT, impl, n_export)
 
@@ -220,9 +237,26 @@ def main():
     print(f"| {label} (ns per iteration) | {fmt(s.get(key), '.1f')} | {fmt(j.get(key), '.1f')} | "
           f"{fmt(ratio, '.2f')} |")
 
-  t = results["tracer"]
+  for w in workloads:
+    print_tracer_table(results["tracer"][w], w, args.repeat, fmt)
+
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+  if args.tracer_only:
+    return
+  e = results["export"]
+  print(f"\nstop_trace after {n_export:,} annotations\n")
+  print("| | Spyglass | jax.profiler |")
+  print("|---|---|---|")
+  print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
+        f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
+
+
+def print_tracer_table(t, workload, repeat, fmt):
   calls = next((v["calls"] for v in t.values() if v), None)
-  print(f"\nPython tracer on a call-heavy workload ({fmt(calls, ',')} calls per run, best of 3)\n")
+  what = "recursive fib" if workload == "fib" else "call-heavy mixed"
+  print(f"\nPython tracer, {what} workload ({fmt(calls, ',')} calls per run, best of {repeat})\n")
   print("| tracer | bare (ms) | traced (ms) | slowdown | / viztracer's | CPU: bare (ms) | traced (ms) | slowdown "
         "| / viztracer's |")
   print("|---|---|---|---|---|---|---|---|---|")
@@ -243,18 +277,6 @@ def main():
             f"{fmt(r and viz and r['slowdown'] / viz, '.2f')} | {fmt(r and r['bare_cpu_s'] * 1e3, '.1f')} | "
             f"{fmt(r and r['traced_cpu_s'] * 1e3, '.1f')} | {fmt(r and r['slowdown_cpu'], '.2f')}x | "
             f"{fmt(r and viz_cpu and r['slowdown_cpu'] / viz_cpu, '.2f')} |")
-
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
-  if args.tracer_only:
-    return
-  e = results["export"]
-  print(f"\nstop_trace after {n_export:,} annotations\n")
-  print("| | Spyglass | jax.profiler |")
-  print("|---|---|---|")
-  print(f"| stop_trace (s) | {fmt((e.get('spyglass') or {}).get('stop_s'), '.3f')} | "
-        f"{fmt((e.get('jax') or {}).get('stop_s'), '.3f')} |")
 
 
 if __name__ == "__main__":

@@ -68,8 +68,9 @@ constexpr int kLevel = 1;
 
 // All of the state below is read and written with the GIL held.
 bool g_active = false;            // hooks installed for the running session
-uint32_t g_generation = 0;        // bumped at every start: resets thread depths
-Py_ssize_t g_code_extra = -1;     // index of our slot in code objects' extra
+uint32_t g_generation = 0;        // bumped at every start and stop: resets thread depths
+Py_ssize_t g_code_extra = -1;     // index of our slot in code objects' extra: the name
+Py_ssize_t g_untraced_extra = -1;  // and of the one that marks untraced code (see kUntraced)
 PyObject* g_bootstrap = nullptr;  // callable handed to threading.setprofile
 PyObject* g_prev_thread_hook = nullptr;
 
@@ -84,6 +85,8 @@ const char* Intern(std::string s) { return g_names->insert(std::move(s)).first->
 // not recorded, and neither is what it calls. Their frames are open when the
 // session stops: recorded, they would end it as "incomplete", as the start's
 // frames are not recorded either (the hooks go in during the start).
+// Marked in a slot of its own, so that the name slot of such code stays
+// empty and its calls take the general path (the fast one never sees them).
 const char kUntraced[] = "<untraced>";
 
 // Per thread: how many of the events this tracer began are still open, so
@@ -96,16 +99,37 @@ struct ThreadDepth {
   uint32_t skipped = 0;  // not recorded (untraced, or dropped), on top
   uint32_t open = 0;     // annotations followed in t_open (see below)
   uint32_t c_calls = 0;  // sys.monitoring: C calls begun, in c_call
+  // The fast paths' one check of this state (see BeginFast): `generation`
+  // when a begin (an end) may take the fast path, else 0 (g_generation is
+  // never 0 while hooks are in). Rearm() keeps them.
+  uint32_t begin_key = 0;
+  uint32_t end_key = 0;
   uint64_t word = 0;
-  CCall* c_call = nullptr;         // sys.monitoring: this thread's t_c_calls (kept across sessions)
+  // The buffer this generation's first recorded begin bound (the recorder's
+  // t_slot.buffer then): while t_slot.buffer is still it, the fast path
+  // writes there with no session check (see BeginFast).
+  in::ThreadBuffer* tb = nullptr;
+  CCall* c_call = nullptr;  // sys.monitoring: this thread's t_c_calls (kept across sessions)
 };
 // initial-exec: one %fs-relative access (the extension is loaded once, early).
 thread_local ThreadDepth t_depth __attribute__((tls_model("initial-exec")));
 
 inline ThreadDepth& Depth() {
   ThreadDepth& d = t_depth;
-  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) d = ThreadDepth{g_generation, 0, 0, 0, 0, 0, d.c_call};
+  if (SPYGLASS_UNLIKELY(d.generation != g_generation)) {
+    CCall* c_call = d.c_call;
+    d = ThreadDepth{};
+    d.generation = g_generation;
+    d.c_call = c_call;
+  }
   return d;
+}
+
+// After a change of skipped, open or tb (general paths only).
+inline void Rearm(ThreadDepth& d) {
+  bool begin = d.skipped == 0 && d.tb != nullptr;
+  d.begin_key = begin ? d.generation : 0;
+  d.end_key = begin && d.open == 0 ? d.generation : 0;
 }
 
 // ---- Annotations open inside a frame ----------------------------------------
@@ -158,6 +182,7 @@ void FollowAnnotation(PyObject* ann, PyObject* name) {
   Py_INCREF(name);
   o.a[o.n++] = {ann, name, FrameDepth(d)};
   d.open = o.n;
+  Rearm(d);
 }
 
 // The frame at the top of this thread ends (yield: `frame` is suspended, or
@@ -179,6 +204,7 @@ void CloseAnnotationsOfFrame(bool yield, PyObject* frame) {
     }
   }
   d.open = o.n;
+  Rearm(d);
 }
 
 // `frame` resumed (its event just began): its suspended annotations begin again.
@@ -207,34 +233,77 @@ void ClearSuspended() {
 }
 
 // ---- Events ------------------------------------------------------------------
-inline void BeginEvent(const char* name) {
+// Each begin and end has a fast path, taken on almost every event: the thread
+// records (nothing untraced or dropped open, no annotation followed) into the
+// buffer it bound in this generation, and the record fits in the current
+// chunk. It needs no session check: g_generation changes at every start and
+// stop of the hooks, and the host recorder's session runs from before the
+// start to after the stop (kRankPython), so a buffer bound in this generation
+// records for the running session. Everything else goes through the general
+// path (out of line, so that the fast one saves no register).
+
+// A begin with nothing in the way, or false. `name` is not kUntraced (it
+// never is in the name caches).
+inline bool BeginFast(const char* name) {
+  ThreadDepth& d = t_depth;
+  // begin_key: this generation, nothing skipped, d.tb set (not null).
+  if (SPYGLASS_LIKELY(d.begin_key == g_generation && in::t_slot.buffer == d.tb &&
+                      in::try_begin_static(d.tb, name))) {
+    ++d.depth;
+    return true;
+  }
+  return false;
+}
+
+__attribute__((noinline)) void BeginEventSlow(const char* name) {
   ThreadDepth& d = Depth();
   // Inside a frame not recorded (untraced, or its begin dropped) nothing is
   // recorded: each return then ends what its call began.
-  if (SPYGLASS_UNLIKELY(d.skipped > 0 || name == kUntraced)) {
+  if (d.skipped > 0 || name == kUntraced) {
     ++d.skipped;
-    return;
-  }
-  uint64_t w = in::begin_static(name, kLevel);
-  if (SPYGLASS_LIKELY(w != 0)) {
+  } else if (uint64_t w = in::begin_static(name, kLevel); w != 0) {
     d.word = w;
+    // The fast path writes with the recorder's clock read inline only.
+    if (in::ticks_inline_usable()) d.tb = in::t_slot.buffer;
     ++d.depth;
   } else {
     ++d.skipped;
   }
+  Rearm(d);
+}
+
+inline void BeginEvent(const char* name) {
+  if (SPYGLASS_UNLIKELY(name == kUntraced || !BeginFast(name))) BeginEventSlow(name);
+}
+
+// An end with nothing in the way, or false.
+inline bool EndFast() {
+  ThreadDepth& d = t_depth;
+  // end_key: as begin_key, and no annotation followed.
+  if (SPYGLASS_LIKELY(d.end_key == g_generation && d.depth > 0 && in::t_slot.buffer == d.tb &&
+                      in::try_end(d.tb))) {
+    --d.depth;
+    return true;
+  }
+  return false;
 }
 
 // A frame (or C call) ends; `yield`: a generator or coroutine frame suspends
 // (`frame`: it, or nullptr for the current one).
-inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
+__attribute__((noinline)) void EndEventSlow(bool yield, PyObject* frame) {
   ThreadDepth& d = Depth();
   if (SPYGLASS_UNLIKELY(d.open > 0)) CloseAnnotationsOfFrame(yield, frame);
   if (d.skipped > 0) {
     --d.skipped;
+    Rearm(d);
   } else if (d.depth > 0) {
     --d.depth;
     in::end(d.word);
   }
+}
+
+inline void EndEvent(bool yield = false, PyObject* frame = nullptr) {
+  if (SPYGLASS_UNLIKELY(!EndFast())) EndEventSlow(yield, frame);
 }
 
 std::string Utf8(PyObject* s) {
@@ -260,15 +329,23 @@ struct CodeExtra {
 
 const char* CodeNameSlow(PyCodeObject* code);
 
-inline const char* CodeName(PyCodeObject* code) {
+// The code's name when it has one already, else nullptr.
+inline const char* CodeNameCached(PyCodeObject* code) {
   auto* extra = static_cast<CodeExtra*>(code->co_extra);
-  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size && extra->ce_extras[g_code_extra] != nullptr))
+  if (SPYGLASS_LIKELY(extra != nullptr && g_code_extra < extra->ce_size))
     return static_cast<const char*>(extra->ce_extras[g_code_extra]);
-  return CodeNameSlow(code);
+  return nullptr;
+}
+
+inline const char* CodeName(PyCodeObject* code) {
+  const char* name = CodeNameCached(code);
+  return SPYGLASS_LIKELY(name != nullptr) ? name : CodeNameSlow(code);
 }
 
 __attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
   void* extra = nullptr;
+  if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_untraced_extra, &extra) == 0 && extra != nullptr)
+    return kUntraced;
   if (SG_GET_EXTRA(reinterpret_cast<PyObject*>(code), g_code_extra, &extra) == 0 && extra != nullptr)
     return static_cast<const char*>(extra);
   PyErr_Clear();
@@ -294,13 +371,23 @@ CNameEntry g_cname_cache[kCNameCache];
 
 const char* CMethodNameSlow(uint64_t key, PyMethodDef* ml, PyObject* module, PyObject* self, bool module_named);
 
-inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+struct CNameKey {
+  uint64_t key;
+  bool module_named;
+};
+inline CNameKey CMethodKey(PyMethodDef* ml, PyObject* module, PyObject* self) {
   bool module_named = module != nullptr && PyUnicode_Check(module);
-  uint64_t key = reinterpret_cast<uint64_t>(ml) * 31 +
-                 (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self)));
-  CNameEntry& e = g_cname_cache[(key ^ (key >> 12)) % kCNameCache];
-  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr)) return e.name;
-  e = {key, CMethodNameSlow(key, ml, module, self, module_named)};
+  return {reinterpret_cast<uint64_t>(ml) * 31 +
+              (module_named || self == nullptr ? 0 : reinterpret_cast<uint64_t>(Py_TYPE(self))),
+          module_named};
+}
+inline CNameEntry& CNameSlot(uint64_t key) { return g_cname_cache[(key ^ (key >> 12)) % kCNameCache]; }
+
+inline const char* CMethodName(PyMethodDef* ml, PyObject* module, PyObject* self) {
+  CNameKey k = CMethodKey(ml, module, self);
+  CNameEntry& e = CNameSlot(k.key);
+  if (SPYGLASS_LIKELY(e.key == k.key && e.name != nullptr)) return e.name;
+  e = {k.key, CMethodNameSlow(k.key, ml, module, self, k.module_named)};
   return e.name;
 }
 
@@ -410,27 +497,41 @@ constexpr uint32_t kMaxCCalls = 64;
 thread_local std::unique_ptr<CCall[]> t_c_calls;
 PyObject* g_disable = nullptr;  // sys.monitoring.DISABLE
 
+// The callbacks of every event: next to each other (.text.hot), so that the
+// interpreter's loop reaches them through fewer code pages.
+#define SG_HOT __attribute__((hot))
+
 // Callbacks: (code, offset[, arg[, arg0]]). They return None, or DISABLE for
 // a CALL that is not a C function (that place's CALL events stop, until the
 // next session's restart_events).
-PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
-  BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
+__attribute__((noinline)) PyObject* MonStartSlow(PyCodeObject* code) {
+  BeginEventSlow(CodeName(code));
   Py_RETURN_NONE;
+}
+SG_HOT PyObject* MonStart(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_START
+  auto* code = reinterpret_cast<PyCodeObject*>(args[0]);
+  const char* name = CodeNameCached(code);
+  if (SPYGLASS_LIKELY(name != nullptr && BeginFast(name))) Py_RETURN_NONE;
+  return MonStartSlow(code);  // a tail call: the fast path has no frame
 }
 PyObject* MonResume(PyObject*, PyObject* const* args, size_t, PyObject*) {  // PY_RESUME, PY_THROW
   BeginEvent(CodeName(reinterpret_cast<PyCodeObject*>(args[0])));
   if (SPYGLASS_UNLIKELY(!g_suspended->empty())) ReopenAnnotations(reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   Py_RETURN_NONE;
 }
-PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
-  EndEvent();
+__attribute__((noinline)) PyObject* MonReturnSlow() {
+  EndEventSlow(false, nullptr);
   Py_RETURN_NONE;
+}
+SG_HOT PyObject* MonReturn(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_RETURN, PY_UNWIND
+  if (SPYGLASS_LIKELY(EndFast())) Py_RETURN_NONE;
+  return MonReturnSlow();
 }
 PyObject* MonYield(PyObject*, PyObject* const*, size_t, PyObject*) {  // PY_YIELD
   EndEvent(/*yield=*/true);
   Py_RETURN_NONE;
 }
-PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+__attribute__((noinline)) PyObject* MonCallSlow(PyObject* const* args, size_t nargsf) {
   PyObject* callable = args[2];
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const char* name = CCallName(callable, nargs > 3 ? args[3] : nullptr);
@@ -449,13 +550,52 @@ PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) { 
   }
   Py_RETURN_NONE;
 }
-PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
-  ThreadDepth& d = Depth();
-  if (d.c_calls > 0) {
+// The fast path of a C function's call (CALL): a builtin function or method
+// descriptor (exact types) whose name is cached (key: CMethodKey; our own
+// methods never are), recorded with BeginFast; anything else takes MonCallSlow (which also
+// answers DISABLE for callables that are not C functions).
+inline PyObject* CCallBegin(PyObject* callable, uint64_t key, PyObject* const* args, size_t nargsf) {
+  const CNameEntry& e = CNameSlot(key);
+  ThreadDepth& d = t_depth;
+  if (SPYGLASS_LIKELY(e.key == key && e.name != nullptr && d.generation == g_generation &&
+                      d.c_calls < kMaxCCalls && d.c_call != nullptr && BeginFast(e.name))) {
+    d.c_call[d.c_calls++] = {callable, FrameDepth(d)};
+    Py_RETURN_NONE;
+  }
+  return MonCallSlow(args, nargsf);
+}
+
+// Method descriptors (`lst.append(x)`), out of MonCall to keep it short.
+__attribute__((noinline)) PyObject* MonCallOther(PyObject* const* args, size_t nargsf) {
+  PyObject* callable = args[2];
+  if (!Py_IS_TYPE(callable, &PyMethodDescr_Type)) return MonCallSlow(args, nargsf);
+  // The owner as CCallName names it: self's type when self is an instance, else the descriptor's type.
+  PyObject* arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : nullptr;
+  PyObject* self = arg0 != nullptr && PyObject_TypeCheck(arg0, PyDescr_TYPE(callable))
+                       ? arg0
+                       : reinterpret_cast<PyObject*>(PyDescr_TYPE(callable));
+  PyMethodDef* ml = reinterpret_cast<PyMethodDescrObject*>(callable)->d_method;
+  return CCallBegin(callable, CMethodKey(ml, nullptr, self).key, args, nargsf);
+}
+
+SG_HOT PyObject* MonCall(PyObject*, PyObject* const* args, size_t nargsf, PyObject*) {  // CALL
+  PyObject* callable = args[2];
+  if (SPYGLASS_LIKELY(Py_IS_TYPE(callable, &PyCFunction_Type))) {
+    auto* f = reinterpret_cast<PyCFunctionObject*>(callable);
+    return CCallBegin(callable, CMethodKey(f->m_ml, f->m_module, f->m_self).key, args, nargsf);
+  }
+  return MonCallOther(args, nargsf);
+}
+
+SG_HOT PyObject* MonCReturn(PyObject*, PyObject* const* args, size_t, PyObject*) {  // C_RETURN, C_RAISE
+  ThreadDepth& d = t_depth;
+  // Another generation: no C call of this one is open (Depth() would clear c_calls).
+  if (d.generation == g_generation && d.c_calls > 0) {
     const CCall& c = d.c_call[d.c_calls - 1];
     if (c.callable == args[2] && c.frame_depth == FrameDepth(d)) {
       --d.c_calls;
-      EndEvent();
+      if (SPYGLASS_LIKELY(EndFast())) Py_RETURN_NONE;
+      return MonReturnSlow();
     }
   }
   Py_RETURN_NONE;
@@ -612,7 +752,10 @@ PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* MarkUntraced(PyObject*, PyObject* func) {
   PyObject* code = PyObject_GetAttrString(func, "__code__");
   if (code == nullptr) return nullptr;
-  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_code_extra, const_cast<char*>(kUntraced)) : -1;
+  // The name slot emptied too: a name cached before would take the fast path.
+  int r = PyCode_Check(code) ? SG_SET_EXTRA(code, g_untraced_extra, const_cast<char*>(kUntraced)) |
+                                   SG_SET_EXTRA(code, g_code_extra, nullptr)
+                             : -1;
   Py_DECREF(code);
   if (r != 0) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_untraced() takes a Python function");
@@ -674,7 +817,7 @@ void SetThreadingHook(bool on) {
 }
 
 void InstallHooks() {
-  ++g_generation;
+  if (++g_generation == 0) ++g_generation;  // 0: the fast paths' "off" key
   g_active = true;
   g_tracer_follows_annotations = true;
   SetThreadingHook(true);  // first: its own calls are not recorded
@@ -682,6 +825,7 @@ void InstallHooks() {
 }
 
 void RemoveHooks() {
+  ++g_generation;  // the fast paths stop writing (see BeginFast)
   g_active = false;
   g_tracer_follows_annotations = false;
   if (g_tool >= 0)
@@ -708,6 +852,7 @@ class PythonTracer : public session::Tracer {
     if (!started_ || !Py_IsInitialized()) return Status::Ok();
     started_ = false;
     PyGILState_STATE gil = PyGILState_Ensure();
+    ++g_generation;  // also when the hooks stay (finalizing): the session ends
     if (!SG_IS_FINALIZING() && g_active) RemoveHooks();
     PyGILState_Release(gil);
     return Status::Ok();
@@ -747,6 +892,7 @@ void PythonTracerUnfollowAnnotation(PyObject* annotation) {
     break;
   }
   d.open = o.n;
+  Rearm(d);
 }
 
 const char* PythonTracerHook() { return !g_active ? "off" : g_tool >= 0 ? "sys.monitoring" : "setprofile"; }
@@ -756,7 +902,8 @@ bool RegisterPythonTracer(PyObject* module) {
   g_cfunc_names = new std::unordered_map<uint64_t, const char*>;
   g_suspended = new std::vector<Suspended>;
   g_code_extra = SG_REQUEST_EXTRA(NoFree);
-  if (g_code_extra < 0) {
+  g_untraced_extra = SG_REQUEST_EXTRA(NoFree);
+  if (g_code_extra < 0 || g_untraced_extra < 0) {
     PyErr_SetString(PyExc_RuntimeError, "spyglass: no free code-object extra slot for the Python tracer");
     return false;
   }

@@ -266,3 +266,28 @@ def test_sys_monitoring_is_the_hook_on_312_and_setprofile_still_works(tmp_path):
                      capture_output=True, text=True, timeout=300, cwd=here,
                      env=dict(os.environ, SPYGLASS_PYTHON_TRACER="setprofile"))
   assert r.returncode == 0, r.stdout[-3000:]
+
+
+def fib(n):
+  return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def test_every_call_recorded_across_chunks_and_sessions(tmp_path, xplane_pb2):
+  # fib(18): 8,361 calls, 200 KB of records: more than one of the recorder's
+  # chunks, so the tracer's fast path hands over to the general one and back.
+  for i, annotated in enumerate([False, True]):
+    fib(10)  # between sessions: not recorded
+    with profiler.trace(tmp_path / str(i)):
+      if annotated:  # an annotation open around the calls (the same buffer)
+        with profiler.TraceAnnotation("around"):
+          fib(18)
+      else:
+        fib(18)
+    fib(10)
+    ev = events(xplane_pb2)
+    assert_nested(ev)
+    assert len([e for e in ev if e[1] == name_of(fib)]) == 8361
+    assert not [e for e in ev if "incomplete" in e[4]]
+    if annotated:
+      around = next(e for e in ev if e[1] == "around")
+      assert all(around[2] <= e[2] <= e[3] <= around[3] for e in ev if e[1] == name_of(fib))

@@ -98,6 +98,31 @@ inline uint64_t now_ticks() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+// The clock read with no call (x86's TSC, arm64's counter), where
+// ticks_inline_usable(): for paths that must not make one (the callee-saved
+// registers a call needs cost as much as the rest of such a path).
+inline bool ticks_inline_usable() {
+#if defined(__x86_64__)
+  return g_state.use_tsc;
+#elif defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+inline uint64_t ticks_inline() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#else
+  return now_ticks();
+#endif
+}
+
 inline uint64_t words_for(size_t bytes) { return (bytes + 7) / 8; }
 
 // Returns the buffer to record into if a session records events of `level`,
@@ -131,6 +156,30 @@ inline uint64_t begin_static(const char* name, int level) {
   c[1] = now_ticks();
   publish(tb, c + 2);
   return tb->bound_word;
+}
+
+// For a recorder of its own events that keeps the thread's buffer while it
+// knows the session runs (the Python tracer: from its start to its stop, on
+// the thread that bound it) and ticks_inline_usable() held when it took the
+// buffer: the begin/end records when they fit in the current chunk, with no
+// session check and no call (its fast path then needs no stack frame);
+// false: nothing written, take the general path (begin_static/end).
+inline bool try_begin_static(ThreadBuffer* tb, const char* name) {
+  uint64_t* c = tb->cursor.load(std::memory_order_relaxed);
+  if (SPYGLASS_UNLIKELY(c + 2 > tb->soft_limit)) return false;
+  c[0] = (kTagStatic << 56) | reinterpret_cast<uint64_t>(name);
+  c[1] = ticks_inline();
+  publish(tb, c + 2);
+  return true;
+}
+
+inline bool try_end(ThreadBuffer* tb) {
+  uint64_t t = ticks_inline();
+  uint64_t* c = tb->cursor.load(std::memory_order_relaxed);
+  if (SPYGLASS_UNLIKELY(c + 1 > tb->hard_limit)) return false;
+  c[0] = kEndBit | t;
+  publish(tb, c + 1);
+  return true;
 }
 
 // Begin with a name copied into the buffer.
