@@ -276,11 +276,10 @@ struct RawLayout {
   int current_frame;     // _PyCFrame.current_frame, or PyThreadState.current_frame (3.13)
   int code, previous, instr, owner;  // _PyInterpreterFrame: f_code/f_executable, previous, prev_instr/instr_ptr, owner
   int first_traceable, code_units;   // PyCodeObject: _co_firsttraceable, co_code_adaptive
-  int instr_bias;        // 3.11/3.12 point at the previous code unit, 3.13 at the current one
 };
-constexpr RawLayout kLayout311{56, 8, 32, 48, 56, 69, 168, 184, 0};
-constexpr RawLayout kLayout312{56, 0, 0, 8, 56, 70, 176, 192, 0};
-constexpr RawLayout kLayout313{-1, 72, 0, 8, 56, 70, 184, 200, 2};
+constexpr RawLayout kLayout311{56, 8, 32, 48, 56, 69, 168, 184};
+constexpr RawLayout kLayout312{56, 0, 0, 8, 56, 70, 176, 192};
+constexpr RawLayout kLayout313{-1, 72, 0, 8, 56, 70, 184, 200};
 constexpr char kOwnedByGenerator = 1, kOwnedByCStack = 3;  // _PyInterpreterFrame.owner
 RawLayout g_raw{};
 bool g_raw_on = false;
@@ -306,7 +305,7 @@ int WalkPythonRaw(void* ts, uintptr_t* out, int max) {
     void* code = At<void*>(f, L.code);
     if (code == nullptr || At<const void*>(code, sizeof(intptr_t)) != g_code_type) continue;
     const intptr_t units =
-        (At<intptr_t>(f, L.instr) + L.instr_bias - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
+        (At<intptr_t>(f, L.instr) - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
     if (owner != kOwnedByGenerator && units < At<int32_t>(code, L.first_traceable)) continue;
     const int lasti = units < 0 ? -1 : static_cast<int>(units * 2);  // PyFrame_GetLasti
     out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, static_cast<int>(units * 2)); });
@@ -508,6 +507,12 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
   g_started = true;
   g_python_on.store(true, std::memory_order_release);
   return 0;
+}
+
+// How Python frames are read: 0 none (not started), 1 the public C API, 2 in
+// place (3.11-3.13). For tests and diagnostics (ctypes, GIL held).
+extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_walk() {
+  return !heap::g_started ? 0 : heap::g_raw_on ? 2 : 1;
 }
 
 // Called by the startup module's atexit handler (the last to run, GIL held):
