@@ -267,7 +267,6 @@ constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec")
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
-    uintptr_t frames[kMaxFrames];
     const uint32_t cls = HeapClass();
     uint32_t site;
     // A Python program: its frames in place of the interpreter's
@@ -275,18 +274,19 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
     if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
       bool same;
-      int depth = CaptureFramePointersCompared(frame, frames, kHeapFrames, t_last.frames, t_last.depth, &same);
+      // The walk writes the stack into t_last, over the previous one.
+      int depth = CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;
       } else {
-        site = InternStack(cls, frames, depth, 0);
-        std::memcpy(t_last.frames, frames, sizeof(uintptr_t) * static_cast<size_t>(depth));
+        site = InternStack(cls, t_last.frames, depth, 0);
         t_last.depth = depth;
         t_last.site = site;
         t_last.generation = generation;
       }
     } else {
+      uintptr_t frames[kMaxFrames];
       int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
       if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
       site = InternStack(cls, frames, depth, 0);
@@ -833,6 +833,16 @@ __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
   return p;
 }
 __attribute__((noinline)) void FreeTracked(void* p) {
+  if (!g_interval && Guard::Enter()) {
+    // Complete stacks: the block may wait a few frees before glibc gets it
+    // (RemoveSoon), so that the table slot and the chunk header it needs are
+    // loaded by then.
+    uintptr_t release[2];
+    const int n = RemoveSoon(reinterpret_cast<uintptr_t>(p), release);
+    Guard::Leave();
+    for (int i = 0; i < n; ++i) __libc_free(reinterpret_cast<void*>(release[i]));
+    return;
+  }
   // Two cache misses of a long-lived block's free, overlapped: the live
   // table's slot (the erase) and the chunk header (glibc's free reads it next).
   PrefetchErase(reinterpret_cast<uintptr_t>(p));

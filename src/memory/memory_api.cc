@@ -65,6 +65,7 @@ bool tracking_enabled() { return g_api_enabled.load(); }
 
 TrackingStats tracking_stats() {
   ScopedUntracked untracked;
+  SettleFrees();
   TrackingStats s;
   s.allocations = CounterValue(kAllocations);
   s.frees = CounterValue(kFrees);
@@ -127,6 +128,7 @@ std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::v
 
 Status SnapshotPprof(std::string_view backend, std::string* out) {
   ScopedUntracked untracked;
+  SettleFrees();
   const uint32_t nclasses = ClassCount();
   std::vector<char> match = MatchingClasses(backend), sampled(kMaxClasses + 1, 0);
   const double interval = static_cast<double>(SampleInterval());
@@ -151,6 +153,7 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
 
 Status PeakPprof(std::string_view backend, std::string* out) {
   ScopedUntracked untracked;
+  SettleFrees();  // the peak comments' and sites' values are exact; the counters noted too
   std::vector<char> match = MatchingClasses(backend);
   std::unordered_map<uint32_t, Agg> by_site;
   auto add = [&](uint32_t id) {
@@ -243,6 +246,7 @@ Status save_peak_profile(const std::string& path, std::string_view backend) {
 
 std::vector<DeviceMemory> device_memory() {
   ScopedUntracked untracked;
+  SettleFrees();
   std::vector<DeviceMemory> out;
   for (uint32_t d = 0; d < DeviceCount(); ++d) {
     DeviceTotals t = GetDeviceTotals(d);

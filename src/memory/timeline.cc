@@ -165,6 +165,7 @@ void internal::TimelineTick() {
 }
 
 void TimelineSampleNow() {
+  SettleFrees();
   Lock();
   TakePointLocked(MonoNs());
   Unlock();

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 
+extern "C" void __libc_free(void*);
+
 namespace spyglass::memory::internal {
 
 std::atomic<uint8_t*> g_filter{nullptr};
@@ -64,6 +66,33 @@ PendingRecord g_pending_rec;
 std::atomic<uint64_t> g_pending_live{0};  // its pointer, or 0 (LiveCount, the prefetch hints)
 std::atomic<uint64_t> g_single_allocations{0}, g_single_frees{0};
 void FlushPending(bool plain);
+
+// Single-writer mode's waiting frees (see RemoveSoon): a ring of the
+// writer's latest frees, 0 = none, bit 0 set = settled (erased and counted,
+// not yet handed to glibc).
+constexpr uint32_t kWaiting = 8;
+uintptr_t g_waiting[kWaiting];
+uint32_t g_waiting_next = 0;                // the slot the next free takes (its oldest)
+std::atomic<uint32_t> g_settling_count{0};  // entries not settled (SettleFrees reads it from any thread)
+void SettleAll(bool plain);
+void ReleaseWaiting();
+
+// Blocks of kLargeBlock bytes or more are never held back: a counting filter
+// of the live ones by address (no false negatives; a false positive, or a
+// counter stuck at 255, only frees a small block at once).
+constexpr uint64_t kLargeBlock = 16 << 10;
+constexpr uint64_t kLargeFilter = 4096;
+uint8_t g_large[kLargeFilter];
+inline uint8_t* LargeCounter(uintptr_t ptr) { return &g_large[(ptr >> 4) & (kLargeFilter - 1)]; }
+inline bool MaybeLarge(uintptr_t ptr) { return __atomic_load_n(LargeCounter(ptr), __ATOMIC_RELAXED) != 0; }
+void LargeChange(uintptr_t ptr, uint64_t size, int delta) {
+  if (size < kLargeBlock) return;
+  uint8_t* c = LargeCounter(ptr);
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && !(delta < 0 && v == 0) &&
+         !__atomic_compare_exchange_n(c, &v, uint8_t(v + delta), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
 
 // ---- classes -------------------------------------------------------------
 constexpr size_t kDeviceChars = 64, kKindChars = 32;
@@ -535,7 +564,9 @@ void MakeSharedSlow() {
 #endif
     for (int spins = 0; g_writer_busy.load(std::memory_order_acquire) != 0; ++spins)
       if (spins > 64) sched_yield();
-    FlushPending(false);  // the writer is quiescent; nobody else touches the tables until kModeShared
+    SettleAll(false);     // the writer is quiescent; nobody else touches the tables until kModeShared
+    ReleaseWaiting();
+    FlushPending(false);
     g_mode.store(kModeShared, std::memory_order_release);
     return;
   }
@@ -606,16 +637,19 @@ struct ShardLock {
 constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
 constexpr uint32_t kTimelineCheckOps = 128;
 
-inline SiteStats* StatsOf(uint32_t site, uint32_t cls) {
-  if (site >= kFirstSite)
-    if (const Site* s = GetSite(site)) return const_cast<SiteStats*>(&s->stats);
-  return &g_class_stats[cls];
-}
-
 // Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
-// the site's and its device's totals, remembering the peak lazily (tracker.h).
-void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plain) {
-  SiteStats* st = StatsOf(site, cls);
+// the site's and its device's totals, remembering the peak lazily
+// (tracker.h). Returns the site's class (one lookup of the site for both).
+uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
+  SiteStats* st;
+  uint32_t cls;
+  if (const Site* s = site >= kFirstSite ? GetSite(site) : nullptr) {
+    st = const_cast<SiteStats*>(&s->stats);
+    cls = s->cls;
+  } else {
+    cls = site >= kFirstSite ? 0 : site;
+    st = &g_class_stats[cls];
+  }
   int64_t b = static_cast<int64_t>(size), c = kCountUnit;
   if (__builtin_expect(g_class_weighted[cls], 1)) {
     if (uint64_t interval = g_sample_interval.load(std::memory_order_relaxed)) {
@@ -643,6 +677,13 @@ void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plai
     v = d.live.fetch_add(sign * b, std::memory_order_relaxed) + sign * b;
   }
   if (sign > 0) {
+    if (__builtin_expect(g_settling_count.load(std::memory_order_relaxed) != 0, 1) &&
+        (v > d.window_max.load(std::memory_order_relaxed) || v > d.peak.load(std::memory_order_relaxed))) {
+      // Frees still settling make v too high: a new high is only one once
+      // they are counted (the peak and the window maximum stay exact).
+      SettleAll(plain);
+      v = d.live.load(std::memory_order_relaxed);
+    }
     if (v > d.window_max.load(std::memory_order_relaxed)) d.window_max.store(v, std::memory_order_relaxed);
     int64_t peak = d.peak.load(std::memory_order_relaxed);
     if (v > peak) {
@@ -658,8 +699,10 @@ void Account(uint32_t site, uint32_t cls, uint64_t size, int64_t sign, bool plai
   }
   if (__builtin_expect(t_timeline_countdown-- == 0, 0)) {
     t_timeline_countdown = kTimelineCheckOps;
+    SettleAll(plain);  // a timeline point sees every free made so far
     TimelineTick();
   }
+  return cls;
 }
 
 // The shard part of an insert. `count`: +1 a new allocation, -1 a restored
@@ -699,10 +742,10 @@ bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int co
   return true;
 }
 
-void Replaced(int64_t old_size, uint32_t old_site, bool plain) {
+void Replaced(uintptr_t ptr, int64_t old_size, uint32_t old_site, bool plain) {
   Count(kReplaced);
-  const uint32_t old_cls = SiteClass(old_site);
-  Account(old_site, old_cls, static_cast<uint64_t>(old_size), -1, plain);
+  LargeChange(ptr, static_cast<uint64_t>(old_size), -1);
+  const uint32_t old_cls = Account(old_site, static_cast<uint64_t>(old_size), -1, plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(old_cls, -old_size);
 }
 
@@ -721,19 +764,20 @@ void FlushPending(bool plain) {
   int64_t old_size = -1;
   uint32_t old_site = 0;
   if (!TableInsert(r.ptr, r.size, r.site, plain, 0, &old_size, &old_site)) {
-    Account(r.site, SiteClass(r.site), r.size, -1, plain);  // dropped: no longer counted as live
+    Account(r.site, r.size, -1, plain);  // dropped: no longer counted as live
+    LargeChange(r.ptr, r.size, -1);
     return;
   }
-  if (old_size >= 0) Replaced(old_size, old_site, plain);
+  if (old_size >= 0) Replaced(r.ptr, old_size, old_site, plain);
 }
 
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
-void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool restored) {
+void Insert(uintptr_t ptr, uint64_t size, uint32_t site, bool restored) {
   Op op;
   if (op.plain && !restored) {
     if (g_pending_rec.ptr == ptr) {
-      Replaced(static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
+      Replaced(ptr, static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
     } else {
       FlushPending(true);
       if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
@@ -746,11 +790,12 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, uint32_t cls, bool rest
     uint32_t old_site = 0;
     if (!TableInsert(ptr, size, site, op.plain, restored ? -1 : 1, &old_size, &old_site)) return;
     if (old_size >= 0)
-      Replaced(old_size, old_site, op.plain);
+      Replaced(ptr, old_size, old_site, op.plain);
     else if (g_filter.load(std::memory_order_relaxed))
       FilterAdd(ptr);
   }
-  Account(site, cls, size, 1, op.plain);
+  const uint32_t cls = Account(site, size, 1, op.plain);
+  LargeChange(ptr, size, 1);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, static_cast<int64_t>(size));
 }
 }  // namespace
@@ -782,7 +827,7 @@ void PrefetchErase(uintptr_t ptr) {
 void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, cls, false);
+  Insert(ptr, size, depth > 0 ? InternStack(cls, frames, depth, 0) : cls, false);
 }
 
 uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t hash) {
@@ -798,25 +843,26 @@ uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t 
 void RecordSite(uintptr_t ptr, uint64_t size, uint32_t site) {
   if (ptr == 0) return;
   if (size > kMaxSize) size = kMaxSize;
-  Insert(ptr, size, site, SiteClass(site), false);
+  Insert(ptr, size, site, false);
 }
 
 void Restore(const LiveRecord& r) {
-  if (r.ptr != 0) Insert(r.ptr, r.size, r.site, SiteClass(r.site), true);
+  if (r.ptr != 0) Insert(r.ptr, r.size, r.site, true);
 }
 
 namespace {
-// Erases `ptr`; returns whether it was tracked. `quiet`: an untracked pointer
-// is not counted (no unknown/double free). `out`, if given, receives the record.
-bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
-  if (ptr == 0) return false;
+// Removes the record of `ptr`, in an operation (`plain`: single-writer
+// mode). Returns whether it was tracked. `quiet`: an untracked pointer is not
+// counted (no unknown/double free). `out`, if given, receives the record.
+// `table_only`: a settling free, whose record was in the table when freed
+// (the pending record may since be a new block at the same address).
+bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_only = false) {
   uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;
   uint32_t site = 0;
   bool double_free = false;
-  Op op;
-  if (op.plain && g_pending_rec.ptr == ptr) {
+  if (plain && !table_only && g_pending_rec.ptr == ptr) {
     // The writer's latest allocation, freed before it reached the table.
     size = static_cast<int64_t>(g_pending_rec.size);
     site = g_pending_rec.site;
@@ -825,7 +871,7 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
     s.recent[s.recent_pos++ % kRecent] = ptr;
     AddTo(g_single_frees, uint64_t{1}, true);
   } else {
-    ShardLock lock(s.lock, op.plain);
+    ShardLock lock(s.lock, plain);
     bool found = false;
     uint64_t i = s.cap ? Find(s, ptr, h, &found) : 0;
     if (found) {
@@ -845,13 +891,109 @@ bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
     return false;
   }
   if (g_filter.load(std::memory_order_relaxed)) FilterRemove(ptr);
-  const uint32_t cls = SiteClass(site);
-  Account(site, cls, static_cast<uint64_t>(size), -1, op.plain);
+  LargeChange(ptr, static_cast<uint64_t>(size), -1);
+  const uint32_t cls = Account(site, static_cast<uint64_t>(size), -1, plain);
   if (g_counter_on.load(std::memory_order_relaxed)) CounterAppend(cls, -size);
   if (out) *out = {ptr, static_cast<uint64_t>(size), site};
   return true;
 }
+
+bool Erase(uintptr_t ptr, bool quiet, LiveRecord* out = nullptr) {
+  if (ptr == 0) return false;
+  Op op;
+  return EraseIn(op.plain, ptr, quiet, out);
+}
+
+// ---- waiting frees (single-writer mode, the heap hook) -----------------------------
+// A free of a long-lived block costs two cache misses on random addresses:
+// the live table's slot (its size and site are there, so neither the erase
+// nor the totals can go before it) and glibc's chunk header. Overlapped
+// (both prefetched at the free), they still cost one. So the writer's frees
+// wait in a ring of kWaiting: RemoveSoon starts loading both and returns the
+// block freed kWaiting frees earlier, whose erase then hits the cache, for
+// the hook to hand to glibc. A waiting block still counts as live and glibc
+// has not got it back (it cannot hand the address out again). Exactness: a
+// waiting free is counted ("settled": erased, marked, still waiting for
+// glibc) before anything reads what it changes: a possible new peak or
+// window maximum (Account), a timeline point, a switch to shared mode
+// (MakeSharedSlow: snapshots, other threads; the blocks go to glibc then),
+// and SettleFrees (the API's totals and profiles, the heap hook's files).
+// Held back from glibc: at most kWaiting blocks, each under kLargeBlock (a
+// larger block, in the g_large filter, is freed at once).
+void SettleAll(bool plain) {
+  for (uint32_t i = 0; i < kWaiting && g_settling_count.load(std::memory_order_relaxed) != 0; ++i) {
+    uint32_t k = (g_waiting_next + i) % kWaiting;  // oldest first
+    uintptr_t p = g_waiting[k];
+    if (p == 0 || (p & 1)) continue;
+    g_waiting[k] = p | 1;
+    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    EraseIn(plain, p, false, nullptr, true);
+  }
+}
+
+// After SettleAll, once no operation runs: the waiting blocks go to glibc.
+void ReleaseWaiting() {
+  for (uintptr_t& w : g_waiting) {
+    if (w != 0) __libc_free(reinterpret_cast<void*>(w & ~uintptr_t{1}));
+    w = 0;
+  }
+}
 }  // namespace
+
+int RemoveSoon(uintptr_t ptr, uintptr_t release[2]) {
+  Op op;
+  if (!op.plain || g_pending_rec.ptr == ptr || g_counter_on.load(std::memory_order_relaxed) || MaybeLarge(ptr)) {
+    // Shared mode, the pending record (no table work), a large block, or a
+    // trace's counter track running (its events are timed when counted): at once.
+    if (op.plain && g_counter_on.load(std::memory_order_relaxed)) SettleAll(true);
+    EraseIn(op.plain, ptr, false, nullptr);
+    release[0] = ptr;
+    return 1;
+  }
+  bool again = false;
+  for (uintptr_t w : g_waiting) again |= (w ^ ptr) <= 1;  // ptr, settled or not
+  for (uintptr_t& w : g_waiting) {
+    if (__builtin_expect(!again, 1)) break;
+    if ((w ^ ptr) > 1) continue;
+    // Freed again while its first free waits (a double free): the first one
+    // completes now, then this one, so glibc sees the double free where the
+    // program made it.
+    if ((w & 1) == 0) {
+      g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+      EraseIn(true, ptr, false, nullptr, true);
+    }
+    w = 0;
+    EraseIn(true, ptr, false, nullptr, true);  // counted as a double free
+    release[0] = release[1] = ptr;
+    return 2;
+  }
+  PrefetchSlot(ptr);
+  __builtin_prefetch(reinterpret_cast<const char*>(ptr) - sizeof(size_t), 0, 3);  // glibc's chunk header
+  const uintptr_t oldest = g_waiting[g_waiting_next];
+  g_waiting[g_waiting_next] = ptr;
+  g_waiting_next = (g_waiting_next + 1) % kWaiting;
+  if (oldest == 0) {
+    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return 0;
+  }
+  if ((oldest & 1) == 0)
+    EraseIn(true, oldest, false, nullptr, true);  // its slot was loaded kWaiting frees ago
+  else
+    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  release[0] = oldest & ~uintptr_t{1};
+  return 1;
+}
+
+void SettleFrees() {
+  if (g_settling_count.load(std::memory_order_relaxed) == 0 || Guard::InsideTracking()) return;
+  if (g_mode.load(std::memory_order_acquire) == kModeSingle &&
+      g_writer.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(&t_guard)) {
+    Op op;
+    if (op.plain) SettleAll(true);
+    return;
+  }
+  MakeShared();  // settles them once the writer is quiescent
+}
 
 void Remove(uintptr_t ptr) { Erase(ptr, false); }
 bool RemoveIfTracked(uintptr_t ptr) { return Erase(ptr, true); }
@@ -1035,7 +1177,9 @@ void ChildFork() {
   if (RegisterMembarrier()) {
     g_mode.store(kModeSingle, std::memory_order_release);
   } else {
-    FlushPending(true);  // the only thread: into the table before shared mode forgets it
+    SettleAll(true);     // the only thread: counted, and to glibc, before shared mode forgets them
+    ReleaseWaiting();
+    FlushPending(true);
     g_mode.store(kModeShared, std::memory_order_release);
   }
   g_class_lock.reset();
@@ -1080,7 +1224,10 @@ uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void*
     }
     for (uint64_t i = 0; i < s.cap; ++i) {
       const Slot& sl = s.slots[i];
-      if (sl.ptr != 0) visit({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)}, ctx);
+      if (sl.ptr == 0) continue;
+      bool settling = false;  // freed, its erase waiting (only the writer's own dump sees any)
+      for (uint32_t k = 0; self_writer && k < kWaiting; ++k) settling |= g_waiting[k] == sl.ptr;
+      if (!settling) visit({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)}, ctx);
     }
     s.lock.unlock();
   }

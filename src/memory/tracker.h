@@ -113,6 +113,19 @@ SPYGLASS_MEM_EXPORT extern std::atomic<uint32_t> g_site_generation;
 SPYGLASS_MEM_EXPORT void Record(uintptr_t ptr, uint64_t size, uint32_t cls, const uintptr_t* frames, int depth);
 // Removes `ptr`; counts unknown/double frees. Caller holds the guard.
 SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
+// The heap hook's free (glibc's blocks only): in single-writer mode the
+// free may wait a few frees ("waiting frees", tracker.cc) so that its two
+// cache misses (the table slot, glibc's chunk header) are loaded by then.
+// Writes to `release` the blocks to hand to glibc now, in order (`ptr`
+// itself, or the block freed kWaiting frees ago, or both copies of a double
+// free) and returns how many (0-2). The peak, the timeline and the live
+// table stay exact (see SettleFrees). Caller holds the guard.
+SPYGLASS_MEM_EXPORT int RemoveSoon(uintptr_t ptr, uintptr_t release[2]);
+// Counts the waiting frees now: call before reading totals, site values,
+// counters or LiveCount (the API and the heap hook's files do). From the
+// writing thread it settles them; from another, it switches to shared mode
+// (as a snapshot does). Not inside a tracking operation.
+SPYGLASS_MEM_EXPORT void SettleFrees();
 // Removes `ptr` if it is tracked; returns whether it was. Counts nothing when
 // it is not (for hooks that see frees of memory allocated before they were
 // installed). Caller holds the guard.

@@ -65,33 +65,41 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
   return n;
 }
 
-// The same walk, comparing the stack on the way with `last[0..last_depth)`,
-// the thread's previous stack: *same is true when they are equal, and then
-// the caller reuses that stack's site without hashing it or looking it up
-// (a loop allocating from one place walks the same stack again and again).
-// One compare for the stack bounds (unsigned wrap-around) instead of two.
+// The same walk into `last[0..max)`, which holds the thread's previous stack
+// (`last_depth` frames): a frame is stored only where it differs, and *same
+// is true when the whole stack is the previous one, so that the caller
+// reuses that stack's site without hashing it or looking it up (a loop
+// allocating from one place walks the same stack again and again). One
+// compare for the stack bounds (unsigned wrap-around) instead of two; x86-64
+// reads a misaligned frame pointer (garbage, like any other) without a fault.
 __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePointersCompared(
-    void* fp, uintptr_t* out, int max, const uintptr_t* last, int last_depth, bool* same) {
+    void* fp, uintptr_t* last, int max, int last_depth, bool* same) {
   StackBounds b = ThreadStackBounds();
   uintptr_t p = reinterpret_cast<uintptr_t>(fp);
-  uintptr_t diff = 0;
+  bool diff = false;
   int n = 0;
   if (b.hi - b.lo >= 16) {
-    const uintptr_t span = b.hi - b.lo - 16;  // p is valid when p - lo <= span and 8-aligned
+    const uintptr_t span = b.hi - b.lo - 16;  // p is valid when p - lo <= span
     while (n < max) {
+#if defined(__x86_64__)
+      if (p - b.lo > span) break;
+#else
       if (p - b.lo > span || (p & 7) != 0) break;
+#endif
       const uintptr_t* f = reinterpret_cast<const uintptr_t*>(p);
       uintptr_t ret = f[1];
       if (ret < 4096) break;
-      out[n] = ret;
-      diff |= ret ^ last[n];
+      if (__builtin_expect(ret != last[n], 0)) {
+        last[n] = ret;
+        diff = true;
+      }
       ++n;
       uintptr_t next = f[0];
       if (next <= p) break;
       p = next;
     }
   }
-  *same = diff == 0 && n == last_depth;
+  *same = !diff && n == last_depth;
   return n;
 }
 

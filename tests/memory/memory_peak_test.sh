@@ -5,6 +5,7 @@
 #   memory_peak_test.sh <libspyglass_heap.so> <peak_exact>
 # Peak profile = peak()'s 10 x 100,000 B + leak()'s 3 blocks (6,666 B);
 # exit profile = leak()'s 3 blocks only; timeline: high-water mark 1,006,666 B.
+# Then `peak_exact plateau` (frees waiting in the hook at the peak and at exit).
 set -euo pipefail
 lib=$1 prog=$2
 T=$(mktemp -d /tmp/spyglass-peaktest-XXXXXX)
@@ -68,4 +69,26 @@ for fn in peak leak transient after; do
   expect "heaptrack agrees: $fn() at the peak" "$(ht peak $fn)" "$(flat "$peak" space $fn)"
   expect "heaptrack agrees: $fn() leaked" "$(ht leaked $fn)" "$(flat "$exitp" space $fn)"
 done
+# Frees still waiting in the hook (small blocks) when the live bytes are
+# back at the high-water mark, and at exit: the peak and the exit profile
+# count them exactly (`peak_exact plateau`).
+out=$(LD_PRELOAD=$lib SPYGLASS_HEAP_PROFILE_DIR=$T/plateau "$prog" plateau)
+[ "$out" = "peak_exact: plateau done" ] || fail "program output: $out"
+peak=$(ls "$T"/plateau/memory.*."$comm".peak.prof) || fail "plateau: no peak profile"
+exitp=$(ls "$T"/plateau/memory.*."$comm".exit.prof) || fail "plateau: no exit profile"
+tl=$(ls "$T"/plateau/memory.*."$comm".timeline.tsv) || fail "plateau: no timeline"
+expect "plateau: peak plateau() bytes" "$(flat "$peak" space plateau)" 100000
+expect "plateau: peak plateau() allocations" "$(flat "$peak" allocations plateau)" 200
+expect "plateau: exit plateau() bytes" "$(flat "$exitp" space plateau)" 50000
+expect "plateau: exit plateau() allocations" "$(flat "$exitp" allocations plateau)" 100
+go tool pprof -comments "$peak" 2>/dev/null | grep -qx "spyglass: peak cpu:0 100000 bytes" ||
+  fail "plateau: the peak comment is not 100000 bytes: $(go tool pprof -comments "$peak" 2>&1)"
+grep -qP '^# device\tcpu:0\t100000$' "$tl" || { cat "$tl"; fail "plateau: timeline device line"; }
+max=$(awk -F'\t' '!/^#/ && $1 != "t_ns" { if ($3 > m) m = $3 } END { print m }' "$tl")
+expect "plateau: timeline highest max" "$max" 100000
+rm -f "$T"/ht*
+heaptrack -o "$T/ht" "$prog" plateau >/dev/null 2>&1 || fail "heaptrack failed (plateau)"
+htfile=$(ls "$T"/ht*) || fail "heaptrack wrote no data file (plateau)"
+expect "heaptrack agrees: plateau() at the peak" "$(ht peak plateau)" 100000
+expect "heaptrack agrees: plateau() leaked" "$(ht leaked plateau)" 50000
 echo "memory_peak_test: all passed"

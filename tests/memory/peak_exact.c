@@ -4,7 +4,15 @@
  *   peak():      10 blocks of 100,000 B: the peak is 1,006,666 B live;
  *   then the 10 blocks are freed, and after(): 200,000 B allocated and freed.
  * Peak profile: peak() 10 x 100,000 and leak() 3 blocks, 6,666 B. Exit
- * profile: leak()'s 3 blocks only. No stdio (its buffer would be a 4th block). */
+ * profile: leak()'s 3 blocks only. No stdio (its buffer would be a 4th block).
+ *
+ * `peak_exact plateau`: small blocks freed and replaced, so that frees are
+ * still waiting in the hook (tracker.cc, RemoveSoon) when the live bytes are
+ * back at their high-water mark: plateau() allocates 200 blocks of 500 B
+ * (100,000 B live), then 5,000 times frees one and allocates another of
+ * 500 B (live stays 100,000 B), then frees 100 (the last of them still
+ * waiting at exit). Peak: plateau() 200 x 500 B = 100,000 B; exit: 100 x
+ * 500 B = 50,000 B. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,8 +23,24 @@ __attribute__((noinline)) static void* transient(size_t n) { return malloc(n); }
 __attribute__((noinline)) static void* leak(size_t n) { return malloc(n); }
 __attribute__((noinline)) static void* peak(size_t n) { return malloc(n); }
 __attribute__((noinline)) static void* after(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void* plateau(size_t n) { return malloc(n); }
 
-int main(void) {
+static void* g_blocks[200];
+
+static int Plateau(void) {
+  for (int i = 0; i < 200; ++i) g_blocks[i] = plateau(500);
+  for (int i = 0; i < 5000; ++i) {
+    int k = (i * 37) % 200;
+    free(g_blocks[k]);
+    g_blocks[k] = plateau(500);
+  }
+  for (int i = 0; i < 100; ++i) free(g_blocks[i]);
+  static const char done[] = "peak_exact: plateau done\n";
+  return write(1, done, sizeof done - 1) < 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "plateau") == 0) return Plateau();
   void* t = transient(300000);
   memset(t, 1, 300000);
   free(t);
