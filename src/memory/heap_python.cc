@@ -18,13 +18,16 @@
 // No Python headers and nothing loaded: libpython's exported functions are
 // looked up (dlsym) only when a Python program calls in, so one hook serves
 // CPython 3.10 to 3.13 alike, and a program that is not Python never touches
-// any of this. Frames are read with the public C API (PyThreadState_GetFrame,
-// PyFrame_GetBack/GetCode/GetLineNumber), only by a thread that holds the GIL
-// (its thread state is the attached one); a thread without it (a native extension that released
-// the GIL) records its native stack only. On 3.11+ reading a frame may create
-// its frame object (kept by the frame, freed with it); the collector is
-// disabled meanwhile so that this allocation cannot run a collection inside
-// the allocator.
+// any of this. Frames are read only by a thread that holds the GIL (its
+// thread state is the attached one); a thread without it (a native extension
+// that released the GIL) records its native stack only. 3.11-3.13: read in
+// place from the interpreter's frame structs (WalkPythonRaw: their layouts per
+// version, checked at start against the public API); 3.10, or a Python whose
+// layout disagrees, or SPYGLASS_PYTHON_FRAME_WALK=api: the public C API
+// (PyThreadState_GetFrame, PyFrame_GetBack/GetCode/GetLineNumber), which on
+// 3.11+ makes a frame object per frame read (kept by the frame, freed with
+// it; the collector is disabled meanwhile so that this allocation cannot run
+// a collection inside the allocator).
 //
 // Interleaving: on 3.10 each Python frame is one eval-loop call, so the i-th
 // eval frame of the native stack is replaced by the i-th Python frame, and the
