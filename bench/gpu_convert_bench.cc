@@ -5,15 +5,21 @@
 // sizes), 10% memsets, on 4 streams, with a host launch event per record.
 //
 // Same-run baselines: the floor (read each record's kind and copy its 216
-// bytes: what walking the buffer costs), the parse into our compact events
-// (AddRecord), then + the model (Export), then + serializing (.xplane.pb).
+// bytes: what walking the buffer costs) and the naive way (each record
+// straight into protobuf XPlane messages, as an XPlaneBuilder does, detail
+// strings formatted per event, then SerializeToString). Ours in steps: the
+// parse into our compact events (AddRecord), + the model (Export), +
+// serializing (.xplane.pb): the last is the end-to-end figure.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstring>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
 #include "export/xplane/xplane_writer.h"
+#include "xplane.pb.h"
 #include "gpu/cupti_abi.h"
 #include "gpu/gpu_convert.h"
 
@@ -123,6 +129,73 @@ void BM_Floor_WalkAndCopy(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * s.offsets.size());
 }
 
+// The naive baseline: protobuf messages per record.
+void BM_Naive_ProtobufPerRecord(benchmark::State& state) {
+  const Synthetic& s = Make(state.range(0));
+  for (auto _ : state) {
+    tensorflow::profiler::XSpace space;
+    tensorflow::profiler::XPlane* plane = space.add_planes();
+    plane->set_name("/device:GPU:0");
+    std::unordered_map<uint32_t, tensorflow::profiler::XLine*> lines;
+    std::unordered_map<std::string, int64_t> event_ids;
+    auto event_id = [&](const std::string& name) {
+      auto [it, fresh] = event_ids.emplace(name, static_cast<int64_t>(event_ids.size() + 1));
+      if (fresh) (*plane->mutable_event_metadata())[it->second].set_name(name);
+      return it->second;
+    };
+    char buf[256];
+    for (size_t off : s.offsets) {
+      const uint8_t* r = s.buffer.data() + off;
+      uint32_t kind = abi::Field<uint32_t>(r, 0);
+      bool kernel = kind == abi::kind::kConcurrentKernel, copy = kind == abi::kind::kMemcpy;
+      size_t o_start = kernel ? abi::kernel::kStart : copy ? abi::memcpy::kStart : abi::memset::kStart;
+      uint32_t stream = abi::Field<uint32_t>(r, kernel ? abi::kernel::kStreamId : copy ? abi::memcpy::kStreamId : abi::memset::kStreamId);
+      tensorflow::profiler::XLine*& line = lines[stream];
+      if (line == nullptr) {
+        line = plane->add_lines();
+        line->set_id(stream);
+        line->set_name("Stream #" + std::to_string(stream));
+      }
+      tensorflow::profiler::XEvent* ev = line->add_events();
+      uint64_t start = abi::Field<uint64_t>(r, o_start), end = abi::Field<uint64_t>(r, o_start + 8);
+      ev->set_offset_ps(static_cast<int64_t>(start - 1'000'000'000) * 1000);
+      ev->set_duration_ps(static_cast<int64_t>(end - start) * 1000);
+      tensorflow::profiler::XStat* detail = ev->add_stats();
+      detail->set_metadata_id(1);
+      if (kernel) {
+        ev->set_metadata_id(event_id(abi::Field<const char*>(r, abi::kernel::kName)));
+        uint32_t grid[3], block[3];
+        std::memcpy(grid, r + abi::kernel::kGridX, 12);
+        std::memcpy(block, r + abi::kernel::kBlockX, 12);
+        std::snprintf(buf, sizeof buf, "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
+                      abi::Field<uint16_t>(r, abi::kernel::kRegistersPerThread),
+                      abi::Field<uint32_t>(r, abi::kernel::kStaticShared),
+                      abi::Field<uint32_t>(r, abi::kernel::kDynamicShared), grid[0], grid[1], grid[2], block[0],
+                      block[1], block[2]);
+      } else if (copy) {
+        ev->set_metadata_id(event_id("MemcpyH2D"));
+        std::snprintf(buf, sizeof buf, "kind_src:pinned kind_dst:device size:%llu dest:0 async:0",
+                      static_cast<unsigned long long>(abi::Field<uint64_t>(r, abi::memcpy::kBytes)));
+      } else {
+        ev->set_metadata_id(event_id("Memset 3"));
+        std::snprintf(buf, sizeof buf, "kind:device num_bytes:%llu async:0",
+                      static_cast<unsigned long long>(abi::Field<uint64_t>(r, abi::memset::kBytes)));
+      }
+      detail->set_str_value(buf);
+      tensorflow::profiler::XStat* corr = ev->add_stats();
+      corr->set_metadata_id(2);
+      corr->set_uint64_value(abi::Field<uint32_t>(r, kernel ? abi::kernel::kCorrelationId : copy ? abi::memcpy::kCorrelationId : abi::memset::kCorrelationId));
+      tensorflow::profiler::XStat* ctx = ev->add_stats();
+      ctx->set_metadata_id(3);
+      ctx->set_str_value("$$1");
+    }
+    std::string out;
+    benchmark::DoNotOptimize(space.SerializeToString(&out));
+    state.counters["bytes_per_record"] = static_cast<double>(out.size()) / static_cast<double>(s.offsets.size());
+  }
+  state.SetItemsProcessed(state.iterations() * s.offsets.size());
+}
+
 void BM_Parse(benchmark::State& state) {
   const Synthetic& s = Make(state.range(0));
   for (auto _ : state) {
@@ -168,6 +241,7 @@ void BM_ParseModelAndXplane(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Floor_WalkAndCopy)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Naive_ProtobufPerRecord)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Parse)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParseAndModel)->Args({1 << 20, 0})->Args({1 << 20, 1})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParseModelAndXplane)->Args({1 << 20, 0})->Args({1 << 20, 1})->Unit(benchmark::kMillisecond);

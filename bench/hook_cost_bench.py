@@ -11,7 +11,9 @@ by Python counts Python's own pages (vfork).
 
 The command runs once per configuration per round; "plain" (no hook) is
 always included. --hook NAME=PATH,K=V,...: that hook with those extra
-environment variables (e.g. sampled=build/libspyglass_heap.so,SPYGLASS_HEAP_SAMPLE_BYTES=524288).
+environment variables (e.g. sampled=build/libspyglass_heap.so,SPYGLASS_HEAP_SAMPLE_BYTES=524288);
+any preloaded library will do (a peer: jemalloc's sampled profiling is
+jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2,MALLOC_CONF=prof:true,lg_prof_sample:19).
 --wrap NAME=COMMAND: the command run under another tool (e.g.
 heaptrack="heaptrack -o /tmp/ht"), the peer, in the same rounds. When the
 command prints "(N ns/pair)" (bench/memory_bench does), the loop's own time
@@ -73,7 +75,8 @@ def main():
     configs = [("plain", base, [], None)]
     for h in a.hook:
         name, spec = h.split("=", 1)
-        path, *extra = spec.split(",")
+        # K=V pairs after the path; a value may hold commas (MALLOC_CONF=prof:true,lg_prof_sample:19)
+        path, *extra = re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", spec)
         env = dict(base, LD_PRELOAD=os.path.abspath(path))
         env.update(kv.split("=", 1) for kv in a.env)
         env.update(kv.split("=", 1) for kv in extra)

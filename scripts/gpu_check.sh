@@ -14,7 +14,10 @@
 # It asserts kernels, copies and memsets on /device:GPU:0 inside their
 # TraceAnnotations, the copy byte counts, the launch <-> kernel link, the
 # kernel after its launch on the shared clock, and the GPU allocation in the
-# pprof at its call site (gpu_check_reader); then prints the host cost per
+# pprof at its call site (gpu_check_reader); a second traced run with
+# gpu_pm_sample_counters reports the PM counter samples (or the warning
+# saying why there are none); the driver version is printed, and one older
+# than CUDA 13's stops the check early. Then it prints the host cost per
 # kernel launch with no tracer, with CUPTI activity tracing alone (the floor)
 # and with Spyglass. Runs in well under 5 minutes.
 set -euo pipefail
@@ -54,6 +57,14 @@ fi
 [ -x "$stage/gpu_check_program" ] || { echo "no $stage: run 'bash scripts/gpu_check.sh prepare' first" >&2; exit 2; }
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+# The program and libcupti are CUDA 13.5: a driver older than CUDA 13's
+# (580) cannot run them; say so rather than fail inside CUDA.
+driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
+echo "driver ${driver:-unknown}"
+if [ -n "$driver" ] && [ "${driver%%.*}" -lt 580 ] 2>/dev/null; then
+  echo "driver $driver is older than CUDA 13 needs (580): rebuild the stage with CUDA 12 wheels" >&2
+  exit 3
+fi
 grep -s RmProfilingAdminOnly /proc/driver/nvidia/params || true
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp" /tmp/gpu_check_overhead' EXIT
@@ -65,9 +76,19 @@ xplane="$(echo "$out" | sed -n 's/^xplane //p')"
 timeout 120 "$stage/gpu_check_reader" "$xplane" "$tmp/gpu.pprof.gz"
 if python3 -c 'import xprof' 2>/dev/null; then
   timeout 300 python3 tests/gpu/gpu_xprof_check.py "$xplane" --kernel scale_kernel --no-exact \
-    --copy-bytes 1048576 --copy-bytes 65536 --annotation step::compute
+    --copy-bytes 1048576 --copy-bytes 65536 --annotation step::compute --pm-counter ""
 else
   echo "(xprof not installed here: XProf's converter was checked on synthetic records by gpu_records_xprof)"
+fi
+
+# PM sampling in a second run, reported rather than required (counters
+# may be restricted to admins): the counter samples, or the warning saying why.
+echo "== trace with PM sampling (gpu_pm_sample_counters=sm__cycles_active.avg)"
+if out_pm="$(GPU_CHECK_PM=1 timeout 120 "$stage/gpu_check_program" trace "$tmp/log_pm" "$tmp/gpu_pm.pprof.gz")"; then
+  timeout 120 "$stage/gpu_check_reader" "$(echo "$out_pm" | sed -n 's/^xplane //p')" "$tmp/gpu_pm.pprof.gz" |
+    grep -E "PM sampling|pm_sample|GPU CHECK" || true
+else
+  echo "the run with PM sampling FAILED (exit $?)"
 fi
 
 echo "== host cost per kernel launch (20000 empty kernels, best of 3)"

@@ -15,10 +15,11 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       zlib1g-dev libisal-dev libdeflate-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       python3 python3-pip libdw-dev libunwind-dev golang-go)
 # Peers only the tests run (the flag's name is historical): chromium, Node.js,
-# heaptrack (memory_peak_test and BENCHMARKS.md "Memory" compare with it), and
-# ccache, which lets scripts/python_test.sh build the package for each CPython
-# without compiling the C++ core again.
-$browser && pkgs+=(chromium nodejs heaptrack ccache)
+# heaptrack (memory_peak_test and BENCHMARKS.md "Memory" compare with it),
+# jemalloc (its sampled heap profiling is the sampled mode's peer in
+# BENCHMARKS.md), and ccache, which lets scripts/python_test.sh build the
+# package for each CPython without compiling the C++ core again.
+$browser && pkgs+=(chromium nodejs heaptrack libjemalloc2 ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,6 +9,7 @@
 // Memcpy5/6, Memset4, GraphTrace2; cuptiActivityGetNextRecord knows the size.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -25,7 +26,16 @@ inline constexpr int kErrorVirtualizedInsufficientPrivileges = 40;
 inline constexpr int kErrorUnknown = 999;
 
 // CUpti_CallbackDomain.
-inline constexpr int kDomainDriverApi = 1;
+inline constexpr int kDomainDriverApi = 1, kDomainRuntimeApi = 2, kDomainResource = 3;
+// Resource callbacks (CUpti_CallbackIdResource) for graph nodes, and the
+// layouts of CUpti_ResourceData / CUpti_GraphData they pass.
+inline constexpr uint32_t kResourceGraphNodeCreated = 13, kResourceGraphNodeCloned = 20;
+namespace resource {
+inline constexpr size_t kResourceDescriptor = 16;
+}
+namespace graph_data {
+inline constexpr size_t kGraph = 0, kNode = 16, kOriginalNode = 24, kNodeType = 32;
+}
 // CUpti_ApiCallbackSite.
 inline constexpr int kApiEnter = 0;
 inline constexpr int kApiExit = 1;
@@ -52,7 +62,34 @@ inline constexpr uint32_t kGraphLaunch = 514, kGraphLaunchPtsz = 515;
 inline constexpr uint32_t kMemAllocAsync = 598, kMemAllocAsyncPtsz = 599, kMemFreeAsync = 600,
                           kMemFreeAsyncPtsz = 601, kMemAllocFromPoolAsync = 611, kMemAllocFromPoolAsyncPtsz = 612;
 inline constexpr uint32_t kLaunchKernelEx = 652;
+inline constexpr uint32_t kMemHostUnregister = 302, kMemHostRegister = 379;
+// Virtual memory management (physical allocations and their mappings).
+inline constexpr uint32_t kMemCreate = 549, kMemRelease = 550, kMemMap = 551, kMemUnmap = 552;
+// Calls that make CUDA graph nodes (traced for gpu_dump_graph_node_mapping).
+inline constexpr uint32_t kGraphCreate = 501, kGraphAddKernelNode = 502, kGraphAddMemcpyNode = 504,
+                          kGraphAddMemsetNode = 506, kGraphInstantiate = 513, kGraphClone = 523,
+                          kGraphAddChildGraphNode = 525, kGraphAddEmptyNode = 526, kGraphAddHostNode = 530,
+                          kGraphInstantiateV2 = 578, kGraphAddEventRecordNode = 589, kGraphAddEventWaitNode = 590,
+                          kGraphAddMemAllocNode = 638, kGraphAddMemFreeNode = 639, kGraphInstantiateWithFlags = 643,
+                          kGraphInstantiateWithParams = 656, kGraphInstantiateWithParamsPtsz = 657,
+                          kGraphAddBatchMemOpNode = 669, kGraphAddKernelNodeV2 = 689, kGraphAddNode = 712,
+                          kGraphAddNodeV2 = 723;
 }  // namespace cbid
+
+// Runtime callback ids (cupti_runtime_cbid.h): the allocating calls only
+// (used for GPU memory when the runtime does not go through a traced driver call).
+namespace rt_cbid {
+inline constexpr uint32_t kMalloc = 20, kMallocPitch = 21, kFree = 22, kMallocHost = 25, kFreeHost = 26,
+                          kHostAlloc = 27, kHostRegister = 152, kHostUnregister = 153, kMallocManaged = 206,
+                          kMallocAsync = 373, kMallocAsyncPtsz = 374, kFreeAsync = 375, kFreeAsyncPtsz = 376,
+                          kMallocFromPoolAsync = 391, kMallocFromPoolAsyncPtsz = 392;
+}  // namespace rt_cbid
+
+// CUmemAllocationProp: where cuMemCreate puts the memory.
+namespace mem_prop {
+inline constexpr size_t kLocationType = 8, kLocationId = 12;
+inline constexpr int kLocationDevice = 1;  // CU_MEM_LOCATION_TYPE_DEVICE
+}  // namespace mem_prop
 
 // CUpti_ActivityKind.
 namespace kind {
@@ -77,18 +114,19 @@ inline constexpr size_t kCallbackSite = 0, kFunctionName = 8, kFunctionParams = 
 namespace kernel {
 inline constexpr size_t kRegistersPerThread = 6, kStart = 16, kEnd = 24, kDeviceId = 40, kContextId = 44,
                         kStreamId = 48, kGridX = 52, kBlockX = 64, kStaticShared = 76, kDynamicShared = 80,
-                        kCorrelationId = 92, kName = 104, kGraphId = 156;
+                        kCorrelationId = 92, kName = 104, kGraphNodeId = 144, kGraphId = 156;
 }
 namespace memcpy {
 inline constexpr size_t kCopyKind = 4, kSrcKind = 5, kDstKind = 6, kFlags = 7, kBytes = 8, kStart = 16, kEnd = 24,
-                        kDeviceId = 32, kContextId = 36, kStreamId = 40, kCorrelationId = 44, kGraphId = 72;
+                        kDeviceId = 32, kContextId = 36, kStreamId = 40, kCorrelationId = 44, kGraphNodeId = 64,
+                        kGraphId = 72;
 }
 namespace memcpy_p2p {
 inline constexpr size_t kSrcDeviceId = 44, kDstDeviceId = 52, kCorrelationId = 60;
 }
 namespace memset {
 inline constexpr size_t kBytes = 8, kStart = 16, kEnd = 24, kDeviceId = 32, kContextId = 36, kStreamId = 40,
-                        kCorrelationId = 44, kFlags = 48, kMemoryKind = 50;
+                        kCorrelationId = 44, kFlags = 48, kMemoryKind = 50, kGraphNodeId = 64, kGraphId = 72;
 }
 namespace marker {  // CUpti_ActivityMarker2 (NVTX)
 inline constexpr size_t kFlags = 4, kTimestamp = 8, kId = 16, kObjectKind = 20, kObjectId = 24, kName = 40,
@@ -118,3 +156,79 @@ using BufferCompletedFunc = void (*)(void* context, uint32_t stream_id, uint8_t*
                                      size_t valid_size);
 
 }  // namespace spyglass::gpu::abi
+
+// PM sampling (CUPTI 12.6+: cupti_pmsampling.h, cupti_profiler_host.h,
+// cupti_profiler_target.h, cupti_target.h). The parameter structs as CUPTI
+// lays them out; each call's structSize is the end of the last field we
+// set (CUPTI's STRUCT_SIZE), so newer CUPTIs that appended fields accept them.
+namespace spyglass::gpu::abi::pm {
+struct ProfilerInitializeParams {
+  size_t structSize; void* pPriv;
+};
+struct DeviceGetChipNameParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; const char* pChipName;
+};
+struct GetCounterAvailabilityParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; size_t counterAvailabilityImageSize;
+  uint8_t* pCounterAvailabilityImage;
+};
+struct HostInitializeParams {  // (newer CUPTIs append pSinglePassMetricSetName)
+  size_t structSize; void* pPriv; int profilerType; const char* pChipName; const uint8_t* pCounterAvailabilityImage;
+  void* pHostObject;
+};
+struct HostDeinitializeParams {
+  size_t structSize; void* pPriv; void* pHostObject;
+};
+struct HostConfigAddMetricsParams {
+  size_t structSize; void* pPriv; void* pHostObject; const char** ppMetricNames; size_t numMetrics;
+};
+struct HostGetConfigImageSizeParams {
+  size_t structSize; void* pPriv; void* pHostObject; size_t configImageSize;
+};
+struct HostGetConfigImageParams {
+  size_t structSize; void* pPriv; void* pHostObject; size_t configImageSize; uint8_t* pConfigImage;
+};
+struct HostEvaluateToGpuValuesParams {
+  size_t structSize; void* pPriv; void* pHostObject; const uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  size_t rangeIndex; const char** ppMetricNames; size_t numMetrics; double* pMetricValues;
+};
+struct EnableParams {
+  size_t structSize; void* pPriv; size_t deviceIndex; void* pPmSamplingObject;
+};
+struct ObjectParams {  // Disable, Start, Stop
+  size_t structSize; void* pPriv; void* pPmSamplingObject;
+};
+struct SetConfigParams {  // (newer CUPTIs append hwBufferAppendMode)
+  size_t structSize; void* pPriv; void* pPmSamplingObject; size_t configSize; const uint8_t* pConfig;
+  size_t hardwareBufferSize; uint64_t samplingInterval; int triggerMode;
+};
+struct GetCounterDataSizeParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; const char** pMetricNames; size_t numMetrics;
+  uint32_t maxSamples; size_t counterDataSize;
+};
+struct CounterDataImageInitializeParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; size_t counterDataSize; uint8_t* pCounterData;
+};
+struct DecodeDataParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  int decodeStopReason; uint8_t overflow;
+};
+struct GetCounterDataInfoParams {
+  size_t structSize; void* pPriv; const uint8_t* pCounterDataImage; size_t counterDataImageSize;
+  size_t numTotalSamples; size_t numPopulatedSamples; size_t numCompletedSamples;
+};
+struct GetSampleInfoParams {
+  size_t structSize; void* pPriv; void* pPmSamplingObject; const uint8_t* pCounterDataImage;
+  size_t counterDataImageSize; size_t sampleIndex; uint64_t startTimestamp; uint64_t endTimestamp;
+};
+inline constexpr int kProfilerTypePmSampling = 1;         // CUPTI_PROFILER_TYPE_PM_SAMPLING
+inline constexpr int kTriggerGpuTimeInterval = 1;         // CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL (ns)
+inline constexpr int kDecodeStopCounterDataFull = 1;      // CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL
+inline constexpr int kErrorNotSupported = 27;             // CUPTI_ERROR_NOT_SUPPORTED
+inline constexpr int kErrorInvalidMetricName = 17, kErrorInvalidChipName = 46, kErrorMigNotSupported = 43,
+                     kErrorVirtualizedNotSupported = 33, kErrorWslNotSupported = 45, kErrorCmpNotSupported = 42,
+                     kErrorConfidentialNotSupported = 41, kErrorHardwareBusy = 26, kErrorInvalidDevice = 2;
+}  // namespace spyglass::gpu::abi::pm
+
+// CUPTI's STRUCT_SIZE: where the last field a caller sets ends.
+#define SPYGLASS_CUPTI_STRUCT_SIZE(T, last) (offsetof(T, last) + sizeof(static_cast<T*>(nullptr)->last))

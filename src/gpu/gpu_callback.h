@@ -23,9 +23,20 @@ struct CallbackSink {
   std::atomic<uint64_t> dropped[kMaxDevices] = {};  // over capacity, per GPU
   uint32_t num_devices = kMaxDevices;  // calls on devices >= this are ignored
   bool track_memory = true;
+  // gpu_dump_graph_node_mapping: graph nodes as they are made (resource
+  // callbacks), in a second preallocated array.
+  int (*get_graph_node_id)(void* node, uint64_t* id) = nullptr;
+  int (*get_graph_id)(void* graph, uint32_t* id) = nullptr;
+  GraphNodeEvent* nodes = nullptr;
+  uint64_t node_capacity = 0;
+  std::atomic<uint64_t> next_node{0};
+  std::atomic<uint64_t> nodes_dropped{0};
 
   // Reserves `n` events (mmap, committed as used); false when that fails.
   bool Reserve(uint64_t n);
+  // Reserves `n` graph nodes the same way.
+  bool ReserveNodes(uint64_t n);
+  uint64_t node_count() const { return next_node.load() < node_capacity ? next_node.load() : node_capacity; }
   void Release();
   uint64_t size() const { return next.load() < capacity ? next.load() : capacity; }
   ~CallbackSink() { Release(); }
@@ -42,8 +53,23 @@ void ApiCallback(void* sink, int domain, uint32_t cbid, const void* cbdata);
 using StackHook = int (*)(uintptr_t* words, int max);
 void SetAllocationStackHook(StackHook hook);
 
-// The memory kind of an allocating call ("device", "managed", "pinned_host",
-// "stream_ordered"), nullptr for other calls.
-const char* MemoryKindOfCallback(uint32_t cbid);
+// How an allocating or freeing call (driver or runtime domain) reports its
+// memory; kind == nullptr for other calls.
+struct MemoryCall {
+  // "device", "pitched", "managed", "pinned_host", "host_registered",
+  // "stream_ordered", "vmm" (physical memory of cuMemCreate: what the
+  // mappings of cuMemMap show is the same memory, so they are not counted).
+  const char* kind = nullptr;
+  bool alloc = false;
+  bool out_pointer = false;  // params[0] points at the address (else it is the address)
+  // ORed into the tracker's key: a VMM handle or a registered host range is
+  // not an allocation of its own address (the host heap may track that one).
+  uintptr_t tag = 0;
+};
+MemoryCall MemoryCallOf(int domain, uint32_t cbid);
+// Bytes an allocating call of either domain asks for (0 when unknown).
+uint64_t BytesOfMemoryCall(int domain, uint32_t cbid, const void* params);
+// Keys of memory that is not its own address (MemoryCall::tag).
+inline constexpr uintptr_t kVmmHandleTag = uintptr_t{1} << 63, kHostRegisteredTag = uintptr_t{1} << 62;
 
 }  // namespace spyglass::gpu

@@ -1,12 +1,14 @@
 #include "gpu/gpu_convert.h"
 
 #include <cxxabi.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <unordered_set>
 
 #include "gpu/cupti_abi.h"
 #include "model/schema.h"
@@ -44,7 +46,10 @@ ApiKind KindOfCallback(uint32_t id) {
     case kMemAlloc: case kMemAllocPitch: case kMemAllocManaged: case kMemAllocHost: case kMemHostAlloc:
     case kMemAllocAsync: case kMemAllocAsyncPtsz: case kMemAllocFromPoolAsync: case kMemAllocFromPoolAsyncPtsz:
       return ApiKind::kAlloc;
-    case kMemFree: case kMemFreeHost: case kMemFreeAsync: case kMemFreeAsyncPtsz: return ApiKind::kFree;
+    case kMemCreate: case kMemHostRegister: return ApiKind::kAlloc;
+    case kMemFree: case kMemFreeHost: case kMemFreeAsync: case kMemFreeAsyncPtsz: case kMemRelease:
+    case kMemHostUnregister:
+      return ApiKind::kFree;
     case kMemsetD8Async: case kMemsetD16Async: case kMemsetD32Async: case kMemsetD2D8Async: case kMemsetD2D16Async:
     case kMemsetD2D32Async: case kMemsetD8: case kMemsetD16: case kMemsetD32: case kMemsetD2D8: case kMemsetD2D16:
     case kMemsetD2D32:
@@ -81,6 +86,8 @@ uint64_t BytesOfCall(uint32_t id, const void* params) {
     // {CUdeviceptr* dptr / void** pp, size_t bytesize, ...}
     case kMemAlloc: case kMemAllocManaged: case kMemAllocHost: case kMemHostAlloc: case kMemAllocAsync:
     case kMemAllocAsyncPtsz: case kMemAllocFromPoolAsync: case kMemAllocFromPoolAsyncPtsz:
+    // {handle*, size, ...}, {ptr, size, ...}, {void* p, bytesize, Flags}
+    case kMemCreate: case kMemMap: case kMemUnmap: case kMemHostRegister:
       return Field<uint64_t>(params, 8);
     // {dptr, size_t* pPitch, WidthInBytes, Height, ElementSizeBytes}
     case kMemAllocPitch: {
@@ -100,6 +107,30 @@ GpuCollector::Device& GpuCollector::device(uint32_t id) {
   return devices_[id];
 }
 
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+template <class T>
+void FreeSmall(T* p) { std::free(p); }
+template <class T>
+void FreeHuge(T* p) { munmap(p, kHugePage); }
+
+// A 2 MiB chunk aligned to 2 MiB, advised as a transparent huge page: one
+// page fault instead of 512 when it is first written.
+void* AllocHuge() {
+  void* raw = mmap(nullptr, 2 * kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  uintptr_t start = reinterpret_cast<uintptr_t>(raw), aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  if (uintptr_t end = start + 2 * kHugePage; end > aligned + kHugePage)
+    munmap(reinterpret_cast<void*>(aligned + kHugePage), end - aligned - kHugePage);
+  madvise(reinterpret_cast<void*>(aligned), kHugePage, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+}  // namespace
+
 void GpuCollector::CountDropped(uint32_t dev, const std::string& reason, uint64_t n) {
   if (n != 0 && dev < 1024) device(dev).dropped[reason] += n;
 }
@@ -111,10 +142,99 @@ uint64_t GpuCollector::dropped() const {
   return n;
 }
 
+GpuCollector::DeviceEvent* GpuCollector::Stream::Append() {
+  if (chunks.empty() || chunks.back().used == chunks.back().capacity) {
+    // Chunks double from 4 KiB (a stream with a few events costs little)
+    // up to 2 MiB huge pages.
+    size_t bytes = std::max<size_t>(4 << 10, std::min(kHugePage, count * sizeof(DeviceEvent)));
+    void* p = bytes == kHugePage ? AllocHuge() : nullptr;
+    if (p != nullptr) {
+      chunks.push_back({{static_cast<DeviceEvent*>(p), &FreeHuge<DeviceEvent>}, 0, bytes / sizeof(DeviceEvent)});
+    } else {
+      bytes = std::min(bytes, kHugePage / 2);
+      if ((p = std::malloc(bytes)) == nullptr) return nullptr;
+      chunks.push_back({{static_cast<DeviceEvent*>(p), &FreeSmall<DeviceEvent>}, 0, bytes / sizeof(DeviceEvent)});
+    }
+  }
+  ++count;
+  return chunks.back().data.get() + chunks.back().used++;
+}
+
+GpuCollector::Stream* GpuCollector::stream(uint32_t dev, uint32_t id) {
+  if (dev == last_dev_ && id == last_stream_id_ && last_stream_ != nullptr) return last_stream_;
+  Device& d = device(dev);
+  // Records alternate between a few streams: a scan while they are few.
+  if (d.streams.size() <= 16)
+    for (Stream& x : d.streams)
+      if (x.id == id) {
+        last_dev_ = dev, last_stream_id_ = id, last_stream_ = &x;
+        return last_stream_;
+      }
+  auto [it, fresh] = d.stream_index.try_emplace(id, static_cast<uint32_t>(d.streams.size()));
+  if (fresh) {
+    // Stream ids come from the records: a corrupt buffer could name millions.
+    if (d.streams.size() >= kMaxStreamsPerGpu) {
+      d.stream_index.erase(it);
+      return nullptr;
+    }
+    d.streams.emplace_back().id = id;
+  }
+  last_dev_ = dev;
+  last_stream_id_ = id;
+  last_stream_ = &d.streams[it->second];
+  return last_stream_;
+}
+
+size_t GpuCollector::KeyHash::operator()(const std::array<uint64_t, 5>& k) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  for (uint64_t v : k) h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
+uint32_t GpuCollector::InternDetail(const std::array<uint64_t, 5>& key) {
+  // Most records repeat a few launch configurations and copy sizes: a small
+  // cache in front of the map.
+  CachedDetail& c = detail_cache_[KeyHash{}(key) & 255];
+  if (c.index != UINT32_MAX && c.key == key) return c.index;
+  c.key = key;
+  auto [it, fresh] = detail_index_.try_emplace(key, static_cast<uint32_t>(details_.size()));
+  if (fresh) details_.push_back(key);
+  return c.index = it->second;
+}
+
+uint32_t GpuCollector::InternName(const char* n) {
+  if (n == last_name_ && !names_.empty()) return last_name_index_;
+  auto it = name_of_.find(n);
+  if (it == name_of_.end()) {
+    uint32_t index = static_cast<uint32_t>(names_.size());
+    if (n == nullptr) {
+      names_.push_back(nullptr);
+    } else if (copy_names_) {
+      // CUPTI's strings may not outlive its buffers: one copy per distinct name.
+      std::string text(n, strnlen(n, 4096));
+      auto [cit, fresh] = name_index_.emplace(text, index);
+      if (fresh) {
+        auto buf = std::make_unique<char[]>(text.size() + 1);
+        std::memcpy(buf.get(), text.c_str(), text.size() + 1);
+        names_.push_back(buf.get());
+        name_copies_.push_back(std::move(buf));
+      }
+      index = cit->second;
+    } else {
+      names_.push_back(n);
+    }
+    it = name_of_.emplace(n, index).first;
+  }
+  last_name_ = n;
+  last_name_index_ = it->second;
+  return it->second;
+}
+
 void GpuCollector::AddRecord(const void* r) {
   uint32_t k = Field<uint32_t>(r, 0);
-  DeviceEvent e{};
-  uint32_t dev;
+  DeviceEvent e;
+  uint32_t dev, stream_id;
+  std::array<uint64_t, 5> key;
   switch (k) {
     case abi::kind::kKernel:
     case abi::kind::kConcurrentKernel: {
@@ -124,54 +244,61 @@ void GpuCollector::AddRecord(const void* r) {
       e.end_ns = Field<uint64_t>(r, o::kEnd);
       dev = Field<uint32_t>(r, o::kDeviceId);
       e.context = Field<uint32_t>(r, o::kContextId);
-      e.stream = Field<uint32_t>(r, o::kStreamId);
-      std::memcpy(e.grid, static_cast<const char*>(r) + o::kGridX, 12);
-      std::memcpy(e.block, static_cast<const char*>(r) + o::kBlockX, 12);
-      e.static_shared = Field<uint32_t>(r, o::kStaticShared);
-      e.dynamic_shared = Field<uint32_t>(r, o::kDynamicShared);
+      stream_id = Field<uint32_t>(r, o::kStreamId);
+      uint32_t grid[3], block[3];
+      std::memcpy(grid, static_cast<const char*>(r) + o::kGridX, 12);
+      std::memcpy(block, static_cast<const char*>(r) + o::kBlockX, 12);
+      key = {uint64_t{Field<uint16_t>(r, o::kRegistersPerThread)} << 32 | Field<uint32_t>(r, o::kStaticShared),
+             uint64_t{Field<uint32_t>(r, o::kDynamicShared)} << 32 | grid[0], uint64_t{grid[1]} << 32 | grid[2],
+             uint64_t{block[0]} << 32 | block[1], uint64_t{block[2]}};
       e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
-      e.name = Field<const char*>(r, o::kName);
-      e.registers = Field<uint16_t>(r, o::kRegistersPerThread);
+      e.name = InternName(Field<const char*>(r, o::kName));
       e.graph_id = Field<uint32_t>(r, o::kGraphId);
+      e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
       break;
     }
     case abi::kind::kMemcpy:
     case abi::kind::kMemcpy2: {
       namespace o = abi::memcpy;
       e.type = Type::kMemcpy;
-      e.copy_kind = Field<uint8_t>(r, o::kCopyKind);
-      e.src_kind = Field<uint8_t>(r, o::kSrcKind);
-      e.dst_kind = Field<uint8_t>(r, o::kDstKind);
-      e.async = (Field<uint8_t>(r, o::kFlags) & abi::kMemcpyFlagAsync) ? 1 : 0;
-      e.bytes = Field<uint64_t>(r, o::kBytes);
+      uint32_t copy_kind = Field<uint8_t>(r, o::kCopyKind), dst_device;
+      uint64_t flags = uint64_t{Field<uint8_t>(r, o::kSrcKind)} << 16 | uint64_t{Field<uint8_t>(r, o::kDstKind)} << 8 |
+                       ((Field<uint8_t>(r, o::kFlags) & abi::kMemcpyFlagAsync) ? 1 : 0);
       e.start_ns = Field<uint64_t>(r, o::kStart);
       e.end_ns = Field<uint64_t>(r, o::kEnd);
       dev = Field<uint32_t>(r, o::kDeviceId);
       e.context = Field<uint32_t>(r, o::kContextId);
-      e.stream = Field<uint32_t>(r, o::kStreamId);
+      stream_id = Field<uint32_t>(r, o::kStreamId);
       if (k == abi::kind::kMemcpy) {
         e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
         e.graph_id = Field<uint32_t>(r, o::kGraphId);
-        e.dst_device = dev;
+        e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
+        dst_device = dev;
       } else {
-        e.copy_kind = abi::kCopyPtoP;
+        copy_kind = abi::kCopyPtoP;
         e.correlation_id = Field<uint32_t>(r, abi::memcpy_p2p::kCorrelationId);
-        e.dst_device = Field<uint32_t>(r, abi::memcpy_p2p::kDstDeviceId);
+        e.graph_id = 0;
+        e.graph_node_id = 0;
+        dst_device = Field<uint32_t>(r, abi::memcpy_p2p::kDstDeviceId);
       }
+      e.name = copy_kind;
+      key = {uint64_t{1} << 63 | Field<uint64_t>(r, o::kBytes), flags, dst_device, 0, 0};
       break;
     }
     case abi::kind::kMemset: {
       namespace o = abi::memset;
       e.type = Type::kMemset;
-      e.bytes = Field<uint64_t>(r, o::kBytes);
       e.start_ns = Field<uint64_t>(r, o::kStart);
       e.end_ns = Field<uint64_t>(r, o::kEnd);
       dev = Field<uint32_t>(r, o::kDeviceId);
       e.context = Field<uint32_t>(r, o::kContextId);
-      e.stream = Field<uint32_t>(r, o::kStreamId);
+      stream_id = Field<uint32_t>(r, o::kStreamId);
       e.correlation_id = Field<uint32_t>(r, o::kCorrelationId);
-      e.async = (Field<uint16_t>(r, o::kFlags) & abi::kMemsetFlagAsync) ? 1 : 0;
-      e.dst_kind = static_cast<uint8_t>(Field<uint16_t>(r, o::kMemoryKind));
+      e.graph_id = Field<uint32_t>(r, o::kGraphId);
+      e.graph_node_id = Field<uint64_t>(r, o::kGraphNodeId);
+      e.name = static_cast<uint8_t>(Field<uint16_t>(r, o::kMemoryKind));
+      key = {uint64_t{1} << 62 | Field<uint64_t>(r, o::kBytes),
+             uint64_t{e.name} << 8 | ((Field<uint16_t>(r, o::kFlags) & abi::kMemsetFlagAsync) ? 1 : 0), 0, 0, 0};
       break;
     }
     case abi::kind::kGraphTrace: {
@@ -183,7 +310,10 @@ void GpuCollector::AddRecord(const void* r) {
       dev = Field<uint32_t>(r, o::kDeviceId);
       e.graph_id = Field<uint32_t>(r, o::kGraphId);
       e.context = Field<uint32_t>(r, o::kContextId);
-      e.stream = Field<uint32_t>(r, o::kStreamId);
+      stream_id = Field<uint32_t>(r, o::kStreamId);
+      e.name = 0;
+      e.detail = 0;
+      e.graph_node_id = 0;
       break;
     }
     case abi::kind::kMarker:
@@ -195,27 +325,23 @@ void GpuCollector::AddRecord(const void* r) {
   }
   if (dev >= 1024) return;  // not a device id: a corrupt record
   if (limits_.num_gpus_to_profile != 0 && dev >= limits_.num_gpus_to_profile) return;
-  Device& d = device(dev);
   if (records_ >= limits_.max_activity_events) {
-    ++d.dropped["total device(activity) events reaches max (gpu_max_activity_api_events)"];
+    ++device(dev).dropped["total device(activity) events reaches max (gpu_max_activity_api_events)"];
+    return;
+  }
+  if (e.type != Type::kGraph) e.detail = InternDetail(key);
+  Stream* st = stream(dev, stream_id);
+  if (st == nullptr) {
+    ++device(dev).dropped["over " + std::to_string(kMaxStreamsPerGpu) + " streams on the GPU (a corrupt buffer?)"];
+    return;
+  }
+  DeviceEvent* slot = st->Append();
+  if (slot == nullptr) {
+    ++device(dev).dropped["no memory to keep it"];
     return;
   }
   ++records_;
-  if (copy_names_ && e.type == Type::kKernel && e.name != nullptr) {
-    auto it = name_of_.find(e.name);
-    if (it == name_of_.end()) {
-      std::string n(e.name, strnlen(e.name, 4096));
-      auto copy = names_.find(n);
-      if (copy == names_.end()) {
-        auto buf = std::make_unique<char[]>(n.size() + 1);
-        std::memcpy(buf.get(), n.c_str(), n.size() + 1);
-        copy = names_.emplace(n, std::move(buf)).first;
-      }
-      it = name_of_.emplace(e.name, copy->second.get()).first;
-    }
-    e.name = it->second;
-  }
-  d.events.push_back(e);
+  *slot = e;
 }
 
 void GpuCollector::AddMarker(const void* r) {
@@ -282,9 +408,25 @@ std::unordered_map<uint32_t, Annotation> AnnotationsOfLaunches(const model::Plan
                                                                std::vector<std::pair<int64_t, const ApiEvent*>>& launches,
                                                                const ClockMap& clock) {
   std::unordered_map<uint32_t, Annotation> out;
-  std::sort(launches.begin(), launches.end(), [](const auto& a, const auto& b) {
-    return a.second->tid != b.second->tid ? a.second->tid < b.second->tid : a.first < b.first;
-  });
+  // Only threads with host events can have annotations open; the launches of
+  // each such thread, grouped by thread with a stable partition (the
+  // callback array is in call order per thread: sorted already, checked).
+  std::unordered_set<int64_t> annotated;
+  for (const model::Line& l : host.lines)
+    if (!l.events.empty()) annotated.insert(l.id);
+  launches.erase(std::remove_if(launches.begin(), launches.end(),
+                                [&](const auto& a) { return annotated.count(a.second->tid) == 0; }),
+                 launches.end());
+  std::stable_sort(launches.begin(), launches.end(),
+                   [](const auto& a, const auto& b) { return a.second->tid < b.second->tid; });
+  for (size_t g = 0; g < launches.size();) {
+    size_t h = g;
+    while (h < launches.size() && launches[h].second->tid == launches[g].second->tid) ++h;
+    auto by_start = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (!std::is_sorted(launches.begin() + g, launches.begin() + h, by_start))
+      std::sort(launches.begin() + g, launches.begin() + h, by_start);
+    g = h;
+  }
   size_t i = 0;
   while (i < launches.size()) {
     uint32_t tid = launches[i].second->tid;
@@ -334,11 +476,72 @@ void SortIfNeeded(model::Line& l) {
   if (!sorted) l.sort_events();
 }
 
-struct StreamLine {
-  uint32_t stream;
-  size_t index;
-  bool types[6];  // Compute, MemcpyH2D, MemcpyD2H, MemcpyD2D, MemcpyP2P/Other, Memset, (graph as Compute)
+// Correlation id -> kernel name index, for the launch events' names: a
+// vector over the ids' range when they are dense (they count up per
+// process), else a hash map.
+class CorrelationMap {
+ public:
+  explicit CorrelationMap(const std::vector<ApiEvent>& api) {
+    if (api.empty()) return;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (const ApiEvent& a : api) lo = std::min(lo, a.correlation_id), hi = std::max(hi, a.correlation_id);
+    on_ = true;
+    if (uint64_t{hi} - lo < 4 * uint64_t{api.size()} + 1024) {
+      lo_ = lo;
+      dense_.assign(uint64_t{hi} - lo + 1, 0);
+    }
+  }
+  void Set(uint32_t corr, uint32_t name) {
+    if (!on_) return;
+    if (!dense_.empty()) {
+      if (corr >= lo_ && corr - lo_ < dense_.size()) dense_[corr - lo_] = name + 1;
+    } else {
+      sparse_.emplace(corr, name);
+    }
+  }
+  // The name index, or -1.
+  int64_t Get(uint32_t corr) const {
+    if (!dense_.empty()) return corr >= lo_ && corr - lo_ < dense_.size() ? int64_t{dense_[corr - lo_]} - 1 : -1;
+    auto it = sparse_.find(corr);
+    return it == sparse_.end() ? -1 : int64_t{it->second};
+  }
+
+ private:
+  bool on_ = false;
+  uint32_t lo_ = 0;
+  std::vector<uint32_t> dense_;
+  std::unordered_map<uint32_t, uint32_t> sparse_;
 };
+
+// Graph node id -> the driver call that made it; a clone (a node of an
+// instantiated graph, which is what runs) is followed to its source node.
+class NodeApiMap {
+ public:
+  explicit NodeApiMap(const std::vector<GraphNodeEvent>& nodes) {
+    for (const GraphNodeEvent& n : nodes) nodes_.emplace(n.node_id, &n);
+  }
+  const char* Find(uint64_t node) const {
+    if (nodes_.empty()) return nullptr;
+    const GraphNodeEvent* found = nullptr;
+    for (int hops = 0; hops < 16 && node != 0; ++hops) {  // bounded: ids could loop in bad data
+      auto it = nodes_.find(node);
+      if (it == nodes_.end()) break;
+      found = it->second;
+      node = found->original_node_id;
+    }
+    return found ? (found->function ? found->function : "unknown") : nullptr;
+  }
+
+ private:
+  std::unordered_map<uint64_t, const GraphNodeEvent*> nodes_;
+};
+
+const char* NodeTypeName(int32_t t) {
+  static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty", "wait_event",
+                                       "event_record", "ext_semas_signal", "ext_semas_wait", "mem_alloc",
+                                       "mem_free", "batch_mem_op", "conditional"};
+  return t >= 0 && t < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[t] : "other";
+}
 
 }  // namespace
 
@@ -352,11 +555,14 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
   }
   std::unordered_map<uint32_t, Annotation> annotations =
       AnnotationsOfLaunches(space->plane(model::kHostPlaneName), launches, clock);
-  std::unordered_map<uint32_t, const char*> kernel_of;  // correlation id -> kernel name (launch events' names)
+  // Correlation id -> kernel name index (to name the launch events), dense
+  // when the ids are (they count up per process).
+  CorrelationMap kernel_of(api_);
+  NodeApiMap node_api(graph_nodes_);
 
   for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
     Device& d = devices_[dev];
-    if (d.events.empty() && d.dropped.empty()) continue;
+    if (d.streams.empty() && d.dropped.empty()) continue;
     model::Plane& p = space->plane(std::string(model::kGpuPlanePrefix) + std::to_string(dev));
     p.id = dev;
     p.stats.push_back(p.str_stat(model::kDeviceVendorStat, "Nvidia"));
@@ -367,6 +573,38 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
                    k_stack = p.intern_stat(model::kAnnotationStackStat),
                    k_graph = p.intern_stat(model::kCudaGraphIdStat),
                    k_graph_exec = p.intern_stat(model::kCudaGraphExecIdStat);
+    // What repeats is formatted and interned once per plane: detail strings,
+    // kernel names, event names of copies and memsets, contexts.
+    std::vector<uint32_t> detail_ids(details_.size(), 0), name_ids(names_.size(), 0);
+    uint32_t copy_ids[11] = {}, memset_ids[8] = {};
+    uint32_t last_ctx = UINT32_MAX, last_ctx_id = 0;
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> annotation_ids;  // stack -> (tf_op, stack)
+    const uint32_t k_node = p.intern_stat(model::kCudaGraphNodeIdStat);
+    uint32_t k_node_api = 0;
+    std::unordered_map<const char*, uint32_t> node_api_ids;
+    char buf[256];
+    auto detail = [&](uint32_t index) {
+      uint32_t& id = detail_ids[index];
+      if (id != 0) return id;
+      const std::array<uint64_t, 5>& k = details_[index];
+      int len;
+      if (k[0] >> 63) {
+        len = std::snprintf(buf, sizeof buf, "kind_src:%s kind_dst:%s size:%llu dest:%llu async:%llu",
+                            MemoryKindName(static_cast<uint8_t>(k[1] >> 16)), MemoryKindName(static_cast<uint8_t>(k[1] >> 8)),
+                            static_cast<unsigned long long>(k[0] & ~(uint64_t{1} << 63)),
+                            static_cast<unsigned long long>(k[2]), static_cast<unsigned long long>(k[1] & 1));
+      } else if (k[0] >> 62) {
+        len = std::snprintf(buf, sizeof buf, "kind:%s num_bytes:%llu async:%llu", MemoryKindName(static_cast<uint8_t>(k[1] >> 8)),
+                            static_cast<unsigned long long>(k[0] & ~(uint64_t{1} << 62)),
+                            static_cast<unsigned long long>(k[1] & 1));
+      } else {
+        len = std::snprintf(buf, sizeof buf, "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
+                            static_cast<unsigned>(k[0] >> 32), static_cast<unsigned>(k[0]), static_cast<unsigned>(k[1] >> 32),
+                            static_cast<unsigned>(k[1]), static_cast<unsigned>(k[2] >> 32), static_cast<unsigned>(k[2]),
+                            static_cast<unsigned>(k[3] >> 32), static_cast<unsigned>(k[3]), static_cast<unsigned>(k[4]));
+      }
+      return id = p.intern_stat(std::string_view(buf, std::min<int>(len, sizeof buf - 1)));
+    };
     auto ref = [](uint32_t key, uint32_t value) {
       model::Stat s;
       s.metadata_id = key;
@@ -381,165 +619,114 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       s.u64 = v;
       return s;
     };
-    std::vector<StreamLine> streams;
-    size_t last = SIZE_MAX;
-    // Events per stream first: each line's storage is sized once (growing
-    // them by doubling cost more in page faults and copies than converting).
-    std::unordered_map<uint32_t, size_t> per_stream;
-    for (const DeviceEvent& e : d.events) ++per_stream[e.stream];
-    std::unordered_map<const char*, uint32_t> name_ids;
-    std::unordered_map<uint32_t, uint32_t> ctx_ids;
-    std::unordered_map<std::string, uint32_t> detail_ids;
-    // Formatting a detail string per event would cost more than the rest of
-    // the conversion: one string per distinct (type, values) key.
-    struct KeyHash {
-      size_t operator()(const std::array<uint64_t, 5>& k) const {
-        uint64_t h = 0x9E3779B97F4A7C15ull;
-        for (uint64_t v : k) h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
-        return h ^ (h >> 31);
-      }
-    };
-    std::unordered_map<std::array<uint64_t, 5>, uint32_t, KeyHash> detail_by_key;
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> annotation_ids;  // stack -> (tf_op, stack)
-    uint32_t memset_ids[8] = {};
-    uint32_t copy_ids[11] = {};
-    char buf[256];
-    auto detail = [&](int n) {
-      std::string s(buf, std::min<int>(n, sizeof(buf) - 1));
-      auto it = detail_ids.find(s);
-      if (it != detail_ids.end()) return it->second;
-      uint32_t id = p.intern_stat(s);
-      detail_ids.emplace(std::move(s), id);
-      return id;
-    };
-    for (const DeviceEvent& e : d.events) {
-      if (e.start_ns == 0 || e.end_ns < e.start_ns) {
-        ++d.dropped["no valid timestamps in the record"];
-        continue;
-      }
-      int64_t start_ps = clock.ToPs(e.start_ns);
-      if (start_ps < 0) start_ps = 0;  // queued just before the start: shown at the start
-      if (last == SIZE_MAX || streams[last].stream != e.stream) {
-        last = SIZE_MAX;
-        for (size_t s = 0; s < streams.size(); ++s)
-          if (streams[s].stream == e.stream) last = s;
-        if (last == SIZE_MAX) {
-          streams.push_back({e.stream, p.lines.size(), {}});
-          model::Line& l = p.lines.emplace_back();
-          l.id = e.stream;
-          size_t count = per_stream[e.stream];
-          l.events.reserve(count);
-          l.reserve_stats(count, count * (annotations.empty() ? 3 : 5));
-          last = streams.size() - 1;
-        }
-      }
-      model::Line& line = p.lines[streams[last].index];
-      model::Event ev;
-      ev.offset_ps = start_ps;
-      ev.duration_ps = static_cast<int64_t>(e.end_ns - e.start_ns) * 1000;
-      model::Stat stats[6];
-      int n = 0;
-      switch (e.type) {
-        case Type::kKernel: {
-          auto it = name_ids.find(e.name);
-          if (it == name_ids.end()) it = name_ids.emplace(e.name, p.intern_event(Demangle(e.name))).first;
-          ev.metadata_id = it->second;
-          if (!annotations.empty() || !api_.empty()) kernel_of.emplace(e.correlation_id, e.name);
-          std::array<uint64_t, 5> key{uint64_t{e.registers} << 32 | e.static_shared,
-                                      uint64_t{e.dynamic_shared} << 32 | e.grid[0],
-                                      uint64_t{e.grid[1]} << 32 | e.grid[2], uint64_t{e.block[0]} << 32 | e.block[1],
-                                      uint64_t{e.block[2]} << 32 | 1};
-          auto dit = detail_by_key.find(key);
-          if (dit == detail_by_key.end()) {
-            int len = std::snprintf(buf, sizeof buf,
-                                    "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
-                                    e.registers, e.static_shared, e.dynamic_shared, e.grid[0], e.grid[1],
-                                    e.grid[2], e.block[0], e.block[1], e.block[2]);
-            dit = detail_by_key.emplace(key, detail(len)).first;
-          }
-          stats[n++] = ref(k_kernel, dit->second);
-          streams[last].types[0] = true;
-          break;
-        }
-        case Type::kMemcpy: {
-          uint32_t& cid = copy_ids[e.copy_kind < 11 ? e.copy_kind : 0];
-          if (cid == 0) cid = p.intern_event(CopyTypeName(e.copy_kind));
-          ev.metadata_id = cid;
-          std::array<uint64_t, 5> key{e.bytes, uint64_t{e.src_kind} << 16 | uint64_t{e.dst_kind} << 8 | e.async,
-                                      e.dst_device, 2, 0};
-          auto dit = detail_by_key.find(key);
-          if (dit == detail_by_key.end()) {
-            int len = std::snprintf(buf, sizeof buf, "kind_src:%s kind_dst:%s size:%llu dest:%u async:%u",
-                                    MemoryKindName(e.src_kind), MemoryKindName(e.dst_kind),
-                                    static_cast<unsigned long long>(e.bytes), e.dst_device, e.async);
-            dit = detail_by_key.emplace(key, detail(len)).first;
-          }
-          stats[n++] = ref(k_memcpy, dit->second);
-          int t = e.copy_kind == abi::kCopyHtoD ? 1 : e.copy_kind == abi::kCopyDtoH ? 2 : e.copy_kind == abi::kCopyDtoD ? 3 : 4;
-          streams[last].types[t] = true;
-          break;
-        }
-        case Type::kMemset: {
-          std::array<uint64_t, 5> key{e.bytes, uint64_t{e.dst_kind} << 8 | e.async, 0, 3, 0};
-          auto dit = detail_by_key.find(key);
-          if (dit == detail_by_key.end()) {
-            int len = std::snprintf(buf, sizeof buf, "kind:%s num_bytes:%llu async:%u", MemoryKindName(e.dst_kind),
-                                    static_cast<unsigned long long>(e.bytes), e.async);
-            dit = detail_by_key.emplace(key, detail(len)).first;
-          }
-          stats[n++] = ref(k_memset, dit->second);
-          uint32_t& mid = memset_ids[e.dst_kind < 8 ? e.dst_kind : 0];
-          if (mid == 0 || e.dst_kind >= 8) {
-            int len = std::snprintf(buf, sizeof buf, "Memset %u", e.dst_kind);
-            mid = p.intern_event(std::string_view(buf, len));
-          }
-          ev.metadata_id = mid;
-          streams[last].types[5] = true;
-          break;
-        }
-        case Type::kGraph: {
-          int len = std::snprintf(buf, sizeof buf, "CudaGraphExec:%u", e.graph_id);
-          ev.metadata_id = p.intern_event(std::string_view(buf, len));
-          stats[n++] = uint(k_graph_exec, e.graph_id);
-          streams[last].types[0] = true;
-          break;
-        }
-      }
-      stats[n++] = uint(k_corr, e.correlation_id);
-      auto cit = ctx_ids.find(e.context);
-      if (cit == ctx_ids.end()) cit = ctx_ids.emplace(e.context, p.intern_stat("$$" + std::to_string(e.context))).first;
-      stats[n++] = ref(k_ctx, cit->second);
-      if (e.graph_id != 0 && e.type != Type::kGraph) stats[n++] = uint(k_graph, e.graph_id);
-      auto ait = annotations.find(e.correlation_id);
-      if (ait != annotations.end()) {
-        auto idit = annotation_ids.find(ait->second.stack);
-        if (idit == annotation_ids.end() && annotation_ids.size() < limits_.max_annotation_strings)
-          idit = annotation_ids
-                     .emplace(ait->second.stack,
-                              std::pair{p.intern_stat(ait->second.outermost), p.intern_stat(ait->second.stack)})
-                     .first;
-        if (idit != annotation_ids.end()) {
-          stats[n++] = ref(k_tf_op, idit->second.first);
-          stats[n++] = ref(k_stack, idit->second.second);
-        } else {
-          ++d.dropped["its annotation was over gpu_max_annotation_strings (event kept without it)"];
-        }
-      }
-      line.events.push_back(ev);
-      line.add_stats(line.events.back(), std::span<const model::Stat>(stats, n));
-    }
     static const char* const kTypeNames[] = {"Compute", "MemcpyH2D", "MemcpyD2H", "MemcpyD2D", "MemcpyOther", "Memset"};
-    for (const StreamLine& s : streams) {
-      std::string types;
+    for (Stream& st : d.streams) {
+      model::Line& line = p.lines.emplace_back();
+      line.id = st.id;
+      // Sized once from the count (growing by doubling costs more in page
+      // faults and copies than converting).
+      line.reserve_exact(st.count, st.count * (annotations.empty() ? 3 : 5));
+      bool types[6] = {};
+      for (const Stream::Chunk& chunk : st.chunks) {
+        for (const DeviceEvent* e = chunk.data.get(); e != chunk.data.get() + chunk.used; ++e) {
+          if (e->start_ns == 0 || e->end_ns < e->start_ns) {
+            ++d.dropped["no valid timestamps in the record"];
+            continue;
+          }
+          int64_t start_ps = clock.ToPs(e->start_ns);
+          if (start_ps < 0) start_ps = 0;  // queued just before the start: shown at the start
+          model::Event& ev = line.events.emplace_back();
+          ev.offset_ps = start_ps;
+          ev.duration_ps = static_cast<int64_t>(e->end_ns - e->start_ns) * 1000;
+          model::Stat stats[8];
+          int n = 0;
+          switch (e->type) {
+            case Type::kKernel: {
+              uint32_t& nid = name_ids[e->name];
+              if (nid == 0) nid = p.intern_event(Demangle(names_[e->name]));
+              ev.metadata_id = nid;
+              kernel_of.Set(e->correlation_id, e->name);
+              stats[n++] = ref(k_kernel, detail(e->detail));
+              types[0] = true;
+              break;
+            }
+            case Type::kMemcpy: {
+              uint8_t ck = static_cast<uint8_t>(e->name);
+              uint32_t& cid = copy_ids[ck < 11 ? ck : 0];
+              if (cid == 0) cid = p.intern_event(CopyTypeName(ck));
+              ev.metadata_id = cid;
+              stats[n++] = ref(k_memcpy, detail(e->detail));
+              types[ck == abi::kCopyHtoD ? 1 : ck == abi::kCopyDtoH ? 2 : ck == abi::kCopyDtoD ? 3 : 4] = true;
+              break;
+            }
+            case Type::kMemset: {
+              stats[n++] = ref(k_memset, detail(e->detail));
+              uint32_t& mid = memset_ids[e->name < 8 ? e->name : 0];
+              if (mid == 0 || e->name >= 8) {
+                int len = std::snprintf(buf, sizeof buf, "Memset %u", e->name);
+                mid = p.intern_event(std::string_view(buf, len));
+              }
+              ev.metadata_id = mid;
+              types[5] = true;
+              break;
+            }
+            case Type::kGraph: {
+              int len = std::snprintf(buf, sizeof buf, "CudaGraphExec:%u", e->graph_id);
+              ev.metadata_id = p.intern_event(std::string_view(buf, len));
+              stats[n++] = uint(k_graph_exec, e->graph_id);
+              types[0] = true;
+              break;
+            }
+          }
+          stats[n++] = uint(k_corr, e->correlation_id);
+          if (e->context != last_ctx) {
+            last_ctx = e->context;
+            last_ctx_id = p.intern_stat("$$" + std::to_string(e->context));
+          }
+          stats[n++] = ref(k_ctx, last_ctx_id);
+          if (e->graph_id != 0 && e->type != Type::kGraph) stats[n++] = uint(k_graph, e->graph_id);
+          if (e->graph_node_id != 0) {
+            stats[n++] = uint(k_node, e->graph_node_id);
+            // The call that made the node (gpu_dump_graph_node_mapping).
+            if (const char* api = node_api.Find(e->graph_node_id)) {
+              if (k_node_api == 0) k_node_api = p.intern_stat(model::kCudaGraphNodeApiStat);
+              auto [it, fresh] = node_api_ids.emplace(api, 0);
+              if (fresh) it->second = p.intern_stat(api);
+              stats[n++] = ref(k_node_api, it->second);
+            }
+          }
+          if (!annotations.empty()) {
+            auto ait = annotations.find(e->correlation_id);
+            if (ait != annotations.end()) {
+              auto idit = annotation_ids.find(ait->second.stack);
+              if (idit == annotation_ids.end() && annotation_ids.size() < limits_.max_annotation_strings)
+                idit = annotation_ids
+                           .emplace(ait->second.stack,
+                                    std::pair{p.intern_stat(ait->second.outermost), p.intern_stat(ait->second.stack)})
+                           .first;
+              if (idit != annotation_ids.end()) {
+                stats[n++] = ref(k_tf_op, idit->second.first);
+                stats[n++] = ref(k_stack, idit->second.second);
+              } else {
+                ++d.dropped["its annotation was over gpu_max_annotation_strings (event kept without it)"];
+              }
+            }
+          }
+          line.add_stats(ev, std::span<const model::Stat>(stats, n));
+        }
+      }
+      std::string names;
       for (int t = 0; t < 6; ++t)
-        if (s.types[t]) types += (types.empty() ? "" : ",") + std::string(kTypeNames[t]);
-      model::Line& l = p.lines[s.index];
-      l.name = "Stream #" + std::to_string(s.stream) + (types.empty() ? "" : "(" + types + ")");
-      l.display_name = l.name;
-      SortIfNeeded(l);
+        if (types[t]) names += (names.empty() ? "" : ",") + std::string(kTypeNames[t]);
+      line.name = "Stream #" + std::to_string(st.id) + (names.empty() ? "" : "(" + names + ")");
+      line.display_name = line.name;
+      SortIfNeeded(line);
     }
-    std::vector<DeviceEvent>().swap(d.events);
+    std::vector<Stream>().swap(d.streams);
+    d.stream_index.clear();
   }
+  last_stream_ = nullptr;
+  last_dev_ = UINT32_MAX;
 
   // Host calls on their threads' lines (the plane is looked up again: adding
   // device planes moved it).
@@ -558,6 +745,9 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     s.u64 = v;
     return s;
   };
+  // Each thread's line is sized once (counted first), as the device lines.
+  std::unordered_map<uint32_t, size_t> calls_of;
+  for (const ApiEvent& a : api_) ++calls_of[a.tid];
   for (const ApiEvent& a : api_) {
     if (a.tid != last_tid) {
       auto [tit, fresh] = touched.emplace(a.tid, 0);
@@ -565,6 +755,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
         host.line_with_id(a.tid);
         for (size_t li = 0; li < host.lines.size(); ++li)
           if (host.lines[li].id == a.tid) tit->second = li;
+        host.lines[tit->second].reserve_exact(calls_of[a.tid], 3 * calls_of[a.tid]);
       }
       last_tid = a.tid;
       last_index = tit->second;
@@ -577,8 +768,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     const char* name = a.function ? a.function : "cuda";
     if (kind == ApiKind::kLaunch) {
       // Named by its kernel (XProf's Launch Stats skip names starting with "cu").
-      auto it = kernel_of.find(a.correlation_id);
-      if (it != kernel_of.end()) name = it->second;
+      if (int64_t k = kernel_of.Get(a.correlation_id); k >= 0 && names_[k] != nullptr) name = names_[k];
     } else if (kind == ApiKind::kMemcpy) {
       name = MemcpyTypeOfCallback(a.cbid);
     }
@@ -602,6 +792,35 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     }
     line->events.push_back(ev);
     line->add_stats(line->events.back(), std::span<const model::Stat>(stats, n));
+  }
+  // The graph nodes made (gpu_dump_graph_node_mapping): one 1 ns event per
+  // node on the thread that made it, named after the call that made it.
+  if (!graph_nodes_.empty()) {
+    const uint32_t h_graph = host.intern_stat(model::kCudaGraphIdStat), h_node = host.intern_stat(model::kCudaGraphNodeIdStat),
+                   h_orig = host.intern_stat(model::kCudaGraphOrigNodeIdStat),
+                   h_type = host.intern_stat(model::kCudaGraphNodeTypeStat);
+    for (const GraphNodeEvent& g : graph_nodes_) {
+      auto [tit, fresh] = touched.emplace(g.tid, 0);
+      if (fresh) {
+        host.line_with_id(g.tid);
+        for (size_t li = 0; li < host.lines.size(); ++li)
+          if (host.lines[li].id == g.tid) tit->second = li;
+      }
+      model::Event ev;
+      ev.offset_ps = clock.ToPs(g.time_ns);
+      ev.duration_ps = 1000;
+      ev.metadata_id = host.intern_event(std::string(model::kCudaGraphNodeMapPrefix) + (g.function ? g.function : "unknown"));
+      model::Stat stats[4];
+      int n = 0;
+      stats[n++] = uint(h_graph, g.graph_id);
+      stats[n++] = uint(h_node, g.node_id);
+      if (g.original_node_id != 0) stats[n++] = uint(h_orig, g.original_node_id);
+      stats[n] = host.ref_stat(model::kCudaGraphNodeTypeStat, NodeTypeName(g.node_type));
+      stats[n++].metadata_id = h_type;
+      model::Line& l = host.lines[tit->second];
+      l.events.push_back(ev);
+      l.add_stats(l.events.back(), std::span<const model::Stat>(stats, n));
+    }
   }
   // NVTX ranges: one line per thread beside its own (ids from 2^32, as XLA's
   // /host:NVTX-CUPTI lines are renumbered when merged).
@@ -643,6 +862,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     }
   }
   std::vector<ApiEvent>().swap(api_);
+  std::vector<GraphNodeEvent>().swap(graph_nodes_);
 }
 
 }  // namespace spyglass::gpu

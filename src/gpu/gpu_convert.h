@@ -8,6 +8,7 @@
 // tests and the benchmark feed records built in memory.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,17 @@ struct ApiEvent {
   uint32_t device = 0;
 };
 
+// A CUDA graph node as it was made (gpu_dump_graph_node_mapping): under
+// which driver call, on which thread, when.
+struct GraphNodeEvent {
+  uint64_t time_ns = 0;  // CUPTI clock
+  uint64_t node_id = 0;
+  uint64_t original_node_id = 0;  // a clone's (instantiation's) source node, else 0
+  const char* function = nullptr;  // the driver call it was made under (CUPTI's static name)
+  uint32_t tid = 0, graph_id = 0, correlation_id = 0;
+  int32_t node_type = -1;  // CUgraphNodeType
+};
+
 enum class ApiKind : uint8_t { kLaunch, kMemcpy, kMemset, kAlloc, kFree, kGraphLaunch, kOther };
 ApiKind KindOfCallback(uint32_t cbid);
 // "MemcpyH2D"... for a memcpy callback id, else nullptr.
@@ -78,6 +90,8 @@ class GpuCollector {
   void AddRecord(const void* record);
   // A host call (already bounded by the tracer).
   void AddApiEvent(const ApiEvent& e) { api_.push_back(e); }
+  // A graph node made during the session (gpu_dump_graph_node_mapping).
+  void AddGraphNode(const GraphNodeEvent& e) { graph_nodes_.push_back(e); }
   // Records the tracer could not keep, per GPU (reason shown in the warning).
   void CountDropped(uint32_t device, const std::string& reason, uint64_t n);
 
@@ -91,24 +105,40 @@ class GpuCollector {
 
  private:
   enum class Type : uint8_t { kKernel, kMemcpy, kMemset, kGraph };
+  // One device record as kept until Export (48 bytes; what repeats, the
+  // kernel name and the launch configuration / copy details, is interned when
+  // the record is added and stored as an index).
   struct DeviceEvent {
     uint64_t start_ns, end_ns;
-    uint64_t bytes;          // memcpy/memset
-    const char* name;        // kernel (CUPTI string, copied at Export)
-    uint32_t correlation_id, stream, context, graph_id;
-    uint32_t grid[3], block[3];
-    uint32_t static_shared, dynamic_shared;
-    uint16_t registers;
-    uint8_t copy_kind, src_kind, dst_kind;
-    uint8_t async;
+    uint64_t graph_node_id;
+    uint32_t correlation_id, context, graph_id;
+    uint32_t detail;  // index into details_
+    uint32_t name;    // kernel: index into names_; memcpy: copy kind; memset: memory kind
     Type type;
-    uint32_t dst_device;
   };
+  static_assert(sizeof(DeviceEvent) == 48);
+  // Events of one stream, in chunks that never move (no copy as they grow;
+  // the large ones on transparent huge pages: 512 times fewer page faults).
+  struct Stream {
+    uint32_t id = 0;
+    uint64_t count = 0;
+    struct Chunk {
+      std::unique_ptr<DeviceEvent[], void (*)(DeviceEvent*)> data;
+      size_t used, capacity;
+    };
+    std::vector<Chunk> chunks;
+    DeviceEvent* Append();
+  };
+  static constexpr size_t kMaxStreamsPerGpu = 16384;
   struct Device {
-    std::vector<DeviceEvent> events;
+    std::vector<Stream> streams;
+    std::unordered_map<uint32_t, uint32_t> stream_index;  // stream id -> index in streams
     std::unordered_map<std::string, uint64_t> dropped;  // reason -> count
   };
   Device& device(uint32_t id);
+  Stream* stream(uint32_t dev, uint32_t id);  // nullptr: over kMaxStreamsPerGpu
+  uint32_t InternName(const char* cupti_name);
+  uint32_t InternDetail(const std::array<uint64_t, 5>& key);
 
   // NVTX push/pop ranges (MARKER records, gpu_enable_nvtx_tracking).
   struct OpenMarker {
@@ -129,11 +159,28 @@ class GpuCollector {
   std::vector<NvtxRange> nvtx_;
   uint64_t nvtx_dropped_ = 0;
   std::vector<ApiEvent> api_;
+  std::vector<GraphNodeEvent> graph_nodes_;
   uint64_t records_ = 0;
   uint64_t unknown_kinds_ = 0;
   bool copy_names_ = false;
-  std::unordered_map<std::string, std::unique_ptr<char[]>> names_;  // copies, by content
-  std::unordered_map<const char*, const char*> name_of_;          // CUPTI's pointer -> our copy
+  std::vector<const char*> names_;                       // kernel names (ours when copied)
+  std::unordered_map<std::string, uint32_t> name_index_;  // copies, by content
+  std::vector<std::unique_ptr<char[]>> name_copies_;
+  std::unordered_map<const char*, uint32_t> name_of_;    // CUPTI's pointer -> index
+  const char* last_name_ = nullptr;
+  uint32_t last_name_index_ = 0;
+  struct KeyHash {
+    size_t operator()(const std::array<uint64_t, 5>& k) const;
+  };
+  std::vector<std::array<uint64_t, 5>> details_;  // (type, values) of each distinct detail string
+  std::unordered_map<std::array<uint64_t, 5>, uint32_t, KeyHash> detail_index_;
+  struct CachedDetail {
+    std::array<uint64_t, 5> key;
+    uint32_t index = UINT32_MAX;
+  };
+  std::unique_ptr<CachedDetail[]> detail_cache_{new CachedDetail[256]};  // direct-mapped, by hash
+  uint32_t last_dev_ = UINT32_MAX, last_stream_id_ = 0;
+  Stream* last_stream_ = nullptr;
 };
 
 }  // namespace spyglass::gpu

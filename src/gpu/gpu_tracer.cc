@@ -19,6 +19,7 @@
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
 #include "gpu/gpu_options.h"
+#include "gpu/pm_sampling.h"
 #include "model/schema.h"
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
@@ -42,6 +43,8 @@ struct Cupti {
   CUptiResult (*GetTimestamp)(uint64_t*);
   CUptiResult (*GetResultString)(CUptiResult, const char**);
   CUptiResult (*GetDeviceId)(void*, uint32_t*);
+  CUptiResult (*GetGraphNodeId)(void*, uint64_t*);  // optional (graph node mapping)
+  CUptiResult (*GetGraphId)(void*, uint32_t*);
 };
 
 struct Driver {
@@ -94,7 +97,15 @@ constexpr uint32_t kCallbackIds[] = {
     216, 218, 220, 222, 224, 226, 249, 250, 251, 252, 253, 254,               // memsets
     514, 515,                                                                 // graph launches
     243, 244, 371, 294, 39, 245, 38, 598, 599, 600, 601, 611, 612,            // memory
+    379, 302, 549, 550, 551, 552,                                             // host register, VMM
 };
+// Calls that make graph nodes, and the resource callbacks that give the
+// nodes' ids (gpu_dump_graph_node_mapping; spec GPU.md §1.2).
+constexpr uint32_t kGraphNodeCallIds[] = {501, 502, 504, 506, 513, 523, 525, 526, 530, 578, 589,
+                                          590, 638, 639, 643, 656, 657, 669, 689, 712, 723};
+constexpr uint32_t kGraphNodeResourceIds[] = {abi::kResourceGraphNodeCreated, abi::kResourceGraphNodeCloned};
+// Runtime allocating calls (GPU memory only; spec GPU.md §7.2).
+constexpr uint32_t kRuntimeMemoryIds[] = {20, 21, 22, 25, 26, 27, 152, 153, 206, 373, 374, 375, 376, 391, 392};
 
 constexpr size_t kBufferBytes = 1 << 20;
 
@@ -217,9 +228,15 @@ class GpuTracer : public session::Tracer {
   Status Stop() override {
     if (active_ == nullptr || stopped_) return Status::Ok();
     stopped_ = true;
+    if (pm_ != nullptr) pm_->Stop();  // first, as XLA does
     Cupti& c = active_->cupti;
     if (subscriber_ != nullptr) {
       for (uint32_t id : kCallbackIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
+      for (uint32_t id : kRuntimeMemoryIds) c.EnableCallback(0, subscriber_, abi::kDomainRuntimeApi, id);
+      if (map_graph_nodes_) {
+        for (uint32_t id : kGraphNodeCallIds) c.EnableCallback(0, subscriber_, abi::kDomainDriverApi, id);
+        for (uint32_t id : kGraphNodeResourceIds) c.EnableCallback(0, subscriber_, abi::kDomainResource, id);
+      }
       c.Unsubscribe(subscriber_);
       subscriber_ = nullptr;
     }
@@ -235,10 +252,11 @@ class GpuTracer : public session::Tracer {
   Status CollectData(model::Space* space) override {
     if (active_ == nullptr) {
       if (!off_reason_.empty()) space->warnings.push_back("GPU tracer off: " + off_reason_);
+      if (!off_reason_.empty() && !options_.pm_sample_counters.empty())
+        space->warnings.push_back("gpu_pm_sample_counters: not sampled (the GPU tracer is off: " +
+                                  off_reason_.substr(0, off_reason_.find('\n')) + ")");
       return Status::Ok();
     }
-    for (const char* k : Unsupported())
-      space->warnings.push_back(std::string("GPU option ") + k + " is accepted but not implemented by this Spyglass");
     internal::TickConverter ticks = internal::TickConverter::Calibrate();
     ClockMap clock;
     for (const auto& s : active_->samples)
@@ -247,12 +265,21 @@ class GpuTracer : public session::Tracer {
     uint64_t n = sink_.size();
     for (uint64_t i = 0; i < n; ++i)
       if (sink_.events[i].end_ns != 0) active_->collector.AddApiEvent(sink_.events[i]);
+    for (uint64_t i = 0; i < sink_.node_count(); ++i) active_->collector.AddGraphNode(sink_.nodes[i]);
+    if (uint64_t lost = sink_.nodes_dropped.load(); lost != 0)
+      active_->collector.CountDropped(0, "graph nodes over gpu_max_callback_api_events (not mapped)", lost);
+    for (const std::string& w : warnings_) space->warnings.push_back(w);
     for (uint32_t d = 0; d < CallbackSink::kMaxDevices; ++d)
       active_->collector.CountDropped(d, "total driver(callback) events reaches max (gpu_max_callback_api_events)",
                                       sink_.dropped[d].load());
     events_ = n + active_->collector.records();
     dropped_ = active_->collector.dropped();
     active_->collector.Export(clock, space);
+    if (pm_ != nullptr) {
+      AddPmCounters(pm_->metrics(), pm_->samples(), clock, space);
+      for (const std::string& e : pm_->errors()) space->warnings.push_back(e);
+      pm_.reset();
+    }
     for (size_t i = 0; i < devices_.size(); ++i) {
       model::Plane* p = space->find_plane(std::string(model::kGpuPlanePrefix) + std::to_string(i));
       if (p == nullptr) continue;
@@ -279,13 +306,6 @@ class GpuTracer : public session::Tracer {
   }
 
  private:
-  std::vector<const char*> Unsupported() const {
-    std::vector<const char*> out;
-    if (!options_.pm_sample_counters.empty()) out.push_back("gpu_pm_sample_counters");
-    if (options_.dump_graph_node_mapping) out.push_back("gpu_dump_graph_node_mapping");
-    return out;
-  }
-
   bool Enable(std::string* why, bool* driver_present) {
     void* driver = LoadDriver(why);
     if (driver == nullptr) return false;
@@ -331,6 +351,18 @@ class GpuTracer : public session::Tracer {
 
     if (!sink_.Reserve(static_cast<uint64_t>(options_.max_callback_api_events)))
       return *why = "cannot reserve the callback event array", false;
+    // Graph node mapping needs CUPTI's id getters (CUDA 12+); without them
+    // the session goes on and a warning says why the mapping is missing.
+    std::string no_graph;
+    Resolve(h, "cuptiGetGraphNodeId", &c.GetGraphNodeId, &no_graph);
+    Resolve(h, "cuptiGetGraphId", &c.GetGraphId, &no_graph);
+    map_graph_nodes_ = options_.dump_graph_node_mapping && no_graph.empty() &&
+                       sink_.ReserveNodes(static_cast<uint64_t>(options_.max_callback_api_events));
+    if (options_.dump_graph_node_mapping && !map_graph_nodes_)
+      warnings_.push_back("gpu_dump_graph_node_mapping: off, " +
+                          (no_graph.empty() ? std::string("cannot reserve the node array") : lib.path + " lacks " + no_graph));
+    sink_.get_graph_node_id = map_graph_nodes_ ? c.GetGraphNodeId : nullptr;
+    sink_.get_graph_id = map_graph_nodes_ ? c.GetGraphId : nullptr;
     sink_.get_timestamp = c.GetTimestamp;
     sink_.get_device_id = c.GetDeviceId;
     sink_.num_devices = options_.num_chips_to_profile_per_task > 0
@@ -350,6 +382,17 @@ class GpuTracer : public session::Tracer {
     for (uint32_t id : kCallbackIds)
       if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    for (uint32_t id : kRuntimeMemoryIds)
+      if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainRuntimeApi, id); r != abi::kSuccess)
+        return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+    if (map_graph_nodes_) {
+      for (uint32_t id : kGraphNodeCallIds)
+        if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainDriverApi, id); r != abi::kSuccess)
+          return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback", r));
+      for (uint32_t id : kGraphNodeResourceIds)
+        if (CUptiResult r = c.EnableCallback(1, subscriber_, abi::kDomainResource, id); r != abi::kSuccess)
+          return Fail(why, ExplainCuptiError(c, "cuptiEnableCallback (graph nodes)", r));
+    }
     FillPool();
     if (CUptiResult r = c.ActivityRegisterCallbacks(&BufferRequested, &BufferCompleted); r != abi::kSuccess)
       return Fail(why, ExplainCuptiError(c, "cuptiActivityRegisterCallbacks", r));
@@ -364,7 +407,31 @@ class GpuTracer : public session::Tracer {
     for (uint32_t k : kinds_)
       if (CUptiResult r = c.ActivityEnable(k); r != abi::kSuccess)
         return Fail(why, ExplainCuptiError(c, "cuptiActivityEnable", r));
+    if (!options_.pm_sample_counters.empty()) StartPmSampling(h, lib.path);
     return true;
+  }
+
+  // Counter sampling is an extra: when it cannot start, the trace goes on
+  // and a warning (and, as a GPU key was set, one stderr line) says why.
+  void StartPmSampling(void* libcupti, const std::string& path) {
+    PmApi api{};
+    std::string missing, why;
+    if (!ResolvePmApi(libcupti, &api, &missing)) {
+      why = "PM sampling needs CUPTI 12.6 or newer; " + path + " lacks " + missing.substr(0, 200);
+    } else {
+      std::vector<uint32_t> devices;
+      for (uint32_t d = 0; d < devices_.size(); ++d)
+        if (options_.num_chips_to_profile_per_task <= 0 || d < options_.num_chips_to_profile_per_task)
+          devices.push_back(d);
+      auto pm = std::make_unique<PmSampler>(api, options_.pm_sample_counters, options_.pm_sample_interval_us,
+                                            options_.pm_sample_buffer_size_per_gpu_mb);
+      if (pm->Start(devices, &why)) {
+        pm_ = std::move(pm);
+        return;
+      }
+    }
+    std::fprintf(stderr, "spyglass: gpu_pm_sample_counters: not sampled: %s\n", why.c_str());
+    warnings_.push_back("gpu_pm_sample_counters: not sampled: " + why);
   }
 
   bool Fail(std::string* why, std::string text) {
@@ -374,6 +441,7 @@ class GpuTracer : public session::Tracer {
     std::lock_guard<std::mutex> lock(g_mu);
     g_active = nullptr;
     active_.reset();
+    pm_.reset();
     sink_.Release();
     return false;
   }
@@ -390,6 +458,9 @@ class GpuTracer : public session::Tracer {
   uint64_t start_ticks_ = 0;
   bool stopped_ = false;
   std::string off_reason_;
+  bool map_graph_nodes_ = false;
+  std::unique_ptr<PmSampler> pm_;
+  std::vector<std::string> warnings_;
   std::vector<DeviceProperties> devices_;
   uint64_t events_ = 0, dropped_ = 0;
 };

@@ -34,9 +34,10 @@
 //                                    makes pprof of it). Near a cgroup memory limit
 //                                    (90% of it) D/memory.<pid>.<comm>.cgroup.prof
 //                                    (the snapshot thread then runs from the start
-//                                    and polls the cgroup; SPYGLASS_HEAP_CGROUP_WATCH=0:
-//                                    not). In sampled mode only a failing allocation
-//                                    that is a sample is seen (the fast path).
+//                                    and waits on the kernel's notifications, or
+//                                    polls: cgroup_watch.h; SPYGLASS_HEAP_CGROUP_WATCH=0:
+//                                    not). A failing allocation is seen in sampled
+//                                    mode too (sampled or not, its site is unwound).
 //   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
 //                                    (through its execs: a launcher script that
 //                                    execs its program profiles that program).
@@ -64,7 +65,8 @@
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <semaphore.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -78,16 +80,20 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 
+#include "memory/cgroup_watch.h"
 #include "memory/crash_dump.h"
 #include "memory/heap_hook.h"
+#include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/timeline.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 #include "spyglass/memory.h"
+#include "export/output_file.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -102,6 +108,7 @@ void* __libc_pvalloc(size_t);
 namespace {
 
 using namespace spyglass::memory::internal;  // NOLINT
+using spyglass::memory::heap::CgroupWatch;
 
 constexpr int kHeapFrames = 64;
 
@@ -110,6 +117,16 @@ constexpr int kHeapFrames = 64;
 std::atomic<int> g_heap_state{0};
 std::atomic<uint32_t> g_heap_class{0};
 uint64_t g_interval = 0;
+// Sampled mode with tracking on: the tracker's filter of sampled blocks, for
+// free()'s fast path (one load of a hook-local, no GOT, no state check: in
+// sampled mode the state only ever moves between "on" and "on, SIGUSR2
+// pending", which malloc notices). nullptr otherwise.
+uint8_t* g_free_filter = nullptr;
+// Sampled mode, tracking on and no SIGUSR2 snapshot waiting for its thread:
+// malloc/calloc/operator new decide by the countdown alone (one flag instead
+// of the state and the interval). Cleared by SIGUSR2's handler, set again
+// once the snapshot thread runs (HeapStateSlow).
+std::atomic<bool> g_sampling{false};
 
 constinit thread_local int64_t t_until_sample __attribute__((tls_model("initial-exec"))) = 0;
 constinit thread_local uint64_t t_rng __attribute__((tls_model("initial-exec"))) = 0;
@@ -157,6 +174,10 @@ int InitState() {
     if (ParseSampleBytes(iv, &v)) {
       g_interval = v;
       if (v > 0) SetSampleInterval(v);
+      if (v > 0 && s == 1) {
+        g_free_filter = g_filter.load(std::memory_order_acquire);
+        g_sampling.store(true, std::memory_order_relaxed);
+      }
     } else if (s == 1) {
       WarnBadInterval(iv);
     }
@@ -263,7 +284,13 @@ struct LastStack {
   uint32_t site;
   uint32_t generation;
 };
-constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = {};
+// Frames start at ~0, never a return address (CaptureFramePointersCompared).
+constexpr LastStack InitialLastStack() {
+  LastStack s{};
+  for (uintptr_t& f : s.frames) f = ~uintptr_t{0};
+  return s;
+}
+constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = InitialLastStack();
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
@@ -314,6 +341,7 @@ void DumpFailure(size_t n, const uintptr_t* frames, int depth) {
 const void* g_hook_base = nullptr;  // this library's load address
 __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   if (!WantFailure(n)) return;
+  const int saved_errno = errno;  // ENOMEM, for the program to read
   uintptr_t frames[kHeapFrames];
   int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
   // The stack from the program on: frames of the hook itself (operator new
@@ -323,6 +351,7 @@ __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
                        info.dli_fbase == g_hook_base;)
     ++skip;
   DumpFailure(n, frames + skip, depth - skip);
+  errno = saved_errno;
 }
 }  // namespace
 
@@ -444,16 +473,27 @@ __attribute__((noinline)) void* AlignedNewOrThrow(size_t n, size_t align, bool n
 
 // ---- snapshots on exit and SIGUSR2 ------------------------------------------
 std::string* g_dir = nullptr;
-sem_t g_sem;
+// Wakes the snapshot thread: SIGUSR2's handler adds 1 (write(2) on an
+// eventfd is async-signal-safe); the thread polls it with the cgroup watch.
+int g_wake = -1;
+void Wake(uint64_t n) {
+  if (n == 0 || g_wake < 0) return;
+  ssize_t w = write(g_wake, &n, sizeof n);
+  (void)w;
+}
 std::atomic<int> g_snapshots{0};
 bool g_followed = false;         // this process is tracked (the program, or a followed child)
 
-// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file).
-void WriteSnapshot(const char* tag) {
+// D/memory.<pid>.<comm>.<tag>.prof (timeline.h names every file), with
+// `comment` among the profile's comments.
+void WriteSnapshot(const char* tag, const std::string& comment = "") {
   if (!g_dir) return;
   ScopedUntracked untracked;
   std::string path = *g_dir + "/" + spyglass::memory::MemoryProfileName(getpid(), spyglass::memory::SelfComm(), tag);
-  spyglass::Status s = spyglass::profiler::save_device_memory_profile(path);
+  std::string bytes;
+  spyglass::Status s = spyglass::memory::SnapshotPprof(
+      "", &bytes, comment.empty() ? std::vector<std::string>{} : std::vector<std::string>{comment});
+  if (s.ok()) s = spyglass::exporter::WriteOutputBytes(path, bytes);
   if (!s.ok()) std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
 }
 
@@ -479,6 +519,7 @@ void WriteExitFiles() {
 // state, and the next malloc/free of any thread (or the exit) starts it.
 // Under a cgroup memory limit it is started at load (it watches the limit).
 std::atomic<bool> g_thread_started{false};
+CgroupWatch* g_cgroup = nullptr;  // a cgroup memory limit watched (see below)
 std::atomic<int> g_pending{0};  // SIGUSR2s waiting for the thread
 
 void* SnapshotThread(void*);
@@ -498,79 +539,41 @@ void StartSnapshotThread() {
     pthread_attr_destroy(&attr);
     if (!g_thread_started.load()) return;  // the pending snapshots are written at exit
   }
-  for (int n = g_pending.exchange(0); n > 0; --n) sem_post(&g_sem);
+  Wake(static_cast<uint64_t>(g_pending.exchange(0)));
 }
 
 // A forked child has no snapshot thread (threads do not survive fork).
 void ResetSnapshotThreadInChild() {
   g_thread_started.store(false);
-  if (g_dir) sem_init(&g_sem, 0, 0);
+  // Its own wake-up (the parent's is shared) and no cgroup watch (the
+  // parent's registrations are shared too).
+  if (g_wake >= 0) {
+    close(g_wake);
+    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  }
+  g_cgroup = nullptr;
 }
 
 bool HeapStateSlow(int s) {
   if (s == 0) return InitState() == 1;
   // 3 or 4: snapshots asked for before the thread existed.
   const int base = s - 2;
+  // Before the state: a SIGUSR2 arriving after it clears the flag again.
+  if (base == 1 && g_free_filter) g_sampling.store(true, std::memory_order_relaxed);
   if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
   return g_heap_state.load(std::memory_order_relaxed) == 1;
 }
 
 // ---- a cgroup memory limit close to being hit ---------------------------------
-// Best effort, v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes,
-// memory.usage_in_bytes) of the process's own cgroup, as /proc/self/cgroup
-// names it under /sys/fs/cgroup. The snapshot thread polls it (4 times a
-// second) only when a limit is set; at 90% of it a snapshot is written, once
-// until usage falls below 80% again.
-struct CgroupLimit {
-  std::string usage;
-  uint64_t limit = 0;
-  bool armed = true;
-};
-CgroupLimit* g_cgroup = nullptr;
-
-bool ReadNumber(const std::string& path, uint64_t* v) {
-  FILE* f = std::fopen(path.c_str(), "re");
-  if (!f) return false;
-  unsigned long long x = 0;
-  bool ok = std::fscanf(f, "%llu", &x) == 1;
-  std::fclose(f);
-  *v = x;
-  return ok;
-}
-
-void FindCgroupLimit() {
-  FILE* f = std::fopen("/proc/self/cgroup", "re");
-  if (!f) return;
-  char line[1024];
-  std::string v1, v2;
-  while (std::fgets(line, sizeof line, f)) {
-    std::string l(line);
-    if (!l.empty() && l.back() == '\n') l.pop_back();
-    if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
-    size_t at = l.find(":memory:");
-    if (at != std::string::npos) v1 = l.substr(at + 8);
-  }
-  std::fclose(f);
-  uint64_t limit = 0, usage = 0;
-  std::string dir;
-  if (!v2.empty() && ReadNumber("/sys/fs/cgroup" + v2 + "/memory.max", &limit)) {  // "max": no number, no limit
-    dir = "/sys/fs/cgroup" + v2 + "/memory.current";
-  } else if (!v1.empty() && ReadNumber("/sys/fs/cgroup/memory" + v1 + "/memory.limit_in_bytes", &limit)) {
-    dir = "/sys/fs/cgroup/memory" + v1 + "/memory.usage_in_bytes";
-  }
-  if (dir.empty() || limit == 0 || limit >= (uint64_t{1} << 60) || !ReadNumber(dir, &usage)) return;
-  g_cgroup = new CgroupLimit{dir, limit};
-}
-
-void CheckCgroup() {
-  uint64_t usage = 0;
-  if (!ReadNumber(g_cgroup->usage, &usage)) return;
-  if (g_cgroup->armed && usage >= g_cgroup->limit / 10 * 9) {
-    g_cgroup->armed = false;
-    WriteSnapshot("cgroup");
-  } else if (!g_cgroup->armed && usage < g_cgroup->limit / 10 * 8) {
-    g_cgroup->armed = true;
-  }
+// The snapshot thread waits on the kernel's notifications where it offers
+// them, else polls (cgroup_watch.h); at 90% of the limit a snapshot is
+// written, once until usage falls below 80% again. Its comment says how the
+// limit was watched.
+void CgroupSnapshot() {
+  std::string comment = "spyglass: cgroup memory limit: usage " + std::to_string(g_cgroup->usage()) + " of " +
+                        std::to_string(g_cgroup->limit()) + " bytes (" + g_cgroup->dir() + "), watched by " +
+                        g_cgroup->how();
+  WriteSnapshot("cgroup", comment);
 }
 std::atomic<bool> g_exit_written{false};
 
@@ -588,27 +591,30 @@ void spyglass::memory::heap::WriteExitSnapshotOnce() {
 namespace {
 
 void* SnapshotThread(void*) {
+  pollfd fds[1 + CgroupWatch::kMaxFds];
+  if (g_cgroup) {  // usage may be past 90% already
+    ScopedUntracked untracked;
+    if (g_cgroup->Check(fds, 0)) CgroupSnapshot();
+  }
   while (true) {
-    int rc;
-    if (g_cgroup) {
-      timespec until{};
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 250 * 1000 * 1000;
-      if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
-      rc = sem_timedwait(&g_sem, &until);
-    } else {
-      rc = sem_wait(&g_sem);
-    }
-    if (rc != 0) {
-      if (errno == ETIMEDOUT) {
-        ScopedUntracked untracked;
-        CheckCgroup();
-        continue;
-      }
+    fds[0] = {g_wake, POLLIN, 0};
+    const int n = g_cgroup ? g_cgroup->PollFds(fds + 1) : 0;
+    int rc = poll(fds, static_cast<nfds_t>(1 + n), g_cgroup ? g_cgroup->TimeoutMs() : -1);
+    if (rc < 0) {
       if (errno == EINTR) continue;
       return nullptr;
     }
-    WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+    if (g_cgroup) {
+      bool event = rc == 0;  // the polling mode's tick
+      for (int i = 1; i <= n; ++i) event |= fds[i].revents != 0;
+      ScopedUntracked untracked;
+      if (event && g_cgroup->Check(fds + 1, n)) CgroupSnapshot();
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t asked = 0;
+      if (read(g_wake, &asked, sizeof asked) != sizeof asked) asked = 0;
+      for (; asked > 0; --asked) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
+    }
   }
 }
 
@@ -656,10 +662,11 @@ void InstallFatalHandlers() {
 void OnSigusr2(int) {
   int saved = errno;
   if (g_thread_started.load()) {
-    sem_post(&g_sem);  // async-signal-safe; the snapshot thread does the work
+    Wake(1);  // async-signal-safe; the snapshot thread does the work
   } else {
     g_pending.fetch_add(1);
     int s = g_heap_state.load();
+    g_sampling.store(false, std::memory_order_relaxed);  // malloc's fast path checks the state again
     if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
   }
   errno = saved;
@@ -712,7 +719,7 @@ __attribute__((constructor)) void HeapInit() {
     // Kept open for a dump from a dying process (no path lookup then, no allocation).
     int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
-    sem_init(&g_sem, 0, 0);
+    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct sigaction sa {};
     sa.sa_handler = OnSigusr2;
     sa.sa_flags = SA_RESTART;
@@ -720,7 +727,7 @@ __attribute__((constructor)) void HeapInit() {
     sigaction(SIGUSR2, &sa, nullptr);
     // A cgroup memory limit: the snapshot thread watches it from the start.
     if (const char* w = getenv("SPYGLASS_HEAP_CGROUP_WATCH"); !w || w[0] != '0') {
-      FindCgroupLimit();
+      g_cgroup = CgroupWatch::Open();
       if (g_cgroup) StartSnapshotThread();
     }
   }
@@ -802,7 +809,27 @@ SPYGLASS_HOOK int dlclose(void* handle) {
 namespace {
 
 // Whether an allocation of n bytes is recorded (advances the sampling countdown).
-inline bool WillTrack(size_t n) { return HeapOn() && Sampled(n); }
+inline bool WillTrack(size_t n) {
+  if (__builtin_expect(g_sampling.load(std::memory_order_relaxed), 1)) {
+    t_until_sample -= static_cast<int64_t>(n);
+    return __builtin_expect(t_until_sample <= 0, 0) && SampledSlow();
+  }
+  return HeapOn() && Sampled(n);
+}
+// malloc/calloc: tracking off, or on and this allocation not recorded (a
+// failure is still reported), or recorded. One flag and the countdown in
+// sampled mode; the state otherwise.
+enum Decision { kOff, kUntracked, kTracked };
+inline Decision Decide(size_t n) {
+  if (__builtin_expect(g_sampling.load(std::memory_order_relaxed), 1)) {
+    t_until_sample -= static_cast<int64_t>(n);
+    return __builtin_expect(t_until_sample <= 0, 0) && SampledSlow() ? kTracked : kUntracked;
+  }
+  const int s = g_heap_state.load(std::memory_order_relaxed);
+  if (s == 2) return kOff;
+  if (s != 1 && !HeapStateSlow(s)) return kUntracked;  // not on after all: failures are still looked at
+  return Sampled(n) ? kTracked : kUntracked;
+}
 // Whether a free of p must look into the tracker.
 inline bool MayUntrack(void* p) {
   return p && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)));
@@ -831,6 +858,18 @@ __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
   else if (!__builtin_mul_overflow(n, m, &bytes))
     AllocFailed(bytes, __builtin_frame_address(0));
   return p;
+}
+// An untracked malloc/calloc failed (the fast path): the dump still names
+// its site. Reached by a tail call from the hooked function, so this frame's
+// caller is the program's.
+__attribute__((noinline)) void* MallocFailed(size_t n) {
+  AllocFailed(n, __builtin_frame_address(0));
+  return nullptr;
+}
+__attribute__((noinline)) void* CallocFailed(size_t n, size_t m) {
+  size_t bytes;
+  if (!__builtin_mul_overflow(n, m, &bytes)) AllocFailed(bytes, __builtin_frame_address(0));
+  return nullptr;
 }
 __attribute__((noinline)) void FreeTracked(void* p) {
   if (!g_interval && Guard::Enter()) {
@@ -862,15 +901,48 @@ __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
 }  // namespace
 
 SPYGLASS_FAST void* malloc(size_t n) {
-  if (__builtin_expect(!WillTrack(n), 1)) return __libc_malloc(n);
+  const Decision d = Decide(n);
+  if (__builtin_expect(d == kUntracked, 1)) {
+    // Not recorded (sampled mode), but a failure still is: the OOM dump
+    // names this call's site. MallocFailed is a tail call: its stack starts here.
+    void* p = __libc_malloc(n);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+    return MallocFailed(n);
+  }
+  if (d == kOff) return __libc_malloc(n);  // a jump; no dump is written anyway
   return MallocTracked(n);
 }
+namespace {
+// free() before the state is known, or with SIGUSR2 snapshots pending
+// (out of line: free's own path then needs no frame).
+__attribute__((noinline)) void FreeStateSlow(void* p) {
+  if (MayUntrack(p)) return FreeTracked(p);
+  return __libc_free(p);
+}
+}  // namespace
+
 SPYGLASS_FAST void free(void* p) {
-  if (__builtin_expect(!MayUntrack(p), 1)) return __libc_free(p);
-  return FreeTracked(p);
+  if (uint8_t* f = g_free_filter) {
+    if (__builtin_expect(!p || !__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
+      return __libc_free(p);
+    return FreeTracked(p);
+  }
+  const int s = g_heap_state.load(std::memory_order_relaxed);
+  if (__builtin_expect(s == 1, 1)) {
+    if (p && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)))) return FreeTracked(p);
+    return __libc_free(p);
+  }
+  if (s == 2 || !p) return __libc_free(p);
+  return FreeStateSlow(p);
 }
 SPYGLASS_FAST void* calloc(size_t n, size_t m) {
-  if (__builtin_expect(!WillTrack(n * m), 1)) return __libc_calloc(n, m);
+  const Decision d = Decide(n * m);
+  if (__builtin_expect(d == kUntracked, 1)) {
+    void* p = __libc_calloc(n, m);
+    if (__builtin_expect(p != nullptr, 1)) return p;
+    return CallocFailed(n, m);
+  }
+  if (d == kOff) return __libc_calloc(n, m);
   return CallocTracked(n, m);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }

@@ -126,7 +126,7 @@ std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::v
 
 }  // namespace
 
-Status SnapshotPprof(std::string_view backend, std::string* out) {
+Status SnapshotPprof(std::string_view backend, std::string* out, std::vector<std::string> comments) {
   ScopedUntracked untracked;
   SettleFrees();
   const uint32_t nclasses = ClassCount();
@@ -147,7 +147,8 @@ Status SnapshotPprof(std::string_view backend, std::string* out) {
     a.count += w;
     a.bytes += w * static_cast<double>(r.size);
   });
-  *out = EncodeSites(by_site, PeakComments(backend));
+  for (std::string& c : PeakComments(backend)) comments.push_back(std::move(c));
+  *out = EncodeSites(by_site, std::move(comments));
   return Status::Ok();
 }
 

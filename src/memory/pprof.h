@@ -43,8 +43,9 @@ struct ProfileData {
 // Serialized, gzipped Profile with sample types allocations/count, space/bytes.
 std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
 
-// A snapshot of the tracker now (devices matching `backend`), gzipped pprof.
-Status SnapshotPprof(std::string_view backend, std::string* out);
+// A snapshot of the tracker now (devices matching `backend`), gzipped pprof;
+// `comments` go first among the profile's comments.
+Status SnapshotPprof(std::string_view backend, std::string* out, std::vector<std::string> comments = {});
 // The live set at each selected device's high-water mark (tracker.h, "Peak").
 Status PeakPprof(std::string_view backend, std::string* out);
 

@@ -60,6 +60,20 @@ int64_t LiveBytes(const std::string& path) {
   return total;
 }
 
+// How the hook watched the cgroup limit, from a cgroup snapshot's comment
+// (" (watched by ...)"), or "" (an older profile, unreadable).
+std::string CgroupWatchedBy(const std::string& path) {
+  PprofProfile p;
+  if (!ReadPprofFile(path, &p).ok()) return "";
+  constexpr std::string_view kWatched = ", watched by ";
+  for (std::string_view c : p.comments) {
+    if (c.rfind("spyglass: cgroup memory limit:", 0) != 0) continue;
+    size_t at = c.find(kWatched);
+    if (at != std::string_view::npos) return " (watched by " + std::string(c.substr(at + kWatched.size(), 120)) + ")";
+  }
+  return "";
+}
+
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -160,7 +174,10 @@ std::string SummarizeRun(const std::string& dir, long main_pid, ProgramEnd end, 
     r.files.push_back(f.name);
     if (f.tag == "exit") r.exit = LiveBytes(out.PathOf(f.name));
     if (f.tag == "peak") r.peak = LiveBytes(out.PathOf(f.name));
-    if (f.tag == "cgroup") r.ended = r.ended.empty() ? kNearCgroupLimit : r.ended + "; " + kNearCgroupLimit;
+    if (f.tag == "cgroup") {
+      const std::string near = kNearCgroupLimit + CgroupWatchedBy(out.PathOf(f.name));
+      r.ended = r.ended.empty() ? near : r.ended + "; " + near;
+    }
   }
   if (procs.empty()) {
     return msg + "spyglass run: no memory profile was written (did the program exit through _exit, or was it "

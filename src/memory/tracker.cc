@@ -208,21 +208,26 @@ bool Grow(Shard& s) {
   return true;
 }
 
-// Backward-shift deletion (no tombstones).
+// Backward-shift deletion (no tombstones): each record after the hole moves
+// back into it unless its home slot lies after the hole (its distance from
+// home is below the hole's distance).
 void EraseAt(Shard& s, uint64_t i) {
-  uint64_t j = i;
+  Slot* const slots = s.slots;  // locals: the moves below do not reload them
+  const uint64_t cap = s.cap;
+  uint64_t j = i, gap = 0;
   while (true) {
-    if (++j == s.cap) j = 0;
-    uint64_t p = s.slots[j].ptr;
+    if (++j == cap) j = 0;
+    ++gap;
+    const uint64_t p = slots[j].ptr;
     if (p == 0) break;
-    uint64_t k = Home(PtrHash(p), s.cap);
-    bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-    if (stays) continue;
-    s.slots[i] = s.slots[j];
+    const uint64_t k = Home(PtrHash(p), cap);
+    if ((j >= k ? j - k : j + cap - k) < gap) continue;
+    slots[i] = slots[j];
     i = j;
+    gap = 0;
   }
-  s.slots[i].ptr = 0;
-  s.slots[i].meta = 0;
+  slots[i].ptr = 0;
+  slots[i].meta = 0;
 }
 
 // ---- sampled-mode filter ---------------------------------------------------
@@ -637,10 +642,15 @@ struct ShardLock {
 constinit thread_local uint32_t t_timeline_countdown __attribute__((tls_model("initial-exec"))) = 0;
 constexpr uint32_t kTimelineCheckOps = 128;
 
+// Inlined into the hook's two hot paths (as TableInsert, FlushPendingInline
+// and EraseIn): the calls and the registers they spilled were ~150
+// instructions a pair.
+#define SPYGLASS_HOT inline __attribute__((always_inline))
+
 // Adds (sign 1) or removes (sign -1) a record of `size` bytes at `site` to
 // the site's and its device's totals, remembering the peak lazily
 // (tracker.h). Returns the site's class (one lookup of the site for both).
-uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
+SPYGLASS_HOT uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
   SiteStats* st;
   uint32_t cls;
   if (const Site* s = site >= kFirstSite ? GetSite(site) : nullptr) {
@@ -708,8 +718,8 @@ uint32_t Account(uint32_t site, uint64_t size, int64_t sign, bool plain) {
 // The shard part of an insert. `count`: +1 a new allocation, -1 a restored
 // one (its free is taken back), 0 a record that was counted already. Returns
 // false when the table bound drops it; *old_size >= 0 when ptr had a record.
-bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta, int64_t* old_size,
-                 uint32_t* old_site) {
+SPYGLASS_HOT bool TableInsert(uintptr_t ptr, uint64_t size, uint32_t site, bool plain, int count_delta,
+                              int64_t* old_size, uint32_t* old_site) {
   uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   ShardLock lock(s.lock, plain);
@@ -756,7 +766,7 @@ void Replaced(uintptr_t ptr, int64_t old_size, uint32_t old_site, bool plain) {
 // touches it, in plain mode; MakeSharedSlow moves it into the table once the
 // writer is quiescent, so readers (ForEachLive) see it.
 
-void FlushPending(bool plain) {
+SPYGLASS_HOT void FlushPendingInline(bool plain) {
   const PendingRecord r = g_pending_rec;
   if (r.ptr == 0) return;
   g_pending_rec.ptr = 0;
@@ -770,6 +780,7 @@ void FlushPending(bool plain) {
   }
   if (old_size >= 0) Replaced(r.ptr, old_size, old_site, plain);
 }
+void FlushPending(bool plain) { FlushPendingInline(plain); }
 
 // Inserts (or replaces) the record of `ptr`. `restored`: a record Take
 // removed goes back (not a new allocation: the free is taken back instead).
@@ -779,7 +790,7 @@ void Insert(uintptr_t ptr, uint64_t size, uint32_t site, bool restored) {
     if (g_pending_rec.ptr == ptr) {
       Replaced(ptr, static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
     } else {
-      FlushPending(true);
+      FlushPendingInline(true);
       if (g_filter.load(std::memory_order_relaxed)) FilterAdd(ptr);
     }
     g_pending_rec = {ptr, size, site};
@@ -856,7 +867,7 @@ namespace {
 // counted (no unknown/double free). `out`, if given, receives the record.
 // `table_only`: a settling free, whose record was in the table when freed
 // (the pending record may since be a new block at the same address).
-bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_only = false) {
+SPYGLASS_HOT bool EraseIn(bool plain, uintptr_t ptr, bool quiet, LiveRecord* out, bool table_only = false) {
   uint64_t h = PtrHash(ptr);
   Shard& s = g_shards[h >> (64 - kShardBits)];
   int64_t size = -1;

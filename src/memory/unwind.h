@@ -66,36 +66,36 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
 }
 
 // The same walk into `last[0..max)`, which holds the thread's previous stack
-// (`last_depth` frames): a frame is stored only where it differs, and *same
-// is true when the whole stack is the previous one, so that the caller
-// reuses that stack's site without hashing it or looking it up (a loop
-// allocating from one place walks the same stack again and again). One
-// compare for the stack bounds (unsigned wrap-around) instead of two; x86-64
-// reads a misaligned frame pointer (garbage, like any other) without a fault.
+// (`last_depth` frames; entries never below 4096: ~0 at first): a frame is
+// stored only where it differs, and *same is true when the whole stack is
+// the previous one, so that the caller reuses that stack's site without
+// hashing it or looking it up (a loop allocating from one place walks the
+// same stack again and again). A frame equal to the previous one is a valid
+// return address already; the frame pointers only rise, so after the first
+// one only the top bound is tested. x86-64 reads a misaligned frame pointer
+// (garbage, like any other) without a fault.
 __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePointersCompared(
     void* fp, uintptr_t* last, int max, int last_depth, bool* same) {
   StackBounds b = ThreadStackBounds();
   uintptr_t p = reinterpret_cast<uintptr_t>(fp);
   bool diff = false;
   int n = 0;
-  if (b.hi - b.lo >= 16) {
-    const uintptr_t span = b.hi - b.lo - 16;  // p is valid when p - lo <= span
-    while (n < max) {
-#if defined(__x86_64__)
-      if (p - b.lo > span) break;
-#else
-      if (p - b.lo > span || (p & 7) != 0) break;
+  if (b.hi - b.lo >= 16 && p - b.lo <= b.hi - b.lo - 16 && max > 0) {
+    const uintptr_t top = b.hi - 16;  // a frame at p reads p[0] and p[1]
+    while (true) {
+#if !defined(__x86_64__)
+      if ((p & 7) != 0) break;
 #endif
       const uintptr_t* f = reinterpret_cast<const uintptr_t*>(p);
       uintptr_t ret = f[1];
-      if (ret < 4096) break;
       if (__builtin_expect(ret != last[n], 0)) {
+        if (ret < 4096) break;
         last[n] = ret;
         diff = true;
       }
       ++n;
       uintptr_t next = f[0];
-      if (next <= p) break;
+      if (next <= p || next > top || n == max) break;
       p = next;
     }
   }

@@ -65,6 +65,14 @@ inline constexpr std::string_view kMemsetDetailsStat = "Memset_details";
 inline constexpr std::string_view kMemallocDetailsStat = "memalloc_details";
 inline constexpr std::string_view kCudaGraphIdStat = "cuda_graph_id";
 inline constexpr std::string_view kCudaGraphExecIdStat = "cuda_graph_exec_id";
+// gpu_dump_graph_node_mapping: the node of a graph's kernel/copy, the call
+// that made the node (cuGraphAddKernelNode, or cuLaunchKernel under stream
+// capture), and the node a clone (instantiation) was made from.
+inline constexpr std::string_view kCudaGraphNodeIdStat = "cuda_graph_node_id";
+inline constexpr std::string_view kCudaGraphNodeApiStat = "cuda_graph_node_api";
+inline constexpr std::string_view kCudaGraphOrigNodeIdStat = "cuda_graph_orig_node_id";
+inline constexpr std::string_view kCudaGraphNodeTypeStat = "cuda_graph_node_type";
+inline constexpr std::string_view kCudaGraphNodeMapPrefix = "CudaGraphNodeMap: ";  // host event per node made
 inline constexpr std::string_view kTfOpStat = "tf_op";  // outermost annotation open at launch
 inline constexpr std::string_view kAnnotationStackStat = "annotation_stack";  // all of them, outer::inner
 inline constexpr std::string_view kDeviceVendorStat = "device_vendor";

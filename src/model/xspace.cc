@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <sys/mman.h>
+
 #include "common/utf8.h"
 
 namespace spyglass::model {
@@ -22,6 +24,22 @@ std::string ValidUtf8(std::string_view s) {
     }
   }
   return out;
+}
+
+void AdviseHugePages(const void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (p == nullptr || bytes < 2 * kHuge) return;
+  uintptr_t start = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);
+}
+
+void Line::reserve_exact(size_t n_events, size_t stats) {
+  events.reserve(events.size() + n_events);
+  reserve_stats(n_events, stats);
+  AdviseHugePages(events.data() + events.size(), n_events * sizeof(Event));
+  AdviseHugePages(stat_ranges_.data() + stat_ranges_.size(), n_events * sizeof(StatRange));
+  AdviseHugePages(stat_pool_.data() + stat_pool_.size(), stats * sizeof(Stat));
 }
 
 void Line::add_stat(Event& e, const Stat& s) {

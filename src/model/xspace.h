@@ -61,6 +61,12 @@ struct Line {
   // Appends to the stats of `e`, an event of this line (or about to be).
   void add_stat(Event& e, const Stat& s);
   void add_stats(Event& e, std::span<const Stat> stats) {
+    if (e.stats == kNoStats && !stats.empty()) {  // a fresh event: one range, one append
+      e.stats = static_cast<uint32_t>(stat_ranges_.size());
+      stat_ranges_.push_back({static_cast<uint32_t>(stat_pool_.size()), static_cast<uint32_t>(stats.size())});
+      stat_pool_.insert(stat_pool_.end(), stats.begin(), stats.end());
+      return;
+    }
     for (const Stat& s : stats) add_stat(e, s);
   }
   // Every stat of the line's events, to rewrite ids in place.
@@ -72,6 +78,10 @@ struct Line {
     stat_ranges_.reserve(stat_ranges_.size() + events);
     stat_pool_.reserve(stat_pool_.size() + stats);
   }
+  // Room for `events` events with `stats` stats in all, known up front (a
+  // converter that counted first): large storage goes on transparent huge
+  // pages, which costs one page fault per 2 MiB written instead of 512.
+  void reserve_exact(size_t events, size_t stats);
   // Sorts by (start ascending, duration descending): parents before children.
   void sort_events();
 
@@ -155,6 +165,9 @@ class Plane {
 // `s` with invalid UTF-8 sequences replaced by U+FFFD: protobuf rejects
 // string fields that are not UTF-8, so every name entering the model is valid.
 std::string ValidUtf8(std::string_view s);
+// Asks for transparent huge pages on the 2 MiB-aligned part of [p, p+bytes)
+// not written yet (nothing below 4 MiB; a hint only).
+void AdviseHugePages(const void* p, size_t bytes);
 
 struct Space {
   std::vector<Plane> planes;

@@ -68,6 +68,11 @@ __attribute__((noinline)) CUdeviceptr allocate_buffers(size_t bytes) {
 int Trace(const char* log_dir, const char* pprof_path) {
   CHECK_CUDA(cudaFree(nullptr));  // creates the context before tracing
   spyglass::profiler::TraceOptions opts;
+  // GPU_CHECK_PM=1: PM sampling too (gpu_check.sh's second run; where the
+  // counters are restricted to admins, the trace goes on and a warning says so).
+  if (std::getenv("GPU_CHECK_PM") != nullptr)
+    opts.profiler_options.advanced_configuration.emplace("gpu_pm_sample_counters",
+                                                         std::string("sm__cycles_active.avg"));
   if (auto s = spyglass::profiler::start_trace(log_dir, opts); !s.ok()) {
     std::fprintf(stderr, "start_trace: %s\n", s.message().c_str());
     return 1;

@@ -76,6 +76,13 @@ int main(int argc, char** argv) {
       std::printf("info: %s = %s\n", n.c_str(), gpu->stat_text(st).c_str());
   }
 
+  // PM sampling (gpu_pm_sample_counters): reported, not required (the
+  // counters may be restricted to admins; the warning above then says so).
+  size_t pm_samples = 0;
+  for (const auto& l : gpu->lines)
+    if (l.name == model::kCounterLineName) pm_samples += l.events.size();
+  std::printf("info: PM sampling: %zu counter samples on /device:GPU:0\n", pm_samples);
+
   Found k = FindDevice(*gpu, "scale_kernel", std::string(model::kKernelDetailsStat), "block:256,1,1");
   Expect(k.start_ps >= 0, "kernel scale_kernel on /device:GPU:0 (details: " + k.details + ")");
   Expect(k.duration_ps > 0 && k.duration_ps < 1'000'000'000'000, "kernel duration plausible: " +

@@ -6,11 +6,16 @@
 //
 //   gpu_records_test <out.xplane.pb>
 #include <cupti.h>
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_target.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "export/trace_json/trace_json_writer.h"
@@ -18,6 +23,7 @@
 #include "gpu/cupti_abi.h"
 #include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
+#include "gpu/pm_sampling.h"
 #include "memory/pprof.h"
 #include "memory/tracker.h"
 #include "model/schema.h"
@@ -109,6 +115,222 @@ static_assert(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES == abi::kErrorInsufficientPriv
 static_assert(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED == abi::kErrorMultipleSubscribers);
 static_assert(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD == abi::kCopyHtoD && CUPTI_ACTIVITY_MEMCPY_KIND_DTOH == abi::kCopyDtoH);
 static_assert(CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC == abi::kMemcpyFlagAsync);
+// GPU memory beyond cuMemAlloc: host registration, VMM, the runtime's calls.
+static_assert(CUPTI_CB_DOMAIN_RUNTIME_API == abi::kDomainRuntimeApi);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 == abi::cbid::kMemAllocPitch);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc == abi::cbid::kMemHostAlloc);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost == abi::cbid::kMemFreeHost);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz == abi::cbid::kMemAllocAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz == abi::cbid::kMemFreeAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync == abi::cbid::kMemAllocFromPoolAsync);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz == abi::cbid::kMemAllocFromPoolAsyncPtsz);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2 == abi::cbid::kMemHostRegister);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister == abi::cbid::kMemHostUnregister);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemCreate == abi::cbid::kMemCreate);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemRelease == abi::cbid::kMemRelease);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemMap == abi::cbid::kMemMap);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap == abi::cbid::kMemUnmap);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 == abi::rt_cbid::kMalloc);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020 == abi::rt_cbid::kMallocPitch);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 == abi::rt_cbid::kFree);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020 == abi::rt_cbid::kMallocHost);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020 == abi::rt_cbid::kFreeHost);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020 == abi::rt_cbid::kHostAlloc);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000 == abi::rt_cbid::kHostRegister);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaHostUnregister_v4000 == abi::rt_cbid::kHostUnregister);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 == abi::rt_cbid::kMallocManaged);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020 == abi::rt_cbid::kMallocAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020 == abi::rt_cbid::kMallocAsyncPtsz);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 == abi::rt_cbid::kFreeAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020 == abi::rt_cbid::kFreeAsyncPtsz);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020 == abi::rt_cbid::kMallocFromPoolAsync);
+static_assert(CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020 == abi::rt_cbid::kMallocFromPoolAsyncPtsz);
+SAME(CUmemAllocationProp, location.type, abi::mem_prop::kLocationType);
+SAME(CUmemAllocationProp, location.id, abi::mem_prop::kLocationId);
+static_assert(CU_MEM_LOCATION_TYPE_DEVICE == abi::mem_prop::kLocationDevice);
+// The parameter layouts the memory callback reads (spec GPU.md §7.2).
+SAME(cuMemCreate_params, handle, 0);
+SAME(cuMemCreate_params, size, 8);
+SAME(cuMemCreate_params, prop, 16);
+SAME(cuMemRelease_params, handle, 0);
+SAME(cuMemMap_params, size, 8);
+SAME(cuMemUnmap_params, size, 8);
+SAME(cuMemHostRegister_v2_params, p, 0);
+SAME(cuMemHostRegister_v2_params, bytesize, 8);
+SAME(cuMemHostUnregister_params, p, 0);
+SAME(cuMemAllocFromPoolAsync_params, bytesize, 8);
+SAME(cuMemFreeAsync_params, dptr, 0);
+SAME(cudaMalloc_v3020_params, devPtr, 0);
+SAME(cudaMalloc_v3020_params, size, 8);
+SAME(cudaMallocPitch_v3020_params, pitch, 8);
+SAME(cudaMallocPitch_v3020_params, height, 24);
+SAME(cudaFree_v3020_params, devPtr, 0);
+SAME(cudaMallocHost_v3020_params, size, 8);
+SAME(cudaHostAlloc_v3020_params, size, 8);
+SAME(cudaFreeHost_v3020_params, ptr, 0);
+SAME(cudaHostRegister_v4000_params, ptr, 0);
+SAME(cudaHostRegister_v4000_params, size, 8);
+SAME(cudaMallocManaged_v6000_params, size, 8);
+SAME(cudaMallocAsync_v11020_params, size, 8);
+SAME(cudaFreeAsync_v11020_params, devPtr, 0);
+SAME(cudaMallocFromPoolAsync_v11020_params, size, 8);
+// PM sampling: our parameter structs against NVIDIA's, field by field, and
+// the struct sizes we pass (CUPTI's STRUCT_SIZE up to our last field).
+static_assert(offsetof(CUpti_Profiler_Initialize_Params, structSize) == offsetof(abi::pm::ProfilerInitializeParams, structSize), "ProfilerInitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Initialize_Params, pPriv) == offsetof(abi::pm::ProfilerInitializeParams, pPriv), "ProfilerInitializeParams.pPriv");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Initialize_Params, pPriv) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ProfilerInitializeParams, pPriv));
+static_assert(offsetof(CUpti_Device_GetChipName_Params, structSize) == offsetof(abi::pm::DeviceGetChipNameParams, structSize), "DeviceGetChipNameParams.structSize");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, pPriv) == offsetof(abi::pm::DeviceGetChipNameParams, pPriv), "DeviceGetChipNameParams.pPriv");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, deviceIndex) == offsetof(abi::pm::DeviceGetChipNameParams, deviceIndex), "DeviceGetChipNameParams.deviceIndex");
+static_assert(offsetof(CUpti_Device_GetChipName_Params, pChipName) == offsetof(abi::pm::DeviceGetChipNameParams, pChipName), "DeviceGetChipNameParams.pChipName");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Device_GetChipName_Params, pChipName) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::DeviceGetChipNameParams, pChipName));
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, structSize) == offsetof(abi::pm::GetCounterAvailabilityParams, structSize), "GetCounterAvailabilityParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, pPriv) == offsetof(abi::pm::GetCounterAvailabilityParams, pPriv), "GetCounterAvailabilityParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, deviceIndex) == offsetof(abi::pm::GetCounterAvailabilityParams, deviceIndex), "GetCounterAvailabilityParams.deviceIndex");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, counterAvailabilityImageSize) == offsetof(abi::pm::GetCounterAvailabilityParams, counterAvailabilityImageSize), "GetCounterAvailabilityParams.counterAvailabilityImageSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage) == offsetof(abi::pm::GetCounterAvailabilityParams, pCounterAvailabilityImage), "GetCounterAvailabilityParams.pCounterAvailabilityImage");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterAvailabilityParams, pCounterAvailabilityImage));
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, structSize) == offsetof(abi::pm::HostInitializeParams, structSize), "HostInitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pPriv) == offsetof(abi::pm::HostInitializeParams, pPriv), "HostInitializeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, profilerType) == offsetof(abi::pm::HostInitializeParams, profilerType), "HostInitializeParams.profilerType");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pChipName) == offsetof(abi::pm::HostInitializeParams, pChipName), "HostInitializeParams.pChipName");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pCounterAvailabilityImage) == offsetof(abi::pm::HostInitializeParams, pCounterAvailabilityImage), "HostInitializeParams.pCounterAvailabilityImage");
+static_assert(offsetof(CUpti_Profiler_Host_Initialize_Params, pHostObject) == offsetof(abi::pm::HostInitializeParams, pHostObject), "HostInitializeParams.pHostObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostInitializeParams, pHostObject));
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, structSize) == offsetof(abi::pm::HostDeinitializeParams, structSize), "HostDeinitializeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, pPriv) == offsetof(abi::pm::HostDeinitializeParams, pPriv), "HostDeinitializeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) == offsetof(abi::pm::HostDeinitializeParams, pHostObject), "HostDeinitializeParams.pHostObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostDeinitializeParams, pHostObject));
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, structSize) == offsetof(abi::pm::HostConfigAddMetricsParams, structSize), "HostConfigAddMetricsParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, pPriv) == offsetof(abi::pm::HostConfigAddMetricsParams, pPriv), "HostConfigAddMetricsParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, pHostObject) == offsetof(abi::pm::HostConfigAddMetricsParams, pHostObject), "HostConfigAddMetricsParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, ppMetricNames) == offsetof(abi::pm::HostConfigAddMetricsParams, ppMetricNames), "HostConfigAddMetricsParams.ppMetricNames");
+static_assert(offsetof(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) == offsetof(abi::pm::HostConfigAddMetricsParams, numMetrics), "HostConfigAddMetricsParams.numMetrics");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostConfigAddMetricsParams, numMetrics));
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, structSize) == offsetof(abi::pm::HostGetConfigImageSizeParams, structSize), "HostGetConfigImageSizeParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, pPriv) == offsetof(abi::pm::HostGetConfigImageSizeParams, pPriv), "HostGetConfigImageSizeParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, pHostObject) == offsetof(abi::pm::HostGetConfigImageSizeParams, pHostObject), "HostGetConfigImageSizeParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize) == offsetof(abi::pm::HostGetConfigImageSizeParams, configImageSize), "HostGetConfigImageSizeParams.configImageSize");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostGetConfigImageSizeParams, configImageSize));
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, structSize) == offsetof(abi::pm::HostGetConfigImageParams, structSize), "HostGetConfigImageParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pPriv) == offsetof(abi::pm::HostGetConfigImageParams, pPriv), "HostGetConfigImageParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pHostObject) == offsetof(abi::pm::HostGetConfigImageParams, pHostObject), "HostGetConfigImageParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, configImageSize) == offsetof(abi::pm::HostGetConfigImageParams, configImageSize), "HostGetConfigImageParams.configImageSize");
+static_assert(offsetof(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) == offsetof(abi::pm::HostGetConfigImageParams, pConfigImage), "HostGetConfigImageParams.pConfigImage");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostGetConfigImageParams, pConfigImage));
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, structSize) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, structSize), "HostEvaluateToGpuValuesParams.structSize");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pPriv) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pPriv), "HostEvaluateToGpuValuesParams.pPriv");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pHostObject) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pHostObject), "HostEvaluateToGpuValuesParams.pHostObject");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pCounterDataImage) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pCounterDataImage), "HostEvaluateToGpuValuesParams.pCounterDataImage");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, counterDataImageSize) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, counterDataImageSize), "HostEvaluateToGpuValuesParams.counterDataImageSize");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, rangeIndex) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, rangeIndex), "HostEvaluateToGpuValuesParams.rangeIndex");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ppMetricNames) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, ppMetricNames), "HostEvaluateToGpuValuesParams.ppMetricNames");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, numMetrics) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, numMetrics), "HostEvaluateToGpuValuesParams.numMetrics");
+static_assert(offsetof(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues) == offsetof(abi::pm::HostEvaluateToGpuValuesParams, pMetricValues), "HostEvaluateToGpuValuesParams.pMetricValues");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::HostEvaluateToGpuValuesParams, pMetricValues));
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, structSize) == offsetof(abi::pm::EnableParams, structSize), "EnableParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, pPriv) == offsetof(abi::pm::EnableParams, pPriv), "EnableParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, deviceIndex) == offsetof(abi::pm::EnableParams, deviceIndex), "EnableParams.deviceIndex");
+static_assert(offsetof(CUpti_PmSampling_Enable_Params, pPmSamplingObject) == offsetof(abi::pm::EnableParams, pPmSamplingObject), "EnableParams.pPmSamplingObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_Enable_Params, pPmSamplingObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::EnableParams, pPmSamplingObject));
+static_assert(offsetof(CUpti_PmSampling_Start_Params, structSize) == offsetof(abi::pm::ObjectParams, structSize), "ObjectParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_Start_Params, pPriv) == offsetof(abi::pm::ObjectParams, pPriv), "ObjectParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_Start_Params, pPmSamplingObject) == offsetof(abi::pm::ObjectParams, pPmSamplingObject), "ObjectParams.pPmSamplingObject");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_Start_Params, pPmSamplingObject) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject));
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, structSize) == offsetof(abi::pm::SetConfigParams, structSize), "SetConfigParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pPriv) == offsetof(abi::pm::SetConfigParams, pPriv), "SetConfigParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pPmSamplingObject) == offsetof(abi::pm::SetConfigParams, pPmSamplingObject), "SetConfigParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, configSize) == offsetof(abi::pm::SetConfigParams, configSize), "SetConfigParams.configSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, pConfig) == offsetof(abi::pm::SetConfigParams, pConfig), "SetConfigParams.pConfig");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, hardwareBufferSize) == offsetof(abi::pm::SetConfigParams, hardwareBufferSize), "SetConfigParams.hardwareBufferSize");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, samplingInterval) == offsetof(abi::pm::SetConfigParams, samplingInterval), "SetConfigParams.samplingInterval");
+static_assert(offsetof(CUpti_PmSampling_SetConfig_Params, triggerMode) == offsetof(abi::pm::SetConfigParams, triggerMode), "SetConfigParams.triggerMode");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_SetConfig_Params, triggerMode) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::SetConfigParams, triggerMode));
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, structSize) == offsetof(abi::pm::GetCounterDataSizeParams, structSize), "GetCounterDataSizeParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pPriv) == offsetof(abi::pm::GetCounterDataSizeParams, pPriv), "GetCounterDataSizeParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pPmSamplingObject) == offsetof(abi::pm::GetCounterDataSizeParams, pPmSamplingObject), "GetCounterDataSizeParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, pMetricNames) == offsetof(abi::pm::GetCounterDataSizeParams, pMetricNames), "GetCounterDataSizeParams.pMetricNames");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, numMetrics) == offsetof(abi::pm::GetCounterDataSizeParams, numMetrics), "GetCounterDataSizeParams.numMetrics");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, maxSamples) == offsetof(abi::pm::GetCounterDataSizeParams, maxSamples), "GetCounterDataSizeParams.maxSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize) == offsetof(abi::pm::GetCounterDataSizeParams, counterDataSize), "GetCounterDataSizeParams.counterDataSize");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterDataSizeParams, counterDataSize));
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, structSize) == offsetof(abi::pm::CounterDataImageInitializeParams, structSize), "CounterDataImageInitializeParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPriv) == offsetof(abi::pm::CounterDataImageInitializeParams, pPriv), "CounterDataImageInitializeParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPmSamplingObject) == offsetof(abi::pm::CounterDataImageInitializeParams, pPmSamplingObject), "CounterDataImageInitializeParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, counterDataSize) == offsetof(abi::pm::CounterDataImageInitializeParams, counterDataSize), "CounterDataImageInitializeParams.counterDataSize");
+static_assert(offsetof(CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData) == offsetof(abi::pm::CounterDataImageInitializeParams, pCounterData), "CounterDataImageInitializeParams.pCounterData");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::CounterDataImageInitializeParams, pCounterData));
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, structSize) == offsetof(abi::pm::DecodeDataParams, structSize), "DecodeDataParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pPriv) == offsetof(abi::pm::DecodeDataParams, pPriv), "DecodeDataParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pPmSamplingObject) == offsetof(abi::pm::DecodeDataParams, pPmSamplingObject), "DecodeDataParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, pCounterDataImage) == offsetof(abi::pm::DecodeDataParams, pCounterDataImage), "DecodeDataParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, counterDataImageSize) == offsetof(abi::pm::DecodeDataParams, counterDataImageSize), "DecodeDataParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, decodeStopReason) == offsetof(abi::pm::DecodeDataParams, decodeStopReason), "DecodeDataParams.decodeStopReason");
+static_assert(offsetof(CUpti_PmSampling_DecodeData_Params, overflow) == offsetof(abi::pm::DecodeDataParams, overflow), "DecodeDataParams.overflow");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_DecodeData_Params, overflow) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::DecodeDataParams, overflow));
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, structSize) == offsetof(abi::pm::GetCounterDataInfoParams, structSize), "GetCounterDataInfoParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, pPriv) == offsetof(abi::pm::GetCounterDataInfoParams, pPriv), "GetCounterDataInfoParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, pCounterDataImage) == offsetof(abi::pm::GetCounterDataInfoParams, pCounterDataImage), "GetCounterDataInfoParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, counterDataImageSize) == offsetof(abi::pm::GetCounterDataInfoParams, counterDataImageSize), "GetCounterDataInfoParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numTotalSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numTotalSamples), "GetCounterDataInfoParams.numTotalSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numPopulatedSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numPopulatedSamples), "GetCounterDataInfoParams.numPopulatedSamples");
+static_assert(offsetof(CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples) == offsetof(abi::pm::GetCounterDataInfoParams, numCompletedSamples), "GetCounterDataInfoParams.numCompletedSamples");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetCounterDataInfoParams, numCompletedSamples));
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, structSize) == offsetof(abi::pm::GetSampleInfoParams, structSize), "GetSampleInfoParams.structSize");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPriv) == offsetof(abi::pm::GetSampleInfoParams, pPriv), "GetSampleInfoParams.pPriv");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPmSamplingObject) == offsetof(abi::pm::GetSampleInfoParams, pPmSamplingObject), "GetSampleInfoParams.pPmSamplingObject");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pCounterDataImage) == offsetof(abi::pm::GetSampleInfoParams, pCounterDataImage), "GetSampleInfoParams.pCounterDataImage");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, counterDataImageSize) == offsetof(abi::pm::GetSampleInfoParams, counterDataImageSize), "GetSampleInfoParams.counterDataImageSize");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, sampleIndex) == offsetof(abi::pm::GetSampleInfoParams, sampleIndex), "GetSampleInfoParams.sampleIndex");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, startTimestamp) == offsetof(abi::pm::GetSampleInfoParams, startTimestamp), "GetSampleInfoParams.startTimestamp");
+static_assert(offsetof(CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp) == offsetof(abi::pm::GetSampleInfoParams, endTimestamp), "GetSampleInfoParams.endTimestamp");
+static_assert(CUPTI_PROFILER_STRUCT_SIZE(CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp) == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::GetSampleInfoParams, endTimestamp));
+static_assert(CUpti_PmSampling_Stop_Params_STRUCT_SIZE == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject) &&
+              CUpti_PmSampling_Disable_Params_STRUCT_SIZE == SPYGLASS_CUPTI_STRUCT_SIZE(abi::pm::ObjectParams, pPmSamplingObject));
+static_assert(CUPTI_PROFILER_TYPE_PM_SAMPLING == abi::pm::kProfilerTypePmSampling &&
+              CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL == abi::pm::kTriggerGpuTimeInterval &&
+              CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL == abi::pm::kDecodeStopCounterDataFull);
+static_assert(CUPTI_ERROR_NOT_SUPPORTED == abi::pm::kErrorNotSupported && CUPTI_ERROR_INVALID_METRIC_NAME == abi::pm::kErrorInvalidMetricName &&
+              CUPTI_ERROR_INVALID_CHIP_NAME == abi::pm::kErrorInvalidChipName && CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED == abi::pm::kErrorMigNotSupported &&
+              CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED == abi::pm::kErrorVirtualizedNotSupported &&
+              CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED == abi::pm::kErrorWslNotSupported && CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED == abi::pm::kErrorCmpNotSupported &&
+              CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED == abi::pm::kErrorConfidentialNotSupported &&
+              CUPTI_ERROR_HARDWARE_BUSY == abi::pm::kErrorHardwareBusy &&
+              CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES == abi::kErrorVirtualizedInsufficientPrivileges);
+// Graph node mapping: resource callbacks, the graph node of device records.
+static_assert(CUPTI_CB_DOMAIN_RESOURCE == abi::kDomainResource);
+static_assert(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED == abi::kResourceGraphNodeCreated);
+static_assert(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED == abi::kResourceGraphNodeCloned);
+SAME(CUpti_ResourceData, resourceDescriptor, abi::resource::kResourceDescriptor);
+SAME(CUpti_GraphData, graph, abi::graph_data::kGraph);
+SAME(CUpti_GraphData, node, abi::graph_data::kNode);
+SAME(CUpti_GraphData, originalNode, abi::graph_data::kOriginalNode);
+SAME(CUpti_GraphData, nodeType, abi::graph_data::kNodeType);
+SAME(CUpti_ActivityKernel9, graphNodeId, abi::kernel::kGraphNodeId);
+SAME(CUpti_ActivityMemcpy5, graphNodeId, abi::memcpy::kGraphNodeId);
+SAME(CUpti_ActivityMemset4, graphNodeId, abi::memset::kGraphNodeId);
+SAME(CUpti_ActivityMemset4, graphId, abi::memset::kGraphId);
+static_assert(CUPTI_DRIVER_TRACE_CBID_cuGraphCreate == abi::cbid::kGraphCreate &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode == abi::cbid::kGraphAddKernelNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemcpyNode == abi::cbid::kGraphAddMemcpyNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemsetNode == abi::cbid::kGraphAddMemsetNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate == abi::cbid::kGraphInstantiate &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphClone == abi::cbid::kGraphClone &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddChildGraphNode == abi::cbid::kGraphAddChildGraphNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEmptyNode == abi::cbid::kGraphAddEmptyNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddHostNode == abi::cbid::kGraphAddHostNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2 == abi::cbid::kGraphInstantiateV2 &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventRecordNode == abi::cbid::kGraphAddEventRecordNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddEventWaitNode == abi::cbid::kGraphAddEventWaitNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode == abi::cbid::kGraphAddMemAllocNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode == abi::cbid::kGraphAddMemFreeNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags == abi::cbid::kGraphInstantiateWithFlags &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams == abi::cbid::kGraphInstantiateWithParams &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz == abi::cbid::kGraphInstantiateWithParamsPtsz &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddBatchMemOpNode == abi::cbid::kGraphAddBatchMemOpNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2 == abi::cbid::kGraphAddKernelNodeV2 &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode == abi::cbid::kGraphAddNode &&
+              CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2 == abi::cbid::kGraphAddNodeV2);
 
 namespace {
 
@@ -125,18 +347,60 @@ constexpr uint64_t kT0 = 1'700'000'000'000'000'000ull;  // CUPTI clock (ns) at t
 uint64_t At(uint64_t us) { return kT0 + us * 1000; }
 
 uint64_t g_now = 0;
+spyglass::gpu::CallbackSink* g_sink = nullptr;
 int FakeTimestamp(uint64_t* t) {
   *t = g_now;
   return 0;
 }
+// Live GPU bytes and allocations per kind in the memory profile of `device`.
+std::map<std::string, std::pair<int64_t, int64_t>> LiveByKind(const char* device) {
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  std::string pprof;
+  if (!spyglass::profiler::device_memory_profile(&pprof, device).ok()) return out;
+  spyglass::memory::PprofProfile prof;
+  if (!spyglass::memory::ParsePprof(pprof, &prof).ok()) return out;
+  for (const auto& s : prof.samples) {
+    auto kind = s.labels.find("kind"), dev = s.labels.find("device");
+    if (kind == s.labels.end() || dev == s.labels.end() || dev->second != device) continue;
+    auto& [bytes, count] = out[std::string(kind->second)];
+    bytes += s.values[prof.bytes_index];
+    count += prof.count_index >= 0 ? s.values[prof.count_index] : 1;
+  }
+  return out;
+}
+
+// Graph and node handles stand for their ids in these tests.
+int FakeGraphNodeId(void* node, uint64_t* id) {
+  *id = reinterpret_cast<uintptr_t>(node);
+  return 0;
+}
+int FakeGraphId(void* graph, uint32_t* id) {
+  *id = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(graph));
+  return 0;
+}
+// CUPTI's resource callback for a graph node made (or cloned from `original`) now.
+void NodeMade(spyglass::gpu::CallbackSink& sink, uintptr_t graph, uintptr_t node, CUgraphNodeType type,
+              uintptr_t original = 0) {
+  CUpti_GraphData g{};
+  g.graph = reinterpret_cast<CUgraph>(graph);
+  g.node = reinterpret_cast<CUgraphNode>(node);
+  g.originalNode = reinterpret_cast<CUgraphNode>(original);
+  g.nodeType = type;
+  CUpti_ResourceData r{};
+  r.resourceDescriptor = &g;
+  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_RESOURCE,
+                             original ? CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED : CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &r);
+}
+
 int FakeDeviceId(void*, uint32_t* d) {
   *d = 0;
   return 0;
 }
 
 // One driver call through the real callback: enter at `start_us`, exit at `end_us`.
-void Call(spyglass::gpu::CallbackSink& sink, CUpti_driver_api_trace_cbid id, const char* fn, uint32_t corr,
-          void* params, uint64_t start_us, uint64_t end_us, CUresult ret = CUDA_SUCCESS) {
+void Call(spyglass::gpu::CallbackSink& sink, uint32_t id, const char* fn, uint32_t corr, void* params,
+          uint64_t start_us, uint64_t end_us, int ret = CUDA_SUCCESS, CUpti_CallbackDomain domain = CUPTI_CB_DOMAIN_DRIVER_API,
+          void (*inside)() = nullptr) {
   uint64_t scratch = 0;
   CUpti_CallbackData d{};
   d.functionName = fn;
@@ -147,10 +411,11 @@ void Call(spyglass::gpu::CallbackSink& sink, CUpti_driver_api_trace_cbid id, con
   d.correlationId = corr;
   d.callbackSite = CUPTI_API_ENTER;
   g_now = At(start_us);
-  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+  spyglass::gpu::ApiCallback(&sink, domain, id, &d);
+  if (inside) inside();
   d.callbackSite = CUPTI_API_EXIT;
   g_now = At(end_us);
-  spyglass::gpu::ApiCallback(&sink, CUPTI_CB_DOMAIN_DRIVER_API, id, &d);
+  spyglass::gpu::ApiCallback(&sink, domain, id, &d);
 }
 
 }  // namespace
@@ -238,6 +503,95 @@ int main(int argc, char** argv) {
   }
   CHECK(python_site);
 
+  // Every other kind of GPU memory, each under its own kind, through the real
+  // callback with NVIDIA's parameter layouts. A runtime call counts once,
+  // whether a driver call under it reports the memory or not.
+  g_sink = &sink;
+  CUdeviceptr pitched = 0x7f0001000000ull;
+  size_t pitch = 512;
+  cuMemAllocPitch_v2_params pp{&pitched, &pitch, 500, 100, 4};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, "cuMemAllocPitch_v2", 30, &pp, 100, 101);
+  void* pinned = reinterpret_cast<void*>(0x7f0002000000ull);
+  cuMemHostAlloc_params hp{&pinned, 2u << 20, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, "cuMemHostAlloc", 31, &hp, 102, 103);
+  // Registering host memory the heap tracker already holds: both records stay.
+  static char registered[8192];
+  memory::record_allocation(registered, sizeof registered, "cpu:0", "buffer");
+  cuMemHostRegister_v2_params hr{registered, sizeof registered, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, "cuMemHostRegister_v2", 32, &hr, 104, 105);
+  CUdeviceptr pooled = 0x7f0003000000ull;
+  cuMemAllocFromPoolAsync_params pa{&pooled, 5u << 20, nullptr, nullptr};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 33, &pa, 106, 107);
+  // VMM: physical memory on the device of its property (no context); the
+  // handle's value equals a live device address: the keys must not collide.
+  CUmemGenericAllocationHandle handle = dptr;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  cuMemCreate_params mc{&handle, 6u << 20, &prop, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, "cuMemCreate", 34, &mc, 108, 109);
+  cuMemMap_params mm{0x7f0010000000ull, 6u << 20, 0, handle, 0};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemMap, "cuMemMap", 35, &mm, 109, 110);
+  // The runtime alone...
+  void* rt = reinterpret_cast<void*>(0x7f0004000000ull);
+  cudaMalloc_v3020_params rm{&rt, 7u << 20};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, "cudaMalloc_v3020", 36, &rm, 110, 111, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  // ...and with its driver call under it.
+  static CUdeviceptr nested_ptr = 0x7f0005000000ull;
+  static cuMemAllocManaged_params nested{&nested_ptr, 9u << 20, 1};
+  void* rt_managed = reinterpret_cast<void*>(nested_ptr);
+  cudaMallocManaged_v6000_params rmm{&rt_managed, 9u << 20, 1};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, "cudaMallocManaged_v6000", 37, &rmm, 112, 116,
+       cudaSuccess, CUPTI_CB_DOMAIN_RUNTIME_API, [] {
+         Call(*g_sink, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, "cuMemAllocManaged", 37, &nested, 113, 114);
+       });
+  // A failed runtime call is not memory.
+  void* rt_failed = reinterpret_cast<void*>(0x7f0006000000ull);
+  cudaMallocHost_v3020_params rfail{&rt_failed, 1u << 20};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, "cudaMallocHost_v3020", 38, &rfail, 117, 118,
+       cudaErrorMemoryAllocation, CUPTI_CB_DOMAIN_RUNTIME_API);
+  auto live = LiveByKind("gpu:0");
+  auto Is = [&](const char* kind, int64_t bytes, int64_t count) {
+    auto it = live.find(kind);
+    bool ok = it != live.end() && it->second.first == bytes && it->second.second == count;
+    if (!ok)
+      std::fprintf(stderr, "kind %s: %lld bytes in %lld, wanted %lld in %lld\n", kind,
+                   static_cast<long long>(it == live.end() ? -1 : it->second.first),
+                   static_cast<long long>(it == live.end() ? -1 : it->second.second), static_cast<long long>(bytes),
+                   static_cast<long long>(count));
+    return ok;
+  };
+  CHECK(Is("device", (4 << 20) + (7 << 20), 2));
+  CHECK(Is("pitched", 512 * 100, 1));
+  CHECK(Is("pinned_host", 2 << 20, 1));
+  CHECK(Is("host_registered", 8192, 1));
+  CHECK(Is("stream_ordered", (3 << 20) + (5 << 20), 2));
+  CHECK(Is("vmm", 6 << 20, 1));
+  CHECK(Is("managed", 9 << 20, 1));
+  CHECK(live.size() == 7);
+  // Frees of each kind, by the driver and the runtime.
+  cuMemRelease_params rel{handle};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemRelease, "cuMemRelease", 40, &rel, 120, 121);
+  cuMemHostUnregister_params hu{registered};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, "cuMemHostUnregister", 41, &hu, 122, 123);
+  cudaFree_v3020_params rf{rt};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, "cudaFree_v3020", 42, &rf, 124, 125, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  cudaFreeAsync_v11020_params rfa{reinterpret_cast<void*>(pooled), nullptr};
+  Call(sink, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, "cudaFreeAsync_v11020", 43, &rfa, 126, 127, cudaSuccess,
+       CUPTI_CB_DOMAIN_RUNTIME_API);
+  cuMemFreeHost_params fh{pinned};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, "cuMemFreeHost", 44, &fh, 128, 129);
+  live = LiveByKind("gpu:0");
+  CHECK(Is("device", 4 << 20, 1));
+  CHECK(Is("stream_ordered", 3 << 20, 1));
+  CHECK(live.count("vmm") == 0 && live.count("host_registered") == 0 && live.count("pinned_host") == 0);
+  auto heap = LiveByKind("cpu:0");
+  CHECK(heap.count("buffer") == 1 && heap["buffer"].first >= 8192);  // the heap's record of the registered range
+  memory::record_free(registered);
+
   // Device records with NVIDIA's layouts.
   gpu::GpuCollector collector;
   CUpti_ActivityKernel9 k{};
@@ -317,6 +671,36 @@ int main(int argc, char** argv) {
   collector.AddRecord(&mk);
   CHECK(collector.records() == 6);
 
+  // CUDA graph nodes (gpu_dump_graph_node_mapping): one made by
+  // cuGraphAddKernelNode, one by a launch under stream capture, then both
+  // cloned by cuGraphInstantiate; what runs are the clones.
+  CHECK(sink.ReserveNodes(64));
+  sink.get_graph_node_id = &FakeGraphNodeId;
+  sink.get_graph_id = &FakeGraphId;
+  cuGraphAddKernelNode_v2_params add{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuGraphAddKernelNode_v2, "cuGraphAddKernelNode_v2", 50, &add, 200, 202, CUDA_SUCCESS,
+       CUPTI_CB_DOMAIN_DRIVER_API, [] { NodeMade(*g_sink, 42, 1001, CU_GRAPH_NODE_TYPE_KERNEL); });
+  cuLaunchKernel_params captured{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", 51, &captured, 203, 204, CUDA_SUCCESS,
+       CUPTI_CB_DOMAIN_DRIVER_API, [] { NodeMade(*g_sink, 42, 1002, CU_GRAPH_NODE_TYPE_KERNEL); });
+  cuGraphInstantiateWithFlags_params inst{};
+  Call(sink, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 52, &inst, 205, 208,
+       CUDA_SUCCESS, CUPTI_CB_DOMAIN_DRIVER_API, [] {
+         NodeMade(*g_sink, 43, 2001, CU_GRAPH_NODE_TYPE_KERNEL, 1001);
+         NodeMade(*g_sink, 43, 2002, CU_GRAPH_NODE_TYPE_KERNEL, 1002);
+       });
+  NodeMade(sink, 44, 3001, CU_GRAPH_NODE_TYPE_MEMSET);  // outside any traced call
+  CHECK(sink.node_count() == 5);
+  for (uint64_t i = 0; i < sink.node_count(); ++i) collector.AddGraphNode(sink.nodes[i]);
+  // The graph's launch runs the clones' kernels.
+  CUpti_ActivityKernel9 gk = k;
+  gk.start = At(300), gk.end = At(310), gk.streamId = 9, gk.correlationId = 60, gk.graphId = 43, gk.graphNodeId = 2001;
+  gk.name = "_Z7captureddPf";
+  collector.AddRecord(&gk);
+  gk.start = At(311), gk.end = At(320), gk.graphNodeId = 2002, gk.name = "_Z8capturedPf";
+  collector.AddRecord(&gk);
+  CHECK(collector.records() == 8);
+
   for (uint64_t i = 0; i < sink.size(); ++i) collector.AddApiEvent(sink.events[i]);
   gpu::ClockMap clock;
   clock.AddSample(kT0, 0, 0);
@@ -356,10 +740,54 @@ int main(int argc, char** argv) {
                 e.offset_ps == 45'000'000 && e.duration_ps == 45'000'000;
   CHECK(nvtx);
 
+  // Graph node mapping: each graph kernel names its node and the call that
+  // made it; each node made is an event on the thread that made it.
+  int graph_kernels = 0;
+  if (dev != nullptr)
+    for (const model::Line& l : dev->lines)
+      for (const model::Event& e : l.events) {
+        std::string node, api;
+        for (const model::Stat& s : l.stats_of(e)) {
+          if (dev->stat_name(s) == model::kCudaGraphNodeIdStat) node = std::to_string(s.u64);
+          if (dev->stat_name(s) == model::kCudaGraphNodeApiStat) api = dev->stat_text(s);
+        }
+        if (node == "2001") graph_kernels += api == "cuGraphAddKernelNode_v2";
+        if (node == "2002") graph_kernels += api == "cuLaunchKernel";
+      }
+  CHECK(graph_kernels == 2);
+  int node_events = 0;
+  for (const model::Line& l : host_after.lines)
+    for (const model::Event& e : l.events) {
+      const std::string& name = host_after.event_metadata()[e.metadata_id].name;
+      if (name.rfind(model::kCudaGraphNodeMapPrefix, 0) != 0) continue;
+      std::string node, orig, type;
+      for (const model::Stat& s : l.stats_of(e)) {
+        if (host_after.stat_name(s) == model::kCudaGraphNodeIdStat) node = std::to_string(s.u64);
+        if (host_after.stat_name(s) == model::kCudaGraphOrigNodeIdStat) orig = std::to_string(s.u64);
+        if (host_after.stat_name(s) == model::kCudaGraphNodeTypeStat) type = host_after.stat_text(s);
+      }
+      CHECK(l.id == tid);
+      if (name == "CudaGraphNodeMap: cuGraphAddKernelNode_v2" && node == "1001" && type == "kernel" &&
+          e.offset_ps == 200'000'000)
+        ++node_events;
+      if (name == "CudaGraphNodeMap: cuLaunchKernel" && node == "1002") ++node_events;
+      if (name == "CudaGraphNodeMap: cuGraphInstantiateWithFlags" && node == "2002" && orig == "1002") ++node_events;
+      if (name == "CudaGraphNodeMap: unknown" && node == "3001" && type == "memset") ++node_events;
+    }
+  CHECK(node_events == 4);
+
   // Our own trace JSON: a flow arrow from the launch to the kernel.
   std::string json = exporter::TraceJsonString(space);
   CHECK(json.find("\"bind_id\":11,\"flow_out\":true") != std::string::npos);
   CHECK(json.find("\"bind_id\":11,\"flow_in\":true") != std::string::npos);
+
+  // PM sampling's counter line on the same plane (XProf reads the file with it).
+  gpu::PmDeviceSamples pm;
+  pm.start_ns = {At(100), At(600)};
+  pm.end_ns = {At(600), At(1000)};
+  pm.values = {42.5, 17.0};
+  gpu::AddPmCounters({"sm__cycles_active.avg"}, {pm}, clock, &space);
+  CHECK(space.find_plane("/device:GPU:0")->lines.back().name == model::kCounterLineName);
 
   Status s = exporter::WriteXSpaceFile(space, argv[1]);
   CHECK(s.ok());

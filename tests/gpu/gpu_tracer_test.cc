@@ -233,6 +233,34 @@ TEST(GpuCollector, ActivityCapDropsAreCountedPerGpuAndShown) {
   EXPECT_EQ(space.find_plane("/device:GPU:0")->lines.at(0).events.size(), 2u);
 }
 
+// A corrupt buffer naming a new stream in every record: the streams kept
+// per GPU are bounded, the rest counted and said.
+TEST(GpuCollector, StreamsPerGpuAreBounded) {
+  namespace abi = gpu::abi;
+  gpu::GpuCollector c(gpu::GpuLimits{1u << 30, 0});
+  alignas(8) unsigned char rec[208] = {};
+  auto put32 = [&](size_t off, uint32_t v) { std::memcpy(rec + off, &v, 4); };
+  auto put64 = [&](size_t off, uint64_t v) { std::memcpy(rec + off, &v, 8); };
+  put32(0, abi::kind::kMemset);
+  put64(abi::memset::kStart, 1000);
+  put64(abi::memset::kEnd, 1001);
+  const uint32_t n = 20000;
+  for (uint32_t i = 0; i < n; ++i) {
+    put32(abi::memset::kStreamId, i);
+    c.AddRecord(rec);
+  }
+  EXPECT_EQ(c.records(), 16384u);
+  EXPECT_EQ(c.dropped(), n - 16384u);
+  gpu::ClockMap clock;
+  clock.AddSample(1000, 0, 0);
+  model::Space space;
+  c.Export(clock, &space);
+  ASSERT_EQ(space.warnings.size(), 1u);
+  EXPECT_NE(space.warnings[0].find("3616 events dropped because over 16384 streams on the GPU"), std::string::npos)
+      << space.warnings[0];
+  EXPECT_EQ(space.find_plane("/device:GPU:0")->lines.size(), 16384u);
+}
+
 // Kernel names are copied as records arrive: CUPTI's strings may be gone by
 // the time the session stops.
 TEST(GpuCollector, KernelNamesAreCopiedWhenAdded) {

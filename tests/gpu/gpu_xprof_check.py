@@ -55,6 +55,8 @@ def main():
   ap.add_argument("--copy-bytes", type=int, action="append", default=None)
   ap.add_argument("--annotation", default="train::layer1")
   ap.add_argument("--no-exact", action="store_true", help="real GPU: durations only > 0")
+  ap.add_argument("--pm-counter", default="sm__cycles_active.avg=42.5",
+                  help="NAME=VALUE: a PM sampling counter on /device:GPU:0 ('' to skip)")
   a = ap.parse_args()
   copies = a.copy_bytes or [1048576, 65536]
   try:
@@ -123,6 +125,16 @@ def main():
       if not any(e.get("name", "").startswith(prefix) for e in dev):
         failures.append(f"trace_viewer@: no {prefix} on /device:GPU:0")
     print(f"trace_viewer@: {len(dev)} device events, {len(launch)} launches, {len(linked)} linked")
+    # PM sampling: a counter track of the GPU with the sampled values.
+    if a.pm_counter:
+      name, value = a.pm_counter.split("=")
+      counters = [e for e in events if e.get("pid") in gpu_pids and e.get("ph") == "C" and e.get("name") == name]
+      # trace_viewer@ packs a track's samples as "entries": [[ts, value], ...].
+      values = [v for e in counters for v in e.get("args", {}).values()]
+      values += [x[1] for e in counters for x in e.get("entries", []) if len(x) == 2]
+      if not any(abs(float(v) - float(value)) < 1e-9 for v in values):
+        failures.append(f"trace_viewer@: no counter {name}={value} on /device:GPU:0: {counters[:4]}")
+      print(f"trace_viewer@: counter {name}: {values}")
 
     # The event details (args) come from the legacy trace_viewer tool.
     legacy = convert(path, "trace_viewer")

@@ -19,6 +19,10 @@ command -v go >/dev/null || fail "go is not installed (apt-get install golang-go
 out=$("$cli" run -o "$T/mem" -- "$prog" grow 5 2>&1)
 check "spyglass run" "$out" "grow: done" "memory profiles in"
 early=$(ls "$T"/mem/memory.*.1.prof) late=$(ls "$T"/mem/memory.*.exit.prof)
+# ... and in sampled mode (malloc's fast path then skips the state check until a SIGUSR2 clears its flag).
+out=$("$cli" run --sample-bytes 65536 -o "$T/usr2s" -- "$prog" grow 5 2>&1)
+check "spyglass run --sample-bytes: the SIGUSR2 snapshot" "$out" "grow: done" ".1.prof"
+ls "$T"/usr2s/memory.*.1.prof >/dev/null || fail "sampled mode: no SIGUSR2 snapshot"
 
 # 2. go tool pprof reads them.
 top=$(go tool pprof -top "$late" 2>&1)

@@ -180,6 +180,34 @@ if command -v python3 >/dev/null; then
   [ "$(ls "$T/py" | grep -vc python)" = 0 ] || fail "python MemoryError: profiles of the launcher's helpers: $(files "$T/py")"
 fi
 
+# 4d. Sampled mode: a failing allocation is rarely a sample (here 1 MiB calls
+# sampled one per GiB: 0.1 %), yet the OOM snapshot is written and names the
+# allocating function, whichever way the program allocates. The kept blocks
+# are estimates (scaled samples): only the failed allocation is checked.
+oom_sampled() { # oom_sampled <what> <function> <size as the summary prints it> <command...>
+  local what=$1 fn=$2 size=$3; shift 3
+  set +e
+  out=$("$cli" run --sample-bytes 1073741824 -o "$T/s-$what" -- sh -c "ulimit -v 1500000 && exec $*" 2>&1)
+  rc=$?
+  set -e
+  p=$(ls "$T/s-$what"/memory.*.oom.prof 2>/dev/null) || { echo "$out"; fail "sampled $what: no OOM snapshot: $(files "$T/s-$what")"; }
+  failed=$(top "$p" -sample_index=allocations -tagfocus=kind=failed)
+  check "sampled $what: the failed allocation's stack" "$failed" "$fn"
+  # Native programs: the allocating function is the innermost frame (Python's is below CPython's).
+  [ "$what" = python ] || [ "$(flat "$p" "$fn" -sample_index=allocations -tagfocus=kind=failed)" = 1 ] \
+    || { echo "$failed"; fail "sampled $what: one failed allocation in $fn"; }
+  check "sampled $what: the summary" "$out" "out of memory: an allocation of $size failed in $fn"
+}
+oom_sampled malloc grab_block "1.0 MiB" "\"$prog\" oom"
+[ "$rc" = 134 ] || fail "sampled malloc: expected exit status 134, got $rc"
+oom_sampled calloc calloc_block "1.0 MiB" "\"$prog\" oomcalloc"
+check "sampled calloc: errno after the failure" "$out" "calloc failed after" "errno ENOMEM"
+oom_sampled new "grab_array()" "1.0 MiB" "\"$oom_new\""
+if command -v python3 >/dev/null; then
+  oom_sampled python make_huge "9.1 TiB" "python3 '$T/huge.py'"
+  [ "$rc" = 1 ] || fail "sampled python: expected exit status 1, got $rc"
+fi
+
 # 5. A fatal signal (SIGSEGV): memory.<pid>.<comm>.signal.prof holds crash_block's 4 x 25000 B.
 set +e
 out=$("$cli" run -o "$T/segv" -- "$prog" crash 2>&1)
@@ -213,6 +241,14 @@ if [ -n "$cg" ] && mkdir "$cg" 2>/dev/null && echo $((256 << 20)) >"$cg/$limit" 
   held=$(flat "$p" grab_block)
   [ "$held" -ge $((200 << 20)) ] && [ "$held" -le $((256 << 20)) ] || fail "cgroup: grab_block holds $held B, expected 200-256 MiB"
   check "summary, cgroup" "$out" "killed by SIGKILL; passed 90% of its cgroup memory limit" "$(basename "$p")"
+  # Watched through the kernel's notification, not by polling; the profile says how, and at what usage.
+  case $limit in
+    memory.limit_in_bytes) how="cgroup v1 eventfd: usage thresholds" ;;
+    *) how="cgroup v2 POLLPRI: memory.events" ;;
+  esac
+  check "summary, cgroup: how it was watched" "$out" "(watched by $how"
+  check "cgroup: the profile's comment" "$(go tool pprof -comments "$p" 2>&1)" \
+    "spyglass: cgroup memory limit: usage " "of $((256 << 20)) bytes ($cg), watched by $how"
 else
   echo "skip: no cgroup can be made here (cgroup v1 memory or v2 with the memory controller, writable)"
   cg=""

@@ -7,6 +7,8 @@
 //   process_tree child      the child's part alone
 //   process_tree oom        keeps 1 MiB blocks (grab_block) until malloc
 //                           returns NULL, then abort()s
+//   process_tree oomcalloc  the same through calloc (calloc_block); says
+//                           whether errno was ENOMEM after the failure
 //   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
 //                           through a null pointer (SIGSEGV)
 //   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
@@ -18,6 +20,9 @@
 //   process_tree cgroup N S keeps and touches 1 MiB blocks (grab_block) up to
 //                           N MiB, 5 ms apart up to S MiB and 100 ms apart
 //                           after that, then exits 0
+//   process_tree spike N H  keeps and touches N MiB (grab_block) at once,
+//                           holds them H ms, frees them, waits 700 ms, exits 0
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +46,13 @@ __attribute__((noinline)) int grab_block(int touch) {
   char* p = malloc(1 << 20);
   if (!p) return 0;
   if (touch) memset(p, 1, 1 << 20);
+  keep(p);
+  return 1;
+}
+
+__attribute__((noinline)) int calloc_block(void) {
+  char* p = calloc(1, 1 << 20);
+  if (!p) return 0;
   keep(p);
   return 1;
 }
@@ -108,6 +120,14 @@ int main(int argc, char** argv) {
     fflush(stdout);
     abort();
   }
+  if (strcmp(mode, "oomcalloc") == 0) {
+    int n = 0;
+    errno = 0;
+    while (n < 1 << 20 && calloc_block()) ++n;
+    printf("oomcalloc: calloc failed after %d MiB, errno %s\n", n, errno == ENOMEM ? "ENOMEM" : "not ENOMEM");
+    fflush(stdout);
+    abort();
+  }
   if (strcmp(mode, "crash") == 0) {
     for (int i = 0; i < 4; ++i) crash_block();
     printf("crash: %d\n", (int)getpid());
@@ -127,6 +147,19 @@ int main(int argc, char** argv) {
     printf("cgroup: %d MiB kept\n", g_kept);
     return 0;
   }
-  fprintf(stderr, "usage: process_tree forkexec|child|oom|crash|cgroup N\n");
+  if (strcmp(mode, "spike") == 0) {
+    int mib = argc > 2 ? atoi(argv[2]) : 0, hold = argc > 3 ? atoi(argv[3]) : 0;
+    for (int i = 0; i < mib && i < 4096; ++i)
+      if (!grab_block(1)) break;
+    struct timespec ts = {hold / 1000, (long)(hold % 1000) * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int kept = g_kept;
+    while (g_kept > 0) free(g_keep[--g_kept]);
+    struct timespec after = {0, 700 * 1000 * 1000};
+    nanosleep(&after, NULL);
+    printf("spike: %d MiB held %d ms\n", kept, hold);
+    return 0;
+  }
+  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|crash|cgroup N|spike N H\n");
   return 2;
 }

@@ -25,12 +25,12 @@ using model::StatKind;
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLen = 2;
 constexpr uint32_t Tag(uint32_t field, uint32_t wire) { return (field << 3) | wire; }
 
-size_t VarintSize(uint64_t v) { return CodedOutputStream::VarintSize64(v); }
-size_t TagSize(uint32_t field) { return VarintSize(field << 3); }
-size_t LenFieldSize(uint32_t field, size_t len) { return TagSize(field) + VarintSize(len) + len; }
-size_t VarintFieldSize(uint32_t field, uint64_t v) { return TagSize(field) + VarintSize(v); }
+[[gnu::always_inline]] inline size_t VarintSize(uint64_t v) { return CodedOutputStream::VarintSize64(v); }
+[[gnu::always_inline]] inline size_t TagSize(uint32_t field) { return VarintSize(field << 3); }
+[[gnu::always_inline]] inline size_t LenFieldSize(uint32_t field, size_t len) { return TagSize(field) + VarintSize(len) + len; }
+[[gnu::always_inline]] inline size_t VarintFieldSize(uint32_t field, uint64_t v) { return TagSize(field) + VarintSize(v); }
 // proto3: singular scalars equal to their default are not written.
-size_t OptVarintFieldSize(uint32_t field, uint64_t v) { return v ? VarintFieldSize(field, v) : 0; }
+[[gnu::always_inline]] inline size_t OptVarintFieldSize(uint32_t field, uint64_t v) { return v ? VarintFieldSize(field, v) : 0; }
 size_t OptStringFieldSize(uint32_t field, const std::string& s) { return s.empty() ? 0 : LenFieldSize(field, s.size()); }
 
 void WriteVarintField(CodedOutputStream& o, uint32_t field, uint64_t v) {
@@ -54,7 +54,7 @@ void WriteLenHeader(CodedOutputStream& o, uint32_t field, size_t len) {
 }
 
 // XStat: 1 metadata_id, oneof value {2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref}.
-size_t StatSize(const model::Plane& p, const Stat& s) {
+[[gnu::always_inline]] inline size_t StatSize(const model::Plane& p, const Stat& s) {
   size_t n = OptVarintFieldSize(1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: return n + TagSize(2) + 8;
@@ -67,8 +67,8 @@ size_t StatSize(const model::Plane& p, const Stat& s) {
   return n;
 }
 
-void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, const Stat& s) {
-  WriteLenHeader(o, field, StatSize(p, s));
+void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, const Stat& s, size_t size) {
+  WriteLenHeader(o, field, size);
   WriteOptVarintField(o, 1, s.metadata_id);
   switch (s.kind) {
     case StatKind::kDouble: {
@@ -84,6 +84,10 @@ void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, cons
     case StatKind::kBytes: WriteStringField(o, 6, p.stat_str(s)); break;
     case StatKind::kRef: WriteVarintField(o, 7, s.ref); break;
   }
+}
+
+void WriteStat(CodedOutputStream& o, const model::Plane& p, uint32_t field, const Stat& s) {
+  WriteStat(o, p, field, s, StatSize(p, s));
 }
 
 size_t StatsSize(const model::Plane& p, uint32_t field, std::span<const Stat> stats) {
@@ -264,13 +268,56 @@ void WriteLine(CodedOutputStream& o, const model::Plane& p, const model::Line& l
   WriteOptVarintField(o, 1, static_cast<uint64_t>(l.id));
   WriteOptStringField(o, 2, l.name);
   WriteOptVarintField(o, 3, static_cast<uint64_t>(l.timestamp_ns));
+  // Each event is encoded into a stack buffer with protobuf's array
+  // encoders and handed over in one WriteRaw (the per-field stream calls cost
+  // more than the encoding); an event too large for it takes the slow path.
+  uint8_t buf[512];
+  size_t stat_sizes[16];
   for (const model::Event& e : l.events) {
     if (!v.keep(l, e)) continue;
-    WriteLenHeader(o, 4, EventSize(p, l, e));
+    std::span<const Stat> stats = l.stats_of(e);
+    size_t size = OptVarintFieldSize(1, e.metadata_id) + VarintFieldSize(2, static_cast<uint64_t>(e.offset_ps)) +
+                  OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps));
+    bool fast = stats.size() <= 16;
+    for (size_t i = 0; i < stats.size(); ++i) {
+      size_t n = StatSize(p, stats[i]);
+      if (i < 16) stat_sizes[i] = n;
+      fast = fast && stats[i].kind != StatKind::kString && stats[i].kind != StatKind::kBytes;
+      size += LenFieldSize(4, n);
+    }
+    if (fast && size + 16 <= sizeof buf) {
+      uint8_t* w = buf;
+      w = CodedOutputStream::WriteVarint32ToArray(Tag(4, kLen), w);
+      w = CodedOutputStream::WriteVarint64ToArray(size, w);
+      if (e.metadata_id) w = CodedOutputStream::WriteVarint64ToArray(e.metadata_id, CodedOutputStream::WriteVarint32ToArray(Tag(1, kVarint), w));
+      w = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(e.offset_ps), CodedOutputStream::WriteVarint32ToArray(Tag(2, kVarint), w));
+      if (e.duration_ps) w = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(e.duration_ps), CodedOutputStream::WriteVarint32ToArray(Tag(3, kVarint), w));
+      for (size_t i = 0; i < stats.size(); ++i) {
+        const Stat& st = stats[i];
+        w = CodedOutputStream::WriteVarint32ToArray(Tag(4, kLen), w);
+        w = CodedOutputStream::WriteVarint64ToArray(stat_sizes[i], w);
+        if (st.metadata_id) w = CodedOutputStream::WriteVarint64ToArray(st.metadata_id, CodedOutputStream::WriteVarint32ToArray(Tag(1, kVarint), w));
+        switch (st.kind) {
+          case StatKind::kDouble: {
+            uint64_t bits;
+            std::memcpy(&bits, &st.f64, 8);
+            w = CodedOutputStream::WriteLittleEndian64ToArray(bits, CodedOutputStream::WriteVarint32ToArray(Tag(2, kFixed64), w));
+            break;
+          }
+          case StatKind::kUint64: w = CodedOutputStream::WriteVarint64ToArray(st.u64, CodedOutputStream::WriteVarint32ToArray(Tag(3, kVarint), w)); break;
+          case StatKind::kInt64: w = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(st.i64), CodedOutputStream::WriteVarint32ToArray(Tag(4, kVarint), w)); break;
+          case StatKind::kRef: w = CodedOutputStream::WriteVarint64ToArray(st.ref, CodedOutputStream::WriteVarint32ToArray(Tag(7, kVarint), w)); break;
+          default: break;
+        }
+      }
+      o.WriteRaw(buf, static_cast<int>(w - buf));
+      continue;
+    }
+    WriteLenHeader(o, 4, size);
     WriteOptVarintField(o, 1, e.metadata_id);
     WriteVarintField(o, 2, static_cast<uint64_t>(e.offset_ps));
     WriteOptVarintField(o, 3, static_cast<uint64_t>(e.duration_ps));
-    for (const Stat& s : l.stats_of(e)) WriteStat(o, p, 4, s);
+    for (size_t i = 0; i < stats.size(); ++i) WriteStat(o, p, 4, stats[i], i < 16 ? stat_sizes[i] : StatSize(p, stats[i]));
   }
   WriteOptVarintField(o, 9, static_cast<uint64_t>(l.duration_ps));
   WriteOptVarintField(o, 10, static_cast<uint64_t>(l.display_id));
@@ -342,6 +389,11 @@ Status SerializeXSpace(const model::Space& space, std::string* out, const XSpace
   View v;
   if (Status s = Plan(space, options, v); !s.ok()) return s;
   out->clear();
+  // One allocation (growing by doubling would copy and fault in the pages twice).
+  size_t total = 0;
+  for (size_t size : v.plane_sizes) total += LenFieldSize(1, size);
+  out->reserve(total + 4096);
+  model::AdviseHugePages(out->data(), out->capacity());
   google::protobuf::io::StringOutputStream stream(out);
   CodedOutputStream o(&stream);
   WriteSpace(o, space, v);
