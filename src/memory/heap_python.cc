@@ -215,7 +215,7 @@ CodeInfo* CodeInfoOf(void* code) {
 }
 
 // One frame as a symbolic frame: `lasti` is the offset in bytes of its
-// instruction (-1 before the first), the key of the line cache; `line`
+// instruction (-1 before the first), the key of the line cache; `line_of`
 // computes the line when the cache does not have it.
 template <typename LineOf>
 uintptr_t FrameWord(void* code, int lasti, const LineOf& line_of) {
@@ -328,6 +328,8 @@ int WalkPython(uintptr_t* out, int max) {
 void ChooseWalk() {
   const unsigned long* version = nullptr;
   if (!Find(&version, "Py_Version") || !Find(&g_code_type, "PyCode_Type") || g_api.frame_get_lasti == nullptr) return;
+  // A free-threaded build (3.13t) lays objects out differently: public API.
+  if (dlsym(RTLD_DEFAULT, "_Py_MergeZeroLocalRefcount") != nullptr) return;
   switch ((*version >> 16) & 0xffff) {  // major, minor
     case 0x030b: g_raw = kLayout311; break;
     case 0x030c: g_raw = kLayout312; break;

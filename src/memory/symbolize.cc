@@ -137,6 +137,14 @@ int64_t DeclLine(const Libdw& dw, Dwarf_Die* die) {
   return 0;
 }
 
+// Whether a module (libdw's name: the file's path) is glibc's libc.
+bool IsLibc(const char* module) {
+  if (module == nullptr) return false;
+  std::string_view base = module;
+  if (size_t slash = base.rfind('/'); slash != std::string_view::npos) base.remove_prefix(slash + 1);
+  return base.substr(0, 8) == "libc.so." || base.substr(0, 5) == "libc-";
+}
+
 bool IsEntryCode(std::string_view name) {
   for (std::string_view e : {"__libc_start_call_main", "__libc_start_main", "__libc_start_main_impl", "_start",
                              "start_thread", "__clone", "__clone3", "clone", "clone3"})
@@ -178,14 +186,15 @@ class DwarfSymbolizer {
     Dwfl_Module* mod = dw.dwfl_addrmodule(dwfl_, addr);
     if (!mod) return false;
     Dwarf_Addr mod_start = 0;
-    dw.dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
+    const char* mod_name = dw.dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
     loc->rel_address = pc - mod_start;
     // libc's entry code of processes and threads, the outermost frame of
     // nearly every stack: named from the symbol table. Its DWARF, where
     // installed, is a separate compressed file (Debian's libc6-dbg) that
     // libdw inflates whole, ~200M instructions (~45 ms at every process's
-    // exit) for lines no one reads.
-    if (const char* sym = dw.dwfl_module_addrname(mod, addr); sym && IsEntryCode(sym)) {
+    // exit) for lines no one reads. Only in libc: a symbol lookup scans the
+    // module's whole symbol table (libpython's: 5 % of a Python program's run).
+    if (const char* sym = IsLibc(mod_name) ? dw.dwfl_module_addrname(mod, addr) : nullptr; sym && IsEntryCode(sym)) {
       SymFrame f;
       f.function = f.system_name = sym;
       loc->frames.push_back(std::move(f));
