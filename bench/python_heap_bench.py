@@ -6,7 +6,8 @@ three allocator domains and of malloc), and under memray with and without
 native frames and Python-allocator tracing, in alternating rounds (a shared
 VM drifts: each round runs every configuration once). Not a test.
 
-  python_heap_bench.py --cli build/spyglass [--python PY] [--rounds N] [--work-rounds R]
+  python_heap_bench.py --cli build/spyglass [--before-cli OTHER/spyglass] [--python PY] [--rounds N]
+                       [--work-rounds R]
 
 CPU is user+sys of the command and its children (wait4); wall is elapsed.
 Slowdowns are against the same round's plain run (medians over rounds).
@@ -38,6 +39,7 @@ def run_once(cmd, env):
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--cli", required=True, help="the spyglass CLI (build/spyglass)")
+  ap.add_argument("--before-cli", help="another build's CLI, run the same way (before/after)")
   ap.add_argument("--python", default=sys.executable, help="the interpreter (memray must be installed in it)")
   ap.add_argument("--rounds", type=int, default=5)
   ap.add_argument("--work-rounds", type=int, default=3, help="the workload's rounds of 100k records")
@@ -53,12 +55,19 @@ def main():
       ("plain, PYTHONMALLOC=malloc", ["env", "PYTHONMALLOC=malloc", a.python] + work),
       ("spyglass run (Python + native frames, every allocation)", sg + [a.python] + work),
       ("spyglass run --python-allocator=malloc", sg[:2] + ["--python-allocator", "malloc"] + sg[2:] + [a.python] + work),
+      ("spyglass run, frames through the public C API (SPYGLASS_PYTHON_FRAME_WALK=api)",
+       ["env", "SPYGLASS_PYTHON_FRAME_WALK=api"] + sg + [a.python] + work),
       ("memray run (Python frames, malloc-level only)", mr + work),
       ("memray run --trace-python-allocators", mr[:4] + ["--trace-python-allocators"] + mr[4:] + work),
       ("memray run --native", mr[:4] + ["--native"] + mr[4:] + work),
       ("memray run --native --trace-python-allocators",
        mr[:4] + ["--native", "--trace-python-allocators"] + mr[4:] + work),
   ]
+  if a.before_cli:
+    # Its own libraries, wherever its build's RUNPATH points (a copy set aside stays what it was).
+    configs.insert(2, ("spyglass run, before (--before-cli)",
+                       ["env", "LD_LIBRARY_PATH=" + os.path.dirname(os.path.abspath(a.before_cli)), a.before_cli, "run",
+                        "-o", os.path.join(tmp, "before"), "--", a.python] + work))
   walls = {name: [] for name, _ in configs}
   cpus = {name: [] for name, _ in configs}
   for _ in range(a.rounds):

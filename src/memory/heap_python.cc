@@ -18,13 +18,16 @@
 // No Python headers and nothing loaded: libpython's exported functions are
 // looked up (dlsym) only when a Python program calls in, so one hook serves
 // CPython 3.10 to 3.13 alike, and a program that is not Python never touches
-// any of this. Frames are read with the public C API (PyThreadState_GetFrame,
-// PyFrame_GetBack/GetCode/GetLineNumber), only by a thread that holds the GIL
-// (its thread state is the attached one); a thread without it (a native extension that released
-// the GIL) records its native stack only. On 3.11+ reading a frame may create
-// its frame object (kept by the frame, freed with it); the collector is
-// disabled meanwhile so that this allocation cannot run a collection inside
-// the allocator.
+// any of this. Frames are read only by a thread that holds the GIL (its
+// thread state is the attached one); a thread without it (a native extension
+// that released the GIL) records its native stack only. 3.11-3.13: read in
+// place from the interpreter's frame structs (WalkPythonRaw: their layouts per
+// version, checked at start against the public API); 3.10, or a Python whose
+// layout disagrees, or SPYGLASS_PYTHON_FRAME_WALK=api: the public C API
+// (PyThreadState_GetFrame, PyFrame_GetBack/GetCode/GetLineNumber), which on
+// 3.11+ makes a frame object per frame read (kept by the frame, freed with
+// it; the collector is disabled meanwhile so that this allocation cannot run
+// a collection inside the allocator).
 //
 // Interleaving: on 3.10 each Python frame is one eval-loop call, so the i-th
 // eval frame of the native stack is replaced by the i-th Python frame, and the
@@ -90,6 +93,7 @@ struct Api {
   ssize_t (*request_extra)(void (*)(void*));
   void (*get_allocator)(int, PyAllocator*);
   void (*set_allocator)(int, PyAllocator*);
+  int (*addr2line)(void*, int);  // PyCode_Addr2Line
 };
 Api g_api{};
 ssize_t g_extra = -1;  // code-object extra slot: the interned function id
@@ -118,7 +122,8 @@ bool ResolveApi() {
          Find(&a.get_extra, "PyUnstable_Code_GetExtra", "_PyCode_GetExtra") &&
          Find(&a.set_extra, "PyUnstable_Code_SetExtra", "_PyCode_SetExtra") &&
          Find(&a.request_extra, "PyUnstable_Eval_RequestCodeExtraIndex", "_PyEval_RequestCodeExtraIndex") &&
-         Find(&a.get_allocator, "PyMem_GetAllocator") && Find(&a.set_allocator, "PyMem_SetAllocator");
+         Find(&a.get_allocator, "PyMem_GetAllocator") && Find(&a.set_allocator, "PyMem_SetAllocator") &&
+         Find(&a.addr2line, "PyCode_Addr2Line");
 }
 
 // [start, end) of _PyEval_EvalFrameDefault, from its dynamic symbol's size.
@@ -166,7 +171,23 @@ constexpr size_t kCodeInfoMax = (64u << 20) / sizeof(CodeInfo);  // 64 MiB of ad
 CodeInfo* g_code_info = nullptr;
 size_t g_code_info_used = 0;
 
+// Reading attributes may set an exception or allocate: the caller's pending
+// exception is kept aside, and the collector cannot run meanwhile.
+struct PythonCallScope {
+  void *type, *value, *tb;
+  int gc_was_on;
+  PythonCallScope() {
+    g_api.err_fetch(&type, &value, &tb);
+    gc_was_on = g_api.gc_disable();
+  }
+  ~PythonCallScope() {
+    if (gc_was_on) g_api.gc_enable();
+    g_api.err_restore(type, value, tb);
+  }
+};
+
 uint32_t InternCode(void* code) {
+  PythonCallScope scope;
   void *name_obj, *file_obj;
   std::string_view name = Utf8Attr(code, "co_name", &name_obj);
   std::string_view file = Utf8Attr(code, "co_filename", &file_obj);
@@ -183,7 +204,8 @@ CodeInfo* CodeInfoOf(void* code) {
   CodeInfo* info = &g_code_info[g_code_info_used];
   info->function = InternCode(code);
   info->next_way = 0;
-  for (int i = 0; i < kLineWays; ++i) info->lasti[i] = -1;
+  for (int i = 0; i < kLineWays; ++i) info->lasti[i] = -2;  // no offset is -2
+  PythonCallScope scope;
   if (g_api.set_extra(code, g_extra, info) != 0) {
     g_api.err_clear();
     return nullptr;
@@ -192,46 +214,133 @@ CodeInfo* CodeInfoOf(void* code) {
   return info;
 }
 
-// One frame as a symbolic frame.
-uintptr_t FrameWord(void* f, void* code) {
+// One frame as a symbolic frame: `lasti` is the offset in bytes of its
+// instruction (-1 before the first), the key of the line cache; `line_of`
+// computes the line when the cache does not have it.
+template <typename LineOf>
+uintptr_t FrameWord(void* code, int lasti, const LineOf& line_of) {
   CodeInfo* info = CodeInfoOf(code);
-  if (info == nullptr) return SymbolicFrame(InternCode(code), g_api.frame_get_line(f));
-  if (g_api.frame_get_lasti != nullptr) {  // 3.11+
-    const int lasti = g_api.frame_get_lasti(f);
-    for (int i = 0; i < kLineWays; ++i)
-      if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
-    const int line = g_api.frame_get_line(f);
-    const uint32_t w = info->next_way++ % kLineWays;
-    info->lasti[w] = lasti;
-    info->line[w] = line;
-    return SymbolicFrame(info->function, line);
-  }
-  return SymbolicFrame(info->function, g_api.frame_get_line(f));
+  if (info == nullptr) return SymbolicFrame(InternCode(code), line_of());
+  for (int i = 0; i < kLineWays; ++i)
+    if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
+  const int line = line_of();
+  const uint32_t w = info->next_way++ % kLineWays;
+  info->lasti[w] = lasti;
+  info->line[w] = line;
+  return SymbolicFrame(info->function, line);
 }
 
-// The calling thread's Python frames, innermost first, if it holds the GIL
-// (its thread state is the one attached: PyGILState_Check's own test, which
-// that function skips once subinterpreters exist); else none.
-int WalkPython(uintptr_t* out, int max) {
+// Whether the calling thread holds the GIL: its thread state is the one
+// attached (PyGILState_Check's own test, which that function skips once
+// subinterpreters exist). Returns the thread state, or null.
+void* ThreadStateWithGil() {
   void* ts = g_api.current_thread_state();
-  if (ts == nullptr || ts != g_api.this_thread_state()) return 0;
-  void *type, *value, *tb;
-  g_api.err_fetch(&type, &value, &tb);  // the caller's pending exception stays
-  const int gc_was_on = g_api.gc_disable();
+  return ts != nullptr && ts == g_api.this_thread_state() ? ts : nullptr;
+}
+
+// The calling thread's Python frames, innermost first, through the public C
+// API (3.10, and any Python whose frames RawLayout does not know). On 3.11+
+// reading a frame may create its frame object (kept by the frame, freed with
+// it); the collector is disabled meanwhile so that this allocation cannot run
+// a collection inside the allocator.
+int WalkPythonApi(void* ts, uintptr_t* out, int max) {
+  PythonCallScope scope;
   int n = 0;
   void* f = g_api.thread_state_get_frame(ts);  // new reference or NULL
   while (f != nullptr && n < max) {
     void* code = g_api.frame_get_code(f);
-    out[n++] = FrameWord(f, code);
+    if (g_api.frame_get_lasti != nullptr) {
+      out[n++] = FrameWord(code, g_api.frame_get_lasti(f), [&] { return g_api.frame_get_line(f); });
+    } else {  // 3.10: no offset to key the line cache by
+      CodeInfo* info = CodeInfoOf(code);
+      out[n++] = SymbolicFrame(info != nullptr ? info->function : InternCode(code), g_api.frame_get_line(f));
+    }
     g_api.decref(code);
     void* back = g_api.frame_get_back(f);
     g_api.decref(f);
     f = back;
   }
   if (f != nullptr) g_api.decref(f);
-  if (gc_was_on) g_api.gc_enable();
-  g_api.err_restore(type, value, tb);
   return n;
+}
+
+// ---- 3.11-3.13: the interpreter's frames read in place ---------------------
+// The public API above makes a frame object for every frame it reads (3.11+
+// keeps frames in a stack of plain structs): an allocation per Python call
+// of the program, and more work for the collector (frame objects are tracked
+// by it). memray reads the structs with the headers of the Python it was
+// built for; this hook serves every Python, so it knows where 3.11, 3.12 and
+// 3.13 keep the fields it needs (offsets from their headers, LP64 builds
+// without Py_TRACE_REFS), and checks them at start against the public API on
+// the stack of the moment: a Python where they disagree (a debug build, a
+// later patch release that moved a field) keeps the public API.
+struct RawLayout {
+  int ts_cframe;         // PyThreadState.cframe (3.11, 3.12); -1: the frame pointer is in the thread state (3.13)
+  int current_frame;     // _PyCFrame.current_frame, or PyThreadState.current_frame (3.13)
+  int code, previous, instr, owner;  // _PyInterpreterFrame: f_code/f_executable, previous, prev_instr/instr_ptr, owner
+  int first_traceable, code_units;   // PyCodeObject: _co_firsttraceable, co_code_adaptive
+};
+constexpr RawLayout kLayout311{56, 8, 32, 48, 56, 69, 168, 184};
+constexpr RawLayout kLayout312{56, 0, 0, 8, 56, 70, 176, 192};
+constexpr RawLayout kLayout313{-1, 72, 0, 8, 56, 70, 184, 200};
+constexpr char kOwnedByGenerator = 1, kOwnedByCStack = 3;  // _PyInterpreterFrame.owner
+RawLayout g_raw{};
+bool g_raw_on = false;
+const void* g_code_type = nullptr;  // &PyCode_Type
+
+template <typename T>
+inline T At(const void* base, int offset) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + offset, sizeof v);
+  return v;
+}
+
+int WalkPythonRaw(void* ts, uintptr_t* out, int max) {
+  const RawLayout& L = g_raw;
+  const void* f = L.ts_cframe >= 0 ? At<const void*>(At<const void*>(ts, L.ts_cframe), L.current_frame)
+                                   : At<const void*>(ts, L.current_frame);
+  int n = 0;
+  for (int hops = 0; f != nullptr && n < max && hops < 4 * kMaxPythonFrames; ++hops, f = At<const void*>(f, L.previous)) {
+    // _PyFrame_IsIncomplete: the C stack's shim frames, and frames still in
+    // their prologue (before _co_firsttraceable), are not shown by the API.
+    const char owner = At<char>(f, L.owner);
+    if (owner == kOwnedByCStack) continue;
+    void* code = At<void*>(f, L.code);
+    if (code == nullptr || At<const void*>(code, sizeof(intptr_t)) != g_code_type) continue;
+    const intptr_t units =
+        (At<intptr_t>(f, L.instr) - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
+    if (owner != kOwnedByGenerator && units < At<int32_t>(code, L.first_traceable)) continue;
+    const int lasti = units < 0 ? -1 : static_cast<int>(units * 2);  // PyFrame_GetLasti
+    out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, static_cast<int>(units * 2)); });
+  }
+  return n;
+}
+
+// The calling thread's Python frames, innermost first, if it holds the GIL; else none.
+int WalkPython(uintptr_t* out, int max) {
+  void* ts = ThreadStateWithGil();
+  if (ts == nullptr) return 0;
+  return g_raw_on ? WalkPythonRaw(ts, out, max) : WalkPythonApi(ts, out, max);
+}
+
+// Picks the layout of this Python (3.11-3.13) and turns the in-place walk on
+// when it reads the current stack as the public API does. GIL held.
+void ChooseWalk() {
+  const unsigned long* version = nullptr;
+  if (!Find(&version, "Py_Version") || !Find(&g_code_type, "PyCode_Type") || g_api.frame_get_lasti == nullptr) return;
+  // A free-threaded build (3.13t) lays objects out differently: public API.
+  if (dlsym(RTLD_DEFAULT, "_Py_MergeZeroLocalRefcount") != nullptr) return;
+  switch ((*version >> 16) & 0xffff) {  // major, minor
+    case 0x030b: g_raw = kLayout311; break;
+    case 0x030c: g_raw = kLayout312; break;
+    case 0x030d: g_raw = kLayout313; break;
+    default: return;
+  }
+  void* ts = ThreadStateWithGil();
+  if (ts == nullptr) return;
+  uintptr_t api[kMaxPythonFrames], raw[kMaxPythonFrames];
+  const int n = WalkPythonApi(ts, api, kMaxPythonFrames);
+  g_raw_on = n > 0 && WalkPythonRaw(ts, raw, kMaxPythonFrames) == n && std::memcmp(api, raw, sizeof(uintptr_t) * n) == 0;
 }
 
 inline bool IsEvalFrame(uintptr_t ret) { return ret - 1 >= g_eval_lo && ret - 1 < g_eval_hi; }
@@ -391,6 +500,8 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   g_code_info = arena == MAP_FAILED ? nullptr : static_cast<CodeInfo*>(arena);
   FindEvalLoop();  // without it, Python frames go above the native stack
+  // SPYGLASS_PYTHON_FRAME_WALK=api: the public API's walk only (for comparisons).
+  if (const char* w = getenv("SPYGLASS_PYTHON_FRAME_WALK"); w == nullptr || strcmp(w, "api") != 0) ChooseWalk();
   if (wrap_allocators) {
     for (int d = 0; d < kDomains; ++d) {
       g_api.get_allocator(d, &g_orig[d]);
@@ -401,6 +512,12 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
   g_started = true;
   g_python_on.store(true, std::memory_order_release);
   return 0;
+}
+
+// How Python frames are read: 0 none (not started), 1 the public C API, 2 in
+// place (3.11-3.13). For tests and diagnostics (ctypes, GIL held).
+extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_walk() {
+  return !heap::g_started ? 0 : heap::g_raw_on ? 2 : 1;
 }
 
 // Called by the startup module's atexit handler (the last to run, GIL held):

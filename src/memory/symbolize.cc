@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -82,7 +83,8 @@ SymLocation ViaDladdr(uintptr_t pc) {
   X(dwfl_linux_proc_report) X(dwfl_report_end) X(dwfl_addrmodule) X(dwfl_module_info)                     \
   X(dwfl_module_addrdie) X(dwfl_module_getsrc) X(dwfl_lineinfo) X(dwarf_getscopes) X(dwarf_getsrcfiles) \
   X(dwarf_filesrc) X(dwarf_tag) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_formstring)                \
-  X(dwarf_formudata) X(dwarf_diename) X(dwfl_linux_proc_maps_report) X(dwfl_module_addrname)
+  X(dwarf_formudata) X(dwarf_diename) X(dwfl_linux_proc_maps_report) X(dwfl_module_addrname) X(dwarf_child)  \
+  X(dwarf_siblingof) X(dwarf_ranges) X(dwarf_haspc)
 
 struct Libdw {
 #define SPYGLASS_LIBDW_POINTER(f) decltype(&::f) f = nullptr;
@@ -135,6 +137,14 @@ int64_t DeclLine(const Libdw& dw, Dwarf_Die* die) {
   return 0;
 }
 
+// Whether a module (libdw's name: the file's path) is glibc's libc.
+bool IsLibc(const char* module) {
+  if (module == nullptr) return false;
+  std::string_view base = module;
+  if (size_t slash = base.rfind('/'); slash != std::string_view::npos) base.remove_prefix(slash + 1);
+  return base.substr(0, 8) == "libc.so." || base.substr(0, 5) == "libc-";
+}
+
 bool IsEntryCode(std::string_view name) {
   for (std::string_view e : {"__libc_start_call_main", "__libc_start_main", "__libc_start_main_impl", "_start",
                              "start_thread", "__clone", "__clone3", "clone", "clone3"})
@@ -176,14 +186,15 @@ class DwarfSymbolizer {
     Dwfl_Module* mod = dw.dwfl_addrmodule(dwfl_, addr);
     if (!mod) return false;
     Dwarf_Addr mod_start = 0;
-    dw.dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
+    const char* mod_name = dw.dwfl_module_info(mod, nullptr, &mod_start, nullptr, nullptr, nullptr, nullptr, nullptr);
     loc->rel_address = pc - mod_start;
     // libc's entry code of processes and threads, the outermost frame of
     // nearly every stack: named from the symbol table. Its DWARF, where
     // installed, is a separate compressed file (Debian's libc6-dbg) that
     // libdw inflates whole, ~200M instructions (~45 ms at every process's
-    // exit) for lines no one reads.
-    if (const char* sym = dw.dwfl_module_addrname(mod, addr); sym && IsEntryCode(sym)) {
+    // exit) for lines no one reads. Only in libc: a symbol lookup scans the
+    // module's whole symbol table (libpython's: 5 % of a Python program's run).
+    if (const char* sym = IsLibc(mod_name) ? dw.dwfl_module_addrname(mod, addr) : nullptr; sym && IsEntryCode(sym)) {
       SymFrame f;
       f.function = f.system_name = sym;
       loc->frames.push_back(std::move(f));
@@ -193,7 +204,7 @@ class DwarfSymbolizer {
     Dwarf_Die* cu = dw.dwfl_module_addrdie(mod, addr, &bias);
     if (!cu) return false;
     Dwarf_Die* scopes = nullptr;
-    int n = dw.dwarf_getscopes(cu, addr - bias, &scopes);
+    int n = Scopes(cu, addr - bias, &scopes);
     if (n <= 0) return false;
     // Source position of the innermost frame from the line table.
     const char* file = nullptr;
@@ -231,9 +242,73 @@ class DwarfSymbolizer {
   }
 
  private:
+  // The scopes containing `pc` (dwarf_getscopes' order: innermost first, the
+  // function last). dwarf_getscopes reads the whole compilation unit for each
+  // address: with the large units of an interpreter (CPython's, built with
+  // debug information) that was most of a Python program's exit snapshot.
+  // Here each unit's functions are listed once, sorted by address; an
+  // address finds its function by binary search, then only that function's
+  // blocks and inlined calls are read. An address no listed function
+  // contains takes dwarf_getscopes' path. Returns a malloc'd array, as it does.
+  struct FunctionRange {
+    Dwarf_Addr lo, hi;
+    Dwarf_Die die;
+  };
+  void ListFunctions(Dwarf_Die* parent, std::vector<FunctionRange>* out, int depth) {
+    const Libdw& dw = *dw_;
+    Dwarf_Die child;
+    if (dw.dwarf_child(parent, &child) != 0) return;
+    do {
+      const int tag = dw.dwarf_tag(&child);
+      if (tag == DW_TAG_subprogram) {
+        Dwarf_Addr base, lo, hi;
+        for (ptrdiff_t off = 0; (off = dw.dwarf_ranges(&child, off, &base, &lo, &hi)) > 0;)
+          if (lo < hi) out->push_back({lo, hi, child});
+      } else if (depth < 8 && (tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
+                               tag == DW_TAG_structure_type || tag == DW_TAG_union_type)) {
+        ListFunctions(&child, out, depth + 1);  // C++ definitions nested in their namespace or class
+      }
+    } while (dw.dwarf_siblingof(&child, &child) == 0);
+  }
+  int Scopes(Dwarf_Die* cu, Dwarf_Addr pc, Dwarf_Die** scopes) {
+    const Libdw& dw = *dw_;
+    auto [it, fresh] = functions_.try_emplace(cu->addr);
+    std::vector<FunctionRange>& fns = it->second;
+    if (fresh) {
+      ListFunctions(cu, &fns, 0);
+      std::sort(fns.begin(), fns.end(), [](const FunctionRange& a, const FunctionRange& b) { return a.lo < b.lo; });
+    }
+    auto f = std::upper_bound(fns.begin(), fns.end(), pc, [](Dwarf_Addr a, const FunctionRange& r) { return a < r.lo; });
+    if (f == fns.begin() || pc >= std::prev(f)->hi) return dw.dwarf_getscopes(cu, pc, scopes);
+    std::vector<Dwarf_Die> chain{std::prev(f)->die};  // outermost first
+    Dwarf_Die cur = chain.back();
+    for (int level = 0; level < 256; ++level) {  // down through the blocks and inlined calls holding pc
+      Dwarf_Die child;
+      bool deeper = false;
+      if (dw.dwarf_child(&cur, &child) == 0) {
+        do {
+          const int tag = dw.dwarf_tag(&child);
+          if ((tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block) && dw.dwarf_haspc(&child, pc) > 0) {
+            cur = child;
+            chain.push_back(child);
+            deeper = true;
+            break;
+          }
+        } while (dw.dwarf_siblingof(&child, &child) == 0);
+      }
+      if (!deeper) break;
+    }
+    auto* out = static_cast<Dwarf_Die*>(std::malloc(sizeof(Dwarf_Die) * chain.size()));
+    if (out == nullptr) return -1;
+    std::copy(chain.rbegin(), chain.rend(), out);
+    *scopes = out;
+    return static_cast<int>(chain.size());
+  }
+
   const Libdw* dw_;
   Dwfl_Callbacks callbacks_{};
   Dwfl* dwfl_ = nullptr;
+  std::unordered_map<const void*, std::vector<FunctionRange>> functions_;  // by compilation unit
 };
 #endif
 

@@ -107,6 +107,54 @@ def test_python_frames_each_python(python, tmp_path):
   check_sites(samples, has_numpy)
 
 
+FRAMES = os.path.join(HERE, "heap_frames.py")
+WALK_PROBE = "import ctypes; print('WALK', ctypes.PyDLL(None).spyglass_heap_python_walk())"
+
+
+def script_stacks(out_dir, script):
+  """(frames, count, bytes) of each exit-profile sample allocated by `script`'s
+  own lines (its innermost Python frame is the script's)."""
+  _, samples = exit_profile(out_dir)
+  out = []
+  for s in samples:
+    python = [f for f in s["frames"] if f[1].endswith(".py") or f[1].startswith("<")]
+    if python and python[0][1] == script:
+      out.append((tuple(map(tuple, s["frames"])), s["count"], s["bytes"]))
+  return sorted(out)
+
+
+@pytest.mark.parametrize("python", pythons())
+def test_frames_read_in_place_match_the_api(python, tmp_path):
+  """3.11-3.13 read Python frames from the interpreter's frame structs (no
+  frame objects made); 3.10 through the public C API. The profiles are the
+  same either way, stack for stack: generators resumed from different
+  callers, frames in their prologue, callbacks from C, 80 deep, a coroutine,
+  a thread."""
+  if python is None:
+    pytest.skip("this Python is not installed under ~/.pyenv")
+  minor = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True,
+                         timeout=120).stdout.strip()
+  env = memory_env(str(tmp_path / "probe"))
+  p = subprocess.run([python, "-c", WALK_PROBE], env=env, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0 and f"WALK {1 if minor == '10' else 2}" in p.stdout, (p.stdout, p.stderr)
+  stacks = {}
+  for walk in ("default", "api"):
+    env = memory_env(str(tmp_path / walk))
+    env["PYTHONHASHSEED"] = "0"
+    if walk == "api":
+      env["SPYGLASS_PYTHON_FRAME_WALK"] = "api"
+    p = subprocess.run([python, FRAMES], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "spyglass:" not in p.stderr, p.stderr
+    stacks[walk] = script_stacks(str(tmp_path / walk), FRAMES)
+  assert stacks["default"] == stacks["api"]
+  names = {f[0] for frames, _, _ in stacks["default"] for f in frames if f[1] == FRAMES}
+  assert {"gen", "drive_a", "drive_b", "inner", "cells", "__init__", "key", "deep", "co", "in_thread"} <= names, names
+  # The generator's block of each resumption names the caller that resumed it.
+  gen_callers = {next(f[0] for f in frames[frames.index(g) + 1:] if f[1] == FRAMES)
+                 for frames, _, _ in stacks["default"] for g in frames if g[0] == "gen"}
+  assert gen_callers == {"drive_a", "drive_b"}, gen_callers
+
+
 def test_python_m_spyglass_run(tmp_path):
   """The entry point itself: `python -m spyglass run script.py` (memory is the default)."""
   p = subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path), SCRIPT],
