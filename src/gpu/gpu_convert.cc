@@ -195,7 +195,10 @@ uint32_t GpuCollector::InternDetail(const std::array<uint64_t, 5>& key) {
   // Most records repeat a few launch configurations and copy sizes: a small
   // cache in front of the map.
   CachedDetail& c = detail_cache_[KeyHash{}(key) & 255];
-  if (c.index != UINT32_MAX && c.key == key) return c.index;
+  // Compared field by field (std::array's == is a memcmp call, per record).
+  if (c.index != UINT32_MAX && c.key[0] == key[0] && c.key[1] == key[1] && c.key[2] == key[2] && c.key[3] == key[3] &&
+      c.key[4] == key[4])
+    return c.index;
   c.key = key;
   auto [it, fresh] = detail_index_.try_emplace(key, static_cast<uint32_t>(details_.size()));
   if (fresh) details_.push_back(key);
