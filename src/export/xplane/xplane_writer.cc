@@ -382,6 +382,16 @@ void WriteSpace(CodedOutputStream& o, const model::Space& space, const View& v) 
 // message's size estimate needs, and the message is moved by the
 // difference when the estimate was off (rare: one width covers a factor of
 // 128). The bytes are those of the measured path, prefixes minimal.
+// Sizes `s` to `n` bytes, its new storage advised as huge pages before the
+// resize writes it (else it faults in 4 KiB pages).
+void SizeFresh(std::string* s, size_t n) {
+  if (n > s->capacity()) {
+    s->reserve(n);
+    model::AdviseHugePages(s->data() + s->size(), s->capacity() - s->size());
+  }
+  s->resize(n);
+}
+
 class OnePass {
  public:
   OnePass(std::string* out, uint64_t limit) : out_(out), limit_(limit) {}
@@ -419,10 +429,7 @@ class OnePass {
 
  private:
   uint8_t* base() { return reinterpret_cast<uint8_t*>(out_->data()); }
-  void Grow(size_t need) {
-    out_->resize(std::max(need, out_->size() + out_->size() / 2));
-    model::AdviseHugePages(out_->data(), out_->size());
-  }
+  void Grow(size_t need) { SizeFresh(out_, std::max(need, out_->size() + out_->size() / 2)); }
   std::string* out_;
   uint64_t limit_;
   size_t pos_ = 0;
@@ -463,7 +470,7 @@ inline uint8_t* PutString(uint8_t* w, uint32_t field, std::string_view s) {
 
 // False when the output passed the limit (the line is then not finished).
 bool OnePassLine(OnePass& out, const model::Plane& p, const model::Line& l) {
-  OnePass::Mark m = out.Begin(3, l.events.size() * 16 + l.stat_count() * 10 + 64);
+  OnePass::Mark m = out.Begin(3, l.events.size() * 12 + l.stat_count() * 9 + 64);
   uint8_t* w = out.Room(32 + l.name.size());
   w = PutOptVarint(w, 1, static_cast<uint64_t>(l.id));
   if (!l.name.empty()) w = PutString(w, 2, l.name);
@@ -502,16 +509,15 @@ bool OnePassLine(OnePass& out, const model::Plane& p, const model::Line& l) {
 bool WriteOnePass(const model::Space& space, std::string* out, uint64_t max_bytes) {
   uint64_t estimate = 4096;
   for (const model::Plane& p : space.planes)
-    for (const model::Line& l : p.lines) estimate += l.events.size() * 16 + l.stat_count() * 10 + 64;
+    for (const model::Line& l : p.lines) estimate += l.events.size() * 12 + l.stat_count() * 9 + 64;
   out->clear();
-  out->resize(std::min<uint64_t>(estimate, max_bytes + 1));
-  model::AdviseHugePages(out->data(), out->size());
+  SizeFresh(out, std::min<uint64_t>(estimate, max_bytes + 1));
   OnePass o(out, max_bytes);
   const View whole;
   for (size_t i = 0; i < space.planes.size(); ++i) {
     const model::Plane& p = space.planes[i];
     uint64_t plane_estimate = 64 * (p.event_metadata().size() + p.stat_metadata().size());
-    for (const model::Line& l : p.lines) plane_estimate += l.events.size() * 16 + l.stat_count() * 10 + 64;
+    for (const model::Line& l : p.lines) plane_estimate += l.events.size() * 12 + l.stat_count() * 9 + 64;
     OnePass::Mark m = o.Begin(1, plane_estimate);
     uint8_t* w = o.Room(16 + p.name.size());
     w = PutOptVarint(w, 1, static_cast<uint64_t>(p.id));
