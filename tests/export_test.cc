@@ -116,6 +116,13 @@ TEST(XPlaneWriter, OnePassInMemoryMatchesTheMeasuredFile) {
   model::Line& small = gpu.line_with_id(9);
   for (int i = 0; i < 6; ++i) small.events.push_back({i, 0, 0, model::kNoStats});
   gpu.line_with_id(10);  // no events
+  // An event whose body passes 127 bytes (its one-byte length reserved, then moved).
+  model::Line& many = gpu.line_with_id(11);
+  model::Event& wide = many.events.emplace_back(model::Event{-5, 1, gpu.intern_event("wide"), model::kNoStats});
+  for (int i = 0; i < 12; ++i)
+    many.add_stat(wide, i % 3 == 0   ? gpu.int_stat("neg", -1 - i)
+                        : i % 3 == 1 ? gpu.double_stat("d", 0.5 * i)
+                                     : gpu.uint_stat("u", ~uint64_t{0} - i));
   std::string bytes;
   ASSERT_TRUE(exporter::SerializeXSpace(space, &bytes).ok());
   std::string dir = MakeTempDir();
@@ -123,7 +130,12 @@ TEST(XPlaneWriter, OnePassInMemoryMatchesTheMeasuredFile) {
   EXPECT_EQ(bytes, spyglass::testing::ReadFile(dir + "/x.xplane.pb"));
   tensorflow::profiler::XSpace parsed;
   ASSERT_TRUE(parsed.ParseFromString(bytes));
-  ASSERT_EQ(parsed.planes(1).lines_size(), 4);
+  ASSERT_EQ(parsed.planes(1).lines_size(), 5);
+  ASSERT_EQ(parsed.planes(1).lines(4).events(0).stats_size(), 12);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).offset_ps(), -5);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(9).int64_value(), -10);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(10).double_value(), 5.0);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(11).uint64_value(), ~uint64_t{0} - 11);
   EXPECT_EQ(parsed.planes(1).lines(1).events_size(), 3000);
   EXPECT_EQ(parsed.planes(1).lines(1).events(2999).stats(0).str_value(), std::string(300, 'a' + 2999 % 26));
   EXPECT_EQ(parsed.planes(1).lines(2).events_size(), 6);

@@ -478,6 +478,50 @@ bool OnePassLine(OnePass& out, const model::Plane& p, const model::Line& l) {
   size_t stat_sizes[16];
   for (const model::Event& e : l.events) {
     std::span<const Stat> stats = l.stats_of(e);
+    bool plain = true;
+    for (const Stat& s : stats) plain &= s.kind != StatKind::kString && s.kind != StatKind::kBytes;
+    if (plain) {
+      // Encoded without sizing first: a one-byte length is reserved (a
+      // stat's body is at most 17 bytes; an event's is under 128 unless it
+      // has many stats, then it is moved by the extra bytes).
+      uint8_t* start = out.Room(64 + 24 * stats.size());
+      w = start + 2;
+      w = PutOptVarint(w, 1, e.metadata_id);
+      w = PutVarint(w, 2, static_cast<uint64_t>(e.offset_ps));
+      w = PutOptVarint(w, 3, static_cast<uint64_t>(e.duration_ps));
+      for (const Stat& s : stats) {
+        uint8_t* body = w + 2;
+        uint8_t* end = PutOptVarint(body, 1, s.metadata_id);
+        switch (s.kind) {
+          case StatKind::kDouble: {
+            uint64_t bits;
+            std::memcpy(&bits, &s.f64, 8);
+            end = CodedOutputStream::WriteLittleEndian64ToArray(bits, PutTag(end, 2, kFixed64));
+            break;
+          }
+          case StatKind::kUint64: end = PutVarint(end, 3, s.u64); break;
+          case StatKind::kInt64: end = PutVarint(end, 4, static_cast<uint64_t>(s.i64)); break;
+          case StatKind::kRef: end = PutVarint(end, 7, s.ref); break;
+          default: break;
+        }
+        w[0] = static_cast<uint8_t>(Tag(4, kLen));
+        w[1] = static_cast<uint8_t>(end - body);
+        w = end;
+      }
+      size_t len = static_cast<size_t>(w - start - 2);
+      start[0] = static_cast<uint8_t>(Tag(4, kLen));
+      if (len < 128) {
+        start[1] = static_cast<uint8_t>(len);
+      } else {
+        size_t width = VarintSize(len);
+        std::memmove(start + 1 + width, start + 2, len);
+        CodedOutputStream::WriteVarint64ToArray(len, start + 1);
+        w = start + 1 + width + len;
+      }
+      out.Done(w);
+      if (out.over()) return false;
+      continue;
+    }
     size_t size = OptVarintFieldSize(1, e.metadata_id) + VarintFieldSize(2, static_cast<uint64_t>(e.offset_ps)) +
                   OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps));
     for (size_t i = 0; i < stats.size(); ++i) {
