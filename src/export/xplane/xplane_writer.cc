@@ -429,7 +429,11 @@ class OnePass {
 
  private:
   uint8_t* base() { return reinterpret_cast<uint8_t*>(out_->data()); }
-  void Grow(size_t need) { SizeFresh(out_, std::max(need, out_->size() + out_->size() / 2)); }
+  // By half, but not past the limit (what passes it is never kept).
+  void Grow(size_t need) {
+    uint64_t cap = std::max<uint64_t>(need, std::min<uint64_t>(limit_, uint64_t{1} << 62) + 1);
+    SizeFresh(out_, std::min<uint64_t>(std::max(need, out_->size() + out_->size() / 2), cap));
+  }
   std::string* out_;
   uint64_t limit_;
   size_t pos_ = 0;
@@ -555,7 +559,7 @@ bool WriteOnePass(const model::Space& space, std::string* out, uint64_t max_byte
   for (const model::Plane& p : space.planes)
     for (const model::Line& l : p.lines) estimate += l.events.size() * 12 + l.stat_count() * 9 + 64;
   out->clear();
-  SizeFresh(out, std::min<uint64_t>(estimate, max_bytes + 1));
+  SizeFresh(out, std::min<uint64_t>(estimate, std::min<uint64_t>(max_bytes, uint64_t{1} << 62) + 1));
   OnePass o(out, max_bytes);
   const View whole;
   for (size_t i = 0; i < space.planes.size(); ++i) {
