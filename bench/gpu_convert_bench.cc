@@ -212,8 +212,10 @@ void BM_ParseAndModel(benchmark::State& state) {
   for (auto _ : state) {
     gpu::GpuCollector c(gpu::GpuLimits{1ull << 40, 0});
     for (size_t off : s.offsets) c.AddRecord(s.buffer.data() + off);
-    if (launches)
+    if (launches) {
+      c.ReserveApiEvents(s.launches.size());  // as the tracer does
       for (const gpu::ApiEvent& e : s.launches) c.AddApiEvent(e);
+    }
     model::Space space;
     c.Export(Clock(), &space);
     benchmark::DoNotOptimize(space.planes.size());
@@ -227,8 +229,10 @@ void BM_ParseModelAndXplane(benchmark::State& state) {
   for (auto _ : state) {
     gpu::GpuCollector c(gpu::GpuLimits{1ull << 40, 0});
     for (size_t off : s.offsets) c.AddRecord(s.buffer.data() + off);
-    if (launches)
+    if (launches) {
+      c.ReserveApiEvents(s.launches.size());  // as the tracer does
       for (const gpu::ApiEvent& e : s.launches) c.AddApiEvent(e);
+    }
     model::Space space;
     c.Export(Clock(), &space);
     std::string out;

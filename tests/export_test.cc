@@ -99,6 +99,59 @@ TEST(XPlaneWriter, FileAndErrors) {
   }
 }
 
+// SerializeXSpace writes in one pass, guessing each length prefix's width
+// from an estimate and moving the message when the guess is off; the file
+// writer measures first. Both must give the same, canonical bytes.
+TEST(XPlaneWriter, OnePassInMemoryMatchesTheMeasuredFile) {
+  model::Space space = SampleSpace();
+  model::Plane& gpu = *space.find_plane("/device:GPU:0");
+  // Estimated far too small: 3000 events with 300-byte string stats.
+  model::Line& big = gpu.line_with_id(8);
+  big.name = "strings";
+  for (int i = 0; i < 3000; ++i) {
+    model::Event& e = big.events.emplace_back(model::Event{i * 1000, 500, gpu.intern_event("copy"), model::kNoStats});
+    big.add_stat(e, gpu.str_stat("note", std::string(300, static_cast<char>('a' + i % 26))));
+  }
+  // Estimated too large: a few bare events (a one-byte prefix, not two).
+  model::Line& small = gpu.line_with_id(9);
+  for (int i = 0; i < 6; ++i) small.events.push_back({i, 0, 0, model::kNoStats});
+  gpu.line_with_id(10);  // no events
+  // An event whose body passes 127 bytes (its one-byte length reserved, then moved).
+  model::Line& many = gpu.line_with_id(11);
+  model::Event& wide = many.events.emplace_back(model::Event{-5, 1, gpu.intern_event("wide"), model::kNoStats});
+  for (int i = 0; i < 12; ++i)
+    many.add_stat(wide, i % 3 == 0   ? gpu.int_stat("neg", -1 - i)
+                        : i % 3 == 1 ? gpu.double_stat("d", 0.5 * i)
+                                     : gpu.uint_stat("u", ~uint64_t{0} - i));
+  std::string bytes;
+  ASSERT_TRUE(exporter::SerializeXSpace(space, &bytes).ok());
+  std::string dir = MakeTempDir();
+  ASSERT_TRUE(exporter::WriteXSpaceFile(space, dir + "/x.xplane.pb").ok());
+  EXPECT_EQ(bytes, spyglass::testing::ReadFile(dir + "/x.xplane.pb"));
+  tensorflow::profiler::XSpace parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  ASSERT_EQ(parsed.planes(1).lines_size(), 5);
+  ASSERT_EQ(parsed.planes(1).lines(4).events(0).stats_size(), 12);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).offset_ps(), -5);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(9).int64_value(), -10);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(10).double_value(), 5.0);
+  EXPECT_EQ(parsed.planes(1).lines(4).events(0).stats(11).uint64_value(), ~uint64_t{0} - 11);
+  EXPECT_EQ(parsed.planes(1).lines(1).events_size(), 3000);
+  EXPECT_EQ(parsed.planes(1).lines(1).events(2999).stats(0).str_value(), std::string(300, 'a' + 2999 % 26));
+  EXPECT_EQ(parsed.planes(1).lines(2).events_size(), 6);
+  std::string again;  // canonical prefixes: protobuf's own sizes (map order may differ)
+  ASSERT_TRUE(parsed.SerializeToString(&again));
+  EXPECT_EQ(again.size(), bytes.size());
+  // Over the limit, the in-memory writer falls back to the measured cut.
+  std::string cut;
+  ASSERT_TRUE(exporter::SerializeXSpace(space, &cut, {bytes.size() / 2}).ok());
+  EXPECT_LE(cut.size(), bytes.size() / 2);
+  tensorflow::profiler::XSpace cut_parsed;
+  ASSERT_TRUE(cut_parsed.ParseFromString(cut));
+  EXPECT_LT(cut_parsed.planes(1).lines(1).events_size(), 3000);
+  EXPECT_NE(cut_parsed.warnings(cut_parsed.warnings_size() - 1).find("over protobuf's limit"), std::string::npos);
+}
+
 TEST(TraceJson, FormatAsTslWritesIt) {
   model::Space space = SampleSpace();
   std::string text = exporter::TraceJsonString(space);

@@ -195,7 +195,10 @@ uint32_t GpuCollector::InternDetail(const std::array<uint64_t, 5>& key) {
   // Most records repeat a few launch configurations and copy sizes: a small
   // cache in front of the map.
   CachedDetail& c = detail_cache_[KeyHash{}(key) & 255];
-  if (c.index != UINT32_MAX && c.key == key) return c.index;
+  // Compared field by field (std::array's == is a memcmp call, per record).
+  if (c.index != UINT32_MAX && c.key[0] == key[0] && c.key[1] == key[1] && c.key[2] == key[2] && c.key[3] == key[3] &&
+      c.key[4] == key[4])
+    return c.index;
   c.key = key;
   auto [it, fresh] = detail_index_.try_emplace(key, static_cast<uint32_t>(details_.size()));
   if (fresh) details_.push_back(key);
@@ -204,6 +207,9 @@ uint32_t GpuCollector::InternDetail(const std::array<uint64_t, 5>& key) {
 
 uint32_t GpuCollector::InternName(const char* n) {
   if (n == last_name_ && !names_.empty()) return last_name_index_;
+  // Kernels alternate among a few names: a small cache by pointer before the map.
+  NameSlot& slot = name_cache_[(reinterpret_cast<uintptr_t>(n) >> 3) * 0x9E3779B97F4A7C15ull >> 58];
+  if (slot.name == n && slot.index != UINT32_MAX) return slot.index;
   auto it = name_of_.find(n);
   if (it == name_of_.end()) {
     uint32_t index = static_cast<uint32_t>(names_.size());
@@ -227,6 +233,7 @@ uint32_t GpuCollector::InternName(const char* n) {
   }
   last_name_ = n;
   last_name_index_ = it->second;
+  slot = {n, it->second};
   return it->second;
 }
 
@@ -627,17 +634,24 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       // faults and copies than converting).
       line.reserve_exact(st.count, st.count * (annotations.empty() ? 3 : 5));
       bool types[6] = {};
+      bool sorted = true;  // checked as the events are added (no second pass)
       for (const Stream::Chunk& chunk : st.chunks) {
         for (const DeviceEvent* e = chunk.data.get(); e != chunk.data.get() + chunk.used; ++e) {
+          __builtin_prefetch(e + 16);  // the loop waits on memory more than it computes
           if (e->start_ns == 0 || e->end_ns < e->start_ns) {
             ++d.dropped["no valid timestamps in the record"];
             continue;
           }
           int64_t start_ps = clock.ToPs(e->start_ns);
           if (start_ps < 0) start_ps = 0;  // queued just before the start: shown at the start
+          int64_t duration_ps = static_cast<int64_t>(e->end_ns - e->start_ns) * 1000;
+          if (!line.events.empty()) {
+            const model::Event& prev = line.events.back();
+            sorted = sorted && (prev.offset_ps < start_ps || (prev.offset_ps == start_ps && prev.duration_ps >= duration_ps));
+          }
           model::Event& ev = line.events.emplace_back();
           ev.offset_ps = start_ps;
-          ev.duration_ps = static_cast<int64_t>(e->end_ns - e->start_ns) * 1000;
+          ev.duration_ps = duration_ps;
           model::Stat stats[8];
           int n = 0;
           switch (e->type) {
@@ -720,7 +734,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
         if (types[t]) names += (names.empty() ? "" : ",") + std::string(kTypeNames[t]);
       line.name = "Stream #" + std::to_string(st.id) + (names.empty() ? "" : "(" + names + ")");
       line.display_name = line.name;
-      SortIfNeeded(line);
+      if (!sorted) line.sort_events();
     }
     std::vector<Stream>().swap(d.streams);
     d.stream_index.clear();

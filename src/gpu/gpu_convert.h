@@ -90,6 +90,8 @@ class GpuCollector {
   void AddRecord(const void* record);
   // A host call (already bounded by the tracer).
   void AddApiEvent(const ApiEvent& e) { api_.push_back(e); }
+  // Room for `n` more host calls (sized once: no copies as the array grows).
+  void ReserveApiEvents(size_t n) { api_.reserve(api_.size() + n); }
   // A graph node made during the session (gpu_dump_graph_node_mapping).
   void AddGraphNode(const GraphNodeEvent& e) { graph_nodes_.push_back(e); }
   // Records the tracer could not keep, per GPU (reason shown in the warning).
@@ -167,6 +169,11 @@ class GpuCollector {
   std::unordered_map<std::string, uint32_t> name_index_;  // copies, by content
   std::vector<std::unique_ptr<char[]>> name_copies_;
   std::unordered_map<const char*, uint32_t> name_of_;    // CUPTI's pointer -> index
+  struct NameSlot {
+    const char* name = nullptr;
+    uint32_t index = UINT32_MAX;
+  };
+  std::array<NameSlot, 64> name_cache_{};  // direct-mapped, by pointer
   const char* last_name_ = nullptr;
   uint32_t last_name_index_ = 0;
   struct KeyHash {

@@ -263,6 +263,7 @@ class GpuTracer : public session::Tracer {
       clock.AddSample(static_cast<uint64_t>(s[0]), ticks.ns_between(start_ticks_, s[1]),
                       ticks.ns_between(start_ticks_, s[2]));
     uint64_t n = sink_.size();
+    active_->collector.ReserveApiEvents(n);
     for (uint64_t i = 0; i < n; ++i)
       if (sink_.events[i].end_ns != 0) active_->collector.AddApiEvent(sink_.events[i]);
     for (uint64_t i = 0; i < sink_.node_count(); ++i) active_->collector.AddGraphNode(sink_.nodes[i]);

@@ -69,6 +69,8 @@ struct Line {
     }
     for (const Stat& s : stats) add_stat(e, s);
   }
+  // How many stats the line's events hold in all (a size estimate).
+  size_t stat_count() const { return stat_pool_.size(); }
   // Every stat of the line's events, to rewrite ids in place.
   std::span<Stat> mutable_stats() { return stat_pool_; }
   // Appends the events of `other` with their stats.

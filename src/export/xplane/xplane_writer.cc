@@ -337,11 +337,8 @@ void WriteStatMetadata(CodedOutputStream& o, int64_t id, std::string_view name, 
   WriteOptStringField(o, 3, description);
 }
 
-void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const View& v) {
-  WriteLenHeader(o, 1, v.plane_sizes[index]);
-  WriteOptVarintField(o, 1, static_cast<uint64_t>(p.id));
-  WriteOptStringField(o, 2, p.name);
-  for (size_t i = 0; i < p.lines.size(); ++i) WriteLine(o, p, p.lines[i], v.line_sizes[index][i], v);
+// The fields of a plane after its lines.
+void WritePlaneTail(CodedOutputStream& o, const model::Plane& p, size_t index, const View& v) {
   for (size_t i = 1; i < p.event_metadata().size(); ++i) {
     const auto& m = p.event_metadata()[i];
     WriteLenHeader(o, 4, EventMetadataEntrySize(p, m));
@@ -363,6 +360,14 @@ void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const
   if (lost) WriteStat(o, p, 6, DroppedStat(p, v.dropped[index]));
 }
 
+void WritePlane(CodedOutputStream& o, const model::Plane& p, size_t index, const View& v) {
+  WriteLenHeader(o, 1, v.plane_sizes[index]);
+  WriteOptVarintField(o, 1, static_cast<uint64_t>(p.id));
+  WriteOptStringField(o, 2, p.name);
+  for (size_t i = 0; i < p.lines.size(); ++i) WriteLine(o, p, p.lines[i], v.line_sizes[index][i], v);
+  WritePlaneTail(o, p, index, v);
+}
+
 // XSpace: 1 planes, 2 errors, 3 warnings, 4 hostnames.
 void WriteSpace(CodedOutputStream& o, const model::Space& space, const View& v) {
   for (size_t i = 0; i < space.planes.size(); ++i) WritePlane(o, space.planes[i], i, v);
@@ -370,6 +375,227 @@ void WriteSpace(CodedOutputStream& o, const model::Space& space, const View& v) 
   for (const auto& s : space.warnings) WriteStringField(o, 3, s);
   if (!v.warning.empty()) WriteStringField(o, 3, v.warning);
   for (const auto& s : space.hostnames) WriteStringField(o, 4, s);
+}
+
+// One pass into memory, for a space that fits (most do): no walk to size
+// the events first. Each length prefix is written in the width its
+// message's size estimate needs, and the message is moved by the
+// difference when the estimate was off (rare: one width covers a factor of
+// 128). The bytes are those of the measured path, prefixes minimal.
+// Sizes `s` to `n` bytes, its new storage advised as huge pages before the
+// resize writes it (else it faults in 4 KiB pages).
+void SizeFresh(std::string* s, size_t n) {
+  if (n > s->capacity()) {
+    s->reserve(n);
+    model::AdviseHugePages(s->data() + s->size(), s->capacity() - s->size());
+  }
+  s->resize(n);
+}
+
+class OnePass {
+ public:
+  OnePass(std::string* out, uint64_t limit) : out_(out), limit_(limit) {}
+  // Room for `n` bytes at the write position.
+  [[gnu::always_inline]] uint8_t* Room(size_t n) {
+    if (pos_ + n > out_->size()) Grow(pos_ + n);
+    return base() + pos_;
+  }
+  void Done(uint8_t* end) { pos_ = static_cast<size_t>(end - base()); }
+  void Append(const std::string& s) {
+    std::memcpy(Room(s.size()), s.data(), s.size());
+    pos_ += s.size();
+  }
+  struct Mark {
+    size_t at, width;
+  };
+  // Opens a length-delimited field (number under 16: a one-byte tag).
+  Mark Begin(uint32_t field, uint64_t estimate) {
+    Mark m{pos_, VarintSize(estimate)};
+    *Room(1 + m.width) = static_cast<uint8_t>(Tag(field, kLen));
+    pos_ += 1 + m.width;
+    return m;
+  }
+  void End(Mark m) {
+    size_t body = m.at + 1 + m.width, len = pos_ - body, width = VarintSize(len);
+    if (width != m.width) {
+      Room(width);
+      std::memmove(base() + m.at + 1 + width, base() + body, len);
+      pos_ = m.at + 1 + width + len;
+    }
+    CodedOutputStream::WriteVarint64ToArray(len, base() + m.at + 1);
+  }
+  bool over() const { return pos_ > limit_; }
+  void Finish() { out_->resize(pos_); }
+
+ private:
+  uint8_t* base() { return reinterpret_cast<uint8_t*>(out_->data()); }
+  // By half, but not past the limit (what passes it is never kept).
+  void Grow(size_t need) {
+    uint64_t cap = std::max<uint64_t>(need, std::min<uint64_t>(limit_, uint64_t{1} << 62) + 1);
+    SizeFresh(out_, std::min<uint64_t>(std::max(need, out_->size() + out_->size() / 2), cap));
+  }
+  std::string* out_;
+  uint64_t limit_;
+  size_t pos_ = 0;
+};
+
+[[gnu::always_inline]] inline uint8_t* PutTag(uint8_t* w, uint32_t field, uint32_t wire) {
+  return CodedOutputStream::WriteVarint32ToArray(Tag(field, wire), w);
+}
+[[gnu::always_inline]] inline uint8_t* PutVarint(uint8_t* w, uint32_t field, uint64_t v) {
+  return CodedOutputStream::WriteVarint64ToArray(v, PutTag(w, field, kVarint));
+}
+[[gnu::always_inline]] inline uint8_t* PutOptVarint(uint8_t* w, uint32_t field, uint64_t v) {
+  return v ? PutVarint(w, field, v) : w;
+}
+inline uint8_t* PutString(uint8_t* w, uint32_t field, std::string_view s) {
+  w = CodedOutputStream::WriteVarint64ToArray(s.size(), PutTag(w, field, kLen));
+  std::memcpy(w, s.data(), s.size());
+  return w + s.size();
+}
+
+[[gnu::always_inline]] inline uint8_t* PutStat(uint8_t* w, const model::Plane& p, const Stat& s, size_t size) {
+  w = CodedOutputStream::WriteVarint64ToArray(size, PutTag(w, 4, kLen));
+  w = PutOptVarint(w, 1, s.metadata_id);
+  switch (s.kind) {
+    case StatKind::kDouble: {
+      uint64_t bits;
+      std::memcpy(&bits, &s.f64, 8);
+      return CodedOutputStream::WriteLittleEndian64ToArray(bits, PutTag(w, 2, kFixed64));
+    }
+    case StatKind::kUint64: return PutVarint(w, 3, s.u64);
+    case StatKind::kInt64: return PutVarint(w, 4, static_cast<uint64_t>(s.i64));
+    case StatKind::kString: return PutString(w, 5, p.stat_str(s));
+    case StatKind::kBytes: return PutString(w, 6, p.stat_str(s));
+    case StatKind::kRef: return PutVarint(w, 7, s.ref);
+  }
+  return w;
+}
+
+// False when the output passed the limit (the line is then not finished).
+bool OnePassLine(OnePass& out, const model::Plane& p, const model::Line& l) {
+  OnePass::Mark m = out.Begin(3, l.events.size() * 12 + l.stat_count() * 9 + 64);
+  uint8_t* w = out.Room(32 + l.name.size());
+  w = PutOptVarint(w, 1, static_cast<uint64_t>(l.id));
+  if (!l.name.empty()) w = PutString(w, 2, l.name);
+  out.Done(PutOptVarint(w, 3, static_cast<uint64_t>(l.timestamp_ns)));
+  size_t stat_sizes[16];
+  for (const model::Event& e : l.events) {
+    std::span<const Stat> stats = l.stats_of(e);
+    bool plain = true;
+    for (const Stat& s : stats) plain &= s.kind != StatKind::kString && s.kind != StatKind::kBytes;
+    if (plain) {
+      // Encoded without sizing first: a one-byte length is reserved (a
+      // stat's body is at most 17 bytes; an event's is under 128 unless it
+      // has many stats, then it is moved by the extra bytes).
+      uint8_t* start = out.Room(64 + 24 * stats.size());
+      w = start + 2;
+      w = PutOptVarint(w, 1, e.metadata_id);
+      w = PutVarint(w, 2, static_cast<uint64_t>(e.offset_ps));
+      w = PutOptVarint(w, 3, static_cast<uint64_t>(e.duration_ps));
+      for (const Stat& s : stats) {
+        uint8_t* body = w + 2;
+        uint8_t* end = PutOptVarint(body, 1, s.metadata_id);
+        switch (s.kind) {
+          case StatKind::kDouble: {
+            uint64_t bits;
+            std::memcpy(&bits, &s.f64, 8);
+            end = CodedOutputStream::WriteLittleEndian64ToArray(bits, PutTag(end, 2, kFixed64));
+            break;
+          }
+          case StatKind::kUint64: end = PutVarint(end, 3, s.u64); break;
+          case StatKind::kInt64: end = PutVarint(end, 4, static_cast<uint64_t>(s.i64)); break;
+          case StatKind::kRef: end = PutVarint(end, 7, s.ref); break;
+          default: break;
+        }
+        w[0] = static_cast<uint8_t>(Tag(4, kLen));
+        w[1] = static_cast<uint8_t>(end - body);
+        w = end;
+      }
+      size_t len = static_cast<size_t>(w - start - 2);
+      start[0] = static_cast<uint8_t>(Tag(4, kLen));
+      if (len < 128) {
+        start[1] = static_cast<uint8_t>(len);
+      } else {
+        size_t width = VarintSize(len);
+        std::memmove(start + 1 + width, start + 2, len);
+        CodedOutputStream::WriteVarint64ToArray(len, start + 1);
+        w = start + 1 + width + len;
+      }
+      out.Done(w);
+      if (out.over()) return false;
+      continue;
+    }
+    size_t size = OptVarintFieldSize(1, e.metadata_id) + VarintFieldSize(2, static_cast<uint64_t>(e.offset_ps)) +
+                  OptVarintFieldSize(3, static_cast<uint64_t>(e.duration_ps));
+    for (size_t i = 0; i < stats.size(); ++i) {
+      size_t n = StatSize(p, stats[i]);
+      if (i < 16) stat_sizes[i] = n;
+      size += LenFieldSize(4, n);
+    }
+    w = out.Room(size + 16);
+    w = CodedOutputStream::WriteVarint64ToArray(size, PutTag(w, 4, kLen));
+    w = PutOptVarint(w, 1, e.metadata_id);
+    w = PutVarint(w, 2, static_cast<uint64_t>(e.offset_ps));
+    w = PutOptVarint(w, 3, static_cast<uint64_t>(e.duration_ps));
+    for (size_t i = 0; i < stats.size(); ++i) w = PutStat(w, p, stats[i], i < 16 ? stat_sizes[i] : StatSize(p, stats[i]));
+    out.Done(w);
+    if (out.over()) return false;
+  }
+  w = out.Room(32 + l.display_name.size());
+  w = PutOptVarint(w, 9, static_cast<uint64_t>(l.duration_ps));
+  w = PutOptVarint(w, 10, static_cast<uint64_t>(l.display_id));
+  if (!l.display_name.empty()) w = PutString(w, 11, l.display_name);
+  out.Done(w);
+  out.End(m);
+  return true;
+}
+
+// Writes `space` whole into `out` in one pass; false (and `out` to be
+// discarded) when it passes `max_bytes`: stopped as soon as it does, so the
+// memory it took stays within the limit.
+bool WriteOnePass(const model::Space& space, std::string* out, uint64_t max_bytes) {
+  uint64_t estimate = 4096;
+  for (const model::Plane& p : space.planes)
+    for (const model::Line& l : p.lines) estimate += l.events.size() * 12 + l.stat_count() * 9 + 64;
+  out->clear();
+  SizeFresh(out, std::min<uint64_t>(estimate, std::min<uint64_t>(max_bytes, uint64_t{1} << 62) + 1));
+  OnePass o(out, max_bytes);
+  const View whole;
+  for (size_t i = 0; i < space.planes.size(); ++i) {
+    const model::Plane& p = space.planes[i];
+    uint64_t plane_estimate = 64 * (p.event_metadata().size() + p.stat_metadata().size());
+    for (const model::Line& l : p.lines) plane_estimate += l.events.size() * 12 + l.stat_count() * 9 + 64;
+    OnePass::Mark m = o.Begin(1, plane_estimate);
+    uint8_t* w = o.Room(16 + p.name.size());
+    w = PutOptVarint(w, 1, static_cast<uint64_t>(p.id));
+    if (!p.name.empty()) w = PutString(w, 2, p.name);
+    o.Done(w);
+    for (const model::Line& l : p.lines)
+      if (!OnePassLine(o, p, l)) return false;
+    // The metadata and plane stats (small: per distinct name) as the measured path writes them.
+    std::string tail;
+    {
+      google::protobuf::io::StringOutputStream stream(&tail);
+      CodedOutputStream c(&stream);
+      WritePlaneTail(c, p, i, whole);
+    }
+    o.Append(tail);
+    o.End(m);
+    if (o.over()) return false;
+  }
+  std::string tail;
+  {
+    google::protobuf::io::StringOutputStream stream(&tail);
+    CodedOutputStream c(&stream);
+    for (const auto& s : space.errors) WriteStringField(c, 2, s);
+    for (const auto& s : space.warnings) WriteStringField(c, 3, s);
+    for (const auto& s : space.hostnames) WriteStringField(c, 4, s);
+  }
+  o.Append(tail);
+  if (o.over()) return false;
+  o.Finish();
+  return true;
 }
 
 // What to write of `space` under the limit: all of it, or a cut (then
@@ -386,9 +612,12 @@ Status Plan(const model::Space& space, const XSpaceWriteOptions& options, View& 
 }  // namespace
 
 Status SerializeXSpace(const model::Space& space, std::string* out, const XSpaceWriteOptions& options) {
+  if (WriteOnePass(space, out, options.max_bytes)) return Status::Ok();
+  // Over the limit: measured, then cut.
+  out->clear();
+  out->shrink_to_fit();
   View v;
   if (Status s = Plan(space, options, v); !s.ok()) return s;
-  out->clear();
   // One allocation (growing by doubling would copy and fault in the pages twice).
   size_t total = 0;
   for (size_t size : v.plane_sizes) total += LenFieldSize(1, size);

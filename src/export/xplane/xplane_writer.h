@@ -1,5 +1,6 @@
-// Writes the model as a serialized tensorflow.profiler.XSpace (.xplane.pb),
-// streaming: peak memory is the model plus a small output buffer.
+// Writes the model as a serialized tensorflow.profiler.XSpace (.xplane.pb).
+// To a file it streams (measured first): peak memory is the model plus a
+// small output buffer.
 #pragma once
 
 #include <climits>
@@ -28,6 +29,8 @@ struct XSpaceWriteOptions {
 Status WriteXSpaceFile(const model::Space& space, const std::string& path, const XSpaceWriteOptions& options = {});
 Status WriteXSpaceFile(const model::Space& space, const OutputDir& dir, const std::string& name,
                        const XSpaceWriteOptions& options = {});
+// In memory, in one pass (no sizing walk over the events first); a space
+// over the limit is then measured and cut as the file writers do.
 Status SerializeXSpace(const model::Space& space, std::string* out, const XSpaceWriteOptions& options = {});
 // As above with the default limit; empty (and an error on stderr) only when
 // even an XSpace without events would pass it.
