@@ -56,9 +56,7 @@ std::string Pct(double p) {
 std::string Signed(double ns) { return (ns >= 0 ? "+" : "-") + FormatNs(std::fabs(ns)); }
 
 void WriteRows(JsonWriter& j, const std::vector<DiffRow>& rows) {
-  j.begin_array();
-  for (const DiffRow& r : rows) {
-    j.begin_object();
+  j.object_array(rows, [&](const DiffRow& r) {
     j.field("name", r.name);
     j.field("kind", r.kind);
     j.field("base_count", r.base_count);
@@ -68,9 +66,7 @@ void WriteRows(JsonWriter& j, const std::vector<DiffRow>& rows) {
     j.field("delta_ns", r.delta_ns);
     j.field("delta_pct", r.delta_pct);
     j.field("within_noise", r.within_noise);
-    j.end_object();
-  }
-  j.end_array();
+  });
 }
 
 }  // namespace
@@ -183,9 +179,7 @@ std::string DiffToJson(const Diff& d) {
   j.key("counters");
   WriteRows(j, d.counters);
   j.key("failures");
-  j.begin_array();
-  for (const std::string& f : d.failures) j.value(f);
-  j.end_array();
+  j.array(d.failures);
   j.field("passed", d.failures.empty());
   j.key("base");
   WriteSummaryJson(j, d.base);
@@ -212,13 +206,11 @@ std::string DiffToText(const Diff& d, size_t width) {
     out += "Noise: unknown (needs two or more steps in each run)\n";
   }
   auto table = [&](const std::vector<DiffRow>& rows, const std::string& title) {
-    if (rows.empty()) return;
-    out += "\n" + title + "\n";
-    TextTable t({"name", "base", "new", "delta", "delta %", ""}, width);
-    for (const DiffRow& r : rows)
-      t.add({r.name, r.base_count ? FormatNs(r.base_ns) : "-", r.new_count ? FormatNs(r.new_ns) : "-",
-             Signed(r.delta_ns), Pct(r.delta_pct), r.within_noise ? "~" : ""});
-    out += t.render();
+    AddTable(out, title, {"name", "base", "new", "delta", "delta %", ""}, width, rows,
+             [](const DiffRow& r) -> std::vector<std::string> {
+               return {r.name, r.base_count ? FormatNs(r.base_ns) : "-", r.new_count ? FormatNs(r.new_ns) : "-",
+                       Signed(r.delta_ns), Pct(r.delta_pct), r.within_noise ? "~" : ""};
+             });
   };
   const char* unit = d.per_step ? " (time per step)" : " (total time)";
   table(d.steps, "Steps");
@@ -226,14 +218,11 @@ std::string DiffToText(const Diff& d, size_t width) {
   table(d.self, std::string("Annotations by self time, biggest change first") + unit);
   table(d.kernels, std::string("GPU kernels") + unit);
   table(d.copies, std::string("GPU copies") + unit);
-  if (!d.counters.empty()) {
-    out += "\nCounter peaks\n";
-    TextTable t({"name", "base", "new", "delta", "delta %"}, width);
-    for (const DiffRow& r : d.counters)
-      t.add({r.name, r.base_count ? FormatNumber(r.base_ns) : "-", r.new_count ? FormatNumber(r.new_ns) : "-",
-             (r.delta_ns >= 0 ? "+" : "-") + FormatNumber(std::fabs(r.delta_ns)), Pct(r.delta_pct)});
-    out += t.render();
-  }
+  AddTable(out, "Counter peaks", {"name", "base", "new", "delta", "delta %"}, width, d.counters,
+           [](const DiffRow& r) -> std::vector<std::string> {
+             return {r.name, r.base_count ? FormatNumber(r.base_ns) : "-", r.new_count ? FormatNumber(r.new_ns) : "-",
+                     (r.delta_ns >= 0 ? "+" : "-") + FormatNumber(std::fabs(r.delta_ns)), Pct(r.delta_pct)};
+           });
   if (!d.failures.empty()) {
     out += "\nFAILED:\n";
     for (const std::string& f : d.failures) out += "  " + f + "\n";

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace spyglass::analysis {
 
@@ -50,6 +51,25 @@ class JsonWriter {
   void field(std::string_view k, const T& v) {
     key(k);
     value(v);
+  }
+  // An array of the values of `items`.
+  template <typename T>
+  void array(const std::vector<T>& items) {
+    begin_array();
+    for (const T& v : items) value(v);
+    end_array();
+  }
+  // An array of objects, one for every `stride`-th item, whose fields
+  // `fields(item)` writes.
+  template <typename T, typename Fields>
+  void object_array(const std::vector<T>& items, Fields fields, size_t stride = 1) {
+    begin_array();
+    for (size_t i = 0; i < items.size(); i += stride) {
+      begin_object();
+      fields(items[i]);
+      end_object();
+    }
+    end_array();
   }
   const std::string& str() const { return out_; }
 

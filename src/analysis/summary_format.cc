@@ -27,22 +27,18 @@ void WriteDistribution(JsonWriter& j, const Distribution& d) {
 }
 
 void WriteSteps(JsonWriter& j, const std::vector<Step>& steps, size_t stride = 1) {
-  j.begin_array();
-  for (size_t i = 0; i < steps.size(); i += stride) {
-    const Step& s = steps[i];
-    j.begin_object();
-    j.field("number", s.number);
-    j.field("start_ns", s.start_ns);
-    j.field("duration_ns", s.duration_ns);
-    j.end_object();
-  }
-  j.end_array();
+  j.object_array(
+      steps,
+      [&](const Step& s) {
+        j.field("number", s.number);
+        j.field("start_ns", s.start_ns);
+        j.field("duration_ns", s.duration_ns);
+      },
+      stride);
 }
 
 void WriteRows(JsonWriter& j, const std::vector<AnnotationRow>& rows) {
-  j.begin_array();
-  for (const AnnotationRow& r : rows) {
-    j.begin_object();
+  j.object_array(rows, [&](const AnnotationRow& r) {
     j.field("name", r.name);
     j.field("thread", r.thread);
     j.field("count", r.count);
@@ -51,15 +47,11 @@ void WriteRows(JsonWriter& j, const std::vector<AnnotationRow>& rows) {
     j.field("mean_ns", r.mean_ns);
     j.field("share", r.share);
     j.field("self_share", r.self_share);
-    j.end_object();
-  }
-  j.end_array();
+  });
 }
 
 void WriteOps(JsonWriter& j, const std::vector<DeviceOpRow>& rows) {
-  j.begin_array();
-  for (const DeviceOpRow& r : rows) {
-    j.begin_object();
+  j.object_array(rows, [&](const DeviceOpRow& r) {
     j.field("device", r.device);
     j.field("name", r.name);
     j.field("kind", r.kind);
@@ -67,15 +59,7 @@ void WriteOps(JsonWriter& j, const std::vector<DeviceOpRow>& rows) {
     j.field("total_ns", r.total_ns);
     j.field("mean_ns", r.mean_ns);
     j.field("share", r.share);
-    j.end_object();
-  }
-  j.end_array();
-}
-
-void WriteStrings(JsonWriter& j, const std::vector<std::string>& v) {
-  j.begin_array();
-  for (const std::string& s : v) j.value(s);
-  j.end_array();
+  });
 }
 
 }  // namespace
@@ -84,7 +68,7 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
   j.begin_object();
   j.field("file", s.file);
   j.key("hostnames");
-  WriteStrings(j, s.hostnames);
+  j.array(s.hostnames);
   j.field("producer", s.producer);
   j.field("file_bytes", s.file_bytes);
   j.field("planes", s.planes);
@@ -112,9 +96,7 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
   j.key("top_self");
   WriteRows(j, s.top_self);
   j.key("threads");
-  j.begin_array();
-  for (const ThreadSummary& t : s.threads) {
-    j.begin_object();
+  j.object_array(s.threads, [&](const ThreadSummary& t) {
     j.field("plane", t.plane);
     j.field("name", t.name);
     j.field("id", t.id);
@@ -125,40 +107,30 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
     WriteRows(j, t.top_total);
     j.key("top_self");
     WriteRows(j, t.top_self);
-    j.end_object();
-  }
-  j.end_array();
+  });
   j.key("kernels");
   WriteOps(j, s.kernels);
   j.key("copies");
   WriteOps(j, s.copies);
   j.key("counters");
-  j.begin_array();
-  for (const CounterPeak& c : s.counters) {
-    j.begin_object();
+  j.object_array(s.counters, [&](const CounterPeak& c) {
     j.field("plane", c.plane);
     j.field("name", c.name);
     j.field("samples", c.samples);
     j.field("peak", c.peak);
     j.field("peak_at_ns", c.peak_at_ns);
     j.field("last", c.last);
-    j.end_object();
-  }
-  j.end_array();
+  });
   j.key("dropped");
-  j.begin_array();
-  for (const Summary::Dropped& d : s.dropped) {
-    j.begin_object();
+  j.object_array(s.dropped, [&](const Summary::Dropped& d) {
     j.field("plane", d.plane);
     j.field("name", d.name);
     j.field("value", d.value);
-    j.end_object();
-  }
-  j.end_array();
+  });
   j.key("errors");
-  WriteStrings(j, s.errors);
+  j.array(s.errors);
   j.key("warnings");
-  WriteStrings(j, s.warnings);
+  j.array(s.warnings);
   j.end_object();
 }
 
@@ -193,50 +165,43 @@ std::string SummaryToText(const Summary& s, size_t width) {
     out += "\nSteps: none (no event with a step_num; mark steps with StepTraceAnnotation)\n";
   }
 
-  auto annotations = [&](const std::vector<AnnotationRow>& rows, const char* title) {
-    if (rows.empty()) return;
-    out += std::string("\n") + title + "\n";
-    TextTable t({"annotation", "count", "total", "self", "mean", "% wall", "self %"}, width);
-    for (const AnnotationRow& r : rows)
-      t.add({r.name, std::to_string(r.count), FormatNs(r.total_ns), FormatNs(r.self_ns), FormatNs(r.mean_ns),
-             FormatPct(r.share), FormatPct(r.self_share)});
-    out += t.render();
+  auto annotations = [&](const std::vector<AnnotationRow>& rows, const std::string& title) {
+    AddTable(out, title, {"annotation", "count", "total", "self", "mean", "% wall", "self %"}, width, rows,
+             [](const AnnotationRow& r) -> std::vector<std::string> {
+               return {r.name, std::to_string(r.count), FormatNs(r.total_ns), FormatNs(r.self_ns),
+                       FormatNs(r.mean_ns), FormatPct(r.share), FormatPct(r.self_share)};
+             });
   };
   annotations(s.top_total, "Top annotations by total time (all threads)");
   annotations(s.top_self, "Top annotations by self time (all threads)");
 
-  if (!s.threads.empty()) {
-    out += "\nThreads (busy = time inside any event)\n";
-    TextTable t({"thread", "id", "events", "busy", "% wall", "top by self time"}, width);
-    for (const ThreadSummary& th : s.threads)
-      t.add({th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns), FormatPct(th.busy_share),
-             th.top_self.empty() ? "" : th.top_self[0].name});
-    out += t.render();
-    // The busiest few threads' own tables (all of them with --thread).
-    size_t shown = 0;
-    for (const ThreadSummary& th : s.threads)
-      if (th.top_self.size() > 1 && shown++ < kThreadTables)
-        annotations(th.top_self, ("Top by self time in thread " + th.name + " (" + std::to_string(th.id) + ")").c_str());
-  }
+  AddTable(out, "Threads (busy = time inside any event)",
+           {"thread", "id", "events", "busy", "% wall", "top by self time"}, width, s.threads,
+           [](const ThreadSummary& th) -> std::vector<std::string> {
+             return {th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns),
+                     FormatPct(th.busy_share), th.top_self.empty() ? "" : th.top_self[0].name};
+           });
+  // The busiest few threads' own tables (all of them with --thread).
+  size_t shown = 0;
+  for (const ThreadSummary& th : s.threads)
+    if (th.top_self.size() > 1 && shown++ < kThreadTables)
+      annotations(th.top_self, "Top by self time in thread " + th.name + " (" + std::to_string(th.id) + ")");
 
-  auto ops = [&](const std::vector<DeviceOpRow>& rows, const char* title) {
-    if (rows.empty()) return;
-    out += std::string("\n") + title + "\n";
-    TextTable t({"name", "device", "count", "total", "mean", "% wall"}, width);
-    for (const DeviceOpRow& r : rows)
-      t.add({r.name, r.device, std::to_string(r.count), FormatNs(r.total_ns), FormatNs(r.mean_ns), FormatPct(r.share)});
-    out += t.render();
+  auto ops = [&](const std::vector<DeviceOpRow>& rows, const std::string& title) {
+    AddTable(out, title, {"name", "device", "count", "total", "mean", "% wall"}, width, rows,
+             [](const DeviceOpRow& r) -> std::vector<std::string> {
+               return {r.name, r.device, std::to_string(r.count), FormatNs(r.total_ns), FormatNs(r.mean_ns),
+                       FormatPct(r.share)};
+             });
   };
   ops(s.kernels, "Top GPU kernels");
   ops(s.copies, "Top GPU copies");
 
-  if (!s.counters.empty()) {
-    out += "\nCounters (peaks)\n";
-    TextTable t({"counter", "samples", "peak", "at", "last"}, width);
-    for (const CounterPeak& c : s.counters)
-      t.add({c.name, std::to_string(c.samples), FormatNumber(c.peak), FormatNs(c.peak_at_ns), FormatNumber(c.last)});
-    out += t.render();
-  }
+  AddTable(out, "Counters (peaks)", {"counter", "samples", "peak", "at", "last"}, width, s.counters,
+           [](const CounterPeak& c) -> std::vector<std::string> {
+             return {c.name, std::to_string(c.samples), FormatNumber(c.peak), FormatNs(c.peak_at_ns),
+                     FormatNumber(c.last)};
+           });
 
   out += "\nDropped and warnings\n";
   bool any = false;

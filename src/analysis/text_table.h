@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace spyglass::analysis {
@@ -90,5 +91,17 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
   size_t width_;
 };
+
+// "\n<title>\n" and a table of `rows`, whose cells `cells(row)` makes,
+// appended to `out`; nothing when there are no rows.
+template <typename Row, typename Cells>
+void AddTable(std::string& out, const std::string& title, std::vector<std::string> header, size_t width,
+              const std::vector<Row>& rows, Cells cells) {
+  if (rows.empty()) return;
+  out += "\n" + title + "\n";
+  TextTable t(std::move(header), width);
+  for (const Row& r : rows) t.add(cells(r));
+  out += t.render();
+}
 
 }  // namespace spyglass::analysis

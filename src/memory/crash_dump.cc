@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "common/signal_safe.h"
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
 
@@ -49,33 +50,11 @@ std::atomic<int> g_state{0};          // 0 none, 1 writing, 2 written
 std::atomic<long> g_writer{0};        // thread writing it
 
 char g_buf[64 << 10];
-size_t g_len = 0;
-int g_fd = -1;
-bool g_failed = false;
+signal_safe::FdWriter g_out;  // the dump being written, through g_buf
 LiveEntry g_live[2048];
 uint32_t g_live_n = 0;
 
-void Flush() {
-  size_t off = 0;
-  while (off < g_len && !g_failed) {
-    ssize_t w = write(g_fd, g_buf + off, g_len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) g_failed = true;
-    else off += static_cast<size_t>(w);
-  }
-  g_len = 0;
-}
-void Put(const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    if (g_len == sizeof g_buf) Flush();
-    size_t k = std::min(n, sizeof g_buf - g_len);
-    std::memcpy(g_buf + g_len, c, k);
-    g_len += k;
-    c += k;
-    n -= k;
-  }
-}
+void Put(const void* p, size_t n) { g_out.Put(p, n); }
 void Record(uint32_t tag, uint32_t len) {
   Put(&tag, 4);
   Put(&len, 4);
@@ -101,25 +80,13 @@ size_t ReadProcSelf(const char* what, char* buf, size_t cap) {
   size_t n = 0;
   if (fd >= 0) {
     while (n + 1 < cap) {
-      ssize_t r = read(fd, buf + n, cap - 1 - n);
-      if (r < 0 && errno == EINTR) continue;
+      ssize_t r = signal_safe::Read(fd, buf + n, cap - 1 - n);
       if (r <= 0) break;
       n += static_cast<size_t>(r);
     }
     close(fd);
   }
   buf[n] = '\0';
-  return n;
-}
-
-size_t PutDecimal(char* out, uint64_t v) {
-  char tmp[24];
-  size_t n = 0;
-  do {
-    tmp[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
   return n;
 }
 
@@ -138,24 +105,17 @@ size_t FormatProfileName(char* out, size_t cap, const char* tag, const char* ext
   }
   if (cn == 0 || (cn == 1 && comm[0] == '.') || (cn == 2 && comm[0] == '.' && comm[1] == '.'))
     std::memcpy(comm, "unknown", cn = 7);
-  char tmp[160];
-  size_t n = 0;
-  auto put = [&](const char* s, size_t len) {
-    for (size_t i = 0; i < len && n < sizeof tmp; ++i) tmp[n++] = s[i];
-  };
-  put("memory.", 7);
-  char num[24];
-  put(num, PutDecimal(num, static_cast<uint64_t>(getpid())));
-  put(".", 1);
-  put(comm, cn);
-  put(".", 1);
-  put(tag, std::strlen(tag));
-  put(ext, std::strlen(ext));
   if (cap == 0) return 0;
-  size_t k = std::min(n, cap - 1);
-  std::memcpy(out, tmp, k);
-  out[k] = '\0';
-  return k;
+  signal_safe::Text t{out, cap - 1};
+  t.Add("memory.");
+  t.AddDecimal(static_cast<uint64_t>(getpid()));
+  t.Add(".");
+  t.Add(comm, cn);
+  t.Add(".");
+  t.Add(tag);
+  t.Add(ext);
+  out[t.len] = '\0';
+  return t.len;
 }
 
 bool PrepareCrashDump(int dir_fd) {
@@ -193,13 +153,12 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
   std::memcpy(tmp, name, std::strlen(name) + 1);
   std::strncat(tmp, ".tmp", sizeof tmp - std::strlen(tmp) - 1);
   unlinkat(g_dir_fd, tmp, 0);
-  g_fd = openat(g_dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (g_fd < 0) {
+  const int fd = openat(g_dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
     g_state.store(2);
     return false;
   }
-  g_failed = false;
-  g_len = 0;
+  g_out = signal_safe::FdWriter(fd, g_buf, sizeof g_buf);
   DumpHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.version = 1;
@@ -208,9 +167,7 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
   h.pid = static_cast<uint32_t>(getpid());
   h.failed_bytes = failed ? failed->bytes : 0;
   h.sample_interval = SampleInterval();
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  h.time_nanos = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  h.time_nanos = static_cast<int64_t>(signal_safe::ClockNs(CLOCK_REALTIME));
   ReadProcSelf("comm", h.comm, sizeof h.comm);
   Put(&h, sizeof h);
 
@@ -268,21 +225,18 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
   int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (maps >= 0) {
     char chunk[16 << 10];
-    while (true) {
-      ssize_t r = read(maps, chunk, sizeof chunk);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
+    for (ssize_t r; (r = signal_safe::Read(maps, chunk, sizeof chunk)) > 0;) {
       Record(kMaps, static_cast<uint32_t>(r));
       Put(chunk, static_cast<size_t>(r));
     }
     close(maps);
   }
   Record(kEnd, 0);
-  Flush();
+  g_out.Flush();
   // The header again, with the skipped shards now known.
-  if (!g_failed && pwrite(g_fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) g_failed = true;
-  close(g_fd);
-  bool ok = !g_failed && renameat(g_dir_fd, tmp, g_dir_fd, name) == 0;
+  bool ok = !g_out.failed() && pwrite(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h);
+  close(fd);
+  ok = ok && renameat(g_dir_fd, tmp, g_dir_fd, name) == 0;
   if (!ok) unlinkat(g_dir_fd, tmp, 0);
   g_state.store(2);
   return ok;

@@ -84,6 +84,7 @@
 
 #include <fcntl.h>
 
+#include "common/signal_safe.h"
 #include "memory/cgroup_watch.h"
 #include "memory/crash_dump.h"
 #include "memory/heap_hook.h"
@@ -629,11 +630,9 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE,  SIGILL,  SIGABRT, SIG
 void OnFatalSignal(int sig, siginfo_t* info, void*) {
   int saved = errno;
   if (!QuietWorker()) WriteCrashDump(DumpReason::kSignal, sig, nullptr);
-  // SA_RESETHAND restored the default action. A fault the kernel raised
-  // happens again when the instruction is retried; any other signal is raised
-  // again (SA_NODEFER: delivered now).
-  bool fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && info && info->si_code > 0;
-  if (!fault) raise(sig);
+  // SA_RESETHAND restored the default action (SA_NODEFER: a signal raised
+  // again is delivered now).
+  spyglass::signal_safe::ReraiseUnlessFault(sig, info);
   errno = saved;
 }
 

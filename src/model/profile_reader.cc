@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/quote.h"
+#include "model/profile_file.h"
 #include "model/schema.h"
 #include "model/wire.h"
 #include "model/xspace.h"
@@ -61,10 +62,10 @@ std::vector<std::string> XPlaneFilesIn(const fs::path& dir) {
 // Field errors of a scan, worded for the user.
 Status WireError(Next n, const std::string& path, size_t at, uint64_t size) {
   if (n == Next::kTruncated)
-    return InvalidArgumentError(path + " is truncated: the record at byte " + std::to_string(at) +
+    return InvalidArgumentError(QuoteInput(path) + " is truncated: the record at byte " + std::to_string(at) +
                                 " runs past the end of the file (" + std::to_string(size) +
                                 " bytes); was the writer stopped before it finished?");
-  return InvalidArgumentError(path + " is not a profile: the bytes near offset " + std::to_string(at) +
+  return InvalidArgumentError(QuoteInput(path) + " is not a profile: the bytes near offset " + std::to_string(at) +
                               " are not a serialized XSpace (.xplane.pb)");
 }
 
@@ -166,6 +167,62 @@ ProfileStat ModelStat(const model::Plane& plane, const model::Stat& s) {
       break;
   }
   return out;
+}
+
+// model::CheckProfileBytes (model/profile_file.h).
+Status CheckTopLevel(std::string_view bytes, const std::string& path) {
+  if (bytes.size() >= 2 && bytes[0] == '\x1f' && bytes[1] == '\x8b')
+    return InvalidArgumentError(QuoteInput(path) +
+                                " is gzip-compressed, not an .xplane.pb (a trace JSON? decompress it, or pass the "
+                                "run's .xplane.pb)");
+  // The top level: planes, errors, warnings, hostnames, nothing else; and the
+  // format version in /host:metadata.
+  size_t pos = 0;
+  uint32_t number, type;
+  std::string_view payload;
+  Next n;
+  while (true) {
+    // The tag first: bytes of another format (a JSON file's "{") are not a
+    // profile, whatever follows them.
+    size_t at = pos;
+    uint64_t tag = 0;
+    if (model::wire::ReadVarint(bytes, &at, &tag) &&
+        (tag >> 3 < f::kSpacePlanes || tag >> 3 > f::kSpaceHostnames || (tag & 7) != kLengthDelimited))
+      return WireError(Next::kBad, path, pos, bytes.size());
+    if ((n = NextField(bytes, &pos, &number, &type, &payload)) != Next::kField) break;
+    if (number != f::kSpacePlanes) continue;
+    // The name comes before lines in field order; stats after: read the
+    // metadata plane only (it holds no events).
+    size_t ppos = 0;
+    uint32_t pn, pt;
+    std::string_view pp;
+    std::string_view name;
+    NameTable stat_names;
+    std::vector<std::string_view> stats;
+    Next r;
+    while ((r = NextField(payload, &ppos, &pn, &pt, &pp)) == Next::kField) {
+      if (pn == f::kPlaneName) name = pp;
+      if (pn == f::kPlaneLines && name != model::kMetadataPlaneName) break;
+      if (pn == f::kPlaneStatMd && pt == kLengthDelimited) {
+        int64_t id;
+        std::string_view md_name;
+        if (ReadMetadataEntry(pp, &id, &md_name)) stat_names.add(id, md_name);
+      }
+      if (pn == f::kPlaneStats && pt == kLengthDelimited) stats.push_back(pp);
+    }
+    if (name != model::kMetadataPlaneName) continue;
+    for (std::string_view s : stats) {
+      ProfileStat st;
+      double v;
+      if (ReadStat(s, stat_names, &st) && st.name == model::kFormatVersionMetadata && st.as_double(&v) &&
+          v > static_cast<double>(kProfileFormatVersion))
+        return InvalidArgumentError(QuoteInput(path) + " comes from a newer format (version " +
+                                    std::to_string(int64_t(v)) + "; this spyglass reads up to version " +
+                                    std::to_string(kProfileFormatVersion) + "): upgrade spyglass to read it");
+    }
+  }
+  if (n != Next::kEnd) return WireError(n, path, pos, bytes.size());
+  return Status::Ok();
 }
 
 }  // namespace
@@ -295,70 +352,15 @@ Status ProfileReader::Open(const std::string& path, const ReadOptions& options) 
   Close();
   path_ = path;
   options_ = options;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFoundError("cannot open " + QuoteInput(path) + ": " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError(QuoteInput(path) + " is not a regular file");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    return InvalidArgumentError(path + " is empty: not a profile (was the writer stopped before it finished?)");
-  }
-  void* m = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) return InternalError("cannot map " + QuoteInput(path) + ": " + std::strerror(errno));
-  madvise(m, static_cast<size_t>(st.st_size), MADV_SEQUENTIAL);
-  data_ = static_cast<const char*>(m);
-  size_ = static_cast<uint64_t>(st.st_size);
-
-  std::string_view bytes(data_, size_);
-  if (bytes.size() >= 2 && bytes[0] == '\x1f' && bytes[1] == '\x8b')
-    return InvalidArgumentError(path + " is gzip-compressed, not an .xplane.pb (a trace JSON? decompress it, or "
-                                       "pass the run's .xplane.pb)");
-  // The top level: planes, errors, warnings, hostnames, nothing else; and the
-  // format version in /host:metadata.
-  size_t pos = 0;
-  uint32_t number, type;
-  std::string_view payload;
-  Next n;
-  while ((n = NextField(bytes, &pos, &number, &type, &payload)) == Next::kField) {
-    if (number < f::kSpacePlanes || number > f::kSpaceHostnames || type != kLengthDelimited)
-      return WireError(Next::kBad, path, pos, size_);
-    if (number != f::kSpacePlanes) continue;
-    // The name comes before lines in field order; stats after: read the
-    // metadata plane only (it holds no events).
-    size_t ppos = 0;
-    uint32_t pn, pt;
-    std::string_view pp;
-    std::string_view name;
-    NameTable stat_names;
-    std::vector<std::string_view> stats;
-    Next r;
-    while ((r = NextField(payload, &ppos, &pn, &pt, &pp)) == Next::kField) {
-      if (pn == f::kPlaneName) name = pp;
-      if (pn == f::kPlaneLines && name != model::kMetadataPlaneName) break;
-      if (pn == f::kPlaneStatMd && pt == kLengthDelimited) {
-        int64_t id;
-        std::string_view md_name;
-        if (ReadMetadataEntry(pp, &id, &md_name)) stat_names.add(id, md_name);
-      }
-      if (pn == f::kPlaneStats && pt == kLengthDelimited) stats.push_back(pp);
-    }
-    if (name != model::kMetadataPlaneName) continue;
-    for (std::string_view s : stats) {
-      ProfileStat st;
-      double v;
-      if (ReadStat(s, stat_names, &st) && st.name == model::kFormatVersionMetadata && st.as_double(&v) &&
-          v > static_cast<double>(kProfileFormatVersion))
-        return InvalidArgumentError(path + " comes from a newer format (version " + std::to_string(int64_t(v)) +
-                                    "; this spyglass reads up to version " + std::to_string(kProfileFormatVersion) +
-                                    "): upgrade spyglass to read it");
-    }
-  }
-  if (n != Next::kEnd) return WireError(n, path, pos, size_);
-  return Status::Ok();
+  model::MappedFile file;
+  if (Status s = file.Open(path, UINT64_MAX); !s.ok()) return s;
+  if (file.bytes().empty())
+    return InvalidArgumentError(QuoteInput(path) +
+                                " is empty: not a profile (was the writer stopped before it finished?)");
+  std::string_view bytes = file.Release();  // unmapped by Close()
+  data_ = bytes.data();
+  size_ = bytes.size();
+  return model::CheckProfileBytes(bytes, path);
 }
 
 Status ProfileReader::Read(ProfileData* out) const {
@@ -502,3 +504,11 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
 }
 
 }  // namespace spyglass::profile
+
+namespace spyglass::model {
+
+Status CheckProfileBytes(std::string_view bytes, const std::string& path) {
+  return profile::CheckTopLevel(bytes, path);
+}
+
+}  // namespace spyglass::model

@@ -1,26 +1,16 @@
 #include "model/xspace_read.h"
 
-#include <fcntl.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "common/quote.h"
+#include "model/profile_file.h"
 #include "model/xspace_import_chunked.h"
 #include "xplane.pb.h"
 
 namespace spyglass::model {
 namespace {
-
-Status TooLarge(const std::string& what, uint64_t size, size_t max_bytes) {
-  return InvalidArgumentError(what + " is too large: " + std::to_string(size) + " bytes exceed the limit of " +
-                              std::to_string(max_bytes) + " bytes");
-}
 
 // Keeps the first error of a text-format parse (protobuf would log them).
 class FirstError : public google::protobuf::io::ErrorCollector {
@@ -51,37 +41,12 @@ Status ParseText(std::string_view text, size_t max_bytes, tensorflow::profiler::
 }  // namespace
 
 Status ReadXSpaceFile(const std::string& path, Space* out, size_t max_bytes) {
-  const std::string quoted = QuoteInput(path);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFoundError("cannot open " + quoted + ": " + std::strerror(errno));
-  struct stat st;
-  std::string bytes;
-  Status s;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    s = InvalidArgumentError("cannot read " + quoted + ": not a regular file");
-  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    s = TooLarge(quoted, static_cast<uint64_t>(st.st_size), max_bytes);
-  } else {
-    // Reads what is there: a file shrinking meanwhile gives fewer bytes
-    // (then a parse error), one growing is read up to its size at fstat.
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        s = InvalidArgumentError("cannot read " + quoted + ": " + std::strerror(errno));
-        break;
-      }
-      if (n == 0) break;
-      done += static_cast<size_t>(n);
-    }
-    bytes.resize(done);
-  }
-  ::close(fd);
-  if (!s.ok()) return s;
-  if (Status r = ImportXSpaceBytesChunked(bytes, out); !r.ok())
-    return InvalidArgumentError(quoted + " is not a profile: " + r.message() + " (truncated, or not a .xplane.pb)");
+  MappedFile file;
+  if (Status s = file.Open(path, max_bytes); !s.ok()) return s;
+  if (Status s = CheckProfileBytes(file.bytes(), path); !s.ok()) return s;
+  if (Status r = ImportXSpaceBytesChunked(file.bytes(), out); !r.ok())
+    return InvalidArgumentError(QuoteInput(path) + " is not a profile: " + r.message() +
+                                " (truncated, or not a .xplane.pb)");
   return Status::Ok();
 }
 

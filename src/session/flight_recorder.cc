@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/signal_safe.h"
 #include "export/log_dir.h"
 #include "export/output_file.h"
 #include "session/session.h"
@@ -85,9 +86,7 @@ void OnFatalSignal(int sig, siginfo_t* info, void*) {
     internal::g_state.session_word.store(word & ~uint64_t{0xff}, std::memory_order_relaxed);
     internal::WriteCrashRun(t.crash, sig);
   }
-  // A fault the kernel raised recurs when the handler returns; any other
-  // (kill, raise, abort) is raised again, delivered once this handler returns.
-  if (info == nullptr || info->si_code <= 0) raise(sig);
+  signal_safe::ReraiseUnlessFault(sig, info);
 }
 
 void DumpThread(int fd, uint64_t seconds) {

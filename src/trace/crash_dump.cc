@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/signal_safe.h"
 #include "trace/recorder.h"
 
 // Everything here runs in a fatal-signal handler: only async-signal-safe
@@ -16,38 +17,9 @@
 namespace spyglass::internal {
 namespace {
 
-// Protobuf output: counts bytes (buf == nullptr) or writes them to `fd`
-// through `buf`.
-struct Out {
-  int fd = -1;
-  char* buf = nullptr;
-  size_t cap = 0, used = 0;
-  uint64_t n = 0;
-  bool failed = false;
-
-  void flush() {
-    size_t off = 0;
-    while (off < used && !failed) {
-      ssize_t w = write(fd, buf + off, used - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) failed = true;
-      else off += static_cast<size_t>(w);
-    }
-    used = 0;
-  }
-  void put(const void* p, size_t len) {
-    n += len;
-    if (buf == nullptr) return;
-    const char* c = static_cast<const char*>(p);
-    while (len > 0) {
-      if (used == cap) flush();
-      size_t k = len < cap - used ? len : cap - used;
-      std::memcpy(buf + used, c, k);
-      used += k;
-      c += k;
-      len -= k;
-    }
-  }
+// Protobuf output: counts bytes (no buffer) or writes them to a file.
+struct Out : signal_safe::FdWriter {
+  using FdWriter::FdWriter;
   void varint(uint64_t v) {
     uint8_t b[10];
     int i = 0;
@@ -56,7 +28,7 @@ struct Out {
       v >>= 7;
     }
     b[i++] = static_cast<uint8_t>(v);
-    put(b, i);
+    Put(b, i);
   }
   void tag(uint32_t field, int wire) { varint((uint64_t{field} << 3) | wire); }
   void vfield(uint32_t field, uint64_t v) {
@@ -69,7 +41,7 @@ struct Out {
   }
   void sfield(uint32_t field, const char* s, size_t len) {
     header(field, len);
-    put(s, len);
+    Put(s, len);
   }
   void dfield(uint32_t field, double d) {
     tag(field, 1);
@@ -77,7 +49,7 @@ struct Out {
     std::memcpy(&bits, &d, 8);
     uint8_t le[8];
     for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(bits >> (8 * i));
-    put(le, 8);
+    Put(le, 8);
   }
 };
 
@@ -297,7 +269,7 @@ void LineBody(Out& o, const ThreadRec& t) {
     if (!IsBegin(*c.p) || BeginTicks(c.p) < g.since_ticks) continue;
     Out count;
     EventBody(count, c);
-    o.header(4, count.n);
+    o.header(4, count.count());
     EventBody(o, c);
   }
 }
@@ -318,7 +290,7 @@ void PlaneBody(Out& o, int64_t pid) {
   for (size_t i = 0; i < g.thread_count; ++i) {
     Out count;
     LineBody(count, g.threads[i]);
-    o.header(3, count.n);
+    o.header(3, count.count());
     LineBody(o, g.threads[i]);
   }
   for (size_t i = 0; i < std::size(g.events.slots); ++i) {
@@ -342,31 +314,13 @@ void PlaneBody(Out& o, int64_t pid) {
   o.vfield(4, static_cast<uint64_t>(pid));
 }
 
-uint64_t ClockNs(clockid_t id) {
-  timespec ts;
-  clock_gettime(id, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
 // "spyglass: ... signal NN ..." without snprintf.
 size_t Warning(char* out, size_t cap, int sig) {
-  static const char kHead[] = "spyglass: written by the flight recorder when the process got fatal signal ";
-  static const char kTail[] = "; host events only, from the crash handler";
-  size_t n = 0;
-  auto add = [&](const char* s, size_t len) {
-    for (size_t i = 0; i < len && n < cap; ++i) out[n++] = s[i];
-  };
-  add(kHead, sizeof kHead - 1);
-  char digits[12];
-  int d = 0;
-  unsigned v = static_cast<unsigned>(sig);
-  do {
-    digits[d++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0 && d < 12);
-  while (d > 0) add(&digits[--d], 1);
-  add(kTail, sizeof kTail - 1);
-  return n;
+  signal_safe::Text t{out, cap};
+  t.Add("spyglass: written by the flight recorder when the process got fatal signal ");
+  t.AddDecimal(static_cast<unsigned>(sig));
+  t.Add("; host events only, from the crash handler");
+  return t.len;
 }
 
 }  // namespace
@@ -379,7 +333,7 @@ bool WriteCrashRun(const CrashTarget& t, int sig) {
   recorder_visit_unlocked(t.word, &g.view, Collect, nullptr);
 
   g.crash_ticks = now_ticks();
-  uint64_t mono = ClockNs(CLOCK_MONOTONIC), wall = ClockNs(CLOCK_REALTIME);
+  uint64_t mono = signal_safe::ClockNs(CLOCK_MONOTONIC), wall = signal_safe::ClockNs(CLOCK_REALTIME);
   g.ns_per_tick = t.ns_per_tick;
   if (mono - t.start_mono_ns > 1000000000ull && g.crash_ticks > t.start_ticks)  // a longer span measures better
     g.ns_per_tick = static_cast<double>(mono - t.start_mono_ns) / static_cast<double>(g.crash_ticks - t.start_ticks);
@@ -390,17 +344,14 @@ bool WriteCrashRun(const CrashTarget& t, int sig) {
   // The plane's size first (this pass also names every event), then the bytes.
   Out count;
   PlaneBody(count, t.pid);
-  Out o;
-  o.fd = t.tmp_fd;
-  o.buf = g.buf;
-  o.cap = sizeof g.buf;
-  o.header(1, count.n);
+  Out o(t.tmp_fd, g.buf, sizeof g.buf);
+  o.header(1, count.count());
   PlaneBody(o, t.pid);
   char warning[160];
   o.sfield(3, warning, Warning(warning, sizeof warning, sig));
   o.sfield(4, t.hostname, BoundedLen(t.hostname, sizeof t.hostname));
-  o.flush();
-  if (o.failed) return false;
+  o.Flush();
+  if (o.failed()) return false;
 
   if (mkdirat(t.dir_fd, t.run_name, 0755) != 0 && errno != EEXIST) return false;
   int run = openat(t.dir_fd, t.run_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

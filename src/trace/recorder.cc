@@ -145,15 +145,41 @@ Registry& registry() {
   return *r;
 }
 
-// Reclaimed buffers of exited threads: their overwritten count, on a line of its own.
-void add_reclaimed(const Registry& r, std::vector<RawThread>* out) {
-  if (r.reclaimed_overwritten == 0) return;
-  RawThread t;
-  t.tid = -1;
-  t.name = "exited threads";
-  t.overwritten = r.reclaimed_overwritten;
-  t.held_since_ticks = r.reclaimed_held_since_ticks;
-  out->push_back(std::move(t));
+// The walk of recorder_collect and recorder_snapshot (r.mu held): each
+// thread buffer bound to `word`, live ones then exited ones, under its lock,
+// with a RawThread of its name and counts that `spans(tb, exited, &t)` gives
+// its records; kept when that returns true. Then the reclaimed buffers of
+// exited threads: their overwritten count, on a line of its own.
+template <typename Spans>
+std::vector<RawThread> walk_threads(const Registry& r, uint64_t word, Spans spans) {
+  std::vector<RawThread> out;
+  auto one = [&](ThreadBufferImpl* tb, bool exited) {
+    std::lock_guard<std::mutex> tlock(tb->mu);
+    if (tb->bound_word != word) return;
+    RawThread t;
+    t.tid = tb->tid;
+    t.name = tb->name;
+    t.dropped = tb->dropped.load(std::memory_order_relaxed);
+    t.overwritten = tb->overwritten;
+    t.held_since_ticks = tb->held_since_ticks;
+    if (spans(tb, exited, &t)) out.push_back(std::move(t));
+  };
+  for (ThreadBufferImpl* tb : r.live) one(tb, false);
+  for (ThreadBufferImpl* tb : r.retired) one(tb, true);
+  if (r.reclaimed_overwritten != 0) {
+    RawThread t;
+    t.tid = -1;
+    t.name = "exited threads";
+    t.overwritten = r.reclaimed_overwritten;
+    t.held_since_ticks = r.reclaimed_held_since_ticks;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Where chunk i's records end: the thread's cursor in its current (last) one.
+const uint64_t* chunk_end(const ThreadBufferImpl* tb, size_t i) {
+  return i + 1 == tb->chunks.size() ? tb->cursor.load(std::memory_order_acquire) : tb->chunks[i].end;
 }
 
 std::string os_thread_name() {
@@ -491,74 +517,43 @@ void recorder_stop() {
 
 std::vector<RawThread> recorder_collect(uint64_t word) {
   Registry& r = registry();
-  std::vector<RawThread> out;
   std::lock_guard<std::mutex> lock(r.mu);
   r.collecting = true;
-  auto take = [&](ThreadBufferImpl* tb, bool exited) {
-    std::lock_guard<std::mutex> tlock(tb->mu);
-    if (tb->bound_word != word) return;
-    RawThread t;
-    t.tid = tb->tid;
-    t.name = tb->name;
-    t.dropped = tb->dropped.load(std::memory_order_relaxed);
-    t.overwritten = tb->overwritten;
-    t.held_since_ticks = tb->held_since_ticks;
+  return walk_threads(r, word, [](ThreadBufferImpl* tb, bool exited, RawThread* t) {
     // The chunks the thread will not write again (all but its current one,
     // all once it exited) are handed over to the collector, to free as it goes.
     size_t handed = exited ? tb->chunks.size() : (tb->chunks.empty() ? 0 : tb->chunks.size() - 1);
-    for (size_t i = 0; i < handed; ++i) t.spans.emplace_back(tb->chunks[i].begin, tb->chunks[i].end);
-    t.owned_spans = handed;
+    for (size_t i = 0; i < handed; ++i) t->spans.emplace_back(tb->chunks[i].begin, tb->chunks[i].end);
+    t->owned_spans = handed;
     tb->chunks.erase(tb->chunks.begin(), tb->chunks.begin() + static_cast<ptrdiff_t>(handed));
     tb->bytes -= handed * kChunkBytes;
-    if (!tb->chunks.empty()) t.spans.emplace_back(tb->chunks.back().begin, tb->cursor.load(std::memory_order_acquire));
-    if (!tb->compacted.empty()) t.spans.emplace_back(tb->compacted.data(), tb->compacted.data() + tb->compacted.size());
-    if (!t.spans.empty() || t.dropped > 0) out.push_back(std::move(t));
-  };
-  for (ThreadBufferImpl* tb : r.live) take(tb, false);
-  for (ThreadBufferImpl* tb : r.retired) take(tb, true);
-  add_reclaimed(r, &out);
-  return out;
+    if (!tb->chunks.empty()) t->spans.emplace_back(tb->chunks.back().begin, chunk_end(tb, tb->chunks.size() - 1));
+    if (!tb->compacted.empty())
+      t->spans.emplace_back(tb->compacted.data(), tb->compacted.data() + tb->compacted.size());
+    return !t->spans.empty() || t->dropped > 0;
+  });
 }
 
 std::vector<RawThread> recorder_snapshot(uint64_t word, uint64_t since_ticks) {
   Registry& r = registry();
-  std::vector<RawThread> out;
   std::lock_guard<std::mutex> lock(r.mu);
-  auto copy = [&](ThreadBufferImpl* tb) {
-    std::lock_guard<std::mutex> tlock(tb->mu);
-    if (tb->bound_word != word) return;
-    RawThread t;
-    t.tid = tb->tid;
-    t.name = tb->name;
-    t.dropped = tb->dropped.load(std::memory_order_relaxed);
-    t.overwritten = tb->overwritten;
-    t.held_since_ticks = tb->held_since_ticks;
+  return walk_threads(r, word, [&](ThreadBufferImpl* tb, bool, RawThread* t) {
     // A chunk followed by one begun before `since_ticks` holds only older begins.
     size_t first = 0;
     while (first + 1 < tb->chunks.size() && tb->chunks[first + 1].first_ticks < since_ticks) ++first;
-    std::vector<std::pair<size_t, size_t>> ranges;  // into t.copy; it may move while it grows
-    size_t words = 0;
-    for (size_t i = first; i < tb->chunks.size(); ++i) {
-      const uint64_t* end = i + 1 == tb->chunks.size() ? tb->cursor.load(std::memory_order_acquire) : tb->chunks[i].end;
-      words += end - tb->chunks[i].begin;
-    }
-    words += tb->compacted.size();
-    t.copy.reserve(words);
+    std::vector<std::pair<size_t, size_t>> ranges;  // into t->copy; it may move while it grows
+    size_t words = tb->compacted.size();
+    for (size_t i = first; i < tb->chunks.size(); ++i) words += chunk_end(tb, i) - tb->chunks[i].begin;
+    t->copy.reserve(words);
     auto append = [&](const uint64_t* b, const uint64_t* e) {
-      ranges.emplace_back(t.copy.size(), t.copy.size() + (e - b));
-      t.copy.insert(t.copy.end(), b, e);
+      ranges.emplace_back(t->copy.size(), t->copy.size() + (e - b));
+      t->copy.insert(t->copy.end(), b, e);
     };
-    for (size_t i = first; i < tb->chunks.size(); ++i)
-      append(tb->chunks[i].begin,
-             i + 1 == tb->chunks.size() ? tb->cursor.load(std::memory_order_acquire) : tb->chunks[i].end);
+    for (size_t i = first; i < tb->chunks.size(); ++i) append(tb->chunks[i].begin, chunk_end(tb, i));
     if (!tb->compacted.empty()) append(tb->compacted.data(), tb->compacted.data() + tb->compacted.size());
-    for (auto [b, e] : ranges) t.spans.emplace_back(t.copy.data() + b, t.copy.data() + e);
-    if (!t.spans.empty() || t.dropped > 0 || t.overwritten > 0) out.push_back(std::move(t));
-  };
-  for (ThreadBufferImpl* tb : r.live) copy(tb);
-  for (ThreadBufferImpl* tb : r.retired) copy(tb);
-  add_reclaimed(r, &out);
-  return out;
+    for (auto [b, e] : ranges) t->spans.emplace_back(t->copy.data() + b, t->copy.data() + e);
+    return !t->spans.empty() || t->dropped > 0 || t->overwritten > 0;
+  });
 }
 
 void recorder_visit_unlocked(uint64_t word, UnlockedView* v, void (*fn)(const UnlockedView&, void*), void* ctx) {
