@@ -38,7 +38,9 @@ fi
 
 # Named explicitly too, so that a loosened pattern above is noticed.
 forbidden='google::protobuf|grpc|tensorflow::|spyglass::(server|model|exporter|session|export|trace|sinks)::|absl::'
-if printf '%s\n' "$syms" | grep -Eq "$forbidden"; then
+# (here-strings, not `printf | grep -q`: grep -q exits at the first match, and
+# under pipefail printf's SIGPIPE would fail the pipeline at random)
+if grep -Eq "$forbidden" <<<"$syms"; then
   fail "internal symbols exported: $(printf '%s\n' "$syms" | grep -E "$forbidden" | head -n 5 || true)"
 fi
 
@@ -49,6 +51,6 @@ for need in 'spyglass::profiler::start_trace(' 'spyglass::profiler::stop_trace()
             'spyglass::version()' 'spyglass::profile::ProfileReader::Open(' \
             'spyglass::profile::ProfileReader::Scan(' 'spyglass::profile::ProfileData::plane(' \
             'typeinfo for spyglass::profile::ProfileVisitor' 'vtable for spyglass::profile::ProfileVisitor'; do
-  printf '%s\n' "$syms" | grep -qF -- "$need" || fail "public symbol missing: $need"
+  grep -qF -- "$need" <<<"$syms" || fail "public symbol missing: $need"
 done
 echo "OK: only the public API is exported"
