@@ -4,12 +4,16 @@
 //   heap_hostile sample T N       T threads keep N blocks each of known sizes;
 //                                 prints the exact total and, for the interval in
 //                                 $SPYGLASS_HEAP_SAMPLE_BYTES, the estimate's sigma
+//   heap_hostile apis             every allocation function, all recorded
+//                                 (SPYGLASS_HEAP_SAMPLE_BYTES=1): kept_apis keeps
+//                                 7 x 3000 B + 1 MiB, freed_apis frees all with free()
 //   heap_hostile small T          T threads keep one 16-byte block each
 //   heap_hostile fork N           N children that exit(0) (destructors run)
 //   heap_hostile daemon           fork; the parent exits, the child exits later
 //   heap_hostile dlopen LIB       keeps a block allocated by LIB, dlcloses LIB
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 static void* volatile g_sink;
@@ -46,6 +51,55 @@ __attribute__((noinline)) void* grow_block() {
 __attribute__((noinline)) void* shrink_block() {
   void* p = std::malloc(4000);
   return std::realloc(p, 1000);  // usually in place
+}
+
+// ---- every allocation function, then free() ----------------------------------
+static bool g_apis_ok = true;
+static void Expect(bool ok, const char* what) {
+  if (!ok) std::printf("apis: %s\n", what);
+  g_apis_ok = g_apis_ok && ok;
+}
+static bool Zero(const void* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (static_cast<const unsigned char*>(p)[i]) return false;
+  return true;
+}
+static bool Aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// Allocates 7 x 3000 B and 1 MiB (calloc'ed: zero) with each function;
+// writes them; into out[0..8).
+__attribute__((noinline)) void apis(void** out) {
+  out[0] = std::malloc(3000);
+  out[1] = std::calloc(3, 1000);
+  Expect(out[1] && Zero(out[1], 3000), "calloc(3, 1000) not zeroed");
+  void* r = std::malloc(100);
+  void* blocker = std::malloc(100);  // realloc has to move r
+  std::memset(r, 7, 100);
+  out[2] = std::realloc(r, 3000);
+  Expect(out[2] && static_cast<unsigned char*>(out[2])[99] == 7, "realloc lost the contents");
+  std::free(blocker);
+  out[3] = std::aligned_alloc(64, 3000);
+  Expect(out[3] && Aligned(out[3], 64), "aligned_alloc(64) not aligned");
+  Expect(posix_memalign(&out[4], 256, 3000) == 0 && Aligned(out[4], 256), "posix_memalign(256) not aligned");
+  out[5] = memalign(32, 3000);
+  Expect(out[5] && Aligned(out[5], 32), "memalign(32) not aligned");
+  out[6] = new (std::nothrow) char[3000];
+  out[7] = std::calloc(1, 1 << 20);
+  Expect(out[7] && Zero(out[7], 1 << 20), "calloc(1 MiB) not zeroed");
+  for (int i = 0; i < 8; ++i) {
+    Expect(out[i] != nullptr, "an allocation failed");
+    if (out[i]) std::memset(out[i], 1, i == 7 ? 1 << 20 : 3000);
+  }
+}
+__attribute__((noinline)) void kept_apis(void** out) { apis(out); }
+__attribute__((noinline)) void freed_apis() {
+  void* b[8];
+  apis(b);
+  for (int i = 0; i < 8; ++i)
+    if (i == 6)
+      delete[] static_cast<char*>(b[i]);
+    else
+      std::free(b[i]);
 }
 
 // ---- sampling ----------------------------------------------------------------
@@ -91,6 +145,13 @@ int main(int argc, char** argv) {
     g_sink = shrink_block();
     std::printf("realloc: done\n");
     return 0;
+  }
+  if (mode == "apis") {
+    static void* kept[8];
+    kept_apis(kept);
+    for (int i = 0; i < 20; ++i) freed_apis();
+    std::printf(g_apis_ok ? "apis: done\n" : "apis: FAILED\n");
+    return g_apis_ok ? 0 : 1;
   }
   if (mode == "sample" && argc > 3) {
     int threads = std::atoi(argv[2]);

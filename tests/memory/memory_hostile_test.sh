@@ -61,6 +61,15 @@ dev=$((est > exact ? est - exact : exact - est))
 [ "$sigma" -gt 0 ] && [ "$dev" -le $((5 * sigma)) ] ||
   fail "sampled estimate $est B vs exact $exact B: off by $dev B, more than 5 sigma ($sigma B)"
 echo "ok: sampled estimate $est B, exact $exact B, sigma $sigma B"
+# Sampled mode records blocks of every allocation function (moved to 4 KiB
+# boundaries) and forgets them at free(): with a 1-byte interval every block
+# is a sample weighing its size, so apis() holds exactly the kept 7 x 3000 B +
+# 1 MiB (20 more rounds were freed), with contents, zeroing and alignment kept.
+out=$(hooked "$T/apis" SPYGLASS_HEAP_SAMPLE_BYTES=1 -- apis)
+check "every allocation function in sampled mode" "$out" "apis: done"
+got=$(flat "$(ls "$T"/apis/memory.*.exit.prof)" "apis(void**)")
+[ "$got" = $((7 * 3000 + (1 << 20))) ] || fail "sampled apis(): holds $got B, kept $((7 * 3000 + (1 << 20))) B"
+echo "ok: sampled mode, every allocation function ($got B)"
 out=$("$cli" run --sample-bytes 524288 -o "$T/small" -- "$prog" small 100 2>&1)
 check "100 threads under spyglass run --sample-bytes" "$out" "small: done"
 est=$(flat "$(ls "$T"/small/memory.*.exit.prof)" "one_small_block(int)")
