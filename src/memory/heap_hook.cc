@@ -129,17 +129,6 @@ uint8_t* g_free_filter = nullptr;
 // once the snapshot thread runs (HeapStateSlow).
 std::atomic<bool> g_sampling{false};
 
-// Sampled mode: every recorded block is aligned to kSampleAlign (glibc's
-// memalign, so it stays glibc's block for free, realloc and
-// malloc_usable_size), so free() knows that a pointer off that boundary
-// (15 in 16 of glibc's 16-byte aligned blocks; mmapped ones sit at a page +
-// 16) was never sampled without reading the filter. Costs at most 256 B of
-// padding per sample (one per 512 KiB by default), mostly returned to glibc's
-// bins. (4096 saved no more instructions: its padding made glibc's malloc
-// split more, +1.3 instructions a pair.)
-constexpr uintptr_t kSampleAlign = 256;
-inline bool SampleAligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & (kSampleAlign - 1)) == 0; }
-
 constinit thread_local int64_t t_until_sample __attribute__((tls_model("initial-exec"))) = 0;
 constinit thread_local uint64_t t_rng __attribute__((tls_model("initial-exec"))) = 0;
 
@@ -391,25 +380,9 @@ bool MaybeTrackedFree(void* p) {
 
 namespace {
 
-// Sampled mode: a recorded block that glibc did not place on kSampleAlign
-// moves there (see SampleAligned); if that fails it is not recorded.
-__attribute__((noinline)) void* Realign(void* p, size_t n) {
-  void* q = __libc_memalign(kSampleAlign, n);
-  if (q) std::memcpy(q, p, n);
-  __libc_free(q ? p : q);
-  return q ? q : p;
-}
-inline bool Recordable(void*& p, size_t n) {
-  if (g_interval && !SampleAligned(p)) {
-    p = Realign(p, n);
-    return SampleAligned(p);
-  }
-  return true;
-}
-
 #define SPYGLASS_TRACK(p, n)                                                      \
   do {                                                                            \
-    if ((p) && HeapOn() && Sampled(n) && Recordable((p), (n))) TrackSlow((p), (n), __builtin_frame_address(0)); \
+    if ((p) && HeapOn() && Sampled(n)) TrackSlow((p), (n), __builtin_frame_address(0)); \
     else if (__builtin_expect(!(p), 0)) AllocFailed((n), __builtin_frame_address(0)); \
   } while (0)
 
@@ -465,7 +438,7 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
     AllocFailed(n, frame);
     return p;
   }
-  if (HeapOn() && Sampled(n) && Recordable(p, n)) TrackSlow(p, n, frame);
+  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
   return p;
 }
 
@@ -836,7 +809,7 @@ namespace {
 
 // Takes n bytes off the thread's countdown: whether it reached zero. On
 // x86-64 one subtraction in place whose flags decide (the compiler loads,
-// subtracts, stores and tests: 3 more instructions on every malloc).
+// subtracts, stores and tests: 2 more instructions on every malloc).
 inline bool CountDown(size_t n) {
 #if defined(__x86_64__)
   bool due;
@@ -876,7 +849,7 @@ inline bool MayUntrack(void* p) {
 inline void PrefetchTrack(void* p) { PrefetchInsert(reinterpret_cast<uintptr_t>(p)); }
 
 __attribute__((noinline)) void* MallocTracked(size_t n) {
-  void* p = g_interval ? __libc_memalign(kSampleAlign, n) : __libc_malloc(n);
+  void* p = __libc_malloc(n);
   if (p) {
     PrefetchTrack(p);
     TrackSlow(p, n, __builtin_frame_address(0));
@@ -885,21 +858,8 @@ __attribute__((noinline)) void* MallocTracked(size_t n) {
   }
   return p;
 }
-// glibc's chunk header: the size word before the block, bit 1 set for an
-// mmapped chunk (fresh zero pages: not written, so they cost no memory).
-inline bool GlibcMmapped(void* p) { return (static_cast<size_t*>(p)[-1] & 2) != 0; }
 __attribute__((noinline)) void* CallocTracked(size_t n, size_t m) {
-  void* p;
-  size_t total;
-  if (g_interval == 0) {
-    p = __libc_calloc(n, m);
-  } else if (__builtin_mul_overflow(n, m, &total)) {
-    errno = ENOMEM;
-    p = nullptr;
-  } else {
-    p = __libc_memalign(kSampleAlign, total);
-    if (p && !GlibcMmapped(p)) std::memset(p, 0, total);
-  }
+  void* p = __libc_calloc(n, m);
   size_t bytes;
   if (p)
     TrackSlow(p, n * m, __builtin_frame_address(0));
@@ -938,7 +898,7 @@ __attribute__((noinline)) void FreeTracked(void* p) {
   __libc_free(p);
 }
 __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
-  void* p = g_interval ? AlignedNewOrThrow(n, kSampleAlign, nothrow) : NewOrThrow(n, nothrow);
+  void* p = NewOrThrow(n, nothrow);
   if (p) {
     PrefetchTrack(p);
     TrackSlow(p, n, __builtin_frame_address(0));
@@ -971,9 +931,7 @@ __attribute__((noinline)) void FreeStateSlow(void* p) {
 
 SPYGLASS_FAST void free(void* p) {
   if (uint8_t* f = g_free_filter) {
-    // Off kSampleAlign: never sampled (no load). nullptr is aligned: it takes the filter's path.
-    if (__builtin_expect(!SampleAligned(p), 1)) return __libc_free(p);
-    if (!p || !__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED))
+    if (__builtin_expect(!p || !__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
       return __libc_free(p);
     return FreeTracked(p);
   }

@@ -61,8 +61,8 @@ dev=$((est > exact ? est - exact : exact - est))
 [ "$sigma" -gt 0 ] && [ "$dev" -le $((5 * sigma)) ] ||
   fail "sampled estimate $est B vs exact $exact B: off by $dev B, more than 5 sigma ($sigma B)"
 echo "ok: sampled estimate $est B, exact $exact B, sigma $sigma B"
-# Sampled mode records blocks of every allocation function (moved to 256-byte
-# boundaries) and forgets them at free(): with a 1-byte interval every block
+# Sampled mode records blocks of every allocation function and forgets them
+# at free(): with a 1-byte interval every block
 # is a sample weighing its size, so apis() holds exactly the kept 7 x 3000 B +
 # 1 MiB (20 more rounds were freed), with contents, zeroing and alignment kept.
 out=$(hooked "$T/apis" SPYGLASS_HEAP_SAMPLE_BYTES=1 -- apis)
