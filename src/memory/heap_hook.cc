@@ -809,7 +809,7 @@ namespace {
 
 // Takes n bytes off the thread's countdown: whether it reached zero. On
 // x86-64 one subtraction in place whose flags decide (the compiler loads,
-// subtracts, stores and tests: 2 more instructions on every malloc).
+// subtracts, stores and tests: 3 more instructions on every malloc).
 inline bool CountDown(size_t n) {
 #if defined(__x86_64__)
   bool due;
