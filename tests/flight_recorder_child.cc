@@ -70,8 +70,12 @@ int main(int argc, char** argv) {
   }
   std::string dir = argv[1], mode = argv[2];
   prof::TraceOptions t;
-  t.profiler_options.ring_buffer_seconds = 5;
-  t.profiler_options.ring_buffer_bytes = 8 << 20;
+  // The server mode's ring keeps the whole run: the capture comes from
+  // another process, seconds later on a loaded machine, and must still hold
+  // the early step the test looks for.
+  const bool whole_run = mode == "server";
+  t.profiler_options.ring_buffer_seconds = whole_run ? 120 : 5;
+  t.profiler_options.ring_buffer_bytes = whole_run ? 64 << 20 : 8 << 20;
   auto& adv = t.profiler_options.advanced_configuration;
   if (mode == "signal") adv.emplace("spyglass_dump_signal", "SIGUSR2");
   if (mode == "slow_step") adv.emplace("spyglass_dump_if_step_slower_than_ms", 100);
