@@ -206,18 +206,23 @@ void BM_Parse(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * s.offsets.size());
 }
 
+// The records (and with `launches` their host launch events) converted into `space`.
+void Convert(const Synthetic& s, bool launches, model::Space* space) {
+  gpu::GpuCollector c(gpu::GpuLimits{1ull << 40, 0});
+  for (size_t off : s.offsets) c.AddRecord(s.buffer.data() + off);
+  if (launches) {
+    c.ReserveApiEvents(s.launches.size());  // as the tracer does
+    for (const gpu::ApiEvent& e : s.launches) c.AddApiEvent(e);
+  }
+  c.Export(Clock(), space);
+}
+
 void BM_ParseAndModel(benchmark::State& state) {
   const Synthetic& s = Make(state.range(0));
   bool launches = state.range(1) != 0;
   for (auto _ : state) {
-    gpu::GpuCollector c(gpu::GpuLimits{1ull << 40, 0});
-    for (size_t off : s.offsets) c.AddRecord(s.buffer.data() + off);
-    if (launches) {
-      c.ReserveApiEvents(s.launches.size());  // as the tracer does
-      for (const gpu::ApiEvent& e : s.launches) c.AddApiEvent(e);
-    }
     model::Space space;
-    c.Export(Clock(), &space);
+    Convert(s, launches, &space);
     benchmark::DoNotOptimize(space.planes.size());
   }
   state.SetItemsProcessed(state.iterations() * s.offsets.size());
@@ -227,14 +232,8 @@ void BM_ParseModelAndXplane(benchmark::State& state) {
   const Synthetic& s = Make(state.range(0));
   bool launches = state.range(1) != 0;
   for (auto _ : state) {
-    gpu::GpuCollector c(gpu::GpuLimits{1ull << 40, 0});
-    for (size_t off : s.offsets) c.AddRecord(s.buffer.data() + off);
-    if (launches) {
-      c.ReserveApiEvents(s.launches.size());  // as the tracer does
-      for (const gpu::ApiEvent& e : s.launches) c.AddApiEvent(e);
-    }
     model::Space space;
-    c.Export(Clock(), &space);
+    Convert(s, launches, &space);
     std::string out;
     benchmark::DoNotOptimize(exporter::SerializeXSpace(space, &out).ok());
     state.counters["bytes_per_record"] = static_cast<double>(out.size()) / static_cast<double>(s.offsets.size());

@@ -4,10 +4,11 @@
 
 #include <cstdint>
 
+#include "spyglass/internal/recorder.h"  // monotonic_ns(), now_ticks()
+
 namespace spyglass::internal {
 
-uint64_t wall_ns();       // CLOCK_REALTIME, ns since the Unix epoch
-uint64_t monotonic_ns();  // CLOCK_MONOTONIC
+uint64_t wall_ns();  // CLOCK_REALTIME, ns since the Unix epoch
 
 // A linear map ticks -> ns, measured between two (ticks, monotonic ns)
 // pairs: the process start (or first use) and now. The longer the span, the

@@ -85,14 +85,8 @@ SPYGLASS_API ThreadBuffer* bind_slow(uint64_t word);
 // Makes room for `words` words; returns the cursor or nullptr (dropped).
 SPYGLASS_API uint64_t* grow_slow(ThreadBuffer* tb, uint32_t words, bool is_end);
 
-inline uint64_t now_ticks() {
-#if defined(__x86_64__)
-  if (SPYGLASS_LIKELY(g_state.use_tsc)) return __rdtsc();
-#elif defined(__aarch64__)
-  uint64_t v;
-  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
-  return v;
-#endif
+// CLOCK_MONOTONIC in ns.
+inline uint64_t monotonic_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
@@ -119,8 +113,13 @@ inline uint64_t ticks_inline() {
   asm volatile("mrs %0, cntvct_el0" : "=r"(v));
   return v;
 #else
-  return now_ticks();
+  return monotonic_ns();  // ticks_inline_usable() is false: callers take now_ticks()
 #endif
+}
+
+inline uint64_t now_ticks() {
+  if (SPYGLASS_LIKELY(ticks_inline_usable())) return ticks_inline();
+  return monotonic_ns();
 }
 
 inline uint64_t words_for(size_t bytes) { return (bytes + 7) / 8; }
