@@ -93,8 +93,9 @@ def main():
     loops = {n: [] for n, *_ in configs}
     for n, env, prefix, out in configs:
         run_once(prefix + a.command, env, out)  # warm the page cache
-    for _ in range(a.rounds):
-        for n, env, prefix, out in configs:
+    for r in range(a.rounds):
+        # rotated each round: no configuration always runs right after another
+        for n, env, prefix, out in configs[r % len(configs):] + configs[:r % len(configs)]:
             w, c, r, l = run_once(prefix + a.command, env, out)
             walls[n].append(w)
             cpus[n].append(c)
@@ -105,8 +106,8 @@ def main():
     print(f"command: {' '.join(a.command)}; {a.rounds} alternating rounds; load average {' '.join(load)}")
     has_loop = not math.isnan(statistics.median(loops["plain"]))
     print("| run | wall best | wall median | CPU best | CPU median | peak RSS median | shared objects |"
-          + (" loop ns/pair best | loop median |" if has_loop else ""))
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if has_loop else ""))
+          + (" loop ns/pair best | loop median |" if has_loop else "") + " CPU / plain, paired by round: median [quartiles] |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if has_loop else "") + " ---: |")
     plain_med = statistics.median(walls["plain"])
     plain_cpu = statistics.median(cpus["plain"])
     plain_loop = statistics.median(loops["plain"])
@@ -118,8 +119,13 @@ def main():
         lr = "" if n == "plain" else f" ({lm / plain_loop:.2f}x)"
         objs = loaded_objects(env) if not prefix else "—"
         loop = f" {min(loops[n]):.1f} | {lm:.1f}{lr} |" if has_loop else ""
+        # The ratio within each round, where both runs met the same machine:
+        # steadier than the ratio of medians on a VM whose speed drifts.
+        paired = sorted(c / p for c, p in zip(cpus[n], cpus["plain"]))
+        q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0]] * 3
+        pr = "" if n == "plain" else f" {q[1]:.3f}x [{q[0]:.3f}-{q[2]:.3f}]"
         print(f"| {n} | {ms(min(walls[n]))} | {ms(wm)}{wr} | {ms(min(cpus[n]))} | {ms(cm)}{cr} "
-              f"| {rss_text(rss[n])} | {objs} |{loop}")
+              f"| {rss_text(rss[n])} | {objs} |{loop}{pr} |")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -132,6 +133,58 @@ std::atomic<bool> g_sampling{false};
 constinit thread_local int64_t t_until_sample __attribute__((tls_model("initial-exec"))) = 0;
 constinit thread_local uint64_t t_rng __attribute__((tls_model("initial-exec"))) = 0;
 
+// ---- malloc/calloc's unchecked path in sampled mode ---------------------------
+// While g_sampling holds and no limit can make a small request fail, a request
+// below kFastBelow bytes that the countdown leaves untracked goes to glibc by a
+// tail call, its result unchecked. Checking it needs a frame of ours under
+// glibc's: in a deep call chain that is one return more than the CPU's
+// return-stack predictor holds, a misprediction on the way back up (about 4%
+// of a malloc/free loop called through 16 frames, BENCHMARKS.md).
+// Unchecked is safe where a small request cannot fail for lack of memory: no
+// address-space (RLIMIT_AS) or data (RLIMIT_DATA) limit, and overcommit not
+// strict (vm.overcommit_memory != 2). Then the kernel refuses only single
+// mappings beyond RAM + swap, and a cgroup limit OOM-kills instead of failing
+// a malloc. Otherwise every request takes the checked path. The limits are
+// read at start, when the program sets one (setrlimit/prlimit are hooked),
+// and at sample points at most every 100 ms (a limit lowered from outside
+// with prlimit --pid). Not seen in sampled mode: a small malloc failing
+// because vm.max_map_count or the 128 TiB address space ran out.
+constexpr size_t kFastBelow = 64 << 10;
+std::atomic<size_t> g_fast_below{0};        // kFastBelow or 0 (checked path)
+std::atomic<bool> g_small_may_fail{true};   // until the limits are read
+std::atomic<int64_t> g_limits_read_ns{0};  // CLOCK_MONOTONIC_COARSE
+
+// Syscalls only: called inside malloc.
+bool SmallRequestsMayFail() {
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    rlimit r{};
+    if (getrlimit(resource, &r) != 0 || r.rlim_cur != RLIM_INFINITY) return true;
+  }
+  const int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // unknown: checked
+  char mode = 0;
+  const ssize_t got = read(fd, &mode, 1);
+  close(fd);
+  return got != 1 || mode == '2';
+}
+int64_t CoarseNowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+// After g_sampling or the limits changed. A SIGUSR2 racing this may leave the
+// unchecked path on with g_sampling off: the next sample point (through the
+// checked path, which reads g_sampling) then notices the waiting snapshot.
+void UpdateFastPath() {
+  const bool on = g_sampling.load(std::memory_order_relaxed) && !g_small_may_fail.load(std::memory_order_relaxed);
+  g_fast_below.store(on ? kFastBelow : 0, std::memory_order_relaxed);
+}
+void ReadLimits() {
+  g_limits_read_ns.store(CoarseNowNs(), std::memory_order_relaxed);
+  g_small_may_fail.store(SmallRequestsMayFail(), std::memory_order_relaxed);
+  UpdateFastPath();
+}
+
 // Inside malloc: no stdio (it allocates), one write.
 void WarnBadInterval(const char* value) {
   char msg[160];
@@ -178,6 +231,7 @@ int InitState() {
       if (v > 0 && s == 1) {
         g_free_filter = g_filter.load(std::memory_order_acquire);
         g_sampling.store(true, std::memory_order_relaxed);
+        ReadLimits();
       }
     } else if (s == 1) {
       WarnBadInterval(iv);
@@ -226,6 +280,7 @@ int64_t NextGap() {
 // afresh after each sample), so an allocation of n bytes is sampled with
 // probability 1 - exp(-n/interval), the weight the snapshot divides by.
 __attribute__((noinline)) bool SampledSlow() {
+  if (CoarseNowNs() - g_limits_read_ns.load(std::memory_order_relaxed) > 100000000) ReadLimits();
   if (t_rng == 0) {
     // First allocation of this thread (or after fork): seed from the thread,
     // its TLS address and the clock, and start with a drawn gap; not a sample
@@ -560,7 +615,10 @@ bool HeapStateSlow(int s) {
   // 3 or 4: snapshots asked for before the thread existed.
   const int base = s - 2;
   // Before the state: a SIGUSR2 arriving after it clears the flag again.
-  if (base == 1 && g_free_filter) g_sampling.store(true, std::memory_order_relaxed);
+  if (base == 1 && g_free_filter) {
+    g_sampling.store(true, std::memory_order_relaxed);
+    UpdateFastPath();
+  }
   if (g_heap_state.compare_exchange_strong(s, base)) StartSnapshotThread();
   return g_heap_state.load(std::memory_order_relaxed) == 1;
 }
@@ -665,7 +723,9 @@ void OnSigusr2(int) {
   } else {
     g_pending.fetch_add(1);
     int s = g_heap_state.load();
-    g_sampling.store(false, std::memory_order_relaxed);  // malloc's fast path checks the state again
+    // malloc's paths check the state again
+    g_fast_below.store(0, std::memory_order_relaxed);
+    g_sampling.store(false, std::memory_order_relaxed);
     if (s == 1 || s == 2) g_heap_state.compare_exchange_strong(s, s + 2);  // the next malloc/free starts the thread
   }
   errno = saved;
@@ -908,7 +968,9 @@ __attribute__((noinline)) void* NewTracked(size_t n, bool nothrow) {
 
 }  // namespace
 
-SPYGLASS_FAST void* malloc(size_t n) {
+namespace {
+// Every malloc but the unchecked path's (g_fast_below).
+__attribute__((noinline, optimize("omit-frame-pointer"))) void* MallocChecked(size_t n) {
   const Decision d = Decide(n);
   if (__builtin_expect(d == kUntracked, 1)) {
     // Not recorded (sampled mode), but a failure still is: the OOM dump
@@ -920,30 +982,7 @@ SPYGLASS_FAST void* malloc(size_t n) {
   if (d == kOff) return __libc_malloc(n);  // a jump; no dump is written anyway
   return MallocTracked(n);
 }
-namespace {
-// free() before the state is known, or with SIGUSR2 snapshots pending
-// (out of line: free's own path then needs no frame).
-__attribute__((noinline)) void FreeStateSlow(void* p) {
-  if (MayUntrack(p)) return FreeTracked(p);
-  return __libc_free(p);
-}
-}  // namespace
-
-SPYGLASS_FAST void free(void* p) {
-  if (uint8_t* f = g_free_filter) {
-    if (__builtin_expect(!p || !__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
-      return __libc_free(p);
-    return FreeTracked(p);
-  }
-  const int s = g_heap_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(s == 1, 1)) {
-    if (p && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)))) return FreeTracked(p);
-    return __libc_free(p);
-  }
-  if (s == 2 || !p) return __libc_free(p);
-  return FreeStateSlow(p);
-}
-SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+__attribute__((noinline, optimize("omit-frame-pointer"))) void* CallocChecked(size_t n, size_t m) {
   const Decision d = Decide(n * m);
   if (__builtin_expect(d == kUntracked, 1)) {
     void* p = __libc_calloc(n, m);
@@ -952,6 +991,52 @@ SPYGLASS_FAST void* calloc(size_t n, size_t m) {
   }
   if (d == kOff) return __libc_calloc(n, m);
   return CallocTracked(n, m);
+}
+}  // namespace
+
+// Each reaches its checked path, or glibc, by a tail call: the tracked path's
+// stack starts at the program's frame, and the unchecked one adds no return.
+SPYGLASS_FAST void* malloc(size_t n) {
+  if (__builtin_expect(n < g_fast_below.load(std::memory_order_relaxed), 1)) {
+    if (__builtin_expect(!CountDown(n), 1)) return __libc_malloc(n);
+    t_until_sample += static_cast<int64_t>(n);  // a sample point: the checked path counts it again
+  }
+  return MallocChecked(n);
+}
+SPYGLASS_FAST void* calloc(size_t n, size_t m) {
+  size_t bytes;
+  if (__builtin_expect(!__builtin_mul_overflow(n, m, &bytes) && bytes < g_fast_below.load(std::memory_order_relaxed), 1)) {
+    if (__builtin_expect(!CountDown(bytes), 1)) return __libc_calloc(n, m);
+    t_until_sample += static_cast<int64_t>(bytes);
+  }
+  return CallocChecked(n, m);
+}
+namespace {
+// free() before the state is known, or with SIGUSR2 snapshots pending
+// (out of line: free's own path then needs no frame).
+__attribute__((noinline)) void FreeStateSlow(void* p) {
+  if (MayUntrack(p)) return FreeTracked(p);
+  return __libc_free(p);
+}
+// Sampled mode, the filter's slot of p taken (a null free reads slot 0).
+__attribute__((noinline)) void FreeFiltered(void* p) {
+  if (p) return FreeTracked(p);
+}
+}  // namespace
+
+SPYGLASS_FAST void free(void* p) {
+  if (uint8_t* f = g_free_filter) {
+    if (__builtin_expect(!__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
+      return __libc_free(p);
+    return FreeFiltered(p);
+  }
+  const int s = g_heap_state.load(std::memory_order_relaxed);
+  if (__builtin_expect(s == 1, 1)) {
+    if (p && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(p)))) return FreeTracked(p);
+    return __libc_free(p);
+  }
+  if (s == 2 || !p) return __libc_free(p);
+  return FreeStateSlow(p);
 }
 SPYGLASS_HOOK void* realloc(void* old, size_t n) { return Realloc(old, n, __builtin_frame_address(0)); }
 SPYGLASS_HOOK void* reallocarray(void* old, size_t n, size_t m) {
