@@ -123,7 +123,7 @@ uint64_t g_interval = 0;
 // free()'s fast path (one load of a hook-local, no GOT, no state check: in
 // sampled mode the state only ever moves between "on" and "on, SIGUSR2
 // pending", which malloc notices). nullptr otherwise.
-uint8_t* g_free_filter = nullptr;
+const uint64_t* g_free_filter = nullptr;
 // Sampled mode, tracking on and no SIGUSR2 snapshot waiting for its thread:
 // malloc/calloc/operator new decide by the countdown alone (one flag instead
 // of the state and the interval). Cleared by SIGUSR2's handler, set again
@@ -863,6 +863,41 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
+// A limit the program sets (Python's resource.setrlimit too) turns sampled
+// mode's unchecked malloc path off at once (g_fast_below).
+template <typename Fn>
+Fn NextSymbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+SPYGLASS_HOOK int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) noexcept {
+  static const auto real = NextSymbol<int (*)(__rlimit_resource_t, const struct rlimit*)>("setrlimit");
+  const int rc = real ? real(resource, limit) : (errno = ENOSYS, -1);
+  ReadLimits();
+  return rc;
+}
+SPYGLASS_HOOK int setrlimit64(__rlimit_resource_t resource, const struct rlimit64* limit) noexcept {
+  static const auto real = NextSymbol<int (*)(__rlimit_resource_t, const struct rlimit64*)>("setrlimit64");
+  const int rc = real ? real(resource, limit) : (errno = ENOSYS, -1);
+  ReadLimits();
+  return rc;
+}
+SPYGLASS_HOOK int prlimit(pid_t pid, __rlimit_resource resource, const struct rlimit* limit,
+                          struct rlimit* old) noexcept {
+  static const auto real =
+      NextSymbol<int (*)(pid_t, __rlimit_resource, const struct rlimit*, struct rlimit*)>("prlimit");
+  const int rc = real ? real(pid, resource, limit, old) : (errno = ENOSYS, -1);
+  if (limit) ReadLimits();
+  return rc;
+}
+SPYGLASS_HOOK int prlimit64(pid_t pid, __rlimit_resource resource, const struct rlimit64* limit,
+                            struct rlimit64* old) noexcept {
+  static const auto real =
+      NextSymbol<int (*)(pid_t, __rlimit_resource, const struct rlimit64*, struct rlimit64*)>("prlimit64");
+  const int rc = real ? real(pid, resource, limit, old) : (errno = ENOSYS, -1);
+  if (limit) ReadLimits();
+  return rc;
+}
+
 #define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
 
 namespace {
@@ -1025,9 +1060,8 @@ __attribute__((noinline)) void FreeFiltered(void* p) {
 }  // namespace
 
 SPYGLASS_FAST void free(void* p) {
-  if (uint8_t* f = g_free_filter) {
-    if (__builtin_expect(!__atomic_load_n(&f[FilterIndex(reinterpret_cast<uintptr_t>(p))], __ATOMIC_RELAXED), 1))
-      return __libc_free(p);
+  if (const uint64_t* f = g_free_filter) {
+    if (__builtin_expect(!FilterHas(f, reinterpret_cast<uintptr_t>(p)), 1)) return __libc_free(p);
     return FreeFiltered(p);
   }
   const int s = g_heap_state.load(std::memory_order_relaxed);

@@ -15,7 +15,7 @@ extern "C" void __libc_free(void*);
 
 namespace spyglass::memory::internal {
 
-std::atomic<uint8_t*> g_filter{nullptr};
+std::atomic<uint64_t*> g_filter{nullptr};
 constinit thread_local int t_guard __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
@@ -233,23 +233,25 @@ void EraseAt(Shard& s, uint64_t i) {
 // ---- sampled-mode filter ---------------------------------------------------
 std::atomic<uint64_t> g_sample_interval{0};
 
-void FilterAdd(uintptr_t ptr) {
-  uint8_t* f = g_filter.load(std::memory_order_acquire);
+constexpr size_t kFilterBytes = kFilterSlots / 8 + kFilterSlots * sizeof(uint16_t);  // bits, then counts
+// A slot's count and its bit change together: no free may find the bit clear
+// while a sampled block is in the slot (a lock-free pair of updates could
+// clear it after another thread's add). Taken for sampled blocks only.
+SpinLock g_filter_lock;
+void FilterChange(uintptr_t ptr, int delta) {
+  uint64_t* f = g_filter.load(std::memory_order_acquire);
   if (!f) return;
-  uint8_t* c = &f[FilterIndex(ptr)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 && !__atomic_compare_exchange_n(c, &v, uint8_t(v + 1), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
+  const uint64_t i = FilterIndex(ptr);
+  uint16_t& count = reinterpret_cast<uint16_t*>(f + kFilterSlots / 64)[i];
+  LockGuard hold(g_filter_lock);
+  if (count == UINT16_MAX || (delta < 0 && count == 0)) return;  // saturated: set for good
+  count = static_cast<uint16_t>(count + delta);
+  const uint64_t bit = uint64_t{1} << (i % 64);
+  const uint64_t word = __atomic_load_n(&f[i / 64], __ATOMIC_RELAXED);
+  __atomic_store_n(&f[i / 64], count ? word | bit : word & ~bit, __ATOMIC_RELAXED);
 }
-void FilterRemove(uintptr_t ptr) {
-  uint8_t* f = g_filter.load(std::memory_order_acquire);
-  if (!f) return;
-  uint8_t* c = &f[FilterIndex(ptr)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 && v != 0 &&
-         !__atomic_compare_exchange_n(c, &v, uint8_t(v - 1), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-}
+void FilterAdd(uintptr_t ptr) { FilterChange(ptr, 1); }
+void FilterRemove(uintptr_t ptr) { FilterChange(ptr, -1); }
 
 template <typename T>
 T* LazyMap(std::atomic<T*>& slot, size_t bytes) {
@@ -521,7 +523,7 @@ bool ParseSampleBytes(const char* text, uint64_t* out) {
 
 void SetSampleInterval(uint64_t bytes) {
   if (bytes > kMaxSampleBytes) bytes = kMaxSampleBytes;
-  if (bytes > 0) LazyMap(g_filter, kFilterSize);
+  if (bytes > 0) LazyMap(g_filter, kFilterBytes);
   g_sample_interval.store(bytes, std::memory_order_release);
 }
 uint64_t SampleInterval() { return g_sample_interval.load(std::memory_order_relaxed); }
@@ -1174,8 +1176,10 @@ void PrepareFork() {
   Guard::Enter();
   g_class_lock.lock();
   for (Shard& s : g_shards) s.lock.lock();
+  g_filter_lock.lock();
 }
 void ParentFork() {
+  g_filter_lock.unlock();
   for (Shard& s : g_shards) s.lock.unlock();
   g_class_lock.unlock();
   Guard::Leave();
@@ -1194,6 +1198,7 @@ void ChildFork() {
     g_mode.store(kModeShared, std::memory_order_release);
   }
   g_class_lock.reset();
+  g_filter_lock.reset();
   g_counter_on.store(false);  // the parent's session is not the child's
   ResetPeaks();               // nor are its peak and its timeline
   spyglass::memory::TimelineReset();

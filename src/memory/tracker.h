@@ -153,20 +153,27 @@ SPYGLASS_MEM_EXPORT bool Take(uintptr_t ptr, LiveRecord* out);
 // Puts back a record that Take returned (undoes its free count). Caller holds the guard.
 SPYGLASS_MEM_EXPORT void Restore(const LiveRecord& r);
 
-// The sampled-mode filter: a counting filter of the sampled live pointers,
-// mapped when sampling is turned on. Inline so that the heap hook's free()
-// decides "never sampled" without a call into this library. 64 KiB: it stays
-// in the CPU cache (at 4 MiB, a cache miss on each free() was a third of the
-// sampled mode's cost); a false positive only costs a table lookup, and
-// they stay rare while the live samples are far fewer than 65536 (at 512 KiB
-// sampling: a live heap well under 32 GiB).
-inline constexpr uint64_t kFilterSize = 1ull << 16;
-SPYGLASS_MEM_EXPORT extern std::atomic<uint8_t*> g_filter;
+// The sampled-mode filter, mapped when sampling is turned on: one bit per
+// slot (a 16-byte address granule, modulo 65536), set while a sampled live
+// block is in the slot; the count of such blocks per slot lies after the
+// bits, and the two change together under a lock (sampled blocks only: rare).
+// Inline so that the heap hook's free() decides "never sampled" without a
+// call into this library. 8 KiB of bits: it stays in the L1 cache, where 64
+// KiB of byte counts missed it on random frees (2% of a malloc/free loop,
+// BENCHMARKS.md; at 4 MiB, a third of sampled mode's cost). A false positive
+// costs a table lookup; they stay rare while the live samples are far fewer
+// than 65536 (at 512 KiB sampling: a live heap well under 32 GiB).
+inline constexpr uint64_t kFilterSlots = 1ull << 16;
+SPYGLASS_MEM_EXPORT extern std::atomic<uint64_t*> g_filter;
 // Heap blocks are 16-byte aligned and spread out: the address bits are index enough.
-inline uint64_t FilterIndex(uintptr_t ptr) { return (ptr >> 4) & (kFilterSize - 1); }
+inline uint64_t FilterIndex(uintptr_t ptr) { return (ptr >> 4) & (kFilterSlots - 1); }
+inline bool FilterHas(const uint64_t* filter, uintptr_t ptr) {
+  const uint64_t i = FilterIndex(ptr);
+  return (__atomic_load_n(&filter[i / 64], __ATOMIC_RELAXED) >> (i % 64)) & 1;
+}
 inline bool MaybeTrackedInline(uintptr_t ptr) {
-  uint8_t* f = g_filter.load(std::memory_order_relaxed);
-  return !f || __atomic_load_n(&f[FilterIndex(ptr)], __ATOMIC_RELAXED) != 0;
+  const uint64_t* f = g_filter.load(std::memory_order_relaxed);
+  return !f || FilterHas(f, ptr);
 }
 // The sampling interval (bytes, mean of the exponential gaps): 0 = every
 // allocation, else at most kMaxSampleBytes (larger means one sample per

@@ -182,12 +182,13 @@ fi
 
 # 4d. Sampled mode: a failing allocation is rarely a sample (here 1 MiB calls
 # sampled one per GiB: 0.1 %), yet the OOM snapshot is written and names the
-# allocating function, whichever way the program allocates. The kept blocks
+# allocating function, whichever way the program allocates. The limit is set
+# before the program starts (ulimit -v), unless $limit says otherwise. The kept blocks
 # are estimates (scaled samples): only the failed allocation is checked.
 oom_sampled() { # oom_sampled <what> <function> <size as the summary prints it> <command...>
   local what=$1 fn=$2 size=$3; shift 3
   set +e
-  out=$("$cli" run --sample-bytes 1073741824 -o "$T/s-$what" -- sh -c "ulimit -v 1500000 && exec $*" 2>&1)
+  out=$("$cli" run --sample-bytes 1073741824 -o "$T/s-$what" -- sh -c "${limit-ulimit -v 1500000 && }exec $*" 2>&1)
   rc=$?
   set -e
   p=$(ls "$T/s-$what"/memory.*.oom.prof 2>/dev/null) || { echo "$out"; fail "sampled $what: no OOM snapshot: $(files "$T/s-$what")"; }
@@ -203,6 +204,13 @@ oom_sampled malloc grab_block "1.0 MiB" "\"$prog\" oom"
 oom_sampled calloc calloc_block "1.0 MiB" "\"$prog\" oomcalloc"
 check "sampled calloc: errno after the failure" "$out" "calloc failed after" "errno ENOMEM"
 oom_sampled new "grab_array()" "1.0 MiB" "\"$oom_new\""
+# Small blocks (below 64 KiB: the unchecked path's size, heap_hook.cc), under
+# a limit set before the program started, and under one the program sets
+# itself while running (the hooked setrlimit turns the check back on).
+oom_sampled small small_block "4.0 KiB" "\"$prog\" oomsmall"
+[ "$rc" = 134 ] || fail "sampled small: expected exit status 134, got $rc"
+limit= oom_sampled setrlimit small_block "4.0 KiB" "\"$prog\" oomsetrlimit"
+[ "$rc" = 134 ] || fail "sampled setrlimit: expected exit status 134, got $rc"
 if command -v python3 >/dev/null; then
   oom_sampled python make_huge "9.1 TiB" "python3 '$T/huge.py'"
   [ "$rc" = 1 ] || fail "sampled python: expected exit status 1, got $rc"

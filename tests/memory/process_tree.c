@@ -9,6 +9,10 @@
 //                           returns NULL, then abort()s
 //   process_tree oomcalloc  the same through calloc (calloc_block); says
 //                           whether errno was ENOMEM after the failure
+//   process_tree oomsmall   keeps 4 KiB blocks (small_block) until malloc
+//                           returns NULL, then abort()s
+//   process_tree oomsetrlimit  the same under an address-space limit that it
+//                           sets itself (setrlimit): 64 MiB above its size
 //   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
 //                           through a null pointer (SIGSEGV)
 //   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
@@ -28,6 +32,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +51,14 @@ __attribute__((noinline)) int grab_block(int touch) {
   char* p = malloc(1 << 20);
   if (!p) return 0;
   if (touch) memset(p, 1, 1 << 20);
+  keep(p);
+  return 1;
+}
+
+// Below the size the heap hook's sampled mode checks on every call (64 KiB).
+__attribute__((noinline)) int small_block(void) {
+  char* p = malloc(4096);
+  if (!p) return 0;
   keep(p);
   return 1;
 }
@@ -128,6 +141,30 @@ int main(int argc, char** argv) {
     fflush(stdout);
     abort();
   }
+  if (strcmp(mode, "oomsetrlimit") == 0) {
+    // 64 MiB more than it maps now: few enough allocations that a sampled
+    // run rarely reaches a sample point (where the hook reads the limits
+    // again) before the failure; the hooked setrlimit must see it.
+    unsigned long pages = 0;
+    FILE* statm = fopen("/proc/self/statm", "r");
+    if (!statm || fscanf(statm, "%lu", &pages) != 1) return 1;
+    fclose(statm);
+    struct rlimit r;
+    if (getrlimit(RLIMIT_AS, &r) != 0) return 1;
+    r.rlim_cur = pages * (unsigned long)sysconf(_SC_PAGESIZE) + (64ul << 20);
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+      perror("setrlimit");
+      return 1;
+    }
+    mode = "oomsmall";
+  }
+  if (strcmp(mode, "oomsmall") == 0) {
+    int n = 0;
+    while (n < 1 << 30 && small_block()) ++n;
+    printf("oomsmall: malloc failed after %d blocks\n", n);
+    fflush(stdout);
+    abort();
+  }
   if (strcmp(mode, "crash") == 0) {
     for (int i = 0; i < 4; ++i) crash_block();
     printf("crash: %d\n", (int)getpid());
@@ -160,6 +197,6 @@ int main(int argc, char** argv) {
     printf("spike: %d MiB held %d ms\n", kept, hold);
     return 0;
   }
-  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|crash|cgroup N|spike N H\n");
+  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|oomsmall|oomsetrlimit|crash|cgroup N|spike N H\n");
   return 2;
 }
