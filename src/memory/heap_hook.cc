@@ -37,7 +37,8 @@
 //                                    and waits on the kernel's notifications, or
 //                                    polls: cgroup_watch.h; SPYGLASS_HEAP_CGROUP_WATCH=0:
 //                                    not). A failing allocation is seen in sampled
-//                                    mode too (sampled or not, its site is unwound).
+//                                    mode too (sampled or not, its site is unwound;
+//                                    for the one exception, see g_fast_below).
 //   SPYGLASS_HEAP_PID=P              the program being profiled: the process P
 //                                    (through its execs: a launcher script that
 //                                    execs its program profiles that program).
