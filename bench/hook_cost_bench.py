@@ -2,7 +2,8 @@
 """What the heap hook costs a program (BENCHMARKS.md, "Memory"): wall time,
 peak RSS and loaded shared objects of one command, run plain and under each
 given hook, in alternating rounds (a shared VM drifts: each round runs every
-configuration once). Not a test. Peak RSS is the "VmHWM:" line the command
+configuration once, in an order rotated each round; the last column is the
+median, with quartiles, of each round's own CPU ratio to its plain run). Not a test. Peak RSS is the "VmHWM:" line the command
 prints (tests/memory/hook_tiny does), if any: the rusage of a child started
 by Python counts Python's own pages (vfork).
 
