@@ -488,7 +488,7 @@ void SortIfNeeded(model::Line& l) {
 // process), else a hash map.
 class CorrelationMap {
  public:
-  explicit CorrelationMap(const std::vector<ApiEvent>& api) {
+  explicit CorrelationMap(std::span<const ApiEvent> api) {
     if (api.empty()) return;
     uint32_t lo = UINT32_MAX, hi = 0;
     for (const ApiEvent& a : api) lo = std::min(lo, a.correlation_id), hi = std::max(hi, a.correlation_id);
@@ -556,6 +556,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
   // Launches first: their annotations, read before our events join the lines.
   std::vector<std::pair<int64_t, const ApiEvent*>> launches;
   for (const ApiEvent& a : api_) {
+    if (a.end_ns == 0) continue;  // never returned
     ApiKind k = KindOfCallback(a.cbid);
     if (k == ApiKind::kLaunch || k == ApiKind::kGraphLaunch || k == ApiKind::kMemcpy || k == ApiKind::kMemset)
       launches.emplace_back(clock.ToPs(a.start_ns), &a);
@@ -761,8 +762,17 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
   };
   // Each thread's line is sized once (counted first), as the device lines.
   std::unordered_map<uint32_t, size_t> calls_of;
-  for (const ApiEvent& a : api_) ++calls_of[a.tid];
+  size_t* calls_of_last = nullptr;  // calls come in runs per thread: one lookup a run
+  uint32_t last_counted = 0;
   for (const ApiEvent& a : api_) {
+    if (a.end_ns == 0) continue;
+    if (calls_of_last == nullptr || a.tid != last_counted) calls_of_last = &calls_of[last_counted = a.tid];
+    ++*calls_of_last;
+  }
+  size_t calls = 0;
+  for (const ApiEvent& a : api_) {
+    if (a.end_ns == 0) continue;
+    ++calls;
     if (a.tid != last_tid) {
       auto [tit, fresh] = touched.emplace(a.tid, 0);
       if (fresh) {
@@ -865,7 +875,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
         warning += " GPU " + std::to_string(dev) + ": " + std::to_string(count) + " events dropped because " + reason + ";";
   if (!warning.empty()) {
     warning.back() = '.';
-    space->warnings.push_back("Detected GPU events dropped: collected " + std::to_string(api_.size()) +
+    space->warnings.push_back("Detected GPU events dropped: collected " + std::to_string(calls) +
                               " driver events and " + std::to_string(records_) + " device events." + warning);
     for (uint32_t dev = 0; dev < devices_.size(); ++dev) {
       uint64_t n = 0;
@@ -875,7 +885,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       p.stats.push_back(p.uint_stat(model::kDroppedEventsStat, n));
     }
   }
-  std::vector<ApiEvent>().swap(api_);
+  api_ = {};
   std::vector<GraphNodeEvent>().swap(graph_nodes_);
 }
 

@@ -263,9 +263,7 @@ class GpuTracer : public session::Tracer {
       clock.AddSample(static_cast<uint64_t>(s[0]), ticks.ns_between(start_ticks_, s[1]),
                       ticks.ns_between(start_ticks_, s[2]));
     uint64_t n = sink_.size();
-    active_->collector.ReserveApiEvents(n);
-    for (uint64_t i = 0; i < n; ++i)
-      if (sink_.events[i].end_ns != 0) active_->collector.AddApiEvent(sink_.events[i]);
+    active_->collector.SetApiEvents({sink_.events, n});  // read in place by Export (released after it)
     for (uint64_t i = 0; i < sink_.node_count(); ++i) active_->collector.AddGraphNode(sink_.nodes[i]);
     if (uint64_t lost = sink_.nodes_dropped.load(); lost != 0)
       active_->collector.CountDropped(0, "graph nodes over gpu_max_callback_api_events (not mapped)", lost);

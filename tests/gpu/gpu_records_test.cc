@@ -701,7 +701,7 @@ int main(int argc, char** argv) {
   collector.AddRecord(&gk);
   CHECK(collector.records() == 8);
 
-  for (uint64_t i = 0; i < sink.size(); ++i) collector.AddApiEvent(sink.events[i]);
+  collector.SetApiEvents({sink.events, sink.size()});
   gpu::ClockMap clock;
   clock.AddSample(kT0, 0, 0);
   clock.AddSample(At(1000), 1'000'000, 1'000'000);
