@@ -230,6 +230,66 @@ TEST(Summary, KnownTraceNumberByNumber) {
   }
 }
 
+// A recursive annotation (fib inside fib inside fib, with "add" between):
+// its total is the outermost call's time, not the sum over the nesting
+// (which made a share of wall time over 100%); self times and the mean per
+// call are per event. Written in order and shuffled (the sorted second pass).
+TEST(Summary, RecursionCountedOnce) {
+  std::string dir = testing::MakeTempDir();
+  for (bool shuffle : {false, true}) {
+    tp::XSpace space;
+    tp::XPlane* host = space.add_planes();
+    host->set_name("/host:CPU");
+    for (auto [id, name] : {std::pair{1, "fib"}, std::pair{2, "add"}}) {
+      auto& m = (*host->mutable_event_metadata())[id];
+      m.set_id(id);
+      m.set_name(name);
+    }
+    tp::XLine* line = host->add_lines();
+    line->set_id(1);
+    line->set_name("main");
+    // fib [0,100) holds fib [10,60) holds add [20,50) holds fib [25,35).
+    for (auto [md, start, dur] : {std::tuple{1, 0, 100}, std::tuple{1, 10, 50}, std::tuple{2, 20, 30}, std::tuple{1, 25, 10}}) {
+      tp::XEvent* e = line->add_events();
+      e->set_metadata_id(md);
+      e->set_offset_ps(start * kMs);
+      e->set_duration_ps(dur * kMs);
+    }
+    if (shuffle) line->mutable_events()->SwapElements(0, 3);
+    tp::XPlane* env = space.add_planes();
+    env->set_name("Task Environment");
+    for (auto [id, name, v] : {std::tuple{1, "profile_start_time", uint64_t{1'000'000'000'000'000'000}},
+                               std::tuple{2, "profile_stop_time", uint64_t{1'000'000'000'000'000'000 + 200'000'000}}}) {
+      auto& m = (*env->mutable_stat_metadata())[id];
+      m.set_id(id);
+      m.set_name(name);
+      tp::XStat* st = env->add_stats();
+      st->set_metadata_id(id);
+      st->set_uint64_value(v);
+    }
+    Summary s;
+    ASSERT_TRUE(analysis::Summarize(WriteFile(dir, shuffle ? "b.xplane.pb" : "a.xplane.pb", space.SerializeAsString()), {}, &s)
+                    .ok());
+    ASSERT_DOUBLE_EQ(s.wall_ns, 200 * kMsNs);
+    const auto* fib = Find(s.top_total, "fib");
+    ASSERT_NE(fib, nullptr) << shuffle;
+    EXPECT_EQ(fib->count, 3u);
+    EXPECT_DOUBLE_EQ(fib->total_ns, 100 * kMsNs) << shuffle;  // was 160 ms
+    EXPECT_DOUBLE_EQ(fib->share, 0.5) << shuffle;              // was 0.8
+    EXPECT_DOUBLE_EQ(fib->self_ns, 80 * kMsNs) << shuffle;     // 50 + 20 + 10
+    EXPECT_DOUBLE_EQ(fib->mean_ns, 160.0 / 3 * kMsNs) << shuffle;
+    const auto* add = Find(s.top_total, "add");
+    ASSERT_NE(add, nullptr);
+    EXPECT_DOUBLE_EQ(add->total_ns, 30 * kMsNs);
+    EXPECT_DOUBLE_EQ(add->self_ns, 20 * kMsNs);
+    ASSERT_EQ(s.threads.size(), 1u);
+    const auto* fib_main = Find(s.threads[0].top_total, "fib");
+    ASSERT_NE(fib_main, nullptr);
+    EXPECT_DOUBLE_EQ(fib_main->total_ns, 100 * kMsNs);
+    EXPECT_LE(fib_main->total_ns, s.threads[0].busy_ns);
+  }
+}
+
 TEST(Summary, UnsortedLinesGiveTheSameNumbers) {
   std::string dir = testing::MakeTempDir();
   analysis::SummaryOptions o;

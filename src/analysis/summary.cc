@@ -51,7 +51,11 @@ Distribution Distribute(std::vector<double> v) {
 
 struct Agg {
   uint64_t count = 0;
-  int64_t total_ps = 0, self_ps = 0;
+  // total: an event inside an open one of the same name (recursion) is in
+  // that one's time already and is not added again, so that a name's total
+  // is at most its thread's busy time; calls: every event's duration, for
+  // the mean per call.
+  int64_t total_ps = 0, self_ps = 0, calls_ps = 0;
 };
 
 // Device lines with activity of their own: streams, XLA ops (not lines derived from them).
@@ -205,9 +209,9 @@ class SummaryVisitor : public profile::ProfileVisitor {
       if (a.count == 0) return;
       std::string name = model::ValidUtf8(la.name);
       Agg& t = current_aggs_[name];
-      t.count += a.count, t.total_ps += a.total_ps, t.self_ps += a.self_ps;
+      t.count += a.count, t.total_ps += a.total_ps, t.self_ps += a.self_ps, t.calls_ps += a.calls_ps;
       Agg& all = all_aggs_[name];
-      all.count += a.count, all.total_ps += a.total_ps, all.self_ps += a.self_ps;
+      all.count += a.count, all.total_ps += a.total_ps, all.self_ps += a.self_ps, all.calls_ps += a.calls_ps;
     };
     for (const LineAgg& la : dense_aggs_) add(la);
     for (const auto& [md, la] : line_aggs_) add(la);
@@ -243,7 +247,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
         r.count = a.count;
         r.total_ns = static_cast<double>(a.total_ps) / 1e3;
         r.self_ns = static_cast<double>(a.self_ps) / 1e3;
-        r.mean_ns = a.count ? r.total_ns / static_cast<double>(a.count) : 0;
+        r.mean_ns = a.count ? static_cast<double>(a.calls_ps) / 1e3 / static_cast<double>(a.count) : 0;
         r.share = share(r.total_ns);
         r.self_share = share(r.self_ns);
         v.push_back(std::move(r));
@@ -308,6 +312,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
   struct LineAgg {
     Agg agg;
     std::string_view name;
+    uint32_t open = 0;  // events of this name on the stack
   };
   struct Buffered {
     int64_t start, dur;
@@ -335,6 +340,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
       covered_end_ = end;
     }
     stack_.push_back({start, end, dur, 0, md, name});
+    ++AggOf(md).open;
   }
 
   LineAgg& AggOf(uint64_t md) {
@@ -351,7 +357,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
     la.name = o.name;
     Agg& a = la.agg;
     ++a.count;
-    a.total_ps += o.dur;
+    if (--la.open == 0) a.total_ps += o.dur;  // the outermost of its name (recursion: see Agg)
+    a.calls_ps += o.dur;
     a.self_ps += o.dur - std::min(o.child_ps, o.dur);
     stack_.pop_back();
   }
@@ -576,10 +583,11 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
         AnnotationRow& m = by_name[r.name];
         m.name = r.name;
         m.count += r.count, m.total_ns += r.total_ns, m.self_ns += r.self_ns;
+        m.mean_ns += r.mean_ns * static_cast<double>(r.count);  // the calls' time: divided below
       }
     std::vector<AnnotationRow> v;
     for (auto& [name, r] : by_name) {
-      r.mean_ns = r.count ? r.total_ns / static_cast<double>(r.count) : 0;
+      r.mean_ns = r.count ? r.mean_ns / static_cast<double>(r.count) : 0;
       r.share = share(r.total_ns), r.self_share = share(r.self_ns);
       v.push_back(std::move(r));
     }

@@ -50,9 +50,9 @@ struct AnnotationRow {
   std::string name;
   std::string thread;
   uint64_t count = 0;
-  double total_ns = 0;
+  double total_ns = 0;    // an event nested in one of the same name (recursion) counted once, in the outer one
   double self_ns = 0;     // total less the time of events nested in them
-  double mean_ns = 0;
+  double mean_ns = 0;     // per event, nested ones too
   double share = 0;       // total / wall time
   double self_share = 0;  // self / wall time
 };
