@@ -870,33 +870,29 @@ template <typename Fn>
 Fn NextSymbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
-SPYGLASS_HOOK int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) noexcept {
-  static const auto real = NextSymbol<int (*)(__rlimit_resource_t, const struct rlimit*)>("setrlimit");
-  const int rc = real ? real(resource, limit) : (errno = ENOSYS, -1);
+template <typename Fn, typename... Args>
+int ForwardThenReadLimits(Fn real, Args... args) {
+  const int rc = real ? real(args...) : (errno = ENOSYS, -1);
   ReadLimits();
   return rc;
 }
+SPYGLASS_HOOK int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) noexcept {
+  static const auto real = NextSymbol<decltype(&setrlimit)>("setrlimit");
+  return ForwardThenReadLimits(real, resource, limit);
+}
 SPYGLASS_HOOK int setrlimit64(__rlimit_resource_t resource, const struct rlimit64* limit) noexcept {
-  static const auto real = NextSymbol<int (*)(__rlimit_resource_t, const struct rlimit64*)>("setrlimit64");
-  const int rc = real ? real(resource, limit) : (errno = ENOSYS, -1);
-  ReadLimits();
-  return rc;
+  static const auto real = NextSymbol<decltype(&setrlimit64)>("setrlimit64");
+  return ForwardThenReadLimits(real, resource, limit);
 }
 SPYGLASS_HOOK int prlimit(pid_t pid, __rlimit_resource resource, const struct rlimit* limit,
                           struct rlimit* old) noexcept {
-  static const auto real =
-      NextSymbol<int (*)(pid_t, __rlimit_resource, const struct rlimit*, struct rlimit*)>("prlimit");
-  const int rc = real ? real(pid, resource, limit, old) : (errno = ENOSYS, -1);
-  if (limit) ReadLimits();
-  return rc;
+  static const auto real = NextSymbol<decltype(&prlimit)>("prlimit");
+  return ForwardThenReadLimits(real, pid, resource, limit, old);
 }
 SPYGLASS_HOOK int prlimit64(pid_t pid, __rlimit_resource resource, const struct rlimit64* limit,
                             struct rlimit64* old) noexcept {
-  static const auto real =
-      NextSymbol<int (*)(pid_t, __rlimit_resource, const struct rlimit64*, struct rlimit64*)>("prlimit64");
-  const int rc = real ? real(pid, resource, limit, old) : (errno = ENOSYS, -1);
-  if (limit) ReadLimits();
-  return rc;
+  static const auto real = NextSymbol<decltype(&prlimit64)>("prlimit64");
+  return ForwardThenReadLimits(real, pid, resource, limit, old);
 }
 
 #define SPYGLASS_FAST extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer")))
