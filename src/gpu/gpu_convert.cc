@@ -760,29 +760,47 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
     s.u64 = v;
     return s;
   };
-  // Each thread's line is sized once (counted first), as the device lines.
-  std::unordered_map<uint32_t, size_t> calls_of;
-  size_t* calls_of_last = nullptr;  // calls come in runs per thread: one lookup a run
-  uint32_t last_counted = 0;
+  // The calling threads: each one's calls (counted first: its line is sized
+  // once, as the device lines) and its line. Calls interleave among a few
+  // threads: a scan while they are few, a map beyond.
+  struct CallThread {
+    uint32_t tid;
+    size_t calls = 0, line = SIZE_MAX;
+  };
+  std::vector<CallThread> call_threads;
+  std::unordered_map<uint32_t, size_t> call_thread_index;
+  auto thread_of = [&](uint32_t tid) -> size_t {
+    if (call_threads.size() <= 16) {
+      for (size_t i = 0; i < call_threads.size(); ++i)
+        if (call_threads[i].tid == tid) return i;
+    } else if (auto it = call_thread_index.find(tid); it != call_thread_index.end()) {
+      return it->second;
+    }
+    call_thread_index.emplace(tid, call_threads.size());
+    call_threads.push_back({tid});
+    return call_threads.size() - 1;
+  };
+  size_t counting = SIZE_MAX;
   for (const ApiEvent& a : api_) {
     if (a.end_ns == 0) continue;
-    if (calls_of_last == nullptr || a.tid != last_counted) calls_of_last = &calls_of[last_counted = a.tid];
-    ++*calls_of_last;
+    if (counting == SIZE_MAX || call_threads[counting].tid != a.tid) counting = thread_of(a.tid);
+    ++call_threads[counting].calls;
   }
   size_t calls = 0;
   for (const ApiEvent& a : api_) {
     if (a.end_ns == 0) continue;
     ++calls;
     if (a.tid != last_tid) {
-      auto [tit, fresh] = touched.emplace(a.tid, 0);
-      if (fresh) {
+      CallThread& t = call_threads[thread_of(a.tid)];
+      if (t.line == SIZE_MAX) {
         host.line_with_id(a.tid);
         for (size_t li = 0; li < host.lines.size(); ++li)
-          if (host.lines[li].id == a.tid) tit->second = li;
-        host.lines[tit->second].reserve_exact(calls_of[a.tid], 3 * calls_of[a.tid]);
+          if (host.lines[li].id == a.tid) t.line = li;
+        host.lines[t.line].reserve_exact(t.calls, 3 * t.calls);
+        touched.emplace(a.tid, t.line);
       }
       last_tid = a.tid;
-      last_index = tit->second;
+      last_index = t.line;
     }
     model::Line* line = &host.lines[last_index];
     model::Event ev;
