@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "gpu/cupti_abi.h"
@@ -23,6 +24,7 @@ bool CallbackSink::Reserve(uint64_t n) {
   events = static_cast<ApiEvent*>(p);
   capacity = n;
   next = 0;
+  generation.fetch_add(1);
   for (auto& d : dropped) d = 0;
   return true;
 }
@@ -39,6 +41,7 @@ bool CallbackSink::ReserveNodes(uint64_t n) {
 }
 
 void CallbackSink::Release() {
+  generation.fetch_add(1);  // the threads' blocks are of this array
   if (events != nullptr) munmap(events, capacity * sizeof(ApiEvent));
   events = nullptr;
   capacity = 0;
@@ -114,6 +117,23 @@ thread_local bool t_driver_reported = false;
 thread_local const char* t_call_function = nullptr;
 thread_local uint32_t t_call_correlation = 0;
 std::atomic<StackHook> g_stack_hook{nullptr};
+
+// This thread's block of the sink's slots (CallbackSink::kBlock).
+struct SlotBlock {
+  const CallbackSink* sink = nullptr;
+  uint64_t generation = 0, next = 0, end = 0;
+};
+thread_local SlotBlock t_block;
+constexpr uint64_t kNoSlot = UINT64_MAX;
+uint64_t ClaimSlot(CallbackSink* sink) {
+  SlotBlock& b = t_block;
+  const uint64_t generation = sink->generation.load(std::memory_order_relaxed);
+  if (b.sink == sink && b.generation == generation && b.next < b.end) return b.next++;
+  const uint64_t start = sink->next.fetch_add(CallbackSink::kBlock, std::memory_order_relaxed);
+  if (start >= sink->capacity) return kNoSlot;
+  b = {sink, generation, start + 1, std::min(start + CallbackSink::kBlock, sink->capacity)};
+  return start;
+}
 
 void TrackMemory(const MemoryCall& m, const void* cbd, uint32_t device, uint64_t bytes) {
   const void* params = Field<const void*>(cbd, cb::kFunctionParams);
@@ -249,8 +269,8 @@ void ApiCallback(void* userdata, int domain, uint32_t cbid, const void* cbd) {
   uint64_t bytes = BytesOfCall(cbid, Field<const void*>(cbd, cb::kFunctionParams));
   if (sink->track_memory)
     if (MemoryCall m = MemoryCallOf(domain, cbid); m.kind != nullptr) TrackMemory(m, cbd, device, bytes);
-  uint64_t i = sink->next.fetch_add(1, std::memory_order_relaxed);
-  if (i >= sink->capacity) {
+  const uint64_t i = ClaimSlot(sink);
+  if (i == kNoSlot) {
     sink->dropped[device].fetch_add(1, std::memory_order_relaxed);
     return;
   }

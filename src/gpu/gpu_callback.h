@@ -18,7 +18,13 @@ struct CallbackSink {
   int (*get_device_id)(void* context, uint32_t* device) = nullptr;
   ApiEvent* events = nullptr;  // capacity entries
   uint64_t capacity = 0;
+  // Slots are handed to the calling threads in blocks of kBlock: one shared
+  // write a block, not a call (two threads launching had each call wait on
+  // this counter's cache line and write beside each other's records). A
+  // block's slots a thread did not fill stay empty (end_ns 0: skipped).
+  static constexpr uint64_t kBlock = 64;
   std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> generation{0};  // changes at each Reserve/Release: blocks of an earlier array are dropped
   static constexpr uint32_t kMaxDevices = 64;
   std::atomic<uint64_t> dropped[kMaxDevices] = {};  // over capacity, per GPU
   uint32_t num_devices = kMaxDevices;  // calls on devices >= this are ignored
@@ -38,7 +44,14 @@ struct CallbackSink {
   bool ReserveNodes(uint64_t n);
   uint64_t node_count() const { return next_node.load() < node_capacity ? next_node.load() : node_capacity; }
   void Release();
+  // Slots handed out (blocks included: the unfilled ones have end_ns 0).
   uint64_t size() const { return next.load() < capacity ? next.load() : capacity; }
+  // Calls recorded (a scan of the slots handed out).
+  uint64_t recorded() const {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < size(); ++i) n += events[i].end_ns != 0;
+    return n;
+  }
   ~CallbackSink() { Release(); }
 };
 

@@ -903,6 +903,7 @@ void GpuCollector::Export(const ClockMap& clock, model::Space* space) {
       p.stats.push_back(p.uint_stat(model::kDroppedEventsStat, n));
     }
   }
+  api_calls_ = calls;
   api_ = {};
   std::vector<GraphNodeEvent>().swap(graph_nodes_);
 }

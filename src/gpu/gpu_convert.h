@@ -104,6 +104,7 @@ class GpuCollector {
   void Export(const ClockMap& clock, model::Space* space);
 
   uint64_t records() const { return records_; }
+  uint64_t api_calls() const { return api_calls_; }  // the host calls Export found (empty slots skipped)
   uint64_t dropped() const;
 
  private:
@@ -164,6 +165,7 @@ class GpuCollector {
   std::span<const ApiEvent> api_;
   std::vector<GraphNodeEvent> graph_nodes_;
   uint64_t records_ = 0;
+  uint64_t api_calls_ = 0;
   uint64_t unknown_kinds_ = 0;
   bool copy_names_ = false;
   std::vector<const char*> names_;                       // kernel names (ours when copied)

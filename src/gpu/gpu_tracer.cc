@@ -271,9 +271,9 @@ class GpuTracer : public session::Tracer {
     for (uint32_t d = 0; d < CallbackSink::kMaxDevices; ++d)
       active_->collector.CountDropped(d, "total driver(callback) events reaches max (gpu_max_callback_api_events)",
                                       sink_.dropped[d].load());
-    events_ = n + active_->collector.records();
     dropped_ = active_->collector.dropped();
     active_->collector.Export(clock, space);
+    events_ = active_->collector.api_calls() + active_->collector.records();
     if (pm_ != nullptr) {
       AddPmCounters(pm_->metrics(), pm_->samples(), clock, space);
       for (const std::string& e : pm_->errors()) space->warnings.push_back(e);

@@ -460,7 +460,7 @@ int main(int argc, char** argv) {
   Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, "cuMemsetD32Async", 12, &ms, 34, 35);
   cuMemcpyDtoH_v2_params d2h{host_src, dptr, 65536};
   Call(sink, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2", 13, &d2h, 600, 700);  // outside layer1
-  CHECK(sink.size() == 7);  // (the stream-ordered allocation below makes 9 with the free)
+  CHECK(sink.recorded() == 7);  // (the stream-ordered allocation below makes 9 with the free)
 
   // GPU memory: the live allocation is in the profile as gpu:0 / device with a
   // stack; the failed call is not; the freed one goes.

@@ -7,12 +7,17 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gpu/cupti_abi.h"
 #include "gpu/cupti_loader.h"
+#include "gpu/gpu_callback.h"
 #include "gpu/gpu_convert.h"
 #include "model/schema.h"
 #include "gpu/gpu_options.h"
@@ -198,6 +203,72 @@ TEST(ClockMap, OffsetAtStartAndDriftFromSamples) {
 }
 
 // A cap on device records drops the rest, counts them per GPU and says so.
+// The driver-API callback's sink hands slots to threads in blocks: several
+// threads launching at once keep every call up to the cap or count it as
+// dropped, each call once; a new session's array is never written through a
+// block of the last one.
+std::atomic<uint64_t> g_fake_clock{1000};
+int FakeTimestamp(uint64_t* t) {
+  *t = g_fake_clock.fetch_add(1);
+  return 0;
+}
+int FakeDevice(void*, uint32_t* device) {
+  *device = 0;
+  return 0;
+}
+void Launch(gpu::CallbackSink* sink, uint32_t correlation) {
+  namespace cb = gpu::abi::cbdata;
+  alignas(8) uint8_t data[cb::kSize] = {};
+  static int context;
+  const char* name = "cuLaunchKernel";
+  void* ctx = &context;
+  uint64_t start = 0;
+  uint64_t* slot = &start;
+  std::memcpy(data + cb::kFunctionName, &name, sizeof name);
+  std::memcpy(data + cb::kContext, &ctx, sizeof ctx);
+  std::memcpy(data + cb::kCorrelationData, &slot, sizeof slot);
+  std::memcpy(data + cb::kCorrelationId, &correlation, sizeof correlation);
+  for (int site : {gpu::abi::kApiEnter, gpu::abi::kApiExit}) {
+    std::memcpy(data + cb::kCallbackSite, &site, sizeof site);
+    gpu::ApiCallback(sink, gpu::abi::kDomainDriverApi, gpu::abi::cbid::kLaunchKernel, data);
+  }
+}
+
+TEST(CallbackSink, ThreadsKeepOrCountEveryCallAcrossSessions) {
+  gpu::CallbackSink sink;
+  sink.get_timestamp = FakeTimestamp;
+  sink.get_device_id = FakeDevice;
+  sink.track_memory = false;
+  ASSERT_TRUE(sink.Reserve(1000));
+  constexpr uint32_t kThreads = 4, kCalls = 300;  // 1200 calls for 1000 slots
+  Launch(&sink, 1'000'000);                          // this thread holds a block too
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t)
+    threads.emplace_back([&sink, t] {
+      for (uint32_t i = 0; i < kCalls; ++i) Launch(&sink, t * kCalls + i + 1);
+    });
+  for (std::thread& t : threads) t.join();
+  const uint64_t kept = sink.recorded(), dropped = sink.dropped[0].load();
+  EXPECT_EQ(kept + dropped, kThreads * kCalls + 1);
+  EXPECT_LE(kept, 1000u);
+  EXPECT_GE(kept, 1000u - (kThreads + 1) * (gpu::CallbackSink::kBlock - 1));  // at most a part-filled block a thread
+  std::set<uint32_t> seen;
+  for (uint64_t i = 0; i < sink.size(); ++i) {
+    const gpu::ApiEvent& e = sink.events[i];
+    if (e.end_ns == 0) continue;
+    EXPECT_TRUE(seen.insert(e.correlation_id).second) << "call " << e.correlation_id << " kept twice";
+    EXPECT_STREQ(e.function, "cuLaunchKernel");
+    EXPECT_GT(e.end_ns, e.start_ns);
+  }
+  EXPECT_EQ(seen.size(), kept);
+
+  // The next session: this thread's block of the old array is not used.
+  ASSERT_TRUE(sink.Reserve(1000));
+  for (uint32_t i = 0; i < 10; ++i) Launch(&sink, 2'000'000 + i);
+  EXPECT_EQ(sink.recorded(), 10u);
+  for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(sink.events[i].correlation_id, 2'000'000 + i) << i;
+}
+
 TEST(GpuCollector, ActivityCapDropsAreCountedPerGpuAndShown) {
   namespace abi = gpu::abi;
   gpu::GpuCollector c(gpu::GpuLimits{3, 0});
