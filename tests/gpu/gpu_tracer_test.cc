@@ -1,7 +1,9 @@
 // The GPU tracer without a GPU: option ranges, the libcupti search and its
 // message, a session on a machine with no NVIDIA driver (host trace on, an
 // XSpace warning, stderr quiet unless a GPU key was set, a start error with
-// raise_error_on_start_failure), and the pip libcupti loaded with no driver.
+// raise_error_on_start_failure), the pip libcupti loaded with no driver, and
+// the driver-API callback's sink (threads, sessions, nothing allocated on the
+// launching thread).
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
@@ -216,6 +218,25 @@ int FakeDevice(void*, uint32_t* device) {
   *device = 0;
   return 0;
 }
+// Allocations made on this thread while counting (this test binary's malloc
+// and calloc count, then hand over to glibc's).
+std::atomic<bool> g_counting{false};
+thread_local uint64_t t_allocations = 0;
+}  // namespace
+}  // namespace spyglass
+extern "C" void* __libc_malloc(size_t);
+extern "C" void* __libc_calloc(size_t, size_t);
+extern "C" void* malloc(size_t n) {
+  if (spyglass::g_counting.load(std::memory_order_relaxed)) ++spyglass::t_allocations;
+  return __libc_malloc(n);
+}
+extern "C" void* calloc(size_t n, size_t m) {
+  if (spyglass::g_counting.load(std::memory_order_relaxed)) ++spyglass::t_allocations;
+  return __libc_calloc(n, m);
+}
+namespace spyglass {
+namespace {
+
 void Launch(gpu::CallbackSink* sink, uint32_t correlation) {
   namespace cb = gpu::abi::cbdata;
   alignas(8) uint8_t data[cb::kSize] = {};
@@ -267,6 +288,29 @@ TEST(CallbackSink, ThreadsKeepOrCountEveryCallAcrossSessions) {
   for (uint32_t i = 0; i < 10; ++i) Launch(&sink, 2'000'000 + i);
   EXPECT_EQ(sink.recorded(), 10u);
   for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(sink.events[i].correlation_id, 2'000'000 + i) << i;
+}
+
+// The rule for the launching thread: nothing allocated (nor locked:
+// the code takes none) by the callback once the thread has its slots.
+TEST(CallbackSink, LaunchesAllocateNothingOnTheLaunchingThread) {
+  gpu::CallbackSink sink;
+  sink.get_timestamp = FakeTimestamp;
+  sink.get_device_id = FakeDevice;
+  sink.track_memory = false;
+  ASSERT_TRUE(sink.Reserve(100000));
+  Launch(&sink, 1);  // the thread's first call: its TLS and first block
+  t_allocations = 0;
+  g_counting = true;
+  for (uint32_t i = 0; i < 10000; ++i) Launch(&sink, i + 2);
+  g_counting = false;
+  EXPECT_EQ(t_allocations, 0u);
+  EXPECT_EQ(sink.recorded(), 10001u);
+  // The counter counts: one allocation of ours is seen.
+  g_counting = true;
+  void* volatile p = std::malloc(16);
+  g_counting = false;
+  std::free(p);
+  EXPECT_EQ(t_allocations, 1u);
 }
 
 TEST(GpuCollector, ActivityCapDropsAreCountedPerGpuAndShown) {
