@@ -180,10 +180,13 @@ void UpdateFastPath() {
   const bool on = g_sampling.load(std::memory_order_relaxed) && !g_small_may_fail.load(std::memory_order_relaxed);
   g_fast_below.store(on ? kFastBelow : 0, std::memory_order_relaxed);
 }
+// Leaves errno as it was: called inside malloc, and after setrlimit's own result.
 void ReadLimits() {
+  const int saved_errno = errno;
   g_limits_read_ns.store(CoarseNowNs(), std::memory_order_relaxed);
   g_small_may_fail.store(SmallRequestsMayFail(), std::memory_order_relaxed);
   UpdateFastPath();
+  errno = saved_errno;
 }
 
 // Inside malloc: no stdio (it allocates), one write.

@@ -216,6 +216,17 @@ if command -v python3 >/dev/null; then
   [ "$rc" = 1 ] || fail "sampled python: expected exit status 1, got $rc"
 fi
 
+# 4e. errno stays the program's: a failing setrlimit's EINVAL (the hook reads
+# the limits after it), and mallocs through sample points (the limits read
+# again every 100 ms), here with /proc unmounted so that reading
+# overcommit_memory fails. Needs a private mount namespace (root).
+if unshare -m --propagation private true 2>/dev/null; then
+  out=$(unshare -m --propagation private sh -c "umount -l /proc && SPYGLASS_HEAP_SAMPLE_BYTES=64 LD_PRELOAD='$lib' '$prog' errno" 2>&1)
+  check "errno after setrlimit and mallocs" "$out" "errno: setrlimit -1 EINVAL" "mallocs 0"
+else
+  echo "skip: errno without /proc (no private mount namespace)"
+fi
+
 # 5. A fatal signal (SIGSEGV): memory.<pid>.<comm>.signal.prof holds crash_block's 4 x 25000 B.
 set +e
 out=$("$cli" run -o "$T/segv" -- "$prog" crash 2>&1)

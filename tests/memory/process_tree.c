@@ -13,6 +13,8 @@
 //                           returns NULL, then abort()s
 //   process_tree oomsetrlimit  the same under an address-space limit that it
 //                           sets itself (setrlimit): 64 MiB above its size
+//   process_tree errno      says whether errno is what libc left it after a
+//                           failing setrlimit and across 300 ms of mallocs
 //   process_tree crash      keeps 4 x 25000 B (crash_block), then writes
 //                           through a null pointer (SIGSEGV)
 //   process_tree workers    forks 3 workers (no exec) that wait; SIGTERMs
@@ -165,6 +167,24 @@ int main(int argc, char** argv) {
     fflush(stdout);
     abort();
   }
+  if (strcmp(mode, "errno") == 0) {
+    struct rlimit r = {RLIM_INFINITY, RLIM_INFINITY};
+    errno = 0;
+    int rc = setrlimit((__rlimit_resource_t)1000, &r);  // no such resource: EINVAL
+    printf("errno: setrlimit %d %s\n", rc, errno == EINVAL ? "EINVAL" : strerror(errno));
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    errno = 0;
+    long calls = 0;
+    do {
+      void* volatile p = malloc(64);
+      free(p);
+      ++calls;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (errno == 0 && (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 300000000L);
+    printf("errno: after %ld mallocs %s\n", calls, errno == 0 ? "0" : strerror(errno));
+    return 0;
+  }
   if (strcmp(mode, "crash") == 0) {
     for (int i = 0; i < 4; ++i) crash_block();
     printf("crash: %d\n", (int)getpid());
@@ -197,6 +217,6 @@ int main(int argc, char** argv) {
     printf("spike: %d MiB held %d ms\n", kept, hold);
     return 0;
   }
-  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|oomsmall|oomsetrlimit|crash|cgroup N|spike N H\n");
+  fprintf(stderr, "usage: process_tree forkexec|child|oom|oomcalloc|oomsmall|oomsetrlimit|errno|crash|cgroup N|spike N H\n");
   return 2;
 }
