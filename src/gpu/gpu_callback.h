@@ -23,8 +23,8 @@ struct CallbackSink {
   // this counter's cache line and write beside each other's records). A
   // block's slots a thread did not fill stay empty (end_ns 0: skipped).
   static constexpr uint64_t kBlock = 64;
-  std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> generation{0};  // changes at each Reserve/Release: blocks of an earlier array are dropped
+  alignas(64) std::atomic<uint64_t> next{0};  // a line of its own: written a block at a time, the fields above read every call
   static constexpr uint32_t kMaxDevices = 64;
   std::atomic<uint64_t> dropped[kMaxDevices] = {};  // over capacity, per GPU
   uint32_t num_devices = kMaxDevices;  // calls on devices >= this are ignored
