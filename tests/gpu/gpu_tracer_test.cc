@@ -255,12 +255,17 @@ void Launch(gpu::CallbackSink* sink, uint32_t correlation) {
   }
 }
 
+// A sink of `n` slots with the fakes above (launches only: no memory tracked).
+void Prepare(gpu::CallbackSink* sink, uint64_t n) {
+  sink->get_timestamp = FakeTimestamp;
+  sink->get_device_id = FakeDevice;
+  sink->track_memory = false;
+  ASSERT_TRUE(sink->Reserve(n));
+}
+
 TEST(CallbackSink, ThreadsKeepOrCountEveryCallAcrossSessions) {
   gpu::CallbackSink sink;
-  sink.get_timestamp = FakeTimestamp;
-  sink.get_device_id = FakeDevice;
-  sink.track_memory = false;
-  ASSERT_TRUE(sink.Reserve(1000));
+  Prepare(&sink, 1000);
   constexpr uint32_t kThreads = 4, kCalls = 300;  // 1200 calls for 1000 slots
   Launch(&sink, 1'000'000);                          // this thread holds a block too
   std::vector<std::thread> threads;
@@ -294,10 +299,7 @@ TEST(CallbackSink, ThreadsKeepOrCountEveryCallAcrossSessions) {
 // the code takes none) by the callback once the thread has its slots.
 TEST(CallbackSink, LaunchesAllocateNothingOnTheLaunchingThread) {
   gpu::CallbackSink sink;
-  sink.get_timestamp = FakeTimestamp;
-  sink.get_device_id = FakeDevice;
-  sink.track_memory = false;
-  ASSERT_TRUE(sink.Reserve(100000));
+  Prepare(&sink, 100000);
   Launch(&sink, 1);  // the thread's first call: its TLS and first block
   t_allocations = 0;
   g_counting = true;
