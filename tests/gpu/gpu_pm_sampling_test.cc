@@ -16,6 +16,7 @@
 #include "gpu/cupti_abi.h"
 #include "gpu/cupti_loader.h"
 #include "gpu/pm_sampling.h"
+#include "session_stderr.h"
 #include "model/schema.h"
 #include "session/session.h"
 
@@ -256,13 +257,10 @@ TEST(PmSampler, NoDriverSessionSaysTheCountersWereNotSampled) {
   if (gpu::LoadDriver(&e) != nullptr) GTEST_SKIP() << "this machine has an NVIDIA driver";
   profiler::ProfileOptions o;
   o.advanced_configuration.emplace("gpu_pm_sample_counters", "sm__cycles_active.avg");
-  testing::internal::CaptureStderr();
-  std::unique_ptr<session::Session> s;
-  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
   model::Space space;
   session::SessionSummary summary;
-  (void)s->Stop(&space, &summary);
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err;
+  (void)testing::RunSessionCapturingStderr(o, &space, &summary, &err);
   EXPECT_EQ(err.rfind("spyglass: GPU tracer off: no NVIDIA driver", 0), 0u) << err;
   bool said = false;
   for (const std::string& w : space.warnings)

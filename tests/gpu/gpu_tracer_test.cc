@@ -23,6 +23,7 @@
 #include "gpu/gpu_convert.h"
 #include "model/schema.h"
 #include "gpu/gpu_options.h"
+#include "session_stderr.h"
 #include "session/session.h"
 #include "spyglass/annotation.h"
 
@@ -121,14 +122,12 @@ bool HasDriver() {
 TEST(GpuTracer, NoDriverHostTraceGoesOnWithAWarning) {
   if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
   profiler::ProfileOptions o;  // device_tracer_level = 1, no GPU key
-  testing::internal::CaptureStderr();
-  std::unique_ptr<session::Session> s;
-  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
-  { profiler::TraceAnnotation a("host_work"); }
   model::Space space;
   session::SessionSummary summary;
-  EXPECT_TRUE(s->Stop(&space, &summary).ok());
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err;
+  EXPECT_TRUE(testing::RunSessionCapturingStderr(o, &space, &summary, &err, [] {
+                profiler::TraceAnnotation a("host_work");
+              }).ok());
   EXPECT_EQ(err.find("GPU tracer"), std::string::npos) << "stderr must stay quiet: " << err;
   ASSERT_EQ(space.warnings.size(), 1u);
   EXPECT_NE(space.warnings[0].find("GPU tracer off: no NVIDIA driver (libcuda.so.1"), std::string::npos)
@@ -140,13 +139,10 @@ TEST(GpuTracer, NoDriverHostTraceGoesOnWithAWarning) {
 TEST(GpuTracer, NoDriverWithAGpuKeySaysSoOnStderrOnce) {
   if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
   profiler::ProfileOptions o = With("gpu_max_activity_api_events", 1000);
-  testing::internal::CaptureStderr();
-  std::unique_ptr<session::Session> s;
-  ASSERT_TRUE(session::Session::Create(o, "busy", &s).ok());
   model::Space space;
   session::SessionSummary summary;
-  (void)s->Stop(&space, &summary);
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err;
+  (void)testing::RunSessionCapturingStderr(o, &space, &summary, &err);
   EXPECT_EQ(err, err.substr(0, err.find('\n') + 1)) << "one line: " << err;
   EXPECT_EQ(err.rfind("spyglass: GPU tracer off: no NVIDIA driver", 0), 0u) << err;
 }

@@ -31,6 +31,16 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return static_cast<bool>(f.flush());
 }
 
+// A v2 cgroup tree in a fresh temporary directory (removed by the test):
+// memory.max and memory.current as given; "" when it cannot be made.
+std::string FakeV2Tree(const std::string& max, const std::string& current) {
+  char tmpl[] = "/tmp/spyglass-cgroup-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return "";
+  const std::string root = tmpl;
+  if (!WriteFile(root + "/memory.max", max) || !WriteFile(root + "/memory.current", current)) return "";
+  return root;
+}
+
 // Child exit codes of the v1 test.
 enum : int { kOk = 0, kNoMove = 10, kNoWatch, kNotEvents, kEarlyEvent, kNoEvent, kBelow90 };
 
@@ -86,11 +96,8 @@ TEST(CgroupWatch, V1UsageThresholdEventFromTheKernel) {
 // watch polls. Either way usage passing 90% is reported once until it falls
 // below 80%.
 TEST(CgroupWatch, V2TreePsiTriggerOrPollingAndTheThresholds) {
-  char tmpl[] = "/tmp/spyglass-cgroup-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
-  ASSERT_TRUE(WriteFile(root + "/memory.max", "1000000\n"));
-  ASSERT_TRUE(WriteFile(root + "/memory.current", "500000\n"));
+  const std::string root = FakeV2Tree("1000000\n", "500000\n");
+  ASSERT_FALSE(root.empty());
   ASSERT_TRUE(WriteFile(root + "/memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"));
   std::unique_ptr<CgroupWatch> w(CgroupWatch::Open(root));
   bool has_v2 = false;
@@ -145,11 +152,8 @@ TEST(CgroupWatch, V2TreePsiTriggerOrPollingAndTheThresholds) {
 
 // No limit anywhere: no watch (and no snapshot thread in the hook).
 TEST(CgroupWatch, NoLimitNoWatch) {
-  char tmpl[] = "/tmp/spyglass-cgroup-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
-  ASSERT_TRUE(WriteFile(root + "/memory.max", "max\n"));
-  ASSERT_TRUE(WriteFile(root + "/memory.current", "500000\n"));
+  const std::string root = FakeV2Tree("max\n", "500000\n");
+  ASSERT_FALSE(root.empty());
   EXPECT_EQ(CgroupWatch::Open(root), nullptr);
   std::filesystem::remove_all(root);
 }
