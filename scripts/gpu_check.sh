@@ -2,39 +2,48 @@
 # The GPU tracer on a real NVIDIA GPU (issue 11). Two steps:
 #
 #   bash scripts/gpu_check.sh prepare   here, on the build machine (no GPU
-#       needed): pip wheels (nvcc, nvvm, cudart, crt, cupti) into
-#       build/cuda_sdk, the library and gpu_check_reader built, the CUDA
+#       needed): CUDA 13.0 pip wheels (nvcc, nvvm, cudart, crt, cupti) into
+#       build/cuda_sdk-13.0, the library and gpu_check_reader built, the CUDA
 #       program tests/gpu/gpu_check_program.cu compiled with that nvcc
-#       (sm_90 + PTX, cudart linked statically), and everything staged with
-#       its shared libraries in build/gpu_check (under 64 MiB).
+#       (sm_90 + PTX, cudart linked statically), all of it with its shared
+#       libraries (libcupti and the libnvperf pair PM sampling loads) packed
+#       into build/gpu_check/stage.tar.gz, and XProf's wheel beside it.
 #   bash scripts/gpu_check.sh           on the GPU machine, with build/gpu_check
 #       carried there (nothing else is needed; nothing is downloaded):
 #       run tool: carry ["build/gpu_check"], command "bash scripts/gpu_check.sh".
 #
+# CUDA 13.0, not the newest: the lent H200 machines were seen with driver 580
+# (CUDA 13.0), and CUPTI newer than the driver would run under minor-version
+# compatibility, which profiling tools do not promise to support.
+#
 # It asserts kernels, copies and memsets on /device:GPU:0 inside their
 # TraceAnnotations, the copy byte counts, the launch <-> kernel link, the
 # kernel after its launch on the shared clock, and the GPU allocation in the
-# pprof at its call site (gpu_check_reader); a second traced run with
-# gpu_pm_sample_counters reports the PM counter samples (or the warning
-# saying why there are none); the driver version is printed, and one older
-# than CUDA 13's stops the check early. Then it prints the host cost per
-# kernel launch with no tracer, with CUPTI activity tracing alone (the floor)
-# and with Spyglass. Runs in well under 5 minutes.
+# pprof at its call site (gpu_check_reader); XProf's converter (the carried
+# wheel, installed into a temporary folder) checks kernel_stats,
+# framework_op_stats, overview_page and trace_viewer@ on the same file; a
+# second traced run with gpu_pm_sample_counters reports the PM counter samples
+# (or the warning saying why there are none); the driver version is printed,
+# and one older than CUDA 13's stops the check early. Then it prints the host
+# cost per kernel launch with no tracer, with CUPTI activity tracing alone
+# (the floor) and with Spyglass. Runs in well under 5 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stage=build/gpu_check
+carried=build/gpu_check
 
 if [ "${1:-}" = "prepare" ]; then
-  sdk=build/cuda_sdk/nvidia/cu13
+  cuda=13.0
+  sdk=build/cuda_sdk-$cuda/nvidia/cu13
   [ -x "$sdk/bin/nvcc" ] && [ -x "$sdk/nvvm/bin/cicc" ] && [ -f "$sdk/lib/libcupti.so.13" ] &&
     [ -f "$sdk/include/crt/host_defines.h" ] ||
-    python3 -m pip install -q --no-deps --target build/cuda_sdk nvidia-cuda-nvcc==13.5.37 nvidia-nvvm==13.5.37 \
-      nvidia-cuda-runtime==13.5.37 nvidia-cuda-crt==13.5.37 nvidia-cuda-cupti==13.5.25
+    python3 -m pip install -q --no-deps --target "build/cuda_sdk-$cuda" nvidia-cuda-nvcc==13.0.88 \
+      nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-cuda-cupti==13.0.85
   [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo  # (Ninja expected)
   # libspyglass.so by its file name: with Ninja the target name "spyglass"
   # also names the CLI's output file.
   cmake --build build -j2 --target libspyglass.so spyglass_memory gpu_check_reader
-  rm -rf "$stage" && mkdir -p "$stage/lib"
+  stage=build/gpu_check_stage
+  rm -rf "$stage" "$carried" && mkdir -p "$stage/lib" "$carried"
   "$sdk/bin/nvcc" -std=c++20 -O2 -g -Xcompiler -fno-omit-frame-pointer \
     -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
     -Iinclude -I"$sdk/include" -c tests/gpu/gpu_check_program.cu -o "$stage/gpu_check_program.o" 2>/dev/null
@@ -42,7 +51,7 @@ if [ "${1:-}" = "prepare" ]; then
     "$sdk/lib/libcudart_static.a" "$sdk/lib/libcupti.so.13" -ldl -lpthread -lrt -Wl,-rpath,'$ORIGIN/lib'
   rm "$stage/gpu_check_program.o"
   cp build/tests/gpu/gpu_check_reader "$stage/"
-  cp "$sdk/lib/libcupti.so.13" "$stage/lib/"
+  cp "$sdk/lib/libcupti.so.13" "$sdk/lib/libnvperf_host.so" "$sdk/lib/libnvperf_target.so" "$stage/lib/"
   # The shared libraries of our binaries (not glibc's own), debug info stripped.
   for so in $(ldd build/libspyglass.so "$stage/gpu_check_reader" | awk '$3 ~ /^\// {print $3}' | sort -u); do
     case "$(basename "$so")" in libc.so*|libm.so*|libpthread*|libdl.so*|librt.so*|ld-linux*|libutil*) continue;; esac
@@ -50,14 +59,25 @@ if [ "${1:-}" = "prepare" ]; then
   done
   cp -L build/libspyglass.so.0 "$stage/lib/"
   strip --strip-debug "$stage/lib/"libspyglass*.so* "$stage/gpu_check_reader"
-  du -sh "$stage"
+  # Packed: unpacked it is over the 64 MiB that travels to the GPU machine.
+  tar -C "$stage" -czf "$carried/stage.tar.gz" .
+  rm -rf "$stage"
+  # XProf's converter for the device's own Python (3.12; its other needs are
+  # in that machine's image).
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 -d "$carried" xprof==2.24.2
+  du -sh "$carried"
   exit 0
 fi
 
-[ -x "$stage/gpu_check_program" ] || { echo "no $stage: run 'bash scripts/gpu_check.sh prepare' first" >&2; exit 2; }
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -f "$carried/stage.tar.gz" ] || { echo "no $carried: run 'bash scripts/gpu_check.sh prepare' first" >&2; exit 2; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp" /tmp/gpu_check_overhead' EXIT
+stage="$tmp/stage"
+mkdir -p "$stage" && tar -C "$stage" -xzf "$carried/stage.tar.gz"
+export LD_LIBRARY_PATH="$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
-# The program and libcupti are CUDA 13.5: a driver older than CUDA 13's
+# The program and libcupti are CUDA 13.0: a driver older than CUDA 13's
 # (580) cannot run them; say so rather than fail inside CUDA.
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
 echo "driver ${driver:-unknown}"
@@ -66,14 +86,17 @@ if [ -n "$driver" ] && [ "${driver%%.*}" -lt 580 ] 2>/dev/null; then
   exit 3
 fi
 grep -s RmProfilingAdminOnly /proc/driver/nvidia/params || true
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp" /tmp/gpu_check_overhead' EXIT
 
 echo "== trace"
 out="$(timeout 120 "$stage/gpu_check_program" trace "$tmp/log" "$tmp/gpu.pprof.gz")"
 echo "$out"
 xplane="$(echo "$out" | sed -n 's/^xplane //p')"
 timeout 120 "$stage/gpu_check_reader" "$xplane" "$tmp/gpu.pprof.gz"
+whl="$(ls "$carried"/xprof-*.whl 2>/dev/null | head -1 || true)"
+if ! python3 -c 'import xprof' 2>/dev/null && [ -n "$whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$tmp/site" "$whl" &&
+    export PYTHONPATH="$tmp/site${PYTHONPATH:+:$PYTHONPATH}" || true
+fi
 if python3 -c 'import xprof' 2>/dev/null; then
   timeout 300 python3 tests/gpu/gpu_xprof_check.py "$xplane" --kernel scale_kernel --no-exact \
     --copy-bytes 1048576 --copy-bytes 65536 --annotation step::compute --pm-counter ""
