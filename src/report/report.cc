@@ -49,9 +49,18 @@ json TimelineJson(const Timeline& tl) {
     tracks.push_back({{"plane", t.plane}, {"name", t.name}, {"id", t.id}, {"at_ns", t.at_ns}, {"events", t.events}, {"hidden", t.hidden},
                       {"lanes", std::move(lanes)}});
   }
+  json counters = json::array();
+  for (const TimelineCounter& c : tl.counters) {
+    json levels = json::array();
+    for (const TimelineLevel& l : c.levels) levels.push_back({l.threshold_ns, l.spans, l.offset, l.bytes});
+    counters.push_back({{"plane", c.plane}, {"name", c.name}, {"bytes", c.bytes}, {"at_ns", c.at_ns}, {"samples", c.samples},
+                        {"min", c.min}, {"max", c.max}, {"levels", std::move(levels)}});
+  }
   return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},
-          {"names", tl.names},       {"tracks", std::move(tracks)},    {"blob_bytes", tl.blob.size()},
-          {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events}};
+          {"names", tl.names},       {"tracks", std::move(tracks)},    {"counters", std::move(counters)},
+          {"blob_bytes", tl.blob.size()},
+          {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events},
+          {"hidden_counters", tl.hidden_counters}, {"hidden_counter_samples", tl.hidden_counter_samples}};
 }
 
 json FlameJson(const FlameGraph& g) {

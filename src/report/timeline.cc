@@ -1,7 +1,10 @@
 #include "report/timeline.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
+#include <cmath>
+#include <cstring>
 
 #include "model/schema.h"
 
@@ -15,6 +18,19 @@ void PutVarint(std::string* out, uint64_t v) {
   }
   out->push_back(static_cast<char>(v));
 }
+
+static_assert(std::endian::native == std::endian::little, "the page reads counter values as little-endian float64");
+void PutF64(std::string* out, double v) {
+  char b[8];
+  std::memcpy(b, &v, 8);
+  out->append(b, 8);
+}
+
+void PutZigzag(std::string* out, int64_t v) {
+  PutVarint(out, (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
 // Nearest ns: starts and ends stay in order.
 int64_t Ns(int64_t ps) { return ps >= 0 ? (ps + 500) / 1000 : -((-ps + 500) / 1000); }
@@ -72,8 +88,7 @@ TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t th
   int64_t prev_end = base_ns;
   for (const Span& s : spans) {
     int64_t start = Ns(s.start), end = Ns(s.end);
-    int64_t gap = start - prev_end;  // may round to -1
-    PutVarint(blob, (static_cast<uint64_t>(gap) << 1) ^ static_cast<uint64_t>(gap >> 63));
+    PutZigzag(blob, start - prev_end);  // may round to -1
     PutVarint(blob, static_cast<uint64_t>(end - start));
     PutVarint(blob, s.name);
     if (threshold_ns > 0) PutVarint(blob, s.count);
@@ -143,12 +158,111 @@ void TimelineBuilder::EndLine() {
   spans_.shrink_to_fit();
 }
 
+void TimelineBuilder::AddCounterSample(std::string_view plane, std::string_view name, int64_t time_ps, double value,
+                                       bool bytes) {
+  std::string key;
+  key.reserve(plane.size() + 1 + name.size());
+  key.append(plane).append(1, '\0').append(name);
+  auto it = counter_index_.find(key);
+  if (it == counter_index_.end()) {
+    size_t index = SIZE_MAX;  // past kMaxCounters: counted, not kept
+    if (tl_.counters.size() < kMaxCounters) {
+      index = tl_.counters.size();
+      TimelineCounter& c = tl_.counters.emplace_back();
+      c.plane = plane;
+      c.name = name;
+      c.bytes = bytes;
+      counter_samples_.emplace_back();
+    } else {
+      ++tl_.hidden_counters;
+    }
+    it = counter_index_.emplace(std::move(key), index).first;
+  }
+  if (it->second == SIZE_MAX || !std::isfinite(value)) {
+    ++tl_.hidden_counter_samples;
+    return;
+  }
+  counter_samples_[it->second].push_back({time_ps, value});
+}
+
+void TimelineBuilder::EncodeCounter(TimelineCounter& c, std::vector<Sample>& samples) {
+  struct Point {
+    int64_t ns;
+    double lo, hi, last;
+  };
+  std::vector<Point> points;
+  points.reserve(samples.size());
+  for (const Sample& s : samples) points.push_back({Ns(s.ps), s.value, s.value, s.value});
+  c.samples = samples.size();
+  c.min = c.max = points.front().last;
+  for (const Point& p : points) c.min = std::min(c.min, p.lo), c.max = std::max(c.max, p.hi);
+  auto encode = [&](int64_t threshold_ns) {
+    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0};
+    int64_t prev = points.front().ns;
+    for (const Point& p : points) {
+      PutZigzag(&tl_.blob, p.ns - prev);
+      prev = p.ns;
+      if (threshold_ns > 0) {
+        PutF64(&tl_.blob, p.lo);
+        PutF64(&tl_.blob, p.hi);
+      }
+      PutF64(&tl_.blob, p.last);
+    }
+    level.bytes = tl_.blob.size() - level.offset;
+    c.levels.push_back(level);
+  };
+  encode(0);
+  const int64_t extent_ns = points.back().ns - points.front().ns;
+  size_t kept = points.size();
+  // Buckets nest (each threshold is 4 times the last), so each level is
+  // made from the one before.
+  for (int64_t t = 16; kept > 1 && t / 4 <= extent_ns && t < INT64_MAX / 4; t *= 4) {
+    size_t n = 0;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (n > 0 && FloorDiv(points[i].ns, t) == FloorDiv(points[n - 1].ns, t)) {
+        Point& m = points[n - 1];
+        m.lo = std::min(m.lo, points[i].lo);
+        m.hi = std::max(m.hi, points[i].hi);
+        m.last = points[i].last;
+      } else {
+        points[n++] = points[i];
+      }
+    }
+    points.resize(n);
+    if (n * 2 > kept) continue;
+    encode(t);
+    kept = n;
+  }
+}
+
 Timeline TimelineBuilder::Finish() {
   EndLine();
-  if (tl_.tracks.empty()) return std::move(tl_);
-  tl_.start_ns = *std::min_element(base_ns_.begin(), base_ns_.end());
+  // Counters: samples in time order, empty ones (every value non-finite) dropped.
+  int64_t start_ns = base_ns_.empty() ? INT64_MAX : *std::min_element(base_ns_.begin(), base_ns_.end());
+  size_t kept = 0;
+  for (size_t i = 0; i < tl_.counters.size(); ++i) {
+    std::vector<Sample>& samples = counter_samples_[i];
+    if (samples.empty()) continue;
+    std::stable_sort(samples.begin(), samples.end(), [](const Sample& a, const Sample& b) { return a.ps < b.ps; });
+    start_ns = std::min(start_ns, Ns(samples.front().ps));
+    end_ps_ = std::max(end_ps_, samples.back().ps);
+    if (kept != i) {
+      tl_.counters[kept] = std::move(tl_.counters[i]);
+      counter_samples_[kept] = std::move(samples);
+    }
+    ++kept;
+  }
+  tl_.counters.resize(kept);
+  counter_samples_.resize(kept);
+  if (start_ns == INT64_MAX) return std::move(tl_);
+  tl_.start_ns = start_ns;
   for (size_t i = 0; i < tl_.tracks.size(); ++i) tl_.tracks[i].at_ns = base_ns_[i] - tl_.start_ns;
   tl_.duration_ns = Ns(end_ps_) - tl_.start_ns;
+  for (size_t i = 0; i < tl_.counters.size(); ++i) {
+    tl_.counters[i].at_ns = Ns(counter_samples_[i].front().ps) - tl_.start_ns;
+    EncodeCounter(tl_.counters[i], counter_samples_[i]);
+    counter_samples_[i] = {};
+  }
   if (tl_.tracks.size() > kMaxTracks) {
     // The busiest threads; the page says how many others there were.
     std::vector<size_t> order(tl_.tracks.size());

@@ -36,21 +36,40 @@ struct TimelineTrack {
   std::vector<std::vector<TimelineLevel>> lanes;  // by depth, each finest level first
 };
 
+// A counter (an XSpace "_counters_" line: live bytes per device, GPU PM
+// metrics) as a step series: level 0 is its samples, level k one point per
+// 4^k * 16 ns bucket holding the bucket's lowest, highest and last value.
+// A level is kept only if it halves the points of the last kept one.
+struct TimelineCounter {
+  std::string plane, name;
+  bool bytes = false;  // the values are bytes
+  int64_t at_ns = 0;   // its first sample, from Timeline::start_ns
+  uint64_t samples = 0;
+  double min = 0, max = 0;
+  std::vector<TimelineLevel> levels;  // `spans` counts points
+};
+
 struct Timeline {
-  int64_t start_ns = 0;  // absolute time of 0 (the earliest event)
+  int64_t start_ns = 0;  // absolute time of 0 (the earliest event or sample)
   int64_t duration_ns = 0;
   uint64_t events = 0;
   std::vector<std::string> names;  // span name ids index this
   std::vector<TimelineTrack> tracks;
   uint64_t hidden_tracks = 0, hidden_track_events = 0;  // past kMaxTracks: the smallest, not shown
+  std::vector<TimelineCounter> counters;  // in the order first seen
+  uint64_t hidden_counters = 0, hidden_counter_samples = 0;  // past kMaxCounters, and non-finite values
   // Each level: per span, as LEB128 varints, the zigzag gap from the end of
   // the previous span (the first: from its track's at_ns), the duration, the
   // name id and (levels > 0) the number of events merged; times in ns.
+  // A counter level: per point, the zigzag varint gap from the previous
+  // point (the first: from its at_ns), then its value as a little-endian
+  // float64 (levels > 0: the lowest, the highest and the last).
   std::string blob;
 };
 
 inline constexpr size_t kMaxLanes = 128;
 inline constexpr size_t kMaxTracks = 2000;
+inline constexpr size_t kMaxCounters = 64;
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.
@@ -59,6 +78,9 @@ class TimelineBuilder {
   void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
   void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps);
   void EndLine();
+  // One sample of the counter `name` on `plane` (any order; non-finite
+  // values are counted and left out).
+  void AddCounterSample(std::string_view plane, std::string_view name, int64_t time_ps, double value, bool bytes);
   // Host planes first, then devices, each in the order given.
   Timeline Finish();
 
@@ -85,6 +107,13 @@ class TimelineBuilder {
   std::string plane_, line_;
   int64_t line_id_ = 0;
   std::vector<Span> spans_;
+  struct Sample {
+    int64_t ps;
+    double value;
+  };
+  std::vector<std::vector<Sample>> counter_samples_;  // by index in tl_.counters
+  std::unordered_map<std::string, size_t> counter_index_;  // plane + '\0' + name
+  void EncodeCounter(TimelineCounter& c, std::vector<Sample>& samples);
 };
 
 }  // namespace spyglass::report

@@ -1,24 +1,33 @@
 // A `spyglass report` page in Debian's chromium, driven headless, with the
 // network blocked:
 //   node report_check.mjs REPORT.html [--steps N] [--step-ms A,B,...]
-//        [--track NAME]... [--flame FUNCTION] [--no-flame] [--timing]
+//        [--track NAME]... [--counter NAME]... [--counter-at NAME@MS=TEXT]...
+//        [--flame FUNCTION] [--no-flame] [--timing]
 // Fails (exit 1) unless the page loads with no request but its own file and
 // no script error, and shows what is asked: N steps with exactly these
 // durations (in the chart and the table), a drawn timeline with these
-// tracks, and a flame graph whose largest allocation site is FUNCTION, shown
-// as the widest frame of its row. --timing prints how long the page took.
+// tracks, counter tracks drawn (a step line in their band of the canvas)
+// whose tooltip at MS ms from the start reads TEXT when the mouse is there,
+// and a flame graph whose largest allocation site is FUNCTION, shown as the
+// widest frame of its row. --timing prints how long the page took.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const argv = process.argv.slice(2);
 const file = argv.shift();
-const opt = { tracks: [] };
+const opt = { tracks: [], counters: [], counterAt: [] };
 while (argv.length) {
   const a = argv.shift();
   if (a === '--steps') opt.steps = Number(argv.shift());
   else if (a === '--step-ms') opt.stepMs = argv.shift().split(',').map(Number);
   else if (a === '--track') opt.tracks.push(argv.shift());
+  else if (a === '--counter') opt.counters.push(argv.shift());
+  else if (a === '--counter-at') {
+    const m = /^(.*)@([0-9.]+)=(.*)$/.exec(argv.shift() || '');
+    if (!m) { console.error('--counter-at NAME@MS=TEXT'); process.exit(2); }
+    opt.counterAt.push({ name: m[1], ms: Number(m[2]), text: m[3] });
+  }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
   else if (a === '--timing') opt.timing = true;
@@ -104,12 +113,46 @@ try {
   check(tl !== null, 'no timeline');
   if (tl) {
     check(tl.colored > 500, `the timeline canvas is blank (${tl.colored} coloured pixels)`);
-    check(tl.whole.drawn > 0, 'no span drawn');
+    // (A run of counters alone, e.g. a memory-only trace, has no span.)
+    check(tl.whole.drawn > 0 || (tl.events === 0 && opt.counters.length > 0), 'no span drawn');
     check(tl.whole.drawn <= tl.events, `${tl.whole.drawn} spans drawn for ${tl.events} events`);
     if (tl.events > 100000) check(tl.whole.drawn < tl.events / 10 && tl.whole.maxLevel > 0,
       `all at once: ${tl.whole.drawn} spans drawn of ${tl.events} events (level ${tl.whole.maxLevel})`);
-    check(tl.zoomed.drawn > 0, 'nothing drawn when zoomed in');
+    check(tl.zoomed.drawn + tl.zoomed.countersDrawn > 0, 'nothing drawn when zoomed in');
     for (const t of opt.tracks) check(tl.tracks.includes(t), `no timeline track '${t}' (${tl.tracks.join(', ')})`);
+    // Counters: drawn in their own band, and the tooltip reads the value.
+    for (const name of new Set([...opt.counters, ...opt.counterAt.map((c) => c.name)])) {
+      const band = await page.evaluate((n) => {
+        const r = window.spyglassReport, c = document.getElementById('tl-canvas');
+        r.timeline.setView(0, r.data.timeline.duration_ns);
+        const at = r.timeline.counterBand && r.timeline.counterBand(n);
+        if (!at) return null;
+        const dpr = window.devicePixelRatio || 1;
+        const px = c.getContext('2d').getImageData(0, Math.round(at[0] * dpr), c.width, Math.round(at[1] * dpr)).data;
+        let colored = 0;
+        for (let i = 0; i < px.length; i += 4) if (px[i + 3] && Math.abs(px[i] - px[i + 1]) + Math.abs(px[i + 1] - px[i + 2]) > 30) colored++;
+        return { at, colored, drawn: r.timeline.stats.countersDrawn };
+      }, name);
+      check(band !== null, `no counter track '${name}'`);
+      if (band) check(band.colored > 200 && band.drawn > 0, `counter '${name}' not drawn (${band.colored} coloured pixels in its band)`);
+    }
+    for (const c of opt.counterAt) {
+      await page.locator('#tl-canvas').scrollIntoViewIfNeeded();
+      const where = await page.evaluate(([n, ms]) => {
+        const r = window.spyglassReport, canvas = document.getElementById('tl-canvas');
+        const [a, b] = r.timeline.view(), at = r.timeline.counterBand(n);
+        if (!at) return null;
+        const x = r.timeline.gutter + ((ms * 1e6 - a) * (canvas.clientWidth - r.timeline.gutter)) / (b - a);
+        return { x, y: at[0] + at[1] / 2 };
+      }, [c.name, c.ms]);
+      if (!where) continue;
+      const cbox = await page.locator('#tl-canvas').boundingBox();
+      await page.mouse.move(cbox.x + where.x, cbox.y + where.y);
+      await page.waitForTimeout(50);
+      const tipText = await page.locator('#tl-tip').evaluate((t) => (t.hidden ? '' : t.textContent));
+      check(tipText.split('\n')[0] === c.text, `counter tooltip at ${c.ms} ms: '${tipText}', expected '${c.text}'`);
+    }
+
     // The wheel zooms in where the mouse is; a drag pans.
     await page.locator('#tl-canvas').scrollIntoViewIfNeeded();
     const box = await page.locator('#tl-canvas').boundingBox();

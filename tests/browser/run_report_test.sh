@@ -13,18 +13,27 @@ trap 'rm -rf "$T"' EXIT
 export SPYGLASS_HEAP_LIB=$heap
 
 # 1. A log dir: the known run (5 steps of 10..50 ms; 300k more events on
-#    "busy", so the whole view must be decimated) and memory.*.prof beside it.
+#    "busy", so the whole view must be decimated; counters of known values)
+#    and memory.*.prof beside it.
 "$known" "$T/log" --busy 300000 >/dev/null
 "$cli" run -o "$T/log" -- "$workload" grow 5 >/dev/null 2>&1
 "$cli" report "$T/log" -o "$T/report.html"
 node "$here/report_check.mjs" "$T/report.html" --steps 5 --step-ms 10,20,30,40,50 \
-  --track main --track loader --track busy --track "Stream #7" --flame "build_table()"
+  --track main --track loader --track busy --track "Stream #7" --flame "build_table()" \
+  --counter-at "memory cpu@90=memory cpu: 4.5 MiB" --counter-at "memory cpu@140=memory cpu: 5.5 MiB" \
+  --counter-at "sm__cycles_active.avg@106=sm__cycles_active.avg: 52.50"
 
 # 2. One .xplane.pb, its memory profile named with --memory (the early one:
 #    build_table's 640 KiB against grow_cache's 100 KiB).
 early=$(ls "$T"/log/memory.*.1.prof)
 "$cli" report "$T/log/plugins/profile/run1/known.xplane.pb" --memory "$early" -o "$T/one.html"
 node "$here/report_check.mjs" "$T/one.html" --steps 5 --step-ms 10,20,30,40,50 --flame "build_table()"
+
+# 2b. A trace of the unmodified program with --memory: counters only (live
+#     bytes per device and per top call site), no span.
+"$cli" run --trace "$T/memtrace" --memory -o "$T/memtrace" -- "$workload" grow 5 >/dev/null 2>&1
+"$cli" report "$T/memtrace" -o "$T/memtrace.html"
+node "$here/report_check.mjs" "$T/memtrace.html" --counter "memory cpu:0" --flame "build_table()"
 
 # 3. A run JAX wrote (jax.profiler, 3 steps), with no memory profile.
 python3 - "$T/jaxlog" <<'PY'

@@ -6,6 +6,10 @@
 //     (the next 40 %) and, inside forward, "matmul" (half of forward);
 //   thread "loader": "load_batch" of 2 ms at the start of each step;
 // and on /device:GPU:0, line "Stream #7": a kernel "gemm_kernel" of 3 ms in each step.
+// Counters ("_counters_" lines): on /host:CPU "memory cpu" (live_bytes) of
+//   i MiB at step i's start and i MiB + 512 KiB at its middle, 1 MiB at the
+//   end (highest: 5.5 MiB); on /device:GPU:0 "sm__cycles_active.avg" of
+//   10.5 * i during step i's kernel, 0 after it.
 // --busy N adds thread "busy" with N more events (about), back to back from
 // 0: "outer" of 4 us holding "inner" of 2 us holding "leaf" of 1 us, 0.5 us apart.
 #include <cstdio>
@@ -38,9 +42,17 @@ int main(int argc, char** argv) {
   host.line_with_id(2).name = "loader";
   if (busy) host.line_with_id(3).name = "busy";
   gpu.line_with_id(7).name = "Stream #7";
+  host.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
+  gpu.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
   model::Line& main = host.lines[0];
   model::Line& loader = host.lines[1];
   model::Line& stream = gpu.lines[0];
+  model::Line& memory = host.lines.back();
+  model::Line& pm = gpu.lines.back();
+  auto sample = [](model::Line& line, model::Plane& plane, const char* name, int64_t at, model::Stat value) {
+    model::Event& e = line.events.emplace_back(model::Event{at, 0, plane.intern_event(name)});
+    line.add_stats(e, std::vector<model::Stat>{value});
+  };
   auto add = [](model::Line& line, model::Plane& plane, const char* name, int64_t at, int64_t dur) -> model::Event& {
     line.events.push_back({at, dur, plane.intern_event(name)});
     return line.events.back();
@@ -55,8 +67,14 @@ int main(int argc, char** argv) {
     add(main, host, "backward", t + d * 4 / 10, d * 4 / 10);
     add(loader, host, "load_batch", t, 2 * kMs);
     add(stream, gpu, "gemm_kernel", t + kMs, 3 * kMs);
+    constexpr int64_t kMiB = 1 << 20;
+    sample(memory, host, "memory cpu", t, host.int_stat(model::kLiveBytesStat, step * kMiB));
+    sample(memory, host, "memory cpu", t + d / 2, host.int_stat(model::kLiveBytesStat, step * kMiB + kMiB / 2));
+    sample(pm, gpu, "sm__cycles_active.avg", t + kMs, gpu.double_stat("value", 10.5 * step));
+    sample(pm, gpu, "sm__cycles_active.avg", t + 4 * kMs, gpu.double_stat("value", 0));
     t += d + kMs;
   }
+  sample(memory, host, "memory cpu", t, host.int_stat(model::kLiveBytesStat, 1 << 20));
   if (busy) {
     constexpr int64_t kUs = 1'000'000;
     model::Line& line = host.lines[2];

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <cstring>
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "common/gzip.h"
@@ -177,6 +180,118 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   ASSERT_EQ(odd.tracks.size(), 1u);
   EXPECT_EQ(odd.events, 2u);
   EXPECT_GE(odd.duration_ns, 0);
+}
+
+// The page's counter decoder (report.js, decodeCounter()), in C++.
+struct Point {
+  int64_t ns;
+  double lo, hi, last;
+};
+std::vector<Point> DecodeCounter(const report::Timeline& tl, const report::TimelineCounter& c, const report::TimelineLevel& l) {
+  std::vector<Point> out;
+  size_t p = l.offset;
+  auto varint = [&] {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      uint8_t b = static_cast<uint8_t>(tl.blob.at(p++));
+      v |= uint64_t{b & 127u} << shift;
+      if (!(b & 128)) return v;
+    }
+  };
+  auto f64 = [&] {
+    double v;
+    EXPECT_LE(p + 8, l.offset + l.bytes);
+    std::memcpy(&v, tl.blob.data() + p, 8);
+    p += 8;
+    return v;
+  };
+  int64_t prev = c.at_ns;
+  for (uint64_t i = 0; i < l.spans; ++i) {
+    uint64_t z = varint();
+    Point pt;
+    pt.ns = prev + (static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+    prev = pt.ns;
+    if (l.threshold_ns > 0) {
+      pt.lo = f64();
+      pt.hi = f64();
+    }
+    pt.last = f64();
+    if (l.threshold_ns == 0) pt.lo = pt.hi = pt.last;
+    out.push_back(pt);
+  }
+  EXPECT_EQ(p, l.offset + l.bytes);
+  return out;
+}
+
+// 100k samples of a sawtooth with one spike and one dip: every level keeps
+// both extremes and the value the series ends on, and halves the points.
+TEST(TimelineTest, CountersKeepExtremesAtEveryLevel) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "main");
+  b.AddEvent("work", 5'000'000, 1'000'000);  // 5 us in: the counter starts earlier
+  b.EndLine();
+  constexpr int kSamples = 100'000;
+  // Given out of order: the builder sorts by time.
+  for (int i = kSamples - 1; i >= 0; --i) {
+    double v = (i % 100) * 1024.0;
+    if (i == 77'777) v = 1e9;   // the spike
+    if (i == 33'333) v = -5.0;  // the dip
+    b.AddCounterSample("/host:CPU", "memory cpu", int64_t{i} * 1'000'000, v, true);  // one a microsecond
+  }
+  report::Timeline tl = b.Finish();
+  EXPECT_EQ(tl.start_ns, 0);  // the first sample, before the first event
+  EXPECT_EQ(tl.tracks.at(0).at_ns, 5'000);
+  EXPECT_EQ(tl.duration_ns, int64_t{kSamples - 1} * 1000);
+  ASSERT_EQ(tl.counters.size(), 1u);
+  const report::TimelineCounter& c = tl.counters[0];
+  EXPECT_EQ(c.name, "memory cpu");
+  EXPECT_TRUE(c.bytes);
+  EXPECT_EQ(c.samples, uint64_t{kSamples});
+  EXPECT_EQ(c.min, -5.0);
+  EXPECT_EQ(c.max, 1e9);
+  ASSERT_GE(c.levels.size(), 4u);
+  auto raw = DecodeCounter(tl, c, c.levels[0]);
+  ASSERT_EQ(raw.size(), size_t{kSamples});
+  EXPECT_EQ(raw[12'345].ns, 12'345'000);
+  EXPECT_EQ(raw[12'345].last, 45 * 1024.0);
+  for (size_t k = 1; k < c.levels.size(); ++k) {
+    const report::TimelineLevel& l = c.levels[k];
+    EXPECT_GT(l.threshold_ns, c.levels[k - 1].threshold_ns);
+    EXPECT_LE(l.spans * 2, c.levels[k - 1].spans) << "level " << k;
+    auto pts = DecodeCounter(tl, c, l);
+    double lo = pts[0].lo, hi = pts[0].hi;
+    for (const Point& pt : pts) lo = std::min(lo, pt.lo), hi = std::max(hi, pt.hi);
+    EXPECT_EQ(lo, -5.0) << "level " << k;
+    EXPECT_EQ(hi, 1e9) << "level " << k;
+    EXPECT_EQ(pts.back().last, raw.back().last) << "level " << k;
+    EXPECT_EQ(pts.front().ns, 0) << "level " << k;  // a bucket's point is at its first sample
+    // Each point's bucket is its own.
+    for (size_t i = 1; i < pts.size(); ++i) EXPECT_NE(pts[i].ns / l.threshold_ns, pts[i - 1].ns / l.threshold_ns);
+  }
+  EXPECT_LE(c.levels.back().spans, 4u);
+}
+
+// Past kMaxCounters, and values that are not numbers: counted, not kept (a
+// counter with no finite value is left out); a run of counters alone still
+// has a time base.
+TEST(TimelineTest, CountersBoundedAndNonFiniteCounted) {
+  report::TimelineBuilder b;
+  b.AddCounterSample("/device:GPU:0", "only infinite", 7000 * 1000, INFINITY, false);  // takes the first place
+  const size_t n = report::kMaxCounters + 3;
+  for (size_t i = 0; i < n; ++i)
+    for (int k = 0; k < 2; ++k) b.AddCounterSample("/device:GPU:0", "metric " + std::to_string(i), (1000 + k) * 1000, k, false);
+  b.AddCounterSample("/device:GPU:0", "metric 0", 5000 * 1000, std::nan(""), false);
+  report::Timeline tl = b.Finish();
+  EXPECT_TRUE(tl.tracks.empty());
+  ASSERT_EQ(tl.counters.size(), report::kMaxCounters - 1);  // "only infinite" left out
+  EXPECT_EQ(tl.counters[0].name, "metric 0");
+  EXPECT_EQ(tl.counters[0].samples, 2u);
+  EXPECT_EQ(tl.counters.back().name, "metric " + std::to_string(report::kMaxCounters - 2));
+  EXPECT_EQ(tl.hidden_counters, 4u);
+  EXPECT_EQ(tl.hidden_counter_samples, 4u * 2 + 2);
+  EXPECT_EQ(tl.start_ns, 1000);
+  EXPECT_EQ(tl.duration_ns, 1);
+  EXPECT_EQ(tl.counters[0].at_ns, 0);
 }
 
 // A profile with known stacks: main -> build_table (640 KiB), main ->

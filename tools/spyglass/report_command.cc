@@ -58,7 +58,9 @@ class Progress {
   std::thread thread_;
 };
 
-// Feeds each line of a profile to the timeline (counter tracks left out).
+// Feeds each line of a profile to the timeline; counter lines become
+// counter tracks (one per event name, its live_bytes or first number, as
+// the summary's counter peaks).
 class TimelineVisitor : public profile::ProfileVisitor {
  public:
   TimelineVisitor(report::TimelineBuilder* b, std::string host) : b_(b), host_(std::move(host)) {}
@@ -67,17 +69,33 @@ class TimelineVisitor : public profile::ProfileVisitor {
     return true;
   }
   bool OnLine(const profile::LineHeader& l) override {
-    if (l.name == model::kCounterLineName) return false;
+    counters_ = l.name == model::kCounterLineName;
+    if (counters_) return true;
     std::string name(l.display_name.empty() ? l.name : l.display_name);
     b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id);
     return true;
   }
-  void OnEvent(const profile::EventRecord& e) override { b_->AddEvent(e.name, e.start_ps, e.duration_ps); }
-  void OnLineEnd() override { b_->EndLine(); }
+  void OnEvent(const profile::EventRecord& e) override {
+    if (!counters_) {
+      b_->AddEvent(e.name, e.start_ps, e.duration_ps);
+      return;
+    }
+    const profile::ProfileStat* chosen = nullptr;
+    double v = 0;
+    for (const profile::ProfileStat& s : e.stats)
+      if ((s.name == model::kLiveBytesStat || !chosen) && s.as_double(&v)) chosen = &s;
+    if (chosen == nullptr) return;
+    chosen->as_double(&v);
+    b_->AddCounterSample(plane_, e.name, e.start_ps, v, chosen->name.ends_with("bytes"));
+  }
+  void OnLineEnd() override {
+    if (!counters_) b_->EndLine();
+  }
 
  private:
   report::TimelineBuilder* b_;
   std::string host_, plane_;
+  bool counters_ = false;
 };
 
 // memory.*.prof in the run folder, in the log dir above it, and in RUN.
@@ -176,6 +194,7 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
   }
   std::cout << "wrote " << output << " (" << memory::HumanBytes(static_cast<int64_t>(html.size())) << "): "
             << in.timeline.events << " events on " << in.timeline.tracks.size() << " threads, "
+            << in.timeline.counters.size() << " counter" << (in.timeline.counters.size() == 1 ? "" : "s") << ", "
             << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << "\n";
   return 0;
 }

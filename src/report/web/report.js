@@ -189,18 +189,25 @@
   }
 
   // ---- the timeline -------------------------------------------------------------
-  const LANE = 16, GAP = 6, HEAD = 16, AXIS = 22, GUTTER = 170;
+  const LANE = 16, GAP = 6, HEAD = 16, AXIS = 22, GUTTER = 170, COUNTER = 40;
 
   function Timeline(tl, blob) {
     const canvas = $('tl-canvas'), scroll = $('tl-scroll'), spacer = $('tl-spacer'), tip = $('tl-tip');
     const ctx = canvas.getContext('2d');
-    const tracks = tl.tracks;
+    const tracks = tl.tracks, counters = tl.counters || [];
     const cache = new Map();
     const total = Math.max(tl.duration_ns, 1);
     let t0 = 0, t1 = total;
-    // Rows: each track a heading, then its lanes.
+    // Rows: counters first (memory and time on one timeline), then each
+    // track a heading and its lanes.
     const rows = [];
     let y = AXIS;
+    counters.forEach((c, ci) => {
+      rows.push({ kind: 'head', y, counter: c });
+      y += HEAD;
+      rows.push({ kind: 'counter', y, ci, levels: c.levels });
+      y += COUNTER + GAP;
+    });
     tracks.forEach((t, ti) => {
       rows.push({ kind: 'head', y, track: t });
       y += HEAD;
@@ -211,24 +218,31 @@
     spacer.style.height = height + 'px';
     scroll.style.height = Math.min(height + 2, Math.round(window.innerHeight * 0.7)) + 'px';
 
+    // A level's bytes in the blob (varints, zigzag varints, float64s).
+    const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
+    function reader(off, len) {
+      let p = off;
+      const stop = off + len;
+      const cut = () => { throw new Error('timeline data is cut short'); };
+      const varint = () => {
+        let v = 0, mul = 1, b;
+        do { if (p >= stop) cut(); b = blob[p++]; v += (b & 127) * mul; mul *= 128; } while (b & 128);
+        return v;
+      };
+      const zigzag = () => { const z = varint(); return z % 2 ? -(z + 1) / 2 : z / 2; };
+      const f64 = () => { if (p + 8 > stop) cut(); const v = view.getFloat64(p, true); p += 8; return v; };
+      return { varint, zigzag, f64 };
+    }
     function decode(ti, li, k) {
       const key = ti + ':' + li + ':' + k;
       let d = cache.get(key);
       if (d) return d;
       const [th, n, off, len] = tracks[ti].lanes[li][k];
       const start = new Float64Array(n), end = new Float64Array(n), name = new Uint32Array(n), count = new Uint32Array(n);
-      let p = off;
-      const stop = off + len;
-      const varint = () => {
-        let v = 0, mul = 1, b;
-        do { if (p >= stop) throw new Error('timeline data is cut short'); b = blob[p++]; v += (b & 127) * mul; mul *= 128; } while (b & 128);
-        return v;
-      };
+      const { varint, zigzag } = reader(off, len);
       let prev = tracks[ti].at_ns;
       for (let i = 0; i < n; i++) {
-        const z = varint();
-        const gap = z % 2 ? -(z + 1) / 2 : z / 2;
-        start[i] = prev + gap;
+        start[i] = prev + zigzag();
         end[i] = start[i] + varint();
         name[i] = varint();
         count[i] = th > 0 ? varint() : 1;
@@ -237,6 +251,71 @@
       d = { start, end, name, count, threshold: th };
       cache.set(key, d);
       return d;
+    }
+    // A counter level: point times, and values (lowest, highest, last).
+    function decodeCounter(ci, k) {
+      const key = 'c' + ci + ':' + k;
+      let d = cache.get(key);
+      if (d) return d;
+      const [th, n, off, len] = counters[ci].levels[k];
+      const t = new Float64Array(n), lo = new Float64Array(n), hi = new Float64Array(n), last = new Float64Array(n);
+      const { zigzag, f64 } = reader(off, len);
+      let prev = counters[ci].at_ns;
+      for (let i = 0; i < n; i++) {
+        t[i] = prev + zigzag();
+        prev = t[i];
+        if (th > 0) { lo[i] = f64(); hi[i] = f64(); last[i] = f64(); } else { lo[i] = hi[i] = last[i] = f64(); }
+      }
+      d = { t, lo, hi, last, threshold: th };
+      cache.set(key, d);
+      return d;
+    }
+    const fmtValue = (c, v) => (c.bytes ? fmtBytes(v) : Number.isInteger(v) ? String(v) : v.toPrecision(4));
+    // The index of the last point at or before t (-1: none).
+    function lastAtOrBefore(ts, t) {
+      let lo = 0, hi = ts.length;
+      while (lo < hi) { const m = (lo + hi) >> 1; if (ts[m] <= t) lo = m + 1; else hi = m; }
+      return lo - 1;
+    }
+    // A step line over a filled area, scaled from 0 (or the lowest value)
+    // to the highest; at coarser levels each point also draws its range.
+    function drawCounter(r, ry, nsPerPx) {
+      const c = counters[r.ci];
+      const k = levelFor(r.levels, nsPerPx);
+      const d = decodeCounter(r.ci, k);
+      const base = Math.min(0, c.min), span = c.max - base || 1;
+      const yOf = (v) => ry + COUNTER - 1 - ((v - base) / span) * (COUNTER - 3);
+      const xOf = (t) => Math.min(width, Math.max(GUTTER, GUTTER + (t - t0) / nsPerPx));
+      let i = Math.max(0, lastAtOrBefore(d.t, t0));
+      const color = hue(c.name);
+      const xs = [], ys = [];
+      let v = d.last[i];
+      xs.push(xOf(d.t[i])); ys.push(yOf(v));
+      let points = 1;
+      ctx.fillStyle = `hsl(${color},60%,40%)`;
+      for (i++; i < d.t.length && d.t[i] <= t1; i++, points++) {
+        const x = xOf(d.t[i]);
+        xs.push(x); ys.push(yOf(v));
+        v = d.last[i];
+        xs.push(x); ys.push(yOf(v));
+        if (d.threshold > 0 && d.hi[i] > d.lo[i]) ctx.fillRect(x, yOf(d.hi[i]), 1, Math.max(1, yOf(d.lo[i]) - yOf(d.hi[i])));
+      }
+      // Held until the next point (out of view) or the counter's end.
+      const end = i < d.t.length ? d.t[i] : d.t[d.t.length - 1];
+      xs.push(xOf(end)); ys.push(yOf(v));
+      ctx.beginPath();
+      ctx.moveTo(xs[0], yOf(base));
+      for (let j = 0; j < xs.length; j++) ctx.lineTo(xs[j], ys[j]);
+      ctx.lineTo(xs[xs.length - 1], yOf(base));
+      ctx.closePath();
+      ctx.fillStyle = `hsla(${color},60%,60%,0.35)`;
+      ctx.fill();
+      ctx.beginPath();
+      ctx.moveTo(xs[0], ys[0]);
+      for (let j = 1; j < xs.length; j++) ctx.lineTo(xs[j], ys[j]);
+      ctx.strokeStyle = `hsl(${color},60%,35%)`;
+      ctx.stroke();
+      return { points, level: k };
     }
     // The coarsest level that merges only what is under a pixel.
     function levelFor(levels, nsPerPx) {
@@ -250,7 +329,7 @@
       return lo;
     }
 
-    const stats = { drawn: 0, maxLevel: 0, lanesDrawn: 0, draws: 0 };
+    const stats = { drawn: 0, maxLevel: 0, lanesDrawn: 0, draws: 0, countersDrawn: 0, counterPoints: 0 };
     let width = 0, viewH = 0, pending = false;
     function resize() {
       const dpr = window.devicePixelRatio || 1;
@@ -271,10 +350,25 @@
       ctx.clearRect(0, 0, width, viewH);
       ctx.font = '11px system-ui, sans-serif';
       ctx.textBaseline = 'middle';
-      let drawn = 0, maxLevel = 0, lanesDrawn = 0;
+      let drawn = 0, maxLevel = 0, lanesDrawn = 0, countersDrawn = 0, counterPoints = 0;
       for (const r of rows) {
         const ry = r.y - top;
-        if (ry + LANE < AXIS || ry > viewH) continue;
+        if (ry + (r.kind === 'counter' ? COUNTER : LANE) < AXIS || ry > viewH) continue;
+        if (r.kind === 'head' && r.counter) {
+          const c = r.counter;
+          ctx.fillStyle = '#eef3ee';
+          ctx.fillRect(0, ry, width, HEAD);
+          ctx.fillStyle = '#222';
+          ctx.fillText(`${c.plane}  ·  ${c.name}  (counter: ${c.samples} samples, ` +
+            `${c.min < 0 ? `lowest ${fmtValue(c, c.min)}, ` : ''}highest ${fmtValue(c, c.max)})`, 4, ry + HEAD / 2);
+          continue;
+        }
+        if (r.kind === 'counter') {
+          const got = drawCounter(r, ry, nsPerPx);
+          countersDrawn++;
+          counterPoints += got.points;
+          continue;
+        }
         if (r.kind === 'head') {
           ctx.fillStyle = '#f0f0f3';
           ctx.fillRect(0, ry, width, HEAD);
@@ -325,9 +419,11 @@
       }
       ctx.beginPath(); ctx.moveTo(0, AXIS - 0.5); ctx.lineTo(width, AXIS - 0.5); ctx.stroke();
       stats.drawn = drawn; stats.maxLevel = maxLevel; stats.lanesDrawn = lanesDrawn; stats.draws++;
+      stats.countersDrawn = countersDrawn; stats.counterPoints = counterPoints;
       canvas.dataset.drawn = drawn;
       canvas.dataset.level = maxLevel;
-      $('tl-info').textContent = `${fmtNs(t0)} – ${fmtNs(t1)} of ${fmtNs(total)} · ${tl.events} events, ${drawn} spans drawn`;
+      $('tl-info').textContent = `${fmtNs(t0)} – ${fmtNs(t1)} of ${fmtNs(total)} · ${tl.events} events, ${drawn} spans drawn` +
+        (counters.length ? ` · ${counters.length} counter${counters.length > 1 ? 's' : ''}` : '');
     }
     function niceStep(x) {
       const p = Math.pow(10, Math.floor(Math.log10(Math.max(x, 1))));
@@ -375,9 +471,18 @@
     function spanAt(px, py) {
       if (px < GUTTER) return null;
       const yy = py + scroll.scrollTop;
+      const nsPerPx = (t1 - t0) / (width - GUTTER);
+      const crow = rows.find((r) => r.kind === 'counter' && yy >= r.y && yy < r.y + COUNTER);
+      if (crow) {
+        const c = counters[crow.ci], d = decodeCounter(crow.ci, levelFor(crow.levels, nsPerPx));
+        const t = t0 + (px - GUTTER) * nsPerPx;
+        const i = lastAtOrBefore(d.t, t);
+        if (i < 0) return null;
+        const range = d.threshold > 0 && d.hi[i] > d.lo[i] ? `\n(${fmtValue(c, d.lo[i])} – ${fmtValue(c, d.hi[i])} within ${fmtNs(d.threshold)})` : '';
+        return `${c.name}: ${fmtValue(c, d.last[i])}${range}\nat ${fmtNs(d.t[i])}`;
+      }
       const row = rows.find((r) => r.kind === 'lane' && yy >= r.y && yy < r.y + LANE);
       if (!row) return null;
-      const nsPerPx = (t1 - t0) / (width - GUTTER);
       const d = decode(row.ti, row.li, levelFor(row.levels, nsPerPx));
       const t = t0 + (px - GUTTER) * nsPerPx;
       const i = firstEndingAfter(d.end, t - nsPerPx);
@@ -404,7 +509,14 @@
     });
     resize();
     // For tests and the console: the view in ns from the first event.
-    return { stats, setView: (a, b) => { setView(a, b); draw(); return { ...stats }; }, view: () => [t0, t1] };
+    return {
+      stats, setView: (a, b) => { setView(a, b); draw(); return { ...stats }; }, view: () => [t0, t1], gutter: GUTTER,
+      // Where a counter's plot is on the canvas now: [top, height] in CSS px.
+      counterBand: (name) => {
+        const r = rows.find((x) => x.kind === 'counter' && counters[x.ci].name === name);
+        return r ? [r.y - scroll.scrollTop, COUNTER] : null;
+      },
+    };
   }
 
   // ---- flame graphs ---------------------------------------------------------------
@@ -495,7 +607,12 @@
       $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_tracks} more threads with ` +
         `${data.timeline.hidden_track_events} events in all are not shown (only the ${data.timeline.tracks.length} busiest)`));
     }
-    if (data.timeline.tracks.length) report.timeline = Timeline(data.timeline, blob);
+    if (data.timeline.hidden_counters || data.timeline.hidden_counter_samples) {
+      const hc = data.timeline.hidden_counters;
+      $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_counter_samples} counter samples are not shown ` +
+        (hc ? `(${hc} counters past the first ${data.timeline.counters.length}, and any value that is not a finite number)` : '(values that are not finite numbers)')));
+    }
+    if (data.timeline.tracks.length || (data.timeline.counters || []).length) report.timeline = Timeline(data.timeline, blob);
     else $('tl-info').textContent = 'No events in this run.';
     // Everything drawn once: how long the page took to show (bench/report_bench.sh).
     report.readyMs = performance.now();
