@@ -14,6 +14,7 @@
 
 #include "analysis/diff.h"
 #include "analysis/summary.h"
+#include "analysis/text_table.h"
 #include "spyglass/profile_reader.h"
 #include "test_util.h"
 #include "xplane.pb.h"
@@ -207,6 +208,7 @@ TEST(Summary, KnownTraceNumberByNumber) {
   EXPECT_DOUBLE_EQ(s.counters[0].peak, 500);
   EXPECT_DOUBLE_EQ(s.counters[0].peak_at_ns, 7 * kMsNs);
   EXPECT_DOUBLE_EQ(s.counters[0].last, 300);
+  EXPECT_TRUE(s.counters[0].bytes);  // its value is live_bytes
   // Drops and warnings.
   ASSERT_EQ(s.dropped.size(), 1u);
   EXPECT_EQ(s.dropped[0].name, "dropped_events");
@@ -220,8 +222,11 @@ TEST(Summary, KnownTraceNumberByNumber) {
   EXPECT_NE(json.find("\"p50_ns\":55000000"), std::string::npos) << json.substr(0, 400);
   EXPECT_NE(json.find("\"name\":\"forward\",\"thread\":\"\",\"count\":10,\"total_ns\":220000000,\"self_ns\":82500000"),
             std::string::npos);
+  EXPECT_NE(json.find("\"name\":\"memory host\",\"samples\":"), std::string::npos);
+  EXPECT_NE(json.find("\"last\":300,\"unit\":\"bytes\""), std::string::npos) << json;
   // Text fits 100 columns.
   std::string text = analysis::SummaryToText(s, 100);
+  EXPECT_NE(text.find("500 B"), std::string::npos) << text;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -374,6 +379,7 @@ TEST(Diff, FindsTheAnnotationMadeTwiceAsSlow) {
   EXPECT_EQ(d.counters[0].name, "memory host");
   EXPECT_EQ(d.counters[0].base_ns, 500);
   EXPECT_EQ(d.counters[0].delta_ns, 0);
+  EXPECT_TRUE(d.counters[0].bytes);
   // Noise from the spread of step times (10..100 ms): large here.
   EXPECT_GT(d.noise_pct, 10);
 }
@@ -590,3 +596,17 @@ TEST(Cli, SummaryAndDiffExitCodes) {
 
 }  // namespace
 }  // namespace spyglass
+
+// Counter values in tables: bytes in binary units; other numbers keep their
+// fractions (a PM metric's 0.35 is not 0) and whole numbers stay whole.
+TEST(Summary, CounterValuesKeepTheirUnitAndFractions) {
+  using spyglass::analysis::FormatValue;
+  EXPECT_EQ(FormatValue(500, true), "500 B");
+  EXPECT_EQ(FormatValue(5.5 * (1 << 20), true), "5.50 MiB");
+  EXPECT_EQ(FormatValue(3.0 * (1ull << 30), true), "3.00 GiB");
+  EXPECT_EQ(FormatValue(0.35, false), "0.35");
+  EXPECT_EQ(FormatValue(52.5, false), "52.5");
+  EXPECT_EQ(FormatValue(2000000, false), "2000000");
+  EXPECT_EQ(FormatValue(-7, false), "-7");
+  EXPECT_EQ(FormatValue(1.0 / 3, false), "0.3333");
+}

@@ -66,6 +66,7 @@ void WriteRows(JsonWriter& j, const std::vector<DiffRow>& rows) {
     j.field("delta_ns", r.delta_ns);
     j.field("delta_pct", r.delta_pct);
     j.field("within_noise", r.within_noise);
+    if (r.kind == "counter") j.field("unit", r.bytes ? "bytes" : "");
   });
 }
 
@@ -99,9 +100,11 @@ Diff CompareSummaries(Summary base, Summary next, const DiffOptions& options) {
     std::map<std::string, std::pair<const CounterPeak*, const CounterPeak*>> by_name;
     for (const CounterPeak& c : base.counters) by_name[c.name].first = &c;
     for (const CounterPeak& c : next.counters) by_name[c.name].second = &c;
-    for (const auto& [name, p] : by_name)
+    for (const auto& [name, p] : by_name) {
       d.counters.push_back(Row(name, "counter", p.first ? p.first->samples : 0, p.first ? p.first->peak : 0,
                                p.second ? p.second->samples : 0, p.second ? p.second->peak : 0, -1));
+      d.counters.back().bytes = (p.first ? p.first : p.second)->bytes;
+    }
   }
 
   if (options.fail_above_pct >= 0) {
@@ -220,8 +223,9 @@ std::string DiffToText(const Diff& d, size_t width) {
   table(d.copies, std::string("GPU copies") + unit);
   AddTable(out, "Counter peaks", {"name", "base", "new", "delta", "delta %"}, width, d.counters,
            [](const DiffRow& r) -> std::vector<std::string> {
-             return {r.name, r.base_count ? FormatNumber(r.base_ns) : "-", r.new_count ? FormatNumber(r.new_ns) : "-",
-                     (r.delta_ns >= 0 ? "+" : "-") + FormatNumber(std::fabs(r.delta_ns)), Pct(r.delta_pct)};
+             return {r.name, r.base_count ? FormatValue(r.base_ns, r.bytes) : "-",
+                     r.new_count ? FormatValue(r.new_ns, r.bytes) : "-",
+                     (r.delta_ns >= 0 ? "+" : "-") + FormatValue(std::fabs(r.delta_ns), r.bytes), Pct(r.delta_pct)};
            });
   if (!d.failures.empty()) {
     out += "\nFAILED:\n";

@@ -27,6 +27,7 @@ struct DiffRow {
   double delta_ns = 0;
   double delta_pct = 0;     // (new - base) / base * 100; 100 when new only
   bool within_noise = false;
+  bool bytes = false;  // counters: the values are bytes
 };
 
 struct Diff {

@@ -372,14 +372,15 @@ class SummaryVisitor : public profile::ProfileVisitor {
 
   void Counter(const EventRecord& e) {
     double v = 0;
-    bool found = false;
+    const ProfileStat* chosen = nullptr;
     for (const ProfileStat& s : e.stats)
-      if ((s.name == model::kLiveBytesStat || !found) && s.as_double(&v)) found = true;
-    if (!found) return;
+      if ((s.name == model::kLiveBytesStat || !chosen) && s.as_double(&v)) chosen = &s;
+    if (!chosen) return;
+    chosen->as_double(&v);
     std::string name = model::ValidUtf8(e.name);
     CounterPeak& c = counters_map_[{plane_name_, name}];
     if (c.samples == 0 || v > c.peak) c.peak = v, c.peak_at_ns = static_cast<double>(e.start_ps) / 1e3;
-    if (c.samples == 0) c.plane = plane_name_, c.name = name;
+    if (c.samples == 0) c.plane = plane_name_, c.name = name, c.bytes = chosen->name.ends_with("bytes");
     ++c.samples;
     c.last = v;
   }

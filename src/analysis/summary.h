@@ -82,6 +82,7 @@ struct CounterPeak {
   std::string plane, name;
   uint64_t samples = 0;
   double peak = 0, peak_at_ns = 0, last = 0;
+  bool bytes = false;  // the values are bytes (a stat named *bytes, e.g. live_bytes)
 };
 
 struct Summary {

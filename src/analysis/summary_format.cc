@@ -120,6 +120,7 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
     j.field("peak", c.peak);
     j.field("peak_at_ns", c.peak_at_ns);
     j.field("last", c.last);
+    j.field("unit", c.bytes ? "bytes" : "");
   });
   j.key("dropped");
   j.object_array(s.dropped, [&](const Summary::Dropped& d) {
@@ -199,8 +200,8 @@ std::string SummaryToText(const Summary& s, size_t width) {
 
   AddTable(out, "Counters (peaks)", {"counter", "samples", "peak", "at", "last"}, width, s.counters,
            [](const CounterPeak& c) -> std::vector<std::string> {
-             return {c.name, std::to_string(c.samples), FormatNumber(c.peak), FormatNs(c.peak_at_ns),
-                     FormatNumber(c.last)};
+             return {c.name, std::to_string(c.samples), FormatValue(c.peak, c.bytes), FormatNs(c.peak_at_ns),
+                     FormatValue(c.last, c.bytes)};
            });
 
   out += "\nDropped and warnings\n";

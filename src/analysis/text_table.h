@@ -38,13 +38,18 @@ inline std::string FormatPct(double fraction) {
   return buf;
 }
 
-inline std::string FormatNumber(double v) {
+// A counter's value: bytes in binary units; anything else as a number
+// (whole numbers in full, fractions to 4 significant digits: a PM metric's
+// 0.35 must not show as 0).
+inline std::string FormatValue(double v, bool bytes) {
   char buf[32];
   double a = std::fabs(v);
-  if (a >= 1ull << 30) std::snprintf(buf, sizeof(buf), "%.2f Gi", v / double(1ull << 30));
-  else if (a >= 1 << 20) std::snprintf(buf, sizeof(buf), "%.2f Mi", v / double(1 << 20));
-  else if (a >= 1 << 10) std::snprintf(buf, sizeof(buf), "%.2f Ki", v / double(1 << 10));
-  else std::snprintf(buf, sizeof(buf), "%.0f", v);
+  if (bytes && a >= 1ull << 30) std::snprintf(buf, sizeof(buf), "%.2f GiB", v / double(1ull << 30));
+  else if (bytes && a >= 1 << 20) std::snprintf(buf, sizeof(buf), "%.2f MiB", v / double(1 << 20));
+  else if (bytes && a >= 1 << 10) std::snprintf(buf, sizeof(buf), "%.2f KiB", v / double(1 << 10));
+  else if (bytes) std::snprintf(buf, sizeof(buf), "%.0f B", v);
+  else if (v == std::floor(v) && a < 1e15) std::snprintf(buf, sizeof(buf), "%.0f", v);
+  else std::snprintf(buf, sizeof(buf), "%.4g", v);
   return buf;
 }
 

@@ -109,7 +109,9 @@
     const ops = ['device', 'name', 'count', 'total_ns', 'mean_ns', 'share'];
     section(box, 'GPU kernels', take('kernels'), ops);
     section(box, 'GPU copies', take('copies'), ops);
-    section(box, 'Counter peaks', take('counters'), ['plane', 'name', 'samples', 'peak', 'peak_at_ns', 'last']);
+    // Bytes shown as bytes (the keys alone do not say so).
+    const counterRows = (take('counters') || []).map((c) => (c.unit === 'bytes' ? { ...c, peak: fmtBytes(c.peak), last: fmtBytes(c.last) } : c));
+    section(box, 'Counter peaks', counterRows, ['plane', 'name', 'samples', 'peak', 'peak_at_ns', 'last']);
     section(box, 'Dropped', take('dropped'), ['plane', 'name', 'value']);
     for (const k of ['errors', 'warnings']) {
       const v = take(k);
