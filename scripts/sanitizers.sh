@@ -8,9 +8,13 @@ jobs=${JOBS:-2}
 tests=(annotation_test session_test reliability_test export_test perfetto_link_test memory_core_test flight_recorder_test)
 for san in thread address; do
   dir=build-$san
+  targets=("${tests[@]}" exit_program)
+  # The report (and its CLI's bad-file cases) has no threads, but hostile
+  # times and files for ASan and UBSan.
+  [ $san = address ] && tests+=(report_test) && targets+=(report_test spyglass_cli)
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPYGLASS_SANITIZE=$san \
     -DSPYGLASS_BUILD_BENCHMARKS=OFF -DSPYGLASS_BUILD_EXAMPLES=OFF > /dev/null
-  cmake --build "$dir" -j "$jobs" --target "${tests[@]}" exit_program
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"

@@ -33,7 +33,16 @@ void PutZigzag(std::string* out, int64_t v) {
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
 // Nearest ns: starts and ends stay in order.
-int64_t Ns(int64_t ps) { return ps >= 0 ? (ps + 500) / 1000 : -((-ps + 500) / 1000); }
+int64_t Ns(int64_t ps) {
+  int64_t q = ps / 1000, r = ps % 1000;  // (no ps + 500: it overflows near INT64_MAX)
+  return q + (r >= 500) - (r <= -500);
+}
+
+// a - b, saturated (hostile files put events at both ends of int64).
+int64_t Minus(int64_t a, int64_t b) {
+  int64_t d;
+  return __builtin_sub_overflow(a, b, &d) ? (a > b ? INT64_MAX : INT64_MIN) : d;
+}
 
 int PlaneOrder(std::string_view name) {
   if (name.substr(0, model::kHostPlaneName.size()) == model::kHostPlaneName) return 0;
@@ -66,7 +75,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
   for (const Span& s : spans) {
     // Only what would be under a pixel joins: two wide neighbours stay
     // apart however close (a step's forward and backward).
-    if (!out.empty() && s.start - out.back().end < threshold_ps &&
+    if (!out.empty() && Minus(s.start, out.back().end) < threshold_ps &&
         (s.end - s.start < threshold_ps || out.back().end - out.back().start < threshold_ps)) {
       Span& m = out.back();
       m.end = std::max(m.end, s.end);
@@ -101,7 +110,7 @@ TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t th
 void TimelineBuilder::AddLevels(const std::vector<Span>& lane, int64_t base_ns, std::vector<TimelineLevel>* levels) {
   levels->push_back(Encode(lane, 0, base_ns));
   if (lane.size() < 2) return;
-  const int64_t extent_ns = Ns(lane.back().end - lane.front().start);
+  const int64_t extent_ns = Ns(lane.back().end) - Ns(lane.front().start);
   size_t kept = lane.size();
   std::vector<Span> current = lane;
   // Each level starts from the one before (coarser still).

@@ -292,6 +292,19 @@ TEST(TimelineTest, CountersBoundedAndNonFiniteCounted) {
   EXPECT_EQ(tl.start_ns, 1000);
   EXPECT_EQ(tl.duration_ns, 1);
   EXPECT_EQ(tl.counters[0].at_ns, 0);
+
+  // Times at the ends of int64: no overflow (scripts/sanitizers.sh runs
+  // this test under UBSan), every sample kept.
+  report::TimelineBuilder x;
+  for (int64_t t : {INT64_MAX, INT64_MIN, int64_t{0}, INT64_MAX - 1, INT64_MIN + 1})
+    x.AddCounterSample("/host:CPU", "odd", t, 1, false);
+  report::Timeline odd = x.Finish();
+  ASSERT_EQ(odd.counters.size(), 1u);
+  EXPECT_EQ(odd.counters[0].samples, 5u);
+  EXPECT_GE(odd.duration_ns, 0);
+  auto pts = DecodeCounter(odd, odd.counters[0], odd.counters[0].levels.back());
+  ASSERT_FALSE(pts.empty());
+  EXPECT_EQ(pts.front().ns, 0);  // the earliest sample is the time base
 }
 
 // A profile with known stacks: main -> build_table (640 KiB), main ->
