@@ -59,15 +59,17 @@ async function reportPage(p, t0) {
     const r = window.spyglassReport;
     if (!r.ready) return { error: document.body.dataset.error };
     const total = r.data.timeline.duration_ns;
-    let worst = 0, drawnMax = 0;
+    let worst = 0, drawnMax = 0, pointsMax = 0;
     for (let w = total; w >= 1000; w /= 4) {  // zoom sweep, centred
       const a = total / 2 - w / 2;
       const t = performance.now();
       const s = r.timeline.setView(a, a + w);
       worst = Math.max(worst, performance.now() - t);
       drawnMax = Math.max(drawnMax, s.drawn);
+      pointsMax = Math.max(pointsMax, s.counterPoints || 0);
     }
-    return { ready: r.readyMs, wall, worstRedraw: worst, drawnMax, events: r.data.timeline.events };
+    const samples = (r.data.timeline.counters || []).reduce((n, c) => n + c.samples, 0);
+    return { ready: r.readyMs, wall, worstRedraw: worst, drawnMax, pointsMax, samples, events: r.data.timeline.events };
   }, wall);
 }
 
@@ -84,6 +86,7 @@ const summarize = (name, xs) => {
     r.slowest_redraw_ms = Number(median(xs.map((x) => x.worstRedraw)).toFixed(1));
     r.most_spans_drawn = xs[0].drawnMax;
     r.events = xs[0].events;
+    if (xs[0].samples) Object.assign(r, { most_counter_points_drawn: xs[0].pointsMax, counter_samples: xs[0].samples });
   }
   console.log(`${name}: ${JSON.stringify(r)}`);
 };

@@ -1,5 +1,5 @@
 // Writes a run whose numbers are known, for the report's tests:
-//   make_known_run LOG_DIR [--busy N]
+//   make_known_run LOG_DIR [--busy N] [--counters N]
 // -> LOG_DIR/plugins/profile/run1/known.xplane.pb with, on /host:CPU,
 //   thread "main": 5 steps "train" (step_num 1..5) of 10, 20, 30, 40, 50 ms,
 //     1 ms apart, each holding "forward" (the first 40 %) and "backward"
@@ -12,6 +12,8 @@
 //   10.5 * i during step i's kernel, 0 after it.
 // --busy N adds thread "busy" with N more events (about), back to back from
 // 0: "outer" of 4 us holding "inner" of 2 us holding "leaf" of 1 us, 0.5 us apart.
+// --counters N adds N samples of "sm__throughput.avg.pct" on /device:GPU:0,
+// one a microsecond from 0 (a sawtooth; for bench/report_bench.sh).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -24,10 +26,18 @@
 namespace model = spyglass::model;
 
 int main(int argc, char** argv) {
-  long busy = 0;
-  if (argc == 4 && std::string(argv[2]) == "--busy") busy = std::atol(argv[3]);
-  if ((argc != 2 && argc != 4) || busy < 0) {
-    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N]\n");
+  long busy = 0, counters = 0;
+  bool ok = argc % 2 == 0;
+  for (int i = 2; ok && i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    long n = std::atol(argv[i + 1]);
+    if (flag == "--busy") busy = n;
+    else if (flag == "--counters") counters = n;
+    else ok = false;
+    ok = ok && n >= 0;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N]\n");
     return 2;
   }
   constexpr int64_t kMs = 1'000'000'000;  // ps
@@ -85,6 +95,9 @@ int main(int argc, char** argv) {
       add(line, host, "leaf", at + kUs, kUs);
     }
   }
+  for (long i = 0; i < counters; ++i)
+    sample(pm, gpu, "sm__throughput.avg.pct", i * 1'000'000, gpu.double_stat("value", static_cast<double>(i % 1000) / 10));
+  pm.sort_events();
   std::string run_dir;
   if (auto s = spyglass::exporter::MakeRunDir(argv[1], "run1", &run_dir); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
