@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-2}
-tests=(annotation_test session_test reliability_test export_test perfetto_link_test memory_core_test flight_recorder_test)
+tests=(annotation_test session_test reliability_test export_test perfetto_link_test memory_core_test flight_recorder_test
+  gpu_tracer_test)
 for san in thread address; do
   dir=build-$san
   targets=("${tests[@]}" exit_program)
