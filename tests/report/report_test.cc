@@ -37,31 +37,46 @@ struct Span {
   uint32_t name, count;
 };
 
-// The page's decoder (report.js, decode()), in C++.
-std::vector<Span> Decode(const report::Timeline& tl, const report::TimelineTrack& t, const report::TimelineLevel& l) {
-  std::vector<Span> out;
-  size_t p = l.offset;
-  auto varint = [&] {
+// The page's reading of a level's bytes (report.js, reader()), in C++.
+struct BlobReader {
+  const std::string& blob;
+  size_t p;
+  uint64_t varint() {
     uint64_t v = 0;
     for (int shift = 0;; shift += 7) {
-      uint8_t b = static_cast<uint8_t>(tl.blob.at(p++));
+      uint8_t b = static_cast<uint8_t>(blob.at(p++));
       v |= uint64_t{b & 127u} << shift;
       if (!(b & 128)) return v;
     }
-  };
+  }
+  int64_t zigzag() {
+    uint64_t z = varint();
+    return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  }
+  double f64() {
+    double v;
+    EXPECT_LE(p + 8, blob.size());
+    std::memcpy(&v, blob.data() + p, 8);
+    p += 8;
+    return v;
+  }
+};
+
+// The page's decoder (report.js, decode()), in C++.
+std::vector<Span> Decode(const report::Timeline& tl, const report::TimelineTrack& t, const report::TimelineLevel& l) {
+  std::vector<Span> out;
+  BlobReader r{tl.blob, l.offset};
   int64_t prev = t.at_ns;
   for (uint64_t i = 0; i < l.spans; ++i) {
-    uint64_t z = varint();
-    int64_t gap = static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
     Span s;
-    s.start = prev + gap;
-    s.end = s.start + static_cast<int64_t>(varint());
-    s.name = static_cast<uint32_t>(varint());
-    s.count = l.threshold_ns > 0 ? static_cast<uint32_t>(varint()) : 1;
+    s.start = prev + r.zigzag();
+    s.end = s.start + static_cast<int64_t>(r.varint());
+    s.name = static_cast<uint32_t>(r.varint());
+    s.count = l.threshold_ns > 0 ? static_cast<uint32_t>(r.varint()) : 1;
     prev = s.end;
     out.push_back(s);
   }
-  EXPECT_EQ(p, l.offset + l.bytes);
+  EXPECT_EQ(r.p, l.offset + l.bytes);
   return out;
 }
 
@@ -189,37 +204,21 @@ struct Point {
 };
 std::vector<Point> DecodeCounter(const report::Timeline& tl, const report::TimelineCounter& c, const report::TimelineLevel& l) {
   std::vector<Point> out;
-  size_t p = l.offset;
-  auto varint = [&] {
-    uint64_t v = 0;
-    for (int shift = 0;; shift += 7) {
-      uint8_t b = static_cast<uint8_t>(tl.blob.at(p++));
-      v |= uint64_t{b & 127u} << shift;
-      if (!(b & 128)) return v;
-    }
-  };
-  auto f64 = [&] {
-    double v;
-    EXPECT_LE(p + 8, l.offset + l.bytes);
-    std::memcpy(&v, tl.blob.data() + p, 8);
-    p += 8;
-    return v;
-  };
+  BlobReader r{tl.blob, l.offset};
   int64_t prev = c.at_ns;
   for (uint64_t i = 0; i < l.spans; ++i) {
-    uint64_t z = varint();
     Point pt;
-    pt.ns = prev + (static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+    pt.ns = prev + r.zigzag();
     prev = pt.ns;
     if (l.threshold_ns > 0) {
-      pt.lo = f64();
-      pt.hi = f64();
+      pt.lo = r.f64();
+      pt.hi = r.f64();
     }
-    pt.last = f64();
+    pt.last = r.f64();
     if (l.threshold_ns == 0) pt.lo = pt.hi = pt.last;
     out.push_back(pt);
   }
-  EXPECT_EQ(p, l.offset + l.bytes);
+  EXPECT_EQ(r.p, l.offset + l.bytes);
   return out;
 }
 
