@@ -200,22 +200,27 @@
     const cache = new Map();
     const total = Math.max(tl.duration_ns, 1);
     let t0 = 0, t1 = total;
-    // Rows: counters first (memory and time on one timeline), then each
-    // track a heading and its lanes.
+    // Rows: each plane's counters above its threads or streams (memory and
+    // time on one timeline), then each track a heading and its lanes.
     const rows = [];
     let y = AXIS;
-    counters.forEach((c, ci) => {
+    const placed = new Set();
+    const counterRows = (plane) => counters.forEach((c, ci) => {
+      if ((plane !== null && c.plane !== plane) || placed.has(ci)) return;
+      placed.add(ci);
       rows.push({ kind: 'head', y, counter: c });
       y += HEAD;
       rows.push({ kind: 'counter', y, ci, levels: c.levels });
       y += COUNTER + GAP;
     });
     tracks.forEach((t, ti) => {
+      if (ti === 0 || tracks[ti - 1].plane !== t.plane) counterRows(t.plane);
       rows.push({ kind: 'head', y, track: t });
       y += HEAD;
       t.lanes.forEach((levels, li) => { rows.push({ kind: 'lane', y, ti, li, levels }); y += LANE; });
       y += GAP;
     });
+    counterRows(null);  // those of planes with no thread
     const height = y;
     spacer.style.height = height + 'px';
     scroll.style.height = Math.min(height + 2, Math.round(window.innerHeight * 0.7)) + 'px';
