@@ -57,7 +57,8 @@ json TimelineJson(const Timeline& tl) {
                         {"min", c.min}, {"max", c.max}, {"levels", std::move(levels)}});
   }
   return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},
-          {"names", tl.names},       {"tracks", std::move(tracks)},    {"counters", std::move(counters)},
+          {"names", tl.names},       {"details", tl.details},          {"hidden_details", tl.hidden_details},
+          {"tracks", std::move(tracks)},    {"counters", std::move(counters)},
           {"blob_bytes", tl.blob.size()},
           {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events},
           {"hidden_counters", tl.hidden_counters}, {"hidden_counter_samples", tl.hidden_counter_samples}};

@@ -59,7 +59,25 @@ void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, i
   spans_.clear();
 }
 
-void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps) {
+uint32_t TimelineBuilder::DetailId(std::string_view detail) {
+  if (detail.empty()) return 0;
+  if (detail.size() > kMaxDetailLength) {
+    size_t n = kMaxDetailLength;
+    while (n > 0 && (static_cast<unsigned char>(detail[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
+    detail = detail.substr(0, n);
+  }
+  auto it = detail_ids_.find(detail);
+  if (it != detail_ids_.end()) return it->second;
+  if (tl_.details.size() >= kMaxDetails || detail_bytes_ + detail.size() > kMaxDetailBytes) {
+    ++tl_.hidden_details;
+    return 0;
+  }
+  detail_bytes_ += detail.size();
+  tl_.details.emplace_back(detail);
+  return detail_ids_.emplace(std::string(detail), static_cast<uint32_t>(tl_.details.size())).first->second;
+}
+
+void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail) {
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
     it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
@@ -67,7 +85,7 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   }
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps});
+  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail)});
 }
 
 std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span>& spans, int64_t threshold_ps) {
@@ -80,6 +98,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
       Span& m = out.back();
       m.end = std::max(m.end, s.end);
       m.count += s.count;
+      m.detail = 0;
       if (s.longest > m.longest) {
         m.longest = s.longest;
         m.name = s.name;
@@ -100,6 +119,7 @@ TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t th
     PutZigzag(blob, start - prev_end);  // may round to -1
     PutVarint(blob, static_cast<uint64_t>(end - start));
     PutVarint(blob, s.name);
+    PutVarint(blob, s.detail);
     if (threshold_ns > 0) PutVarint(blob, s.count);
     prev_end = end;
   }

@@ -54,13 +54,19 @@ struct Timeline {
   int64_t duration_ns = 0;
   uint64_t events = 0;
   std::vector<std::string> names;  // span name ids index this
+  // What the tooltip shows of an event ("batch=64, tf_op=train"): span
+  // detail ids - 1 index this. Bounded: past kMaxDetails distinct strings
+  // or kMaxDetailBytes in all, an event's detail is counted, not kept.
+  std::vector<std::string> details;
+  uint64_t hidden_details = 0;
   std::vector<TimelineTrack> tracks;
   uint64_t hidden_tracks = 0, hidden_track_events = 0;  // past kMaxTracks: the smallest, not shown
   std::vector<TimelineCounter> counters;  // in the order first seen
   uint64_t hidden_counters = 0, hidden_counter_samples = 0;  // past kMaxCounters, and non-finite values
   // Each level: per span, as LEB128 varints, the zigzag gap from the end of
   // the previous span (the first: from its track's at_ns), the duration, the
-  // name id and (levels > 0) the number of events merged; times in ns.
+  // name id, the detail id + 1 (0: none; merged spans have none) and
+  // (levels > 0) the number of events merged; times in ns.
   // A counter level: per point, the zigzag varint gap from the previous
   // point (the first: from its at_ns), then its value as a little-endian
   // float64 (levels > 0: the lowest, the highest and the last).
@@ -70,13 +76,15 @@ struct Timeline {
 inline constexpr size_t kMaxLanes = 128;
 inline constexpr size_t kMaxTracks = 2000;
 inline constexpr size_t kMaxCounters = 64;
+inline constexpr size_t kMaxDetails = 65536, kMaxDetailBytes = 8 << 20, kMaxDetailLength = 256;
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.
 class TimelineBuilder {
  public:
   void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
-  void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps);
+  // `detail`: what the tooltip shows besides the name (cut to kMaxDetailLength).
+  void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail = {});
   void EndLine();
   // One sample of the counter `name` on `plane` (any order; non-finite
   // values are counted and left out).
@@ -90,6 +98,7 @@ class TimelineBuilder {
     uint32_t name;
     uint32_t count;   // events merged into it
     int64_t longest;  // duration of its longest event: that one names it
+    uint32_t detail;  // id + 1 in Timeline::details (0: none)
   };
   static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
   TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
@@ -104,6 +113,9 @@ class TimelineBuilder {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_ids_;
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> detail_ids_;  // id + 1
+  size_t detail_bytes_ = 0;
+  uint32_t DetailId(std::string_view detail);
   std::string plane_, line_;
   int64_t line_id_ = 0;
   std::vector<Span> spans_;

@@ -2,6 +2,7 @@
 // network blocked:
 //   node report_check.mjs REPORT.html [--steps N] [--step-ms A,B,...]
 //        [--track NAME]... [--counter NAME]... [--counter-at NAME@MS=TEXT]...
+//        [--tip-at TRACK/LANE@MS=TEXT]...
 //        [--flame FUNCTION] [--no-flame] [--timing]
 // Fails (exit 1) unless the page loads with no request but its own file and
 // no script error, and shows what is asked: N steps with exactly these
@@ -9,14 +10,16 @@
 // tracks, counter tracks drawn (a step line in their band of the canvas)
 // whose tooltip at MS ms from the start reads TEXT when the mouse is there,
 // and a flame graph whose largest allocation site is FUNCTION, shown as the
-// widest frame of its row. --timing prints how long the page took.
+// widest frame of its row. --tip-at: the tooltip of the span under the
+// mouse at MS ms in lane LANE (0: outermost) of TRACK ends with the line
+// TEXT (the event's details). --timing prints how long the page took.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const argv = process.argv.slice(2);
 const file = argv.shift();
-const opt = { tracks: [], counters: [], counterAt: [] };
+const opt = { tracks: [], counters: [], counterAt: [], tipAt: [] };
 while (argv.length) {
   const a = argv.shift();
   if (a === '--steps') opt.steps = Number(argv.shift());
@@ -27,6 +30,10 @@ while (argv.length) {
     const m = /^(.*)@([0-9.]+)=(.*)$/.exec(argv.shift() || '');
     if (!m) { console.error('--counter-at NAME@MS=TEXT'); process.exit(2); }
     opt.counterAt.push({ name: m[1], ms: Number(m[2]), text: m[3] });
+  } else if (a === '--tip-at') {
+    const m = /^(.*)\/([0-9]+)@([0-9.]+)=(.*)$/.exec(argv.shift() || '');
+    if (!m) { console.error('--tip-at TRACK/LANE@MS=TEXT'); process.exit(2); }
+    opt.tipAt.push({ track: m[1], lane: Number(m[2]), ms: Number(m[3]), text: m[4] });
   }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
@@ -136,21 +143,32 @@ try {
       check(band !== null, `no counter track '${name}'`);
       if (band) check(band.colored > 200 && band.drawn > 0, `counter '${name}' not drawn (${band.colored} coloured pixels in its band)`);
     }
-    for (const c of opt.counterAt) {
+    // The tooltip where the mouse is: at `ms` in the band `band(timeline)` gives.
+    const tipAt = async (ms, band) => {
       await page.locator('#tl-canvas').scrollIntoViewIfNeeded();
-      const where = await page.evaluate(([n, ms]) => {
+      const where = await page.evaluate(([ms, band]) => {
         const r = window.spyglassReport, canvas = document.getElementById('tl-canvas');
-        const [a, b] = r.timeline.view(), at = r.timeline.counterBand(n);
+        const [a, b] = r.timeline.view();
+        const at = band[0] === 'counter' ? r.timeline.counterBand(band[1]) : r.timeline.laneBand && r.timeline.laneBand(band[1], band[2]);
         if (!at) return null;
         const x = r.timeline.gutter + ((ms * 1e6 - a) * (canvas.clientWidth - r.timeline.gutter)) / (b - a);
         return { x, y: at[0] + at[1] / 2 };
-      }, [c.name, c.ms]);
-      if (!where) continue;
+      }, [ms, band]);
+      if (!where) return null;
       const cbox = await page.locator('#tl-canvas').boundingBox();
       await page.mouse.move(cbox.x + where.x, cbox.y + where.y);
       await page.waitForTimeout(50);
-      const tipText = await page.locator('#tl-tip').evaluate((t) => (t.hidden ? '' : t.textContent));
+      return page.locator('#tl-tip').evaluate((t) => (t.hidden ? '' : t.textContent));
+    };
+    for (const c of opt.counterAt) {
+      const tipText = await tipAt(c.ms, ['counter', c.name]);
+      if (tipText === null) continue;  // no such counter: said above
       check(tipText.split('\n')[0] === c.text, `counter tooltip at ${c.ms} ms: '${tipText}', expected '${c.text}'`);
+    }
+    for (const c of opt.tipAt) {
+      const tipText = await tipAt(c.ms, ['lane', c.track, c.lane]);
+      check(tipText !== null, `no lane ${c.lane} in track '${c.track}'`);
+      if (tipText !== null) check(tipText.split('\n').pop() === c.text, `tooltip at ${c.ms} ms in ${c.track}/${c.lane}: '${tipText}', expected its last line '${c.text}'`);
     }
 
     // The wheel zooms in where the mouse is; a drag pans.

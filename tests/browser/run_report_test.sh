@@ -21,7 +21,9 @@ export SPYGLASS_HEAP_LIB=$heap
 node "$here/report_check.mjs" "$T/report.html" --steps 5 --step-ms 10,20,30,40,50 \
   --track main --track loader --track busy --track "Stream #7" --flame "build_table()" \
   --counter-at "memory cpu@90=memory cpu: 4.5 MiB" --counter-at "memory cpu@140=memory cpu: 5.5 MiB" \
-  --counter-at "sm__cycles_active.avg@106=sm__cycles_active.avg: 52.50"
+  --counter-at "sm__cycles_active.avg@106=sm__cycles_active.avg: 52.50" \
+  --tip-at "main/1@2=batch=64, phase=warmup" --tip-at "main/1@70=batch=64, phase=train" \
+  --tip-at "main/0@5=step_num=1" --tip-at "Stream #7/0@2.5=tf_op=train"
 
 # 2. One .xplane.pb, its memory profile named with --memory (the early one:
 #    build_table's 640 KiB against grow_cache's 100 KiB).

@@ -2,10 +2,12 @@
 //   make_known_run LOG_DIR [--busy N] [--counters N]
 // -> LOG_DIR/plugins/profile/run1/known.xplane.pb with, on /host:CPU,
 //   thread "main": 5 steps "train" (step_num 1..5) of 10, 20, 30, 40, 50 ms,
-//     1 ms apart, each holding "forward" (the first 40 %) and "backward"
+//     1 ms apart, each holding "forward" (the first 40 %; batch=64, phase=warmup
+//     in steps 1-2, else train) and "backward"
 //     (the next 40 %) and, inside forward, "matmul" (half of forward);
 //   thread "loader": "load_batch" of 2 ms at the start of each step;
-// and on /device:GPU:0, line "Stream #7": a kernel "gemm_kernel" of 3 ms in each step.
+// and on /device:GPU:0, line "Stream #7": a kernel "gemm_kernel" of 3 ms in each step
+//   (correlation_id 100 + step, tf_op=train).
 // Counters ("_counters_" lines): on /host:CPU "memory cpu" (live_bytes) of
 //   i MiB at step i's start and i MiB + 512 KiB at its middle, 1 MiB at the
 //   end (highest: 5.5 MiB); on /device:GPU:0 "sm__cycles_active.avg" of
@@ -72,11 +74,14 @@ int main(int argc, char** argv) {
     int64_t d = step * 10 * kMs;
     model::Event& e = add(main, host, "train", t, d);
     main.add_stats(e, std::vector<model::Stat>{host.int_stat("_r", 1), host.int_stat("step_num", step)});
-    add(main, host, "forward", t, d * 4 / 10);
+    model::Event& fwd = add(main, host, "forward", t, d * 4 / 10);
+    main.add_stats(fwd, std::vector<model::Stat>{host.int_stat("batch", 64), host.str_stat("phase", step < 3 ? "warmup" : "train")});
     add(main, host, "matmul", t, d * 2 / 10);
     add(main, host, "backward", t + d * 4 / 10, d * 4 / 10);
     add(loader, host, "load_batch", t, 2 * kMs);
-    add(stream, gpu, "gemm_kernel", t + kMs, 3 * kMs);
+    model::Event& kernel = add(stream, gpu, "gemm_kernel", t + kMs, 3 * kMs);
+    stream.add_stats(kernel, std::vector<model::Stat>{gpu.uint_stat(model::kCorrelationIdStat, 100 + step),
+                                                      gpu.ref_stat(model::kTfOpStat, "train")});
     constexpr int64_t kMiB = 1 << 20;
     sample(memory, host, "memory cpu", t, host.int_stat(model::kLiveBytesStat, step * kMiB));
     sample(memory, host, "memory cpu", t + d / 2, host.int_stat(model::kLiveBytesStat, step * kMiB + kMiB / 2));

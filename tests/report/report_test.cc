@@ -35,6 +35,7 @@ using spyglass::testing::ReadFile;
 struct Span {
   int64_t start, end;
   uint32_t name, count;
+  uint32_t detail = 0;  // id + 1
 };
 
 // The page's reading of a level's bytes (report.js, reader()), in C++.
@@ -72,6 +73,7 @@ std::vector<Span> Decode(const report::Timeline& tl, const report::TimelineTrack
     s.start = prev + r.zigzag();
     s.end = s.start + static_cast<int64_t>(r.varint());
     s.name = static_cast<uint32_t>(r.varint());
+    s.detail = static_cast<uint32_t>(r.varint());
     s.count = l.threshold_ns > 0 ? static_cast<uint32_t>(r.varint()) : 1;
     prev = s.end;
     out.push_back(s);
@@ -154,6 +156,40 @@ TEST(TimelineTest, LevelsOfDetailBoundWhatIsDrawn) {
   EXPECT_LE(all, levels[0].spans);  // all levels together: at most the events again
   // The coarsest level of a 15 ms stretch of events: a handful of spans.
   EXPECT_LE(levels.back().spans, 4u);
+}
+
+// Event details: one string per distinct detail, at most kMaxDetails of
+// them (then counted), cut on a UTF-8 character boundary; merged spans
+// carry none.
+TEST(TimelineTest, DetailsAreInternedAndBounded) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "main");
+  const size_t n = report::kMaxDetails + 10;
+  for (size_t i = 0; i < n; ++i) b.AddEvent("e", int64_t(i) * 10'000'000, 1'000'000, "request=" + std::to_string(i % (n - 5)));
+  // A long detail ending in 3-byte characters: cut before one, not inside it.
+  std::string longer(report::kMaxDetailLength - 1, 'x');
+  for (int i = 0; i < 4; ++i) longer += "\u00e9\u4e2d";  // é, 中
+  b.AddEvent("long", int64_t(n) * 10'000'000, 1'000'000, longer);
+  report::Timeline tl = b.Finish();
+  // n - 5 distinct strings wanted, kMaxDetails kept; the 5 repeats of kept
+  // ones reuse theirs; "long" comes past the cap too.
+  EXPECT_EQ(tl.details.size(), report::kMaxDetails);
+  EXPECT_EQ(tl.hidden_details, (n - 5 - report::kMaxDetails) + 1);
+  auto spans = Decode(tl, tl.tracks[0], tl.tracks[0].lanes[0][0]);
+  ASSERT_EQ(spans.size(), n + 1);
+  EXPECT_EQ(tl.details.at(spans[7].detail - 1), "request=7");
+  EXPECT_EQ(spans[n - 5].detail, spans[0].detail);  // "request=0" again
+  EXPECT_EQ(spans[report::kMaxDetails + 2].detail, 0u);  // past the cap
+  for (const auto& level : tl.tracks[0].lanes[0])
+    for (const Span& s : Decode(tl, tl.tracks[0], level))
+      if (s.count > 1) EXPECT_EQ(s.detail, 0u);
+
+  report::TimelineBuilder c;
+  c.BeginLine("/host:CPU", "main");
+  c.AddEvent("long", 0, 1000, longer);
+  report::Timeline one = c.Finish();
+  ASSERT_EQ(one.details.size(), 1u);
+  EXPECT_EQ(one.details[0], std::string(report::kMaxDetailLength - 1, 'x'));  // é would straddle the cut
 }
 
 TEST(TimelineTest, TooDeepIsCountedNotDrawn) {

@@ -2,6 +2,7 @@
 // run (src/report/report.h): the events through spyglass/profile_reader.h,
 // the tables from src/analysis/.
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <iostream>
@@ -77,7 +78,7 @@ class TimelineVisitor : public profile::ProfileVisitor {
   }
   void OnEvent(const profile::EventRecord& e) override {
     if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps);
+      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -93,6 +94,27 @@ class TimelineVisitor : public profile::ProfileVisitor {
   }
 
  private:
+  // The event's own stats as "name=value, ...", for the tooltip; ids that
+  // differ on every event (correlation, group, XProf's "_" internals) left
+  // out: they would make every detail string distinct.
+  std::string_view Detail(const profile::EventRecord& e) {
+    detail_.clear();
+    for (const profile::ProfileStat& s : e.stats) {
+      if (s.name.empty() || s.name[0] == '_' || s.name == model::kCorrelationIdStat || s.name == "group_id" ||
+          s.kind == profile::ProfileStat::Kind::kBytes)
+        continue;
+      if (detail_.size() >= report::kMaxDetailLength) break;
+      if (!detail_.empty()) detail_ += ", ";
+      detail_.append(s.name).push_back('=');
+      char buf[32];
+      if (s.kind == profile::ProfileStat::Kind::kString) detail_.append(s.str.substr(0, report::kMaxDetailLength));
+      else if (s.kind == profile::ProfileStat::Kind::kDouble) detail_.append(buf, std::snprintf(buf, sizeof buf, "%.6g", s.f64));
+      else if (s.kind == profile::ProfileStat::Kind::kUint64) detail_ += std::to_string(s.u64);
+      else detail_ += std::to_string(s.i64);
+    }
+    return detail_;
+  }
+  std::string detail_;
   report::TimelineBuilder* b_;
   std::string host_, plane_;
   bool counters_ = false;

@@ -245,17 +245,19 @@
       let d = cache.get(key);
       if (d) return d;
       const [th, n, off, len] = tracks[ti].lanes[li][k];
-      const start = new Float64Array(n), end = new Float64Array(n), name = new Uint32Array(n), count = new Uint32Array(n);
+      const start = new Float64Array(n), end = new Float64Array(n), name = new Uint32Array(n), detail = new Uint32Array(n),
+        count = new Uint32Array(n);
       const { varint, zigzag } = reader(off, len);
       let prev = tracks[ti].at_ns;
       for (let i = 0; i < n; i++) {
         start[i] = prev + zigzag();
         end[i] = start[i] + varint();
         name[i] = varint();
+        detail[i] = varint();
         count[i] = th > 0 ? varint() : 1;
         prev = end[i];
       }
-      d = { start, end, name, count, threshold: th };
+      d = { start, end, name, detail, count, threshold: th };
       cache.set(key, d);
       return d;
     }
@@ -496,7 +498,8 @@
       if (i >= d.start.length || d.start[i] > t + nsPerPx) return null;
       const nm = tl.names[d.name[i]] || '';
       const what = d.count[i] > 1 ? `${d.count[i]} events (longest: ${nm}) over` : nm + '\n';
-      return `${what} ${fmtNs(d.end[i] - d.start[i])}\nat ${fmtNs(d.start[i])}`;
+      const more = d.detail[i] ? '\n' + (tl.details[d.detail[i] - 1] || '') : '';
+      return `${what} ${fmtNs(d.end[i] - d.start[i])}\nat ${fmtNs(d.start[i])}${more}`;
     }
     scroll.addEventListener('scroll', redraw);
     window.addEventListener('resize', resize);
@@ -522,6 +525,10 @@
       counterBand: (name) => {
         const r = rows.find((x) => x.kind === 'counter' && counters[x.ci].name === name);
         return r ? [r.y - scroll.scrollTop, COUNTER] : null;
+      },
+      laneBand: (name, lane) => {
+        const r = rows.find((x) => x.kind === 'lane' && tracks[x.ti].name === name && x.li === lane);
+        return r ? [r.y - scroll.scrollTop, LANE] : null;
       },
     };
   }
@@ -613,6 +620,10 @@
     if (data.timeline.hidden_tracks) {
       $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_tracks} more threads with ` +
         `${data.timeline.hidden_track_events} events in all are not shown (only the ${data.timeline.tracks.length} busiest)`));
+    }
+    if (data.timeline.hidden_details) {
+      $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_details} events show no details in their ` +
+        `tooltip (only the first ${data.timeline.details.length} distinct ones are kept)`));
     }
     if (data.timeline.hidden_counters || data.timeline.hidden_counter_samples) {
       const hc = data.timeline.hidden_counters;
