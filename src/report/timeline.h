@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "spyglass/status.h"
+
 
 namespace spyglass::report {
 
@@ -127,5 +129,10 @@ class TimelineBuilder {
   std::unordered_map<std::string, size_t> counter_index_;  // plane + '\0' + name
   void EncodeCounter(TimelineCounter& c, std::vector<Sample>& samples);
 };
+
+// Adds the events and counters of one .xplane.pb (ours or JAX's) to
+// `builder`; with `host`, its planes are named "<host> <plane>" (several
+// hosts in one run).
+Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder);
 
 }  // namespace spyglass::report

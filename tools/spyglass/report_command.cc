@@ -2,7 +2,6 @@
 // run (src/report/report.h): the events through spyglass/profile_reader.h,
 // the tables from src/analysis/.
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <iostream>
@@ -14,7 +13,6 @@
 #include "export/output_file.h"
 #include "memory/pprof.h"
 #include "analysis/summary.h"
-#include "model/schema.h"
 #include "report/report.h"
 #include "spyglass/profile_reader.h"
 
@@ -59,67 +57,6 @@ class Progress {
   std::thread thread_;
 };
 
-// Feeds each line of a profile to the timeline; counter lines become
-// counter tracks (one per event name, its live_bytes or first number, as
-// the summary's counter peaks).
-class TimelineVisitor : public profile::ProfileVisitor {
- public:
-  TimelineVisitor(report::TimelineBuilder* b, std::string host) : b_(b), host_(std::move(host)) {}
-  bool OnPlane(const profile::PlaneHeader& p) override {
-    plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
-    return true;
-  }
-  bool OnLine(const profile::LineHeader& l) override {
-    counters_ = l.name == model::kCounterLineName;
-    if (counters_) return true;
-    std::string name(l.display_name.empty() ? l.name : l.display_name);
-    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id);
-    return true;
-  }
-  void OnEvent(const profile::EventRecord& e) override {
-    if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e));
-      return;
-    }
-    const profile::ProfileStat* chosen = nullptr;
-    double v = 0;
-    for (const profile::ProfileStat& s : e.stats)
-      if ((s.name == model::kLiveBytesStat || !chosen) && s.as_double(&v)) chosen = &s;
-    if (chosen == nullptr) return;
-    chosen->as_double(&v);
-    b_->AddCounterSample(plane_, e.name, e.start_ps, v, chosen->name.ends_with("bytes"));
-  }
-  void OnLineEnd() override {
-    if (!counters_) b_->EndLine();
-  }
-
- private:
-  // The event's own stats as "name=value, ...", for the tooltip; ids that
-  // differ on every event (correlation, group, XProf's "_" internals) left
-  // out: they would make every detail string distinct.
-  std::string_view Detail(const profile::EventRecord& e) {
-    detail_.clear();
-    for (const profile::ProfileStat& s : e.stats) {
-      if (s.name.empty() || s.name[0] == '_' || s.name == model::kCorrelationIdStat || s.name == "group_id" ||
-          s.kind == profile::ProfileStat::Kind::kBytes)
-        continue;
-      if (detail_.size() >= report::kMaxDetailLength) break;
-      if (!detail_.empty()) detail_ += ", ";
-      detail_.append(s.name).push_back('=');
-      char buf[32];
-      if (s.kind == profile::ProfileStat::Kind::kString) detail_.append(s.str.substr(0, report::kMaxDetailLength));
-      else if (s.kind == profile::ProfileStat::Kind::kDouble) detail_.append(buf, std::snprintf(buf, sizeof buf, "%.6g", s.f64));
-      else if (s.kind == profile::ProfileStat::Kind::kUint64) detail_ += std::to_string(s.u64);
-      else detail_ += std::to_string(s.i64);
-    }
-    return detail_;
-  }
-  std::string detail_;
-  report::TimelineBuilder* b_;
-  std::string host_, plane_;
-  bool counters_ = false;
-};
-
 // memory.*.prof in the run folder, in the log dir above it, and in RUN.
 std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file) {
   std::error_code ec;
@@ -156,17 +93,13 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
   report::TimelineBuilder timeline;
   for (const std::string& f : files) {
     progress.Set("reading the events of " + f);
-    profile::ProfileReader reader;
     // Several files (hosts) of one run: their planes named after the file.
     std::string host;
     if (files.size() > 1) {
       host = fs::path(f).filename().string();
       host = host.substr(0, host.rfind(".xplane.pb"));
     }
-    TimelineVisitor visitor(&timeline, host);
-    Status s = reader.Open(f);
-    if (s.ok()) s = reader.Scan(visitor);
-    if (!s.ok()) {
+    if (Status s = report::AddProfileFile(f, host, &timeline); !s.ok()) {
       std::cerr << "spyglass report: " << s.message() << "\n";
       return 1;
     }
