@@ -26,6 +26,16 @@ namespace spyglass::profile {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A line's ns timestamp in ps, plus an event's offset: saturated, since a
+// hostile file can put either anywhere in int64.
+int64_t SaturatedPs(int64_t timestamp_ns, int64_t offset_ps) {
+  int64_t base, sum;
+  if (__builtin_mul_overflow(timestamp_ns, int64_t{1000}, &base)) base = timestamp_ns < 0 ? INT64_MIN : INT64_MAX;
+  if (__builtin_add_overflow(base, offset_ps, &sum)) sum = offset_ps < 0 ? INT64_MIN : INT64_MAX;
+  return sum;
+}
+
 using model::wire::kFixed64;
 using model::wire::kLengthDelimited;
 using model::wire::kVarint;
@@ -463,7 +473,6 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
       if (r != Next::kEnd) return error(r, line.substr(lpos));
       if (!visitor.OnLine(lh)) continue;
       lpos = 0;
-      const int64_t base_ps = lh.timestamp_ns * 1000;
       while ((r = NextField(line, &lpos, &pn, &pt, &pp, &v)) == Next::kField) {
         if (pn != f::kLineEvents || pt != kLengthDelimited) continue;
         EventRecord e;
@@ -489,7 +498,7 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
         }
         if (er != Next::kEnd) return error(er, pp.substr(epos));
         e.name = event_names.find(e.metadata_id);
-        e.start_ps = base_ps + e.offset_ps;
+        e.start_ps = SaturatedPs(lh.timestamp_ns, e.offset_ps);
         e.stats = event_stats;
         visitor.OnEvent(e);
       }

@@ -26,6 +26,7 @@
 #include "common/gzip.h"
 #include "memory/pprof.h"
 #include "model/xspace_import.h"
+#include "spyglass/profile_reader.h"
 #include "xplane.pb.h"
 
 namespace {
@@ -488,6 +489,33 @@ TEST(XSpaceReaderHostile, InputOverTheLimitIsRefused) {
   EXPECT_TRUE(space.planes.empty());
   opts.max_bytes = 4 * kMiB;
   EXPECT_TRUE(spyglass::model::ImportXSpaceBytes(bytes, &space, opts).ok());
+}
+
+// Line timestamps and event offsets at the ends of int64: the streaming
+// reader's event times saturate (they wrapped around: ns * 1000 overflowed,
+// and a far-future event read as one before the epoch).
+TEST(XSpaceReaderHostile, FarTimesSaturate) {
+  tp::XSpace in;
+  tp::XPlane* plane = in.add_planes();
+  plane->set_name("/host:CPU");
+  (*plane->mutable_event_metadata())[1].set_name("e");
+  for (int64_t ts : {INT64_MAX / 1000 + 1, INT64_MIN / 1000 - 1, int64_t{5}}) {
+    tp::XLine* line = plane->add_lines();
+    line->set_timestamp_ns(ts);
+    tp::XEvent* e = line->add_events();
+    e->set_metadata_id(1);
+    e->set_offset_ps(ts == 5 ? INT64_MAX : 7);
+  }
+  TempDir dir;
+  std::string path = dir.file("far.xplane.pb", in.SerializeAsString());
+  struct Starts : spyglass::profile::ProfileVisitor {
+    std::vector<int64_t> starts;
+    void OnEvent(const spyglass::profile::EventRecord& e) override { starts.push_back(e.start_ps); }
+  } v;
+  spyglass::profile::ProfileReader reader;
+  ASSERT_TRUE(reader.Open(path).ok());
+  ASSERT_TRUE(reader.Scan(v).ok());
+  EXPECT_EQ(v.starts, (std::vector<int64_t>{INT64_MAX, INT64_MIN + 7, INT64_MAX}));
 }
 
 // What the import keeps: every stat kind, ref values resolved to their names,
