@@ -250,6 +250,26 @@ model::Space LargeSpace() {
   return space;
 }
 
+// Line timestamps at the ends of int64 (a far-future or hostile file read
+// back): event times saturate rather than wrap to the other end.
+TEST(TraceJson, FarTimesSaturate) {
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  const int64_t far[] = {INT64_MAX / 1000 + 1, INT64_MIN / 1000 - 1};
+  for (int i = 0; i < 2; ++i) {
+    model::Line& line = host.line_with_id(i + 1);
+    line.timestamp_ns = far[i];
+    line.events.push_back({7, 1000, host.intern_event(i == 0 ? "future" : "past"), model::kNoStats});
+  }
+  nlohmann::json j = nlohmann::json::parse(exporter::TraceJsonString(space));
+  std::map<std::string, double> ts;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") ts[e["name"]] = e["ts"].get<double>();
+  ASSERT_EQ(ts.size(), 2u);
+  EXPECT_GT(ts["future"], 9.2e12);  // INT64_MAX ps in us; wrapped, it was negative
+  EXPECT_LT(ts["past"], -9.2e12);
+}
+
 // The slices that worker threads deflate form one gzip member whose content
 // is exactly the JSON formatted in one piece, with igzip and zlib, with one
 // thread and with several.

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/quote.h"
+#include "common/saturate.h"
 #include "model/profile_file.h"
 #include "model/schema.h"
 #include "model/wire.h"
@@ -26,15 +27,6 @@ namespace spyglass::profile {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A line's ns timestamp in ps, plus an event's offset: saturated, since a
-// hostile file can put either anywhere in int64.
-int64_t SaturatedPs(int64_t timestamp_ns, int64_t offset_ps) {
-  int64_t base, sum;
-  if (__builtin_mul_overflow(timestamp_ns, int64_t{1000}, &base)) base = timestamp_ns < 0 ? INT64_MIN : INT64_MAX;
-  if (__builtin_add_overflow(base, offset_ps, &sum)) sum = offset_ps < 0 ? INT64_MIN : INT64_MAX;
-  return sum;
-}
 
 using model::wire::kFixed64;
 using model::wire::kLengthDelimited;
@@ -291,7 +283,7 @@ std::string_view ProfileEvent::name() const { return plane_->event_metadata()[ev
 std::string_view ProfileEvent::display_name() const {
   return plane_->event_metadata()[event_->metadata_id].display_name;
 }
-int64_t ProfileEvent::start_ns() const { return line_->timestamp_ns + event_->offset_ps / 1000; }
+int64_t ProfileEvent::start_ns() const { return SaturatedAdd(line_->timestamp_ns, event_->offset_ps / 1000); }
 int64_t ProfileEvent::duration_ns() const { return event_->duration_ps / 1000; }
 int64_t ProfileEvent::offset_ps() const { return event_->offset_ps; }
 int64_t ProfileEvent::duration_ps() const { return event_->duration_ps; }

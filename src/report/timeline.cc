@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/saturate.h"
 #include "model/schema.h"
 
 namespace spyglass::report {
@@ -36,12 +37,6 @@ int64_t FloorDiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) !
 int64_t Ns(int64_t ps) {
   int64_t q = ps / 1000, r = ps % 1000;  // (no ps + 500: it overflows near INT64_MAX)
   return q + (r >= 500) - (r <= -500);
-}
-
-// a - b, saturated (hostile files put events at both ends of int64).
-int64_t Minus(int64_t a, int64_t b) {
-  int64_t d;
-  return __builtin_sub_overflow(a, b, &d) ? (a > b ? INT64_MAX : INT64_MIN) : d;
 }
 
 int PlaneOrder(std::string_view name) {
@@ -93,7 +88,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
   for (const Span& s : spans) {
     // Only what would be under a pixel joins: two wide neighbours stay
     // apart however close (a step's forward and backward).
-    if (!out.empty() && Minus(s.start, out.back().end) < threshold_ps &&
+    if (!out.empty() && SaturatedSub(s.start, out.back().end) < threshold_ps &&
         (s.end - s.start < threshold_ps || out.back().end - out.back().start < threshold_ps)) {
       Span& m = out.back();
       m.end = std::max(m.end, s.end);

@@ -1,5 +1,7 @@
 #include "server/merge.h"
 
+#include "common/saturate.h"
+
 namespace spyglass::server {
 
 uint64_t ProfileStartTime(const model::Space& space) {
@@ -27,9 +29,11 @@ void MergeChildSpace(model::Space&& child, uint64_t parent_start_ns, const std::
     for (model::Line& l : p.lines) {
       // Denormalize (lines below the start are relative to it), then
       // renormalize to this process's start.
-      int64_t abs_ns = l.timestamp_ns < static_cast<int64_t>(child_start) ? l.timestamp_ns + static_cast<int64_t>(child_start)
-                                                                          : l.timestamp_ns;
-      l.timestamp_ns = abs_ns - static_cast<int64_t>(parent_start_ns);
+      // (Saturated: the child's file may hold any int64.)
+      int64_t abs_ns = l.timestamp_ns < static_cast<int64_t>(child_start)
+                           ? SaturatedAdd(l.timestamp_ns, static_cast<int64_t>(child_start))
+                           : l.timestamp_ns;
+      l.timestamp_ns = SaturatedSub(abs_ns, static_cast<int64_t>(parent_start_ns));
     }
     p.name += " [" + tag + "]";
     parent->planes.push_back(std::move(p));

@@ -1,6 +1,7 @@
 #include "export/trace_json/trace_json_writer.h"
 
 #include "common/gzip.h"
+#include "common/saturate.h"
 #include "common/utf8.h"
 #include "export/output_file.h"
 
@@ -326,13 +327,12 @@ void WriteArgs(JsonOut& o, const model::Plane& plane, const model::EventMetadata
 // {"ph":"C","name":<event name>,"args":{<stat>: <number>}}: Perfetto shows a counter track.
 void WriteCounters(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, size_t begin, size_t end) {
   const model::Plane& plane = *info.plane;
-  int64_t line_ps = l.timestamp_ns * 1000;
   for (size_t i = begin; i < end; ++i) {
     const model::Event& e = l.events[i];
     o.event("{\"ph\":\"C\",\"pid\":");
     o.i64(info.pid);
     o.raw(",\"ts\":");
-    o.micros_from_ps(line_ps + e.offset_ps);
+    o.micros_from_ps(SaturatedPs(l.timestamp_ns, e.offset_ps));
     o.raw(",\"name\":");
     o.raw(info.names[e.metadata_id]);
     o.raw(",\"args\":{");
@@ -357,7 +357,6 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
   const auto& metadata = info.plane->event_metadata();
   uint32_t tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);
   std::string head = "{\"ph\":\"X\",\"pid\":" + std::to_string(info.pid) + ",\"tid\":" + std::to_string(tid) + ",\"ts\":";
-  int64_t line_ps = l.timestamp_ns * 1000;
   // A GPU launch and its device event share a correlation_id: a flow arrow
   // (bind_id) from the host call to the device event.
   const model::StatMetadata* corr = info.plane->find_stat_metadata(model::kCorrelationIdStat);
@@ -365,7 +364,7 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
   for (size_t i = begin; i < end; ++i) {
     const model::Event& e = l.events[i];
     o.event(head);
-    o.micros_from_ps(line_ps + e.offset_ps);
+    o.micros_from_ps(SaturatedPs(l.timestamp_ns, e.offset_ps));
     o.raw(",\"dur\":");
     o.micros_from_ps(std::max<int64_t>(e.duration_ps, 1));
     o.raw(",\"name\":");
