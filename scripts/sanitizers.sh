@@ -10,9 +10,9 @@ tests=(annotation_test session_test reliability_test export_test perfetto_link_t
 for san in thread address; do
   dir=build-$san
   targets=("${tests[@]}" exit_program)
-  # The report (and its CLI's bad-file cases) has no threads, but hostile
-  # times and files for ASan and UBSan.
-  [ $san = address ] && tests+=(report_test) && targets+=(report_test spyglass_cli)
+  # The report and the summary (and the report CLI's bad-file cases) have
+  # no threads, but hostile times and files for ASan and UBSan.
+  [ $san = address ] && tests+=(report_test analysis_test) && targets+=(report_test analysis_test spyglass_cli)
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSPYGLASS_SANITIZE=$san \
     -DSPYGLASS_BUILD_BENCHMARKS=OFF -DSPYGLASS_BUILD_EXAMPLES=OFF > /dev/null
   cmake --build "$dir" -j "$jobs" --target "${targets[@]}"

@@ -594,6 +594,44 @@ TEST(Cli, SummaryAndDiffExitCodes) {
   EXPECT_NE(r.out.find("is truncated"), std::string::npos) << r.out;
 }
 
+// Hostile times: durations that add up past int64 (two threads, each an
+// event of nearly INT64_MAX ps), a negative duration, an event at the end of
+// int64: totals saturate instead of wrapping to negative.
+TEST(Summary, HugeDurationsSaturate) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  auto& m = (*host->mutable_event_metadata())[1];
+  m.set_id(1);
+  m.set_name("e");
+  for (int t = 0; t < 2; ++t) {
+    tp::XLine* line = host->add_lines();
+    line->set_id(t + 1);
+    line->set_name("t" + std::to_string(t));
+    tp::XEvent* e = line->add_events();
+    e->set_metadata_id(1);
+    e->set_duration_ps(INT64_MAX - 1);
+  }
+  tp::XLine* odd = host->add_lines();
+  odd->set_id(3);
+  odd->set_name("odd");
+  odd->set_timestamp_ns(INT64_MAX / 1000);
+  for (int64_t dur : {int64_t{-5}, INT64_MAX}) {
+    tp::XEvent* e = odd->add_events();
+    e->set_metadata_id(1);
+    e->set_duration_ps(dur);
+  }
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(WriteFile(dir, "huge.xplane.pb", space.SerializeAsString()), {}, &s).ok());
+  const auto* e = Find(s.top_total, "e");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->count, 4u);
+  EXPECT_GT(e->total_ns, 9.2e15) << e->total_ns;  // INT64_MAX ps, saturated; it wrapped to a negative total
+  EXPECT_GT(e->self_ns, 9.2e15) << e->self_ns;
+  for (const auto& t : s.threads) EXPECT_GE(t.busy_ns, 0) << t.name;
+}
+
 }  // namespace
 }  // namespace spyglass
 

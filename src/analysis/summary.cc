@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "common/saturate.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "spyglass/profile_reader.h"
@@ -55,7 +56,13 @@ struct Agg {
   // that one's time already and is not added again, so that a name's total
   // is at most its thread's busy time; calls: every event's duration, for
   // the mean per call.
-  int64_t total_ps = 0, self_ps = 0, calls_ps = 0;
+  int64_t total_ps = 0, self_ps = 0, calls_ps = 0;  // saturating (hostile durations)
+  void Add(const Agg& o) {
+    count += o.count;
+    total_ps = SaturatedAdd(total_ps, o.total_ps);
+    self_ps = SaturatedAdd(self_ps, o.self_ps);
+    calls_ps = SaturatedAdd(calls_ps, o.calls_ps);
+  }
 };
 
 // Device lines with activity of their own: streams, XLA ops (not lines derived from them).
@@ -164,26 +171,28 @@ class SummaryVisitor : public profile::ProfileVisitor {
       return;
     }
     if (!window_.contains(e.start_ps)) return;
+    // Hostile times: no negative duration, no end past int64's.
+    const int64_t dur = std::clamp<int64_t>(e.duration_ps, 0, INT64_MAX - std::max<int64_t>(e.start_ps, 0));
     min_start_ps_ = std::min(min_start_ps_, e.start_ps);
-    max_end_ps_ = std::max(max_end_ps_, e.start_ps + e.duration_ps);
+    max_end_ps_ = std::max(max_end_ps_, e.start_ps + dur);
     if (ops_) {
-      DeviceOp(e);
+      DeviceOp(e.name, dur);
       return;
     }
     if (!thread_) return;
     if (buffered_pass) {
-      buffer_.push_back({e.start_ps, e.duration_ps, e.metadata_id, e.name});
+      buffer_.push_back({e.start_ps, dur, e.metadata_id, e.name});
       return;
     }
     if (line_unsorted_) return;
-    if (e.start_ps < prev_start_ || (e.start_ps == prev_start_ && e.duration_ps > prev_dur_)) {
+    if (e.start_ps < prev_start_ || (e.start_ps == prev_start_ && dur > prev_dur_)) {
       line_unsorted_ = true;  // counted in a second pass, sorted
       unsorted.push_back({plane_index_, line_index_});
       return;
     }
     prev_start_ = e.start_ps;
-    prev_dur_ = e.duration_ps;
-    Nest(e.start_ps, e.duration_ps, e.metadata_id, e.name);
+    prev_dur_ = dur;
+    Nest(e.start_ps, dur, e.metadata_id, e.name);
   }
 
   void OnSpace(const std::vector<std::string>& h, const std::vector<std::string>& e,
@@ -208,10 +217,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
       const Agg& a = la.agg;
       if (a.count == 0) return;
       std::string name = model::ValidUtf8(la.name);
-      Agg& t = current_aggs_[name];
-      t.count += a.count, t.total_ps += a.total_ps, t.self_ps += a.self_ps, t.calls_ps += a.calls_ps;
-      Agg& all = all_aggs_[name];
-      all.count += a.count, all.total_ps += a.total_ps, all.self_ps += a.self_ps, all.calls_ps += a.calls_ps;
+      current_aggs_[name].Add(a);
+      all_aggs_[name].Add(a);
     };
     for (const LineAgg& la : dense_aggs_) add(la);
     for (const auto& [md, la] : line_aggs_) add(la);
@@ -330,13 +337,13 @@ class SummaryVisitor : public profile::ProfileVisitor {
     while (!stack_.empty() && stack_.back().end <= start) Pop();
     if (!stack_.empty()) {
       Open& parent = stack_.back();
-      parent.child_ps += std::min(end, parent.end) - start;
+      parent.child_ps = SaturatedAdd(parent.child_ps, SaturatedSub(std::min(end, parent.end), start));
     }
     // Busy: the union of all intervals (events start in order), so that an
     // event overlapping its parent's end (Python's calls around a TraceMe)
     // still counts.
     if (end > covered_end_) {
-      busy_ps_ += end - std::max(start, covered_end_);
+      busy_ps_ = SaturatedAdd(busy_ps_, SaturatedSub(end, std::max(start, covered_end_)));
       covered_end_ = end;
     }
     stack_.push_back({start, end, dur, 0, md, name});
@@ -357,17 +364,17 @@ class SummaryVisitor : public profile::ProfileVisitor {
     la.name = o.name;
     Agg& a = la.agg;
     ++a.count;
-    if (--la.open == 0) a.total_ps += o.dur;  // the outermost of its name (recursion: see Agg)
-    a.calls_ps += o.dur;
-    a.self_ps += o.dur - std::min(o.child_ps, o.dur);
+    if (--la.open == 0) a.total_ps = SaturatedAdd(a.total_ps, o.dur);  // the outermost of its name (recursion: see Agg)
+    a.calls_ps = SaturatedAdd(a.calls_ps, o.dur);
+    a.self_ps = SaturatedAdd(a.self_ps, o.dur - std::min(o.child_ps, o.dur));
     stack_.pop_back();
   }
 
-  void DeviceOp(const EventRecord& e) {
-    auto& m = IsCopy(e.name) ? copies_ : kernels_;
-    Agg& a = m[{plane_name_, model::ValidUtf8(e.name)}];
+  void DeviceOp(std::string_view name, int64_t dur) {
+    auto& m = IsCopy(name) ? copies_ : kernels_;
+    Agg& a = m[{plane_name_, model::ValidUtf8(name)}];
     ++a.count;
-    a.total_ps += e.duration_ps;
+    a.total_ps = SaturatedAdd(a.total_ps, dur);
   }
 
   void Counter(const EventRecord& e) {
@@ -514,7 +521,7 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
       for (const auto& s : v.steps[name])
         if ((!options.step_first || s.number >= *options.step_first) &&
             (!options.step_last || s.number <= *options.step_last))
-          window.ranges.push_back({s.start_ps, s.start_ps + s.dur_ps});
+          window.ranges.push_back({s.start_ps, SaturatedAdd(s.start_ps, s.dur_ps)});
     }
     std::sort(window.ranges.begin(), window.ranges.end());
   }
