@@ -250,9 +250,10 @@ model::Space LargeSpace() {
   return space;
 }
 
-// Line timestamps at the ends of int64 (a far-future or hostile file read
-// back): event times saturate rather than wrap to the other end.
-TEST(TraceJson, FarTimesSaturate) {
+// Line timestamps past int64 in ps (ns since the epoch, a far-future or
+// hostile file read back): event times are exact microseconds, not wrapped
+// to the other end.
+TEST(TraceJson, FarTimesAreExact) {
   model::Space space;
   model::Plane& host = space.plane(model::kHostPlaneName);
   const int64_t far[] = {INT64_MAX / 1000 + 1, INT64_MIN / 1000 - 1};
@@ -268,6 +269,15 @@ TEST(TraceJson, FarTimesSaturate) {
   ASSERT_EQ(ts.size(), 2u);
   EXPECT_GT(ts["future"], 9.2e12);  // INT64_MAX ps in us; wrapped, it was negative
   EXPECT_LT(ts["past"], -9.2e12);
+
+  // ns since the epoch: to the picosecond.
+  model::Space epoch;
+  model::Plane& p = epoch.plane(model::kHostPlaneName);
+  model::Line& line = p.line_with_id(1);
+  line.timestamp_ns = 1'700'000'000'000'000'000;
+  line.events.push_back({7, 1000, p.intern_event("now"), model::kNoStats});
+  const std::string json = exporter::TraceJsonString(epoch);
+  EXPECT_NE(json.find("\"ts\":1700000000000000.000007,"), std::string::npos) << json.substr(0, 600);
 }
 
 // The slices that worker threads deflate form one gzip member whose content

@@ -1,5 +1,5 @@
-// int64 arithmetic that saturates instead of overflowing: times read from a
-// file or a peer can sit anywhere in int64 (far-future or hostile values).
+// int64 arithmetic that neither overflows nor is undefined: times read from
+// a file or a peer can sit anywhere in int64 (far-future or hostile values).
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,12 @@ inline int64_t SaturatedSub(int64_t a, int64_t b) {
   return __builtin_sub_overflow(a, b, &r) ? (b > 0 ? INT64_MIN : INT64_MAX) : r;
 }
 
-// A line's ns timestamp in ps plus an event's ps offset: where the event starts.
-inline int64_t SaturatedPs(int64_t timestamp_ns, int64_t offset_ps) {
-  int64_t base;
-  if (__builtin_mul_overflow(timestamp_ns, int64_t{1000}, &base)) base = timestamp_ns < 0 ? INT64_MIN : INT64_MAX;
-  return SaturatedAdd(base, offset_ps);
+// A line's ns timestamp in ps plus an event's ps offset, modulo 2^64 (not
+// saturated): a file whose lines hold ns since the epoch passes int64 in ps,
+// and wrapping keeps the differences between its events exact, which is
+// what readers use (saturating made them all one time).
+inline int64_t WrappedPs(int64_t timestamp_ns, int64_t offset_ps) {
+  return static_cast<int64_t>(static_cast<uint64_t>(timestamp_ns) * 1000u + static_cast<uint64_t>(offset_ps));
 }
 
 }  // namespace spyglass

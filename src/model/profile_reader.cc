@@ -490,7 +490,7 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
         }
         if (er != Next::kEnd) return error(er, pp.substr(epos));
         e.name = event_names.find(e.metadata_id);
-        e.start_ps = SaturatedPs(lh.timestamp_ns, e.offset_ps);
+        e.start_ps = WrappedPs(lh.timestamp_ns, e.offset_ps);
         e.stats = event_stats;
         visitor.OnEvent(e);
       }

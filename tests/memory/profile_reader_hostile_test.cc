@@ -491,31 +491,40 @@ TEST(XSpaceReaderHostile, InputOverTheLimitIsRefused) {
   EXPECT_TRUE(spyglass::model::ImportXSpaceBytes(bytes, &space, opts).ok());
 }
 
-// Line timestamps and event offsets at the ends of int64: the streaming
-// reader's event times saturate (they wrapped around: ns * 1000 overflowed,
-// and a far-future event read as one before the epoch).
-TEST(XSpaceReaderHostile, FarTimesSaturate) {
+// Lines holding ns since the epoch (ps past int64) and hostile times at the
+// ends of int64: event times wrap modulo 2^64 without undefined behaviour
+// (the UBSan run checks), so that the differences between events stay
+// exact. (Saturating them made every event of such a file one time: its
+// summary read 0 ns everywhere.)
+TEST(XSpaceReaderHostile, FarTimesKeepTheirSpacing) {
   tp::XSpace in;
   tp::XPlane* plane = in.add_planes();
   plane->set_name("/host:CPU");
   (*plane->mutable_event_metadata())[1].set_name("e");
-  for (int64_t ts : {INT64_MAX / 1000 + 1, INT64_MIN / 1000 - 1, int64_t{5}}) {
+  constexpr int64_t kEpochNs = 1'700'000'000'000'000'000;
+  struct Ev {
+    int64_t line_ns, offset_ps;
+  };
+  const Ev evs[] = {{kEpochNs, 0}, {kEpochNs, 5'000'000}, {kEpochNs + 1'000'000, 0}, {INT64_MAX, INT64_MAX}, {INT64_MIN, -7}};
+  for (const Ev& ev : evs) {
     tp::XLine* line = plane->add_lines();
-    line->set_timestamp_ns(ts);
+    line->set_timestamp_ns(ev.line_ns);
     tp::XEvent* e = line->add_events();
     e->set_metadata_id(1);
-    e->set_offset_ps(ts == 5 ? INT64_MAX : 7);
+    e->set_offset_ps(ev.offset_ps);
   }
   TempDir dir;
   std::string path = dir.file("far.xplane.pb", in.SerializeAsString());
   struct Starts : spyglass::profile::ProfileVisitor {
-    std::vector<int64_t> starts;
-    void OnEvent(const spyglass::profile::EventRecord& e) override { starts.push_back(e.start_ps); }
+    std::vector<uint64_t> starts;
+    void OnEvent(const spyglass::profile::EventRecord& e) override { starts.push_back(static_cast<uint64_t>(e.start_ps)); }
   } v;
   spyglass::profile::ProfileReader reader;
   ASSERT_TRUE(reader.Open(path).ok());
   ASSERT_TRUE(reader.Scan(v).ok());
-  EXPECT_EQ(v.starts, (std::vector<int64_t>{INT64_MAX, INT64_MIN + 7, INT64_MAX}));
+  ASSERT_EQ(v.starts.size(), 5u);
+  EXPECT_EQ(v.starts[1] - v.starts[0], 5'000'000u);      // 5 us apart on one line
+  EXPECT_EQ(v.starts[2] - v.starts[0], 1'000'000'000u);  // the next line 1 ms later
 }
 
 // What the import keeps: every stat kind, ref values resolved to their names,

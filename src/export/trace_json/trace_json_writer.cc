@@ -1,7 +1,6 @@
 #include "export/trace_json/trace_json_writer.h"
 
 #include "common/gzip.h"
-#include "common/saturate.h"
 #include "common/utf8.h"
 #include "export/output_file.h"
 
@@ -119,14 +118,25 @@ class JsonOut {
   }
   // Picoseconds as exact decimal microseconds ("12.345678"); no rounding.
   void micros_from_ps(int64_t ps) {
+    uint64_t u = ps < 0 ? 0 - static_cast<uint64_t>(ps) : static_cast<uint64_t>(ps);
+    micros(ps < 0, u / 1000000, static_cast<uint32_t>(u % 1000000));
+  }
+  // An event's time: its line's ns timestamp plus its ps offset, exact even
+  // where the ps pass int64 (lines holding ns since the epoch, as some
+  // writers leave them, or hostile values) while the microseconds do not.
+  void micros_at(int64_t timestamp_ns, int64_t offset_ps) {
+    int64_t ps;
+    if (!__builtin_mul_overflow(timestamp_ns, int64_t{1000}, &ps) && !__builtin_add_overflow(ps, offset_ps, &ps))
+      return micros_from_ps(ps);
+    __int128 p = static_cast<__int128>(timestamp_ns) * 1000 + offset_ps;
+    unsigned __int128 u = p < 0 ? 0 - static_cast<unsigned __int128>(p) : static_cast<unsigned __int128>(p);
+    micros(p < 0, static_cast<uint64_t>(u / 1000000), static_cast<uint32_t>(u % 1000000));
+  }
+  // "-" if `negative`, the whole microseconds, then up to 6 digits of fraction.
+  void micros(bool negative, uint64_t whole, uint32_t frac) {
     char* d = room(28);
-    uint64_t u = static_cast<uint64_t>(ps);
-    if (ps < 0) {
-      *d++ = '-';
-      u = 0 - u;
-    }
-    d = std::to_chars(d, d + 20, u / 1000000).ptr;
-    uint32_t frac = static_cast<uint32_t>(u % 1000000);
+    if (negative) *d++ = '-';
+    d = std::to_chars(d, d + 20, whole).ptr;
     if (frac != 0) {
       *d++ = '.';
       for (int i = 5; i >= 0; --i) {
@@ -332,7 +342,7 @@ void WriteCounters(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l,
     o.event("{\"ph\":\"C\",\"pid\":");
     o.i64(info.pid);
     o.raw(",\"ts\":");
-    o.micros_from_ps(SaturatedPs(l.timestamp_ns, e.offset_ps));
+    o.micros_at(l.timestamp_ns, e.offset_ps);
     o.raw(",\"name\":");
     o.raw(info.names[e.metadata_id]);
     o.raw(",\"args\":{");
@@ -364,7 +374,7 @@ void WriteEvents(JsonOut& o, const Doc::PlaneInfo& info, const model::Line& l, s
   for (size_t i = begin; i < end; ++i) {
     const model::Event& e = l.events[i];
     o.event(head);
-    o.micros_from_ps(SaturatedPs(l.timestamp_ns, e.offset_ps));
+    o.micros_at(l.timestamp_ns, e.offset_ps);
     o.raw(",\"dur\":");
     o.micros_from_ps(std::max<int64_t>(e.duration_ps, 1));
     o.raw(",\"name\":");
