@@ -698,6 +698,32 @@ void OnFatalSignal(int sig, siginfo_t* info, void*) {
   errno = saved;
 }
 
+// The real sigaction (the one after ours, see the interposer below), looked up
+// before the first handler is installed; sigaction may run in a signal handler,
+// where dlsym may not.
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+std::atomic<SigactionFn> g_real_sigaction{nullptr};
+SigactionFn RealSigaction() {
+  SigactionFn f = g_real_sigaction.load(std::memory_order_acquire);
+  if (!f) {
+    f = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
+    g_real_sigaction.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+// Whether a disposition is our dump-then-die handler, which stands in for the
+// default one: the program is shown SIG_DFL, so that a runtime that installs
+// its own handler only over the default (CPython's KeyboardInterrupt) still does.
+bool IsOurFatalHandler(const struct sigaction& sa) {
+  return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == OnFatalSignal;
+}
+void ShowAsDefault(struct sigaction* sa) {
+  sa->sa_handler = SIG_DFL;
+  sa->sa_flags = 0;
+  sigemptyset(&sa->sa_mask);
+}
+
 void InstallFatalHandlers() {
   // The main thread's handler runs on its own stack (a stack overflow leaves none).
   static constexpr size_t kAltStack = 64 << 10;
@@ -710,13 +736,14 @@ void InstallFatalHandlers() {
     if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) sigaltstack(&ss, nullptr);
   }
   for (int sig : kFatalSignals) {
+    SigactionFn real = RealSigaction();
     struct sigaction old {};
-    if (sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    if (!real || real(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
     struct sigaction sa {};
     sa.sa_sigaction = OnFatalSignal;
     sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, nullptr);
+    real(sig, &sa, nullptr);
   }
 }
 
@@ -867,6 +894,17 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   return rc;
 }
 
+// The program sees the default disposition where our dump handler stands in
+// for it (IsOurFatalHandler), and a handler it installs replaces ours. CPython
+// asks through sigaction; signal() hands back our handler, which is restored
+// as it should be.
+SPYGLASS_HOOK int sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
+  SigactionFn real = RealSigaction();
+  if (!real) return errno = ENOSYS, -1;
+  const int rc = real(sig, act, old);
+  if (rc == 0 && old && IsOurFatalHandler(*old)) ShowAsDefault(old);
+  return rc;
+}
 // A limit the program sets (Python's resource.setrlimit too) turns sampled
 // mode's unchecked malloc path off at once (g_fast_below).
 template <typename Fn>
