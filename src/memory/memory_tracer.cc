@@ -105,6 +105,12 @@ class MemoryTracer : public session::Tracer {
       if (p.last_ps != p.peak_ps || p.last != p.peak) emit(dev, std::max(p.last_ps, p.peak_ps), p.last);
     };
     std::map<std::string, Pending> pending;
+    // A full buffer drops the later events, and a running sum of the kept
+    // deltas would stop (or stray) at the drop. Past the last kept event the
+    // track is drawn from the memory timeline instead, which loses nothing:
+    // each of its points holds the live bytes then and the highest value
+    // since the previous point (timeline.h).
+    const uint64_t reduced_after = dropped_ > 0 && !evs.empty() ? evs.back().ticks : (dropped_ > 0 ? start_ticks_ : 0);
     for (const Ev& ev : evs) {
       const std::string& dev = device_of[ev.cls];
       int64_t v = live[dev] += ev.delta;
@@ -119,13 +125,19 @@ class MemoryTracer : public session::Tracer {
       }
     }
     for (const auto& [dev, p] : pending) flush(dev, p);
+    Timeline timeline = CurrentTimeline(/*symbolize=*/false);
+    uint64_t reduced_points = 0;
+    if (dropped_ > 0) reduced_points = AddTimelinePeaks(timeline, to_ps(reduced_after), end_ps, md, emit, &live);
     for (const auto& [dev, on] : active) emit(dev, end_ps, live[dev]);
     AddSiteCounters(host, line);
     line.sort_events();
     host.stats.push_back(host.uint_stat("memory_counter_events_dropped", dropped_));
+    host.stats.push_back(host.uint_stat("memory_counter_reduced_points", reduced_points));
     if (dropped_ > 0) {
-      std::string w = "spyglass: " + std::to_string(dropped_) +
-                      " memory counter samples were dropped (bound reached); the live-bytes track is incomplete";
+      std::string w = "spyglass: the memory counter's buffer filled at " + std::to_string(to_ps(reduced_after) / 1000000000) +
+                      " ms (" + std::to_string(dropped_) + " samples past it); from there the live-bytes track is " +
+                      std::to_string(reduced_points) + " points of the memory timeline, each the peak and the last value of its interval (" +
+                      std::to_string(timeline.interval_ns / 1000000) + " ms apart)";
       space->warnings.push_back(w);
       std::fprintf(stderr, "%s\n", w.c_str());
     }
@@ -137,6 +149,34 @@ class MemoryTracer : public session::Tracer {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+
+  // The track past the last kept event (from_ps), from the timeline's points
+  // within the session: per point, its interval's peak midway, then its live
+  // value. `live` ends at the last point's values. Returns the points used.
+  template <typename Emit>
+  uint64_t AddTimelinePeaks(const Timeline& t, int64_t from_ps, int64_t end_ps,
+                            const std::map<std::string, uint32_t>& devices, Emit& emit,
+                            std::map<std::string, int64_t>* live) const {
+    uint64_t used = 0;
+    int64_t prev_ps = from_ps;
+    for (const TimelinePoint& p : t.points) {
+      // Points are in CLOCK_MONOTONIC: within the session by that clock (the
+      // last one was taken at Stop), placed on the track's clock.
+      const int64_t ns = t.start_monotonic_ns + p.t_ns - start_mono_ns_;
+      const int64_t ps = ns * 1000;
+      if (ps <= from_ps || ns > stop_mono_ns_ - start_mono_ns_) continue;
+      const int64_t at = std::min(ps, end_ps);
+      for (size_t d = 0; d < t.devices.size() && d < p.live.size() && d < p.max.size(); ++d) {
+        if (!devices.count(t.devices[d])) continue;
+        if (p.max[d] > p.live[d]) emit(t.devices[d], prev_ps + (at - prev_ps) / 2, p.max[d]);
+        emit(t.devices[d], at, p.live[d]);
+        (*live)[t.devices[d]] = p.live[d];
+      }
+      prev_ps = at;
+      ++used;
+    }
+    return used;
   }
 
   // The top call sites over time (memory/timeline.h) within the session, one

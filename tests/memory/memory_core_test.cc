@@ -285,6 +285,46 @@ TEST(MemoryProfile, CounterTrackInTrace) {
   FreeAll(12, 100);
 }
 
+// When the counter's buffer fills, the track keeps the run's peak and its
+// last value (drawn from the memory timeline past the fill) and says so.
+TEST(MemoryProfile, CounterTrackKeepsPeakAndEndPastItsBuffer) {
+  std::string dir = MakeTempDir();
+  prof::TraceOptions options;
+  options.profiler_options.buffer_bytes_total = 1;  // the smallest counter buffer: 1024 samples
+  ASSERT_TRUE(prof::start_trace(dir, options).ok());
+  constexpr int kBlocks = 3000;  // the peak comes long after the buffer is full
+  for (int i = 0; i < kBlocks; ++i) mem::record_allocation(P(13, i), 1 << 20, "gpu:6");
+  for (int i = 10; i < kBlocks; ++i) mem::record_free(P(13, i));
+  ASSERT_TRUE(prof::stop_trace().ok());
+  auto space = spyglass::testing::ReadXSpace(prof::last_trace_files().xplane_path);
+  const auto* host = spyglass::testing::FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  int64_t md = -1;
+  for (const auto& [id, m] : host->event_metadata())
+    if (m.name() == "memory gpu:6") md = id;
+  ASSERT_GE(md, 0);
+  int64_t peak = -1, last = -1, last_ps = -1;
+  for (const auto& l : host->lines()) {
+    if (l.name() != "_counters_") continue;
+    for (const auto& e : l.events()) {
+      if (e.metadata_id() != md) continue;
+      for (const auto& st : e.stats()) {
+        int64_t v = st.has_int64_value() ? st.int64_value() : static_cast<int64_t>(st.uint64_value());
+        peak = std::max(peak, v);
+        if (e.offset_ps() >= last_ps) last_ps = e.offset_ps(), last = v;
+      }
+    }
+  }
+  EXPECT_EQ(peak, int64_t{kBlocks} << 20);
+  EXPECT_EQ(last, int64_t{10} << 20);
+  bool said = false;
+  for (const auto& st : host->stats())
+    if (host->stat_metadata().at(st.metadata_id()).name() == "memory_counter_reduced_points")
+      said = st.uint64_value() > 0;
+  EXPECT_TRUE(said) << "the plane must say the track was reduced";
+  FreeAll(13, 10);
+}
+
 TEST(MemoryProfile, SnapshotOfAMillionLiveAllocations) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "timing only in plain builds";
@@ -360,6 +400,38 @@ TEST(Pprof, ReportsNameTheCallSites) {
   EXPECT_NE(diff.find("+80"), std::string::npos) << diff;
   EXPECT_LT(cache, diff.find("Session::Open")) << diff;  // largest growth first
   EXPECT_EQ(diff.find("LoadConfig"), std::string::npos) << diff;  // unchanged sites are not growth
+}
+
+// The call site skips programs' allocation wrappers, names the innermost
+// Python frame of a Python program, and shows N frames or the whole stack.
+TEST(Pprof, CallSitesSkipWrappersAndNamePythonFrames) {
+  auto sample = [](std::vector<mem::PprofFrame> frames) {
+    mem::PprofSample s;
+    s.frames = std::move(frames);
+    return s;
+  };
+  // cc1plus: malloc <- xmalloc <- the compiler's own function.
+  auto gcc = sample({{"malloc", "", 0}, {"xmalloc", "", 0}, {"ggc_internal_alloc", "", 0}, {"main", "", 0}});
+  EXPECT_EQ(mem::CallSite(gcc), "ggc_internal_alloc");
+  auto sqlite = sample({{"malloc", "", 0}, {"sqlite3MemMalloc", "", 0}, {"sqlite3Malloc", "", 0},
+                        {"sqlite3DbMallocRawNN", "", 0}, {"sqlite3VdbeExec", "vdbe.c", 12}, {"main", "", 0}});
+  EXPECT_EQ(mem::CallSite(sqlite), "sqlite3VdbeExec  vdbe.c:12");
+  auto glib = sample({{"malloc", "", 0}, {"g_malloc0", "", 0}, {"g_hash_table_new_full", "", 0}});
+  EXPECT_EQ(mem::CallSite(glib), "g_hash_table_new_full");
+  // json.tool: CPython's internals, then the script's frames.
+  auto py = sample({{"malloc", "", 0}, {"PyUnicode_New", "", 0}, {"scanstring_unicode", "", 0},
+                    {"raw_decode", "/usr/lib/python3.11/json/decoder.py", 353},
+                    {"main", "/usr/lib/python3.11/json/tool.py", 67}, {"_run_module_as_main", "<frozen runpy>", 198}});
+  EXPECT_EQ(mem::CallSite(py), "raw_decode  decoder.py:353");
+  EXPECT_EQ(mem::CallSite(py, {.frames = 2}), "raw_decode  decoder.py:353 <- main  tool.py:67");
+  EXPECT_EQ(mem::CallSite(py, {.frames = 1, .native = true}), "PyUnicode_New");
+  EXPECT_EQ(mem::CallSite(py, {.frames = 0}),
+            "malloc <- PyUnicode_New <- scanstring_unicode <- raw_decode  decoder.py:353 <- main  tool.py:67 <- "
+            "_run_module_as_main  <frozen runpy>:198");
+  // A stack of plumbing only keeps its innermost frame.
+  EXPECT_EQ(mem::CallSite(sample({{"malloc", "", 0}, {"xmalloc", "", 0}})), "malloc");
+  // A user function whose name merely holds "alloc" as a word part is kept.
+  EXPECT_EQ(mem::CallSite(sample({{"malloc", "", 0}, {"AllocationTable::Grow", "t.cc", 3}})), "AllocationTable::Grow  t.cc:3");
 }
 
 // Explicit (symbolic) stacks, as the Python binding records them: each frame
