@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -420,6 +421,39 @@ bool IsPlumbing(std::string_view fn) {
   return false;
 }
 
+// The unqualified name of a C or C++ function: "ns::Class::f(int) const" -> "f".
+std::string_view BareName(std::string_view fn) {
+  fn = fn.substr(0, kMaxScan);
+  if (size_t paren = fn.find('('); paren != std::string_view::npos) fn = fn.substr(0, paren);
+  if (size_t colon = fn.rfind("::"); colon != std::string_view::npos) fn = fn.substr(colon + 2);
+  if (size_t sp = fn.rfind(' '); sp != std::string_view::npos) fn = fn.substr(sp + 1);
+  return fn;
+}
+
+bool ContainsNoCase(std::string_view s, std::string_view part) {
+  return std::search(s.begin(), s.end(), part.begin(), part.end(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+         }) != s.end();
+}
+
+// A program's own allocation wrapper (GNU's xmalloc, glib's g_malloc0,
+// sqlite3Malloc, CPython's PyMem_Malloc): its callers are the call site.
+bool IsAllocatorWrapper(std::string_view fn) {
+  std::string_view bare = BareName(fn);
+  for (std::string_view part : {"malloc", "calloc", "realloc", "memalign", "strdup", "strndup", "memdup"})
+    if (ContainsNoCase(bare, part)) return true;
+  for (std::string_view exact : {"xzalloc", "xnmalloc", "xcharalloc", "ximalloc", "xizalloc", "g_new", "g_new0",
+                                 "PyMem_Malloc", "PyObject_Malloc", "_PyObject_New", "_PyObject_GC_New"})
+    if (bare == exact) return true;
+  return false;
+}
+
+// A Python frame, as the heap hook writes one: a function in a .py file.
+bool IsPythonFrame(const PprofFrame& f) {
+  std::string_view file = f.file.substr(f.file.size() > 3 ? f.file.size() - 3 : 0);
+  return file == ".py";
+}
+
 std::string_view Basename(std::string_view p) {
   if (p.size() > kMaxScan) p = p.substr(p.size() - kMaxScan);
   size_t s = p.rfind('/');
@@ -476,11 +510,11 @@ void Add(Totals* t, const PprofProfile& p, const PprofSample& s, Checks* c) {
   t->count = SatAdd(t->count, Value(s, p.count_index), c);
 }
 
-std::map<std::string, Totals> BySite(const PprofProfile& p, Totals* total, Checks* c) {
+std::map<std::string, Totals> BySite(const PprofProfile& p, Totals* total, Checks* c, const SiteOptions& o) {
   std::map<std::string, Totals> out;
   for (const PprofSample& s : p.samples) {
     if (Value(s, p.bytes_index) < 0 || Value(s, p.count_index) < 0) ++c->negative;
-    Add(&out[CallSite(s)], p, s, c);
+    Add(&out[CallSite(s, o)], p, s, c);
     Add(total, p, s, c);
   }
   return out;
@@ -521,17 +555,32 @@ std::string HumanBytes(int64_t bytes) {
   return Line("%s%.1f %s", sign, v, units[u]);
 }
 
-std::string CallSite(const PprofSample& s) {
+std::string CallSite(const PprofSample& s, const SiteOptions& o) {
   if (s.frames.empty()) return "<no stack>";
-  for (const PprofFrame& f : s.frames)
-    if (!IsPlumbing(f.function)) return FrameText(f);
-  return FrameText(s.frames.front());
+  size_t first = 0;
+  if (o.frames == 0) {
+    first = 0;  // the whole stack, plumbing included
+  } else {
+    size_t native = s.frames.size(), python = s.frames.size();
+    for (size_t i = 0; i < s.frames.size() && native == s.frames.size(); ++i)
+      if (!IsPlumbing(s.frames[i].function) && !IsAllocatorWrapper(s.frames[i].function)) native = i;
+    for (size_t i = 0; i < s.frames.size() && python == s.frames.size(); ++i)
+      if (IsPythonFrame(s.frames[i])) python = i;
+    first = !o.native && python < s.frames.size() ? python : native < s.frames.size() ? native : 0;
+  }
+  const size_t end = o.frames == 0 ? s.frames.size() : std::min(s.frames.size(), first + static_cast<size_t>(o.frames));
+  std::string out;
+  for (size_t i = first; i < end; ++i) {
+    if (i > first) out += " <- ";
+    out += FrameText(s.frames[i]);
+  }
+  return out;
 }
 
-std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top) {
+std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top, const SiteOptions& o) {
   Totals total;
   Checks checks;
-  std::map<std::string, Totals> sites = BySite(p, &total, &checks);
+  std::map<std::string, Totals> sites = BySite(p, &total, &checks, o);
   std::map<std::string, Totals> devices;
   for (const PprofSample& s : p.samples) {
     auto get = [&](std::string_view k) {
@@ -559,10 +608,10 @@ std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t 
 }
 
 std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, const std::string& base_name,
-                          const std::string& cur_name, size_t top) {
+                          const std::string& cur_name, size_t top, const SiteOptions& o) {
   Totals tb, tc;
   Checks cb, cc, checks;
-  std::map<std::string, Totals> b = BySite(base, &tb, &cb), c = BySite(cur, &tc, &cc);
+  std::map<std::string, Totals> b = BySite(base, &tb, &cb, o), c = BySite(cur, &tc, &cc, o);
   struct Row {
     std::string site;
     Totals before, after;

@@ -85,13 +85,20 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out, const PprofReadOpti
 Status ReadPprofFile(const std::string& path, PprofProfile* out, const PprofReadOptions& options = {});
 
 // ---- reports ----------------------------------------------------------------
-// Where a sample's memory was allocated from: the first frame that is not
-// allocator plumbing (malloc, operator new, std:: containers, our API).
-std::string CallSite(const PprofSample& s);
+// Where a sample's memory was allocated from. By default the innermost Python
+// frame (function, file:line) where the stack has one, else the first frame
+// that is neither allocator plumbing (malloc, operator new, std:: containers,
+// our API) nor a program's allocation wrapper (xmalloc, g_malloc0,
+// sqlite3Malloc, PyMem_Malloc).
+struct SiteOptions {
+  int frames = 1;       // frames shown from the call site on ("f <- g <- ..."); 0: the whole stack
+  bool native = false;  // start at the first native frame past the plumbing, even in a Python program
+};
+std::string CallSite(const PprofSample& s, const SiteOptions& options = {});
 
-std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top);
+std::string MemTopReport(const PprofProfile& p, const std::string& name, size_t top, const SiteOptions& options = {});
 std::string MemDiffReport(const PprofProfile& base, const PprofProfile& cur, const std::string& base_name,
-                          const std::string& cur_name, size_t top);
+                          const std::string& cur_name, size_t top, const SiteOptions& options = {});
 
 // Reports sum with saturation: totals past the int64 range print as the
 // limit, under a warning line; negative values are counted under a warning.

@@ -81,6 +81,18 @@ void AddMemoryCommands(CLI::App& app) {
         ->check(CLI::Range(size_t{1}, kMaxProfileMbCeiling));
   };
   max_mb_option(top);
+  static memory::SiteOptions sites;
+  auto site_options = [](CLI::App* cmd) {
+    cmd->add_option("--frames", sites.frames,
+                    "frames shown per call site, from the call site outwards (0: the whole stack, allocator "
+                    "frames included)")
+        ->check(CLI::Range(0, 1000))
+        ->default_val(1);
+    cmd->add_flag("--native", sites.native,
+                  "a Python program's call site is its first native frame past the allocator, not its innermost "
+                  "Python frame");
+  };
+  site_options(top);
   static bool over_time = false;
   static size_t chart_width = 60;
   top->add_flag("--over-time", over_time,
@@ -100,7 +112,7 @@ void AddMemoryCommands(CLI::App& app) {
       std::cerr << "spyglass memtop: " << s.message() << "\n";
       std::exit(1);
     }
-    std::cout << memory::MemTopReport(p, top_file, top_n);
+    std::cout << memory::MemTopReport(p, top_file, top_n, sites);
   });
 
   auto* diff = app.add_subcommand("memdiff", "What grew between two memory profiles, by call site (bytes and count)");
@@ -110,6 +122,7 @@ void AddMemoryCommands(CLI::App& app) {
   diff->add_option("late", cur_file, "the later profile")->required();
   diff->add_option("-n,--top", diff_n, "how many call sites to print")->default_val(20);
   max_mb_option(diff);
+  site_options(diff);
   diff->callback([] {
     memory::PprofProfile a, b;
     memory::PprofReadOptions opts;
@@ -120,7 +133,7 @@ void AddMemoryCommands(CLI::App& app) {
         std::exit(1);
       }
     }
-    std::cout << memory::MemDiffReport(a, b, base_file, cur_file, diff_n);
+    std::cout << memory::MemDiffReport(a, b, base_file, cur_file, diff_n, sites);
   });
 
 }
