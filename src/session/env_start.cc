@@ -110,6 +110,8 @@ Started StartFromSettings(const StartSettings& s) {
   StartedState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   st.pid = getpid();
+  // The trace JSON is written once (<host>.trace.json.gz, which Perfetto's UI
+  // opens as it is); perfetto_trace.json.gz only where a program asks for it.
   if (s.flight_recorder_seconds > 0) {
     // The flight recorder is a trace in ring-buffer mode: dumps (and the exit)
     // write its last window under the trace dir, by default a temporary one.
@@ -119,7 +121,6 @@ Started StartFromSettings(const StartSettings& s) {
       dir = (std::filesystem::temp_directory_path(ec) / "spyglass-flight-recorder").string();
     }
     profiler::TraceOptions t;
-    t.create_perfetto_trace = true;
     t.profiler_options = s.options;
     t.profiler_options.ring_buffer_seconds = static_cast<uint64_t>(s.flight_recorder_seconds);
     if (Status r = profiler::start_trace(dir, t); r.ok()) {
@@ -131,7 +132,6 @@ Started StartFromSettings(const StartSettings& s) {
     }
   } else if (!s.trace_dir.empty()) {
     profiler::TraceOptions t;
-    t.create_perfetto_trace = true;
     t.profiler_options = s.options;
     if (Status r = profiler::start_trace(s.trace_dir, t); r.ok())
       st.started.trace = true;

@@ -35,7 +35,10 @@ def env_with(**kv):
 
 def trace_json_events(log_dir):
   files = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.trace.json.gz"))
-  files = [f for f in files if not os.path.basename(f).startswith("perfetto")]
+  # The trace JSON is written once: no perfetto_trace.json.gz copy beside it.
+  copies = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "perfetto_trace.json.gz"))
+  if copies:
+    fail(f"the trace JSON was written twice: {copies}")
   if len(files) != 1:
     fail(f"expected one trace.json.gz under {log_dir}, found {files}")
   with gzip.open(files[0], "rt") as f:
