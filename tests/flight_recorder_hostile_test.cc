@@ -1,0 +1,132 @@
+// The flight recorder inside programs that do what programs do: exit after a
+// dump, install their own crash handler, run from a shared temporary
+// directory, close every descriptor and reuse the numbers (daemons). The
+// program's exit status, output, handlers and files stay its own.
+// The programs are flight_recorder_hostile_child (libspyglass, started from
+// the environment or the API) and forks of this test.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "spyglass/profiler.h"
+#include "test_util.h"
+
+namespace prof = spyglass::profiler;
+namespace fs = std::filesystem;
+using spyglass::testing::Events;
+using spyglass::testing::FindPlane;
+using spyglass::testing::MakeTempDir;
+using spyglass::testing::ReadXSpace;
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs under log_dir/plugins/profile (directories).
+std::vector<std::string> Runs(const std::string& log_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(log_dir + "/plugins/profile", ec))
+    if (e.is_directory()) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Everything in log_dir/plugins/profile that is not a directory (a crash
+// file left behind).
+std::vector<std::string> Leftovers(const std::string& log_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(log_dir + "/plugins/profile", ec))
+    if (!e.is_directory()) out.push_back(e.path().filename().string());
+  return out;
+}
+
+std::string XPlaneIn(const std::string& run) {
+  for (const auto& e : fs::directory_iterator(run))
+    if (e.path().string().ends_with(".xplane.pb")) return e.path().string();
+  return {};
+}
+
+bool HasEvent(const std::string& run, const std::string& name) {
+  std::string x = XPlaneIn(run);
+  if (x.empty()) return false;
+  auto space = ReadXSpace(x);
+  const auto* host = FindPlane(space, "/host:CPU");
+  if (host == nullptr) return false;
+  for (const auto& e : Events(*host))
+    if (e.name == name) return true;
+  return false;
+}
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+};
+
+// Runs the child with `args` and the environment `env` added (SPYGLASS_*
+// cleared first); stdout and stderr go to files (stdout fully buffered).
+Result RunChild(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  std::string dir = MakeTempDir();
+  std::string out = dir + "/stdout", err = dir + "/stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const char* v : {"SPYGLASS_TRACE_DIR", "SPYGLASS_SERVER_PORT", "SPYGLASS_FLIGHT_RECORDER", "SPYGLASS_OPTIONS"})
+      unsetenv(v);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(120);
+    std::vector<char*> argv{const_cast<char*>(SPYGLASS_HOSTILE_CHILD)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(121);
+  }
+  Result r;
+  waitpid(pid, &r.status, 0);
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  return r;
+}
+
+std::string Describe(const Result& r) {
+  std::string s = WIFEXITED(r.status)   ? "exit " + std::to_string(WEXITSTATUS(r.status))
+                  : WIFSIGNALED(r.status) ? "signal " + std::to_string(WTERMSIG(r.status))
+                                          : "status " + std::to_string(r.status);
+  return s + "\n--- stdout:\n" + r.out + "--- stderr:\n" + r.err;
+}
+
+// A program started with the flight recorder that dumped once (by its
+// signal) exits as it would have: status 0, its unflushed output written,
+// and the last window written at exit (the exit-time stop touched no
+// destroyed static).
+TEST(FlightRecorderHostile, ExitAfterADumpKeepsStatusOutputAndLastWindow) {
+  std::string dir = MakeTempDir();
+  Result r = RunChild({"exit_after_dump", dir}, {{"SPYGLASS_FLIGHT_RECORDER", "30"},
+                                                 {"SPYGLASS_TRACE_DIR", dir},
+                                                 {"SPYGLASS_OPTIONS", "spyglass_dump_signal=SIGUSR1"}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << Describe(r);
+  EXPECT_EQ(r.out, "unflushed line from the program\n") << Describe(r);
+  auto runs = Runs(dir);
+  ASSERT_EQ(runs.size(), 2u) << Describe(r);  // the dump, then the last window at exit
+  EXPECT_FALSE(HasEvent(runs[0], "after_dump"));
+  EXPECT_TRUE(HasEvent(runs[1], "after_dump")) << runs[1];
+  EXPECT_NE(r.err.find("flight recorder's last window written to"), std::string::npos) << Describe(r);
+  EXPECT_TRUE(Leftovers(dir).empty());
+}
+
+}  // namespace
