@@ -132,7 +132,12 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "exit_after_dump" && argc == 3) return ExitAfterDump(argv[2]);
+  if (mode == "active" && argc == 2) {
+    std::printf("active: %s\n", prof::flight_recorder_active() ? "yes" : "no");
+    Steps(3);
+    return 0;
+  }
   if (mode == "daemon" && argc == 5) return Daemon(argv[2], argv[3], argv[4]);
-  std::fprintf(stderr, "usage: %s exit_after_dump <log_dir> | daemon <log_dir> <log> signal|crash|steal\n", argv[0]);
+  std::fprintf(stderr, "usage: %s active | exit_after_dump <log_dir> | daemon <log_dir> <log> signal|crash|steal\n", argv[0]);
   return 2;
 }

@@ -129,4 +129,62 @@ TEST(FlightRecorderHostile, ExitAfterADumpKeepsStatusOutputAndLastWindow) {
   EXPECT_TRUE(Leftovers(dir).empty());
 }
 
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode;
+}
+
+// Without SPYGLASS_TRACE_DIR the recorder writes under <tmp>/spyglass-<uid>/
+// flight-recorder, both made mode 0700; the shared <tmp> itself holds nothing else.
+TEST(FlightRecorderHostile, DefaultDirIsPrivateToTheUser) {
+  std::string tmp = MakeTempDir();
+  Result r = RunChild({"active"}, {{"SPYGLASS_FLIGHT_RECORDER", "30"}, {"TMPDIR", tmp}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << Describe(r);
+  EXPECT_EQ(r.out, "active: yes\n") << Describe(r);
+  std::string user_dir = tmp + "/spyglass-" + std::to_string(geteuid());
+  std::string dir = user_dir + "/flight-recorder";
+  EXPECT_TRUE(S_ISDIR(ModeOf(user_dir)));
+  EXPECT_EQ(ModeOf(user_dir) & 07777, 0700u);
+  EXPECT_EQ(ModeOf(dir) & 07777, 0700u);
+  EXPECT_EQ(Runs(dir).size(), 1u) << Describe(r);  // the last window, at exit
+  std::vector<std::string> in_tmp;
+  for (const auto& e : fs::directory_iterator(tmp)) in_tmp.push_back(e.path().filename().string());
+  std::sort(in_tmp.begin(), in_tmp.end());
+  EXPECT_EQ(in_tmp, std::vector<std::string>{"spyglass-" + std::to_string(geteuid())});
+  EXPECT_FALSE(fs::exists(tmp + "/spyglass-flight-recorder"));
+}
+
+// A default directory that others may write, or that another user owns (made
+// first by someone else), is refused with its name; nothing is written there
+// and the program runs on, unprofiled.
+TEST(FlightRecorderHostile, DefaultDirOfAnotherUserOrWritableByOthersIsRefused) {
+  std::string tmp = MakeTempDir();
+  std::string user_dir = tmp + "/spyglass-" + std::to_string(geteuid());
+  ASSERT_EQ(mkdir(user_dir.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(user_dir.c_str(), 0777), 0);
+  Result r = RunChild({"active"}, {{"SPYGLASS_FLIGHT_RECORDER", "30"}, {"TMPDIR", tmp}});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << Describe(r);
+  EXPECT_EQ(r.out, "active: no\n") << Describe(r);
+  EXPECT_NE(r.err.find(user_dir + " is writable by other users (mode 0777)"), std::string::npos) << Describe(r);
+  EXPECT_TRUE(fs::is_empty(user_dir));
+
+  // Its own flight-recorder directory writable by others: refused too.
+  ASSERT_EQ(chmod(user_dir.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((user_dir + "/flight-recorder").c_str(), 0700), 0);
+  ASSERT_EQ(chmod((user_dir + "/flight-recorder").c_str(), 0757), 0);
+  r = RunChild({"active"}, {{"SPYGLASS_FLIGHT_RECORDER", "30"}, {"TMPDIR", tmp}});
+  EXPECT_EQ(r.out, "active: no\n") << Describe(r);
+  EXPECT_NE(r.err.find(user_dir + "/flight-recorder is writable by other users"), std::string::npos) << Describe(r);
+  EXPECT_TRUE(fs::is_empty(user_dir + "/flight-recorder"));
+
+  if (geteuid() != 0) GTEST_SKIP() << "another user's directory needs root to make";
+  ASSERT_EQ(chmod((user_dir + "/flight-recorder").c_str(), 0700), 0);
+  ASSERT_EQ(chown(user_dir.c_str(), 65534, 65534), 0);  // nobody's, mode 0700
+  r = RunChild({"active"}, {{"SPYGLASS_FLIGHT_RECORDER", "30"}, {"TMPDIR", tmp}});
+  EXPECT_EQ(r.out, "active: no\n") << Describe(r);
+  EXPECT_NE(r.err.find(user_dir + " belongs to uid 65534, not to this user"), std::string::npos) << Describe(r);
+  EXPECT_TRUE(fs::is_empty(user_dir + "/flight-recorder"));
+}
+
 }  // namespace
