@@ -129,6 +129,38 @@ TEST(FlightRecorderHostile, ExitAfterADumpKeepsStatusOutputAndLastWindow) {
   EXPECT_TRUE(Leftovers(dir).empty());
 }
 
+void ExitWith42(int) { _exit(42); }
+void CountUsr1(int) {}
+
+// stop_trace gives back only the dispositions still the recorder's: a crash
+// handler and a dump-signal handler the program installed while it ran stay.
+TEST(FlightRecorderHostile, StopKeepsTheProgramsOwnHandlers) {
+  std::string dir = MakeTempDir();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    prof::TraceOptions t;
+    t.profiler_options.ring_buffer_seconds = 30;
+    t.profiler_options.ring_buffer_bytes = 8 << 20;
+    t.profiler_options.advanced_configuration.emplace("spyglass_dump_signal", "SIGUSR1");
+    if (!prof::start_trace(dir, t).ok()) _exit(3);
+    signal(SIGSEGV, ExitWith42);
+    signal(SIGUSR1, CountUsr1);
+    if (!prof::stop_trace().ok()) _exit(4);
+    struct sigaction sa {};
+    sigaction(SIGUSR1, nullptr, &sa);
+    if (sa.sa_handler != CountUsr1) _exit(5);
+    sigaction(SIGBUS, nullptr, &sa);  // one the program left alone: back to the default
+    if (sa.sa_handler != SIG_DFL) _exit(6);
+    *static_cast<volatile int*>(nullptr) = 1;
+    _exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 42);
+}
+
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return 0;

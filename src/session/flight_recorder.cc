@@ -62,9 +62,31 @@ Triggers& triggers() {
 
 std::atomic<bool> g_crash_entered{false};
 
-void RestoreFatalHandlers() {
+void OnFatalSignal(int sig, siginfo_t* info, void*);
+void OnDumpSignal(int);
+
+// Gives back the fatal signals' dispositions from before the recorder. At
+// stop (only_ours) a signal whose handler the program replaced meanwhile
+// keeps the program's handler; at a crash every one goes back, so that the
+// re-raised signal ends the process as it would have.
+void RestoreFatalHandlers(bool only_ours) {
   Triggers& t = triggers();
-  for (size_t i = 0; i < std::size(kFatalSignals); ++i) sigaction(kFatalSignals[i], &t.old_fatal[i], nullptr);
+  for (size_t i = 0; i < std::size(kFatalSignals); ++i) {
+    struct sigaction now {};
+    if (only_ours && (sigaction(kFatalSignals[i], nullptr, &now) != 0 || !(now.sa_flags & SA_SIGINFO) ||
+                      now.sa_sigaction != OnFatalSignal))
+      continue;
+    sigaction(kFatalSignals[i], &t.old_fatal[i], nullptr);
+  }
+}
+
+// The dump signal's disposition from before the recorder, unless the
+// program installed its own meanwhile.
+void RestoreDumpSignal() {
+  Triggers& t = triggers();
+  struct sigaction now {};
+  if (sigaction(t.dump_signal, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == OnDumpSignal)
+    sigaction(t.dump_signal, &t.old_dump_action, nullptr);
 }
 
 void OnDumpSignal(int) {
@@ -78,7 +100,7 @@ void OnDumpSignal(int) {
 // handled it before (or the default action), so the process dies as it
 // would have.
 void OnFatalSignal(int sig, siginfo_t* info, void*) {
-  RestoreFatalHandlers();  // a fault in here, or the re-raise, goes to the previous handler
+  RestoreFatalHandlers(/*only_ours=*/false);  // a fault in here, or the re-raise, goes to the previous handler
   if (!g_crash_entered.exchange(true)) {
     Triggers& t = triggers();
     // Stop recording: threads still running add nothing more to the ring.
@@ -217,8 +239,8 @@ void FlightRecorderAfterForkChild() {
   new (&t.mu) std::mutex;
   internal::g_dump_wake_fd.store(-1);
   internal::g_state.slow_step_ticks.store(0);
-  if (t.dump_signal != 0) sigaction(t.dump_signal, &t.old_dump_action, nullptr);
-  if (t.crash_installed) RestoreFatalHandlers();
+  if (t.dump_signal != 0) RestoreDumpSignal();
+  if (t.crash_installed) RestoreFatalHandlers(/*only_ours=*/true);
   for (int fd : {t.wake[0], t.wake[1], t.crash.tmp_fd, t.crash.dir_fd})
     if (fd >= 0) close(fd);
   new (&t.thread) std::thread;  // the parent's thread does not exist here (its object is abandoned)
@@ -233,7 +255,7 @@ void StopFlightRecorderTriggers() {
   std::lock_guard<std::mutex> lock(t.mu);
   internal::g_state.slow_step_ticks.store(0);
   if (t.dump_signal != 0) {
-    sigaction(t.dump_signal, &t.old_dump_action, nullptr);
+    RestoreDumpSignal();
     t.dump_signal = 0;
   }
   if (t.wake[1] >= 0) {
@@ -247,7 +269,7 @@ void StopFlightRecorderTriggers() {
     t.wake[0] = -1;
   }
   if (t.crash_installed) {
-    RestoreFatalHandlers();
+    RestoreFatalHandlers(/*only_ours=*/true);
     t.crash_installed = false;
     CloseCrashTarget(&t.crash);
   }
