@@ -4,6 +4,8 @@
 //   flight_recorder_hostile_child exit_after_dump <log_dir>
 //     started from the environment with the dump signal SIGUSR1: dumps once
 //     by the signal, then prints a line it does not flush and returns 0.
+//   flight_recorder_hostile_child heap_daemon <profile_dir> <log>
+//     the same daemon under the heap hook: a snapshot by SIGUSR2, then SIGSEGV.
 //   flight_recorder_hostile_child daemon <log_dir> <log> signal|crash|steal
 //     starts a recorder (dump signal SIGUSR1) and then acts as a daemon:
 //     closes descriptors 3..1023 and opens its log at 3..20 (every number
@@ -127,6 +129,34 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
   return 5;
 }
 
+// Under the heap hook (LD_PRELOAD, SPYGLASS_HEAP_PROFILE_DIR=dir): the same
+// daemon asks for a heap snapshot (SIGUSR2), waits for it (bounded), and dies
+// of SIGSEGV (the hook's raw dump).
+int HeapDaemon(const std::string& dir, const std::string& log) {
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd != 3) {
+    std::fprintf(stderr, "the log opened at %d\n", fd);
+    return 3;
+  }
+  for (int i = 4; i <= 20; ++i) dup2(fd, i);
+  const char line[] = "daemon started\n";
+  if (write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return 3;
+  raise(SIGUSR2);
+  bool snapshot = false;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!snapshot && std::chrono::steady_clock::now() < end) {
+    free(malloc(100));  // the hook starts its snapshot thread at an allocation
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) snapshot |= e.path().string().ends_with(".1.prof");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("heap snapshot: %s\n", snapshot ? "yes" : "no");
+  std::fflush(stdout);
+  *static_cast<volatile int*>(nullptr) = 1;
+  return 5;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,7 +167,8 @@ int main(int argc, char** argv) {
     Steps(3);
     return 0;
   }
+  if (mode == "heap_daemon" && argc == 4) return HeapDaemon(argv[2], argv[3]);
   if (mode == "daemon" && argc == 5) return Daemon(argv[2], argv[3], argv[4]);
-  std::fprintf(stderr, "usage: %s active | exit_after_dump <log_dir> | daemon <log_dir> <log> signal|crash|steal\n", argv[0]);
+  std::fprintf(stderr, "usage: %s active | exit_after_dump <log_dir> | heap_daemon <dir> <log> | daemon <log_dir> <log> signal|crash|steal\n", argv[0]);
   return 2;
 }

@@ -90,6 +90,12 @@ Result RunChild(const std::vector<std::string>& args, const std::map<std::string
       unsetenv(v);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     if (!freopen(out.c_str(), "w", stdout) || !freopen(err.c_str(), "w", stderr)) _exit(120);
+    // Room above 1023 for the profiler's descriptors where the hard limit allows.
+    struct rlimit lim {};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 4096 && lim.rlim_max > lim.rlim_cur) {
+      lim.rlim_cur = lim.rlim_max < 4096 ? lim.rlim_max : 4096;
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
     std::vector<char*> argv{const_cast<char*>(SPYGLASS_HOSTILE_CHILD)};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -218,5 +224,141 @@ TEST(FlightRecorderHostile, DefaultDirOfAnotherUserOrWritableByOthersIsRefused) 
   EXPECT_NE(r.err.find(user_dir + " belongs to uid 65534, not to this user"), std::string::npos) << Describe(r);
   EXPECT_TRUE(fs::is_empty(user_dir + "/flight-recorder"));
 }
+
+// Whether the daemon child may keep the recorder's descriptors above 1023
+// (it raises its soft limit up to 4096 when the hard limit allows).
+bool HighDescriptorsPossible() {
+  struct rlimit r {};
+  return getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_max > 1024 + 64;
+}
+
+// A daemon closes descriptors 3..1023 after the recorder started and opens
+// its log at 3..20: the dump signal writes nothing into the log, and the
+// recorder, whose descriptors sit above 1023, still dumps.
+TEST(FlightRecorderHostile, DaemonLogUnchangedByTheDumpSignal) {
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r = RunChild({"daemon", dir, log, "signal"}, {});
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << Describe(r);
+  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  if (HighDescriptorsPossible()) {
+    EXPECT_EQ(r.out, "dumped by the signal: yes\n") << Describe(r);
+    EXPECT_EQ(Runs(dir).size(), 2u) << Describe(r);  // the dump, then stop_trace's
+  }
+  EXPECT_TRUE(Leftovers(dir).empty());
+}
+
+// The same daemon crashes: the crash dump goes to its run, not into the log.
+TEST(FlightRecorderHostile, DaemonLogUnchangedByACrash) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r = RunChild({"daemon", dir, log, "crash"}, {});
+  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
+  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  if (HighDescriptorsPossible()) {
+    std::string crash_run;
+    for (const auto& run : Runs(dir))
+      if (run.find("_crash_") != std::string::npos) crash_run = run;
+    ASSERT_FALSE(crash_run.empty()) << Describe(r);
+    EXPECT_TRUE(HasEvent(crash_run, "open_at_crash"));
+  }
+  EXPECT_TRUE(Leftovers(dir).empty());
+}
+
+// A daemon that puts its log on every descriptor it has, the recorder's
+// included: nothing is written into the log or read from it; the dump
+// request is dropped and the crash dump not written, each said on stderr;
+// no file or empty run is left behind.
+TEST(FlightRecorderHostile, DaemonThatTakesEveryDescriptorKeepsItsLog) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r = RunChild({"daemon", dir, log, "steal"}, {});
+  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
+  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  EXPECT_EQ(r.out, "dumped by the signal: no\n") << Describe(r);
+  EXPECT_NE(r.err.find("the flight recorder's crash dump is not written: the program closed or reused the "
+                       "descriptor of the profile directory"),
+            std::string::npos)
+      << Describe(r);
+  EXPECT_TRUE(Runs(dir).empty()) << Describe(r);
+  EXPECT_TRUE(Leftovers(dir).empty());
+}
+
+// Whatever ends the process (_exit, SIGKILL), no crash file is left beside
+// the runs.
+TEST(FlightRecorderHostile, NoCrashFileLeftByExitOrKill) {
+  for (int how = 0; how < 2; ++how) {
+    std::string dir = MakeTempDir();
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      prof::TraceOptions t;
+      t.profiler_options.ring_buffer_seconds = 30;
+      t.profiler_options.ring_buffer_bytes = 8 << 20;
+      if (!prof::start_trace(dir, t).ok()) _exit(3);
+      { prof::TraceAnnotation a("work"); }
+      if (how == 0) _exit(0);
+      raise(SIGKILL);
+      _exit(4);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(how == 0 ? WIFEXITED(status) && WEXITSTATUS(status) == 0 : WIFSIGNALED(status)) << status;
+    EXPECT_TRUE(Leftovers(dir).empty()) << (how == 0 ? "_exit: " : "SIGKILL: ") << Leftovers(dir)[0];
+    EXPECT_TRUE(Runs(dir).empty());
+  }
+}
+
+// Dumps that fail (files limited to 64 bytes) leave no empty run directory,
+// and a crash dump that fails leaves no run and no temporary file.
+TEST(FlightRecorderHostile, FailedDumpsLeaveNothingBehind) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
+  std::string dir = MakeTempDir();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    prof::TraceOptions t;
+    t.profiler_options.ring_buffer_seconds = 30;
+    t.profiler_options.ring_buffer_bytes = 8 << 20;
+    if (!prof::start_trace(dir, t).ok()) _exit(3);
+    for (int i = 0; i < 100; ++i) prof::TraceAnnotation a("work", {{"i", i}});
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small {64, 64};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(4);
+    for (int i = 0; i < 5; ++i)
+      if (prof::dump_flight_recorder().ok()) _exit(5);
+    if (!Runs(dir).empty()) _exit(6);
+    *static_cast<volatile int*>(nullptr) = 1;
+    _exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
+      << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : std::to_string(status));
+  EXPECT_TRUE(Runs(dir).empty()) << Runs(dir)[0];
+  EXPECT_TRUE(Leftovers(dir).empty()) << Leftovers(dir)[0];
+}
+
+#ifdef SPYGLASS_HEAP_LIB
+// Under the heap hook, the same daemon: its SIGUSR2 snapshot and its crash
+// dump are written, and nothing goes into its log.
+TEST(FlightRecorderHostile, DaemonLogUnchangedUnderTheHeapHook) {
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r = RunChild({"heap_daemon", dir, log}, {{"LD_PRELOAD", SPYGLASS_HEAP_LIB}, {"SPYGLASS_HEAP_PROFILE_DIR", dir}});
+  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
+  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  if (HighDescriptorsPossible()) {
+    EXPECT_EQ(r.out, "heap snapshot: yes\n") << Describe(r);
+    bool raw = false;
+    for (const auto& e : fs::directory_iterator(dir)) raw |= e.path().string().ends_with(".signal.raw");
+    EXPECT_TRUE(raw) << Describe(r);
+  }
+}
+#endif
 
 }  // namespace
