@@ -13,15 +13,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#pragma GCC visibility push(hidden)
 namespace spyglass::kept_fd {
 
+// Plain data (no symbols): usable as a field of an exported class.
 struct KeptFd {
   int fd = -1;
   dev_t dev = 0;
   ino_t ino = 0;
   mode_t type = 0;  // S_IFMT bits
 };
+
+}  // namespace spyglass::kept_fd
+
+#pragma GCC visibility push(hidden)
+namespace spyglass::kept_fd {
 
 // The lowest number a kept descriptor takes: 1024 when the limit allows (a
 // daemon's classic "close 3..1023" loop leaves it), else near the limit.
