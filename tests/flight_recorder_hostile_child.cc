@@ -6,11 +6,11 @@
 //     by the signal, then prints a line it does not flush and returns 0.
 //   flight_recorder_hostile_child heap_daemon <profile_dir> <log>
 //     the same daemon under the heap hook: a snapshot by SIGUSR2, then SIGSEGV.
-//   flight_recorder_hostile_child daemon <log_dir> <log> signal|crash|steal
+//   flight_recorder_hostile_child daemon <log_dir> <log> signal|crash|steal|steal_file
 //     starts a recorder (dump signal SIGUSR1) and then acts as a daemon:
 //     closes descriptors 3..1023 and opens its log at 3..20 (every number
 //     there names it); "steal" also dup2()s the log onto every other
-//     descriptor it has. Writes one line to its log, then gets SIGUSR1
+//     descriptor it has, "steal_file" onto the recorder's crash file only. Writes one line to its log, then gets SIGUSR1
 //     (waiting for a run, bounded) and, for crash and steal, dies of SIGSEGV.
 #include <dirent.h>
 #include <fcntl.h>
@@ -113,6 +113,16 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
     }
     for (int n : others) dup2(fd, n);  // the directory's own descriptor is closed by now: harmless
   }
+  if (how == "steal_file") {  // only the recorder's crash file (unnamed, or .spyglass_crash_<pid>.tmp)
+    for (int n = 21; n < 65536; ++n) {
+      char link[64], target[4096];
+      std::snprintf(link, sizeof link, "/proc/self/fd/%d", n);
+      ssize_t len = readlink(link, target, sizeof target - 1);
+      if (len <= 0) continue;
+      target[len] = '\0';
+      if (std::strstr(target, "(deleted)") || std::strstr(target, ".spyglass_crash_")) dup2(fd, n);
+    }
+  }
   const char line[] = "daemon started\n";
   if (write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return 3;
   Steps(5);
@@ -169,6 +179,9 @@ int main(int argc, char** argv) {
   }
   if (mode == "heap_daemon" && argc == 4) return HeapDaemon(argv[2], argv[3]);
   if (mode == "daemon" && argc == 5) return Daemon(argv[2], argv[3], argv[4]);
-  std::fprintf(stderr, "usage: %s active | exit_after_dump <log_dir> | heap_daemon <dir> <log> | daemon <log_dir> <log> signal|crash|steal\n", argv[0]);
+  std::fprintf(stderr,
+               "usage: %s active | exit_after_dump <log_dir> | heap_daemon <dir> <log> |"
+               " daemon <log_dir> <log> signal|crash|steal|steal_file\n",
+               argv[0]);
   return 2;
 }

@@ -141,6 +141,9 @@ void CountUsr1(int) {}
 // stop_trace gives back only the dispositions still the recorder's: a crash
 // handler and a dump-signal handler the program installed while it ran stay.
 TEST(FlightRecorderHostile, StopKeepsTheProgramsOwnHandlers) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
   std::string dir = MakeTempDir();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -287,6 +290,25 @@ TEST(FlightRecorderHostile, DaemonThatTakesEveryDescriptorKeepsItsLog) {
   EXPECT_TRUE(Leftovers(dir).empty());
 }
 
+// A daemon that took only the crash file's descriptor: the crash dump is
+// written into a new file through the directory, and the log is unchanged.
+TEST(FlightRecorderHostile, CrashFileTakenOverIsWrittenAnew) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+#endif
+  if (!HighDescriptorsPossible()) GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is at most 1088";
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r = RunChild({"daemon", dir, log, "steal_file"}, {});
+  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
+  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  std::string crash_run;
+  for (const auto& run : Runs(dir))
+    if (run.find("_crash_") != std::string::npos) crash_run = run;
+  ASSERT_FALSE(crash_run.empty()) << Describe(r);
+  EXPECT_TRUE(HasEvent(crash_run, "open_at_crash"));
+  EXPECT_TRUE(Leftovers(dir).empty());
+}
+
 // Whatever ends the process (_exit, SIGKILL), no crash file is left beside
 // the runs.
 TEST(FlightRecorderHostile, NoCrashFileLeftByExitOrKill) {
@@ -349,7 +371,8 @@ TEST(FlightRecorderHostile, FailedDumpsLeaveNothingBehind) {
 // dump are written, and nothing goes into its log.
 TEST(FlightRecorderHostile, DaemonLogUnchangedUnderTheHeapHook) {
   std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r = RunChild({"heap_daemon", dir, log}, {{"LD_PRELOAD", SPYGLASS_HEAP_LIB}, {"SPYGLASS_HEAP_PROFILE_DIR", dir}});
+  Result r =
+      RunChild({"heap_daemon", dir, log}, {{"LD_PRELOAD", SPYGLASS_HEAP_LIB}, {"SPYGLASS_HEAP_PROFILE_DIR", dir}});
   ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
   EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
   if (HighDescriptorsPossible()) {

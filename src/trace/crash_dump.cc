@@ -396,7 +396,8 @@ bool WriteCrashRun(const CrashTarget& t, int sig, const char** why) {
   bool written = file_ours ? write_space(t.file.fd) : write_named();
   if (!written) {
     if (file_ours && t.file_named) unlinkat(t.dir.fd, t.tmp_name, 0);
-    *why = file_ours ? "writing the crash file failed" : "the crash file's descriptor was taken by the program, and a new one could not be written";
+    *why = file_ours ? "writing the crash file failed"
+                     : "the program took the crash file's descriptor, and a new crash file could not be written";
     return false;
   }
 
