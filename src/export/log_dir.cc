@@ -55,9 +55,17 @@ Status MakeRunDir(const std::string& log_dir, const std::string& session_id, Run
   struct stat st;
   if (::fstat(profile.fd(), &st) != 0)
     return InternalError("cannot inspect " + profile.path() + ": " + std::strerror(errno));
-  static std::mutex mu;
-  static std::string last_base;
-  static std::map<std::pair<dev_t, ino_t>, uint64_t> next_suffix;
+  // Never destroyed: the flight recorder's last window is written from an
+  // atexit handler, which may run after this function's statics are gone.
+  struct Naming {
+    std::mutex mu;
+    std::string last_base;
+    std::map<std::pair<dev_t, ino_t>, uint64_t> next_suffix;
+  };
+  static Naming* naming = new Naming;
+  std::mutex& mu = naming->mu;
+  std::string& last_base = naming->last_base;
+  auto& next_suffix = naming->next_suffix;
   std::lock_guard<std::mutex> lock(mu);
   std::string base = TimestampRunName();
   if (base != last_base || next_suffix.size() >= kRememberedDirs) {

@@ -110,7 +110,7 @@ CgroupWatch* CgroupWatch::Open(const std::string& root) {
 }
 
 CgroupWatch::~CgroupWatch() {
-  for (int i = 0; i < nfds_; ++i) close(fds_[i]);
+  for (int i = 0; i < nfds_; ++i) kept_fd::CloseIfOurs(&fds_[i]);
 }
 
 bool CgroupWatch::StartV1() {
@@ -131,7 +131,8 @@ bool CgroupWatch::StartV1() {
     if (efd >= 0) close(efd);
     return false;
   }
-  fds_[0] = efd;
+  fds_[0] = kept_fd::Keep(efd);  // the registration holds the eventfd, not its number
+  if (fds_[0].fd < 0) return false;
   events_[0] = POLLIN;
   nfds_ = 1;
   mode_ = Mode::kV1Events;
@@ -147,8 +148,9 @@ bool CgroupWatch::StartV2() {
     events = -1;
   }
   if (events >= 0) {
-    fds_[nfds_] = events;
-    events_[nfds_++] = POLLPRI;
+    fds_[nfds_] = kept_fd::Keep(events);
+    events = fds_[nfds_].fd;
+    if (events >= 0) events_[nfds_++] = POLLPRI;
   }
   // A PSI trigger: tasks stalled on memory 150 ms within 2 s (the
   // cgroup's own pressure; else the system's, which includes it).
@@ -158,7 +160,8 @@ bool CgroupWatch::StartV2() {
     if (fd < 0) continue;
     const bool proc = p.compare(0, 6, "/proc/") == 0;
     if (On(fd, proc ? kProcMagic : kCgroup2Magic) && WriteText(fd, "some 150000 2000000")) {
-      fds_[nfds_] = fd;
+      fds_[nfds_] = kept_fd::Keep(fd);  // the trigger belongs to the open file, not its number
+      if (fds_[nfds_].fd < 0) continue;
       events_[nfds_++] = POLLPRI;
       psi = proc ? p : "memory.pressure";
       break;
@@ -175,13 +178,14 @@ bool CgroupWatch::StartV2() {
 }
 
 int CgroupWatch::PollFds(pollfd* out) const {
-  for (int i = 0; i < nfds_; ++i) out[i] = {fds_[i], events_[i], 0};
+  // One the program took over is not polled (nor read).
+  for (int i = 0; i < nfds_; ++i) out[i] = {kept_fd::IsOurs(fds_[i]) ? fds_[i].fd : -1, events_[i], 0};
   return nfds_;
 }
 
 bool CgroupWatch::Check(pollfd* fds, int n) {
   for (int i = 0; i < n && i < nfds_; ++i) {
-    if (!fds[i].revents) continue;
+    if (!fds[i].revents || !kept_fd::IsOurs(fds_[i])) continue;
     if (mode_ == Mode::kV1Events) {
       uint64_t count;
       ssize_t r = read(fds[i].fd, &count, sizeof count);  // resets the eventfd

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/kept_fd.h"
+
 namespace spyglass::memory::heap {
 
 class CgroupWatch {
@@ -61,7 +63,9 @@ class CgroupWatch {
   std::string how_, dir_, usage_file_;
   uint64_t limit_ = 0, usage_ = 0;
   bool armed_ = true;
-  int fds_[kMaxFds] = {-1, -1, -1};
+  // Kept high and checked before each poll, read or close (common/kept_fd.h):
+  // the program may close them and reuse the numbers.
+  kept_fd::KeptFd fds_[kMaxFds];
   short events_[kMaxFds] = {0, 0, 0};
   int nfds_ = 0;
 };

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "common/kept_fd.h"
 #include "common/signal_safe.h"
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
@@ -43,7 +44,7 @@ constexpr uint32_t kMaxRecord = 1u << 20;  // the reader's bound on one record
 constexpr uint32_t kSiteBits = 1u << 24;   // site ids are 24-bit
 
 // ---- reserved at start: nothing below allocates ------------------------------------
-int g_dir_fd = -1;
+kept_fd::KeptFd g_dir;  // kept high, checked before use (common/kept_fd.h)
 uint64_t* g_site_bits = nullptr;      // sites referenced by live records
 uint64_t* g_function_bits = nullptr;  // functions referenced by those sites
 std::atomic<int> g_state{0};          // 0 none, 1 writing, 2 written
@@ -127,14 +128,23 @@ bool PrepareCrashDump(int dir_fd) {
     g_site_bits = static_cast<uint64_t*>(s);
     g_function_bits = static_cast<uint64_t*>(f);
   }
-  g_dir_fd = dir_fd;
-  return true;
+  g_dir = kept_fd::Keep(dir_fd);
+  return g_dir.fd >= 0;
 }
 
 bool CrashDumpWritten() { return g_state.load() != 0; }
 
 bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* failed) {
-  if (g_dir_fd < 0 || !g_site_bits) return false;
+  if (g_dir.fd < 0 || !g_site_bits) return false;
+  if (!kept_fd::IsOurs(g_dir)) {
+    // The program closed it and reused the number: writing "into" it would
+    // write into the program's file. Said here, the only time it matters.
+    static const char kTaken[] =
+        "spyglass: memory dump not written: the program closed or reused the profile directory's descriptor\n";
+    (void)!write(2, kTaken, sizeof kTaken - 1);
+    g_state.store(2);
+    return false;
+  }
   const long me = syscall(SYS_gettid);
   int expected = 0;
   if (!g_state.compare_exchange_strong(expected, 1)) {
@@ -152,8 +162,8 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
   FormatProfileName(name, sizeof name, reason == DumpReason::kOutOfMemory ? "oom" : "signal", ".raw");
   std::memcpy(tmp, name, std::strlen(name) + 1);
   std::strncat(tmp, ".tmp", sizeof tmp - std::strlen(tmp) - 1);
-  unlinkat(g_dir_fd, tmp, 0);
-  const int fd = openat(g_dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  unlinkat(g_dir.fd, tmp, 0);
+  const int fd = openat(g_dir.fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     g_state.store(2);
     return false;
@@ -236,8 +246,8 @@ bool WriteCrashDump(DumpReason reason, int signal, const FailedAllocation* faile
   // The header again, with the skipped shards now known.
   bool ok = !g_out.failed() && pwrite(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h);
   close(fd);
-  ok = ok && renameat(g_dir_fd, tmp, g_dir_fd, name) == 0;
-  if (!ok) unlinkat(g_dir_fd, tmp, 0);
+  ok = ok && renameat(g_dir.fd, tmp, g_dir.fd, name) == 0;
+  if (!ok) unlinkat(g_dir.fd, tmp, 0);
   g_state.store(2);
   return ok;
 }

@@ -27,7 +27,8 @@ namespace spyglass::memory::internal {
 enum class DumpReason : uint32_t { kOutOfMemory = 1, kSignal = 2 };
 
 // Reserves what a dump needs (bitmaps of the stacks and functions in use) and
-// keeps `dir_fd` (a directory opened by the caller) for it. Not signal-safe;
+// takes `dir_fd` (a directory opened by the caller; moved to a high number,
+// checked at the dump, common/kept_fd.h). Not signal-safe;
 // call once at start. False when the memory cannot be had.
 SPYGLASS_MEM_EXPORT bool PrepareCrashDump(int dir_fd);
 

@@ -86,6 +86,7 @@
 
 #include <fcntl.h>
 
+#include "common/kept_fd.h"
 #include "common/signal_safe.h"
 #include "memory/cgroup_watch.h"
 #include "memory/crash_dump.h"
@@ -535,10 +536,12 @@ __attribute__((noinline)) void* AlignedNewOrThrow(size_t n, size_t align, bool n
 std::string* g_dir = nullptr;
 // Wakes the snapshot thread: SIGUSR2's handler adds 1 (write(2) on an
 // eventfd is async-signal-safe); the thread polls it with the cgroup watch.
-int g_wake = -1;
+// Kept high and checked before each use (common/kept_fd.h): a daemon may have
+// closed it and put its own file at that number.
+spyglass::kept_fd::KeptFd g_wake;
 void Wake(uint64_t n) {
-  if (n == 0 || g_wake < 0) return;
-  ssize_t w = write(g_wake, &n, sizeof n);
+  if (n == 0 || !spyglass::kept_fd::IsOurs(g_wake)) return;
+  ssize_t w = write(g_wake.fd, &n, sizeof n);
   (void)w;
 }
 std::atomic<int> g_snapshots{0};
@@ -607,9 +610,9 @@ void ResetSnapshotThreadInChild() {
   g_thread_started.store(false);
   // Its own wake-up (the parent's is shared) and no cgroup watch (the
   // parent's registrations are shared too).
-  if (g_wake >= 0) {
-    close(g_wake);
-    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (g_wake.fd >= 0) {
+    spyglass::kept_fd::CloseIfOurs(&g_wake);
+    g_wake = spyglass::kept_fd::Keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
   g_cgroup = nullptr;
 }
@@ -660,7 +663,8 @@ void* SnapshotThread(void*) {
     if (g_cgroup->Check(fds, 0)) CgroupSnapshot();
   }
   while (true) {
-    fds[0] = {g_wake, POLLIN, 0};
+    // Not polled once the program took its number over (a file would be always readable).
+    fds[0] = {spyglass::kept_fd::IsOurs(g_wake) ? g_wake.fd : -1, POLLIN, 0};
     const int n = g_cgroup ? g_cgroup->PollFds(fds + 1) : 0;
     int rc = poll(fds, static_cast<nfds_t>(1 + n), g_cgroup ? g_cgroup->TimeoutMs() : -1);
     if (rc < 0) {
@@ -675,7 +679,7 @@ void* SnapshotThread(void*) {
     }
     if (fds[0].revents & POLLIN) {
       uint64_t asked = 0;
-      if (read(g_wake, &asked, sizeof asked) != sizeof asked) asked = 0;
+      if (!spyglass::kept_fd::IsOurs(g_wake) || read(g_wake.fd, &asked, sizeof asked) != sizeof asked) asked = 0;
       for (; asked > 0; --asked) WriteSnapshot(std::to_string(g_snapshots.fetch_add(1) + 1).c_str());
     }
   }
@@ -809,7 +813,7 @@ __attribute__((constructor)) void HeapInit() {
     // Kept open for a dump from a dying process (no path lookup then, no allocation).
     int dir_fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0 && PrepareCrashDump(dir_fd)) InstallFatalHandlers();
-    g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    g_wake = spyglass::kept_fd::Keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     struct sigaction sa {};
     sa.sa_handler = OnSigusr2;
     sa.sa_flags = SA_RESTART;

@@ -1,8 +1,11 @@
 #include "session/env_start.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +81,45 @@ StartedState& state() {
   return *s;
 }
 
+// Makes (mode 0700) or checks the directory `path`: it must be a directory,
+// not a link, owned by this user, and writable by no one else. Another user's
+// directory, or one others may write, is refused: its owner could read the
+// dumps (command line included) or move them away.
+Status PrivateDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+    return InternalError("cannot make " + path + ": " + std::strerror(errno));
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return InternalError("cannot open " + path + " (a directory, not a link): " + std::strerror(errno));
+  struct stat st {};
+  int r = ::fstat(fd, &st);
+  ::close(fd);
+  if (r != 0) return InternalError("cannot inspect " + path + ": " + std::strerror(errno));
+  if (st.st_uid != ::geteuid())
+    return FailedPreconditionError(path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+                                 std::to_string(::geteuid()) + "): refusing to write there; set " + kEnvTraceDir);
+  if ((st.st_mode & 022) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPreconditionError(path + " is writable by other users (mode " + mode + "): refusing to write there; set " +
+                                 kEnvTraceDir + " or make it mode 0700");
+  }
+  return Status::Ok();
+}
+
+// The flight recorder's default directory: <tmp>/spyglass-<uid>/flight-recorder,
+// both private to this user (the temporary directory is shared).
+Status DefaultFlightRecorderDir(std::string* out) {
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  std::string user_dir = (tmp / ("spyglass-" + std::to_string(::geteuid()))).string();
+  if (Status s = PrivateDir(user_dir); !s.ok()) return s;
+  std::string dir = user_dir + "/flight-recorder";
+  if (Status s = PrivateDir(dir); !s.ok()) return s;
+  *out = dir;
+  return Status::Ok();
+}
+
 void Say(const std::string& line) { std::fprintf(stderr, "spyglass: %s\n", line.c_str()); }
 
 }  // namespace
@@ -116,14 +158,13 @@ Started StartFromSettings(const StartSettings& s) {
     // The flight recorder is a trace in ring-buffer mode: dumps (and the exit)
     // write its last window under the trace dir, by default a temporary one.
     std::string dir = s.trace_dir;
-    if (dir.empty()) {
-      std::error_code ec;
-      dir = (std::filesystem::temp_directory_path(ec) / "spyglass-flight-recorder").string();
-    }
+    Status where = dir.empty() ? DefaultFlightRecorderDir(&dir) : Status::Ok();
     profiler::TraceOptions t;
     t.profiler_options = s.options;
     t.profiler_options.ring_buffer_seconds = static_cast<uint64_t>(s.flight_recorder_seconds);
-    if (Status r = profiler::start_trace(dir, t); r.ok()) {
+    if (!where.ok()) {
+      Say("cannot start the flight recorder (" + std::string(kEnvFlightRecorder) + "): " + where.message());
+    } else if (Status r = profiler::start_trace(dir, t); r.ok()) {
       st.started.flight_recorder = true;
       Say("flight recorder on, keeping the last " + std::to_string(t.profiler_options.ring_buffer_seconds) +
           " s; dumps go to " + dir + "/plugins/profile/");

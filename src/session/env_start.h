@@ -7,7 +7,9 @@
 //   SPYGLASS_FLIGHT_RECORDER=SECONDS the flight recorder (a trace in ring-buffer mode),
 //                                    keeping the last SECONDS; its dumps and its
 //                                    last window at exit go to SPYGLASS_TRACE_DIR
-//                                    (default <tmp>/spyglass-flight-recorder)
+//                                    (default <tmp>/spyglass-<uid>/flight-recorder,
+//                                    mode 0700; refused if another user owns it
+//                                    or others may write it)
 //   SPYGLASS_OPTIONS=key=value,...   ProfileOptions fields and advanced keys
 //
 // A bad value is one line on stderr and nothing is started: the program runs

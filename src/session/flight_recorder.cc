@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/kept_fd.h"
 #include "common/signal_safe.h"
 #include "export/log_dir.h"
 #include "export/output_file.h"
@@ -29,13 +30,25 @@
 
 namespace spyglass::internal {
 
-// The pipe the dump thread reads; -1 when no flight recorder runs.
+// The pipe the dump thread reads; -1 when no flight recorder runs. Its
+// identity (g_dump_wake) is set before the number is published.
 std::atomic<int> g_dump_wake_fd{-1};
+kept_fd::KeptFd g_dump_wake;
+// Dump requests not sent because the program had taken the pipe's number.
+std::atomic<uint64_t> g_dump_wake_refused{0};
 
-void step_was_slow() {
-  int fd = g_dump_wake_fd.load(std::memory_order_relaxed);
-  if (fd >= 0) (void)!write(fd, "t", 1);  // non-blocking: a full pipe has a dump pending already
+// Async-signal-safe: a signal handler calls it.
+void WakeDumpThread(char why) {
+  int fd = g_dump_wake_fd.load(std::memory_order_acquire);
+  if (fd < 0) return;
+  if (g_dump_wake.fd != fd || !kept_fd::IsOurs(g_dump_wake)) {  // the program's file now: not written
+    g_dump_wake_refused.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  (void)!write(fd, &why, 1);  // non-blocking: a full pipe has a dump pending already
 }
+
+void step_was_slow() { WakeDumpThread('t'); }
 
 }  // namespace spyglass::internal
 
@@ -47,7 +60,8 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 struct Triggers {
   std::mutex mu;  // start/stop
   std::thread thread;
-  int wake[2] = {-1, -1};
+  std::atomic<bool> stopping{false};  // the dump thread returns
+  kept_fd::KeptFd wake_read, wake_write;
   int dump_signal = 0;
   struct sigaction old_dump_action {};
   bool crash_installed = false;
@@ -62,41 +76,82 @@ Triggers& triggers() {
 
 std::atomic<bool> g_crash_entered{false};
 
-void RestoreFatalHandlers() {
+void OnFatalSignal(int sig, siginfo_t* info, void*);
+void OnDumpSignal(int);
+
+// Gives back the fatal signals' dispositions from before the recorder. At
+// stop (only_ours) a signal whose handler the program replaced meanwhile
+// keeps the program's handler; at a crash every one goes back, so that the
+// re-raised signal ends the process as it would have.
+void RestoreFatalHandlers(bool only_ours) {
   Triggers& t = triggers();
-  for (size_t i = 0; i < std::size(kFatalSignals); ++i) sigaction(kFatalSignals[i], &t.old_fatal[i], nullptr);
+  for (size_t i = 0; i < std::size(kFatalSignals); ++i) {
+    struct sigaction now {};
+    if (only_ours && (sigaction(kFatalSignals[i], nullptr, &now) != 0 || !(now.sa_flags & SA_SIGINFO) ||
+                      now.sa_sigaction != OnFatalSignal))
+      continue;
+    sigaction(kFatalSignals[i], &t.old_fatal[i], nullptr);
+  }
+}
+
+// The dump signal's disposition from before the recorder, unless the
+// program installed its own meanwhile.
+void RestoreDumpSignal() {
+  Triggers& t = triggers();
+  struct sigaction now {};
+  if (sigaction(t.dump_signal, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == OnDumpSignal)
+    sigaction(t.dump_signal, &t.old_dump_action, nullptr);
 }
 
 void OnDumpSignal(int) {
   int saved = errno;
-  int fd = internal::g_dump_wake_fd.load(std::memory_order_relaxed);
-  if (fd >= 0) (void)!write(fd, "s", 1);
+  internal::WakeDumpThread('s');
   errno = saved;
+}
+
+// One line on stderr from a signal handler.
+void SaySignalSafe(const char* a, const char* b) {
+  (void)!write(2, a, std::strlen(a));
+  (void)!write(2, b, std::strlen(b));
+  (void)!write(2, "\n", 1);
 }
 
 // A fatal signal: write the ring once, then give the signal to whoever
 // handled it before (or the default action), so the process dies as it
 // would have.
 void OnFatalSignal(int sig, siginfo_t* info, void*) {
-  RestoreFatalHandlers();  // a fault in here, or the re-raise, goes to the previous handler
+  RestoreFatalHandlers(/*only_ours=*/false);  // a fault in here, or the re-raise, goes to the previous handler
   if (!g_crash_entered.exchange(true)) {
     Triggers& t = triggers();
     // Stop recording: threads still running add nothing more to the ring.
     uint64_t word = internal::g_state.session_word.load(std::memory_order_relaxed);
     internal::g_state.session_word.store(word & ~uint64_t{0xff}, std::memory_order_relaxed);
-    internal::WriteCrashRun(t.crash, sig);
+    const char* why = nullptr;
+    if (!internal::WriteCrashRun(t.crash, sig, &why))
+      SaySignalSafe("spyglass: the flight recorder's crash dump is not written: ", why);
   }
   signal_safe::ReraiseUnlessFault(sig, info);
 }
 
-void DumpThread(int fd, uint64_t seconds) {
+void DumpThread(kept_fd::KeptFd wake, uint64_t seconds) {
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_slow_dump{};
   bool slow_dumped = false;
-  while (true) {
+  const int fd = wake.fd;
+  while (!triggers().stopping.load()) {
+    // Bounded: should the program take the pipe's number, stop is not missed.
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, -1) < 0) {
+    int r = poll(&p, 1, 500);
+    if (r < 0) {
       if (errno == EINTR) continue;
+      return;
+    }
+    if (r == 0) continue;
+    if (!kept_fd::IsOurs(wake)) {  // the program's now: never read from it
+      std::fprintf(stderr,
+                   "spyglass: the flight recorder's dump thread stops: the program closed or reused its "
+                   "descriptor %d (dumps by signal and slow step are off)\n",
+                   fd);
       return;
     }
     char buf[64];
@@ -126,7 +181,8 @@ void DumpThread(int fd, uint64_t seconds) {
 }
 
 // Opens <log_dir>/plugins/profile and makes the crash file there now, while
-// allocating is allowed.
+// allocating is allowed: unnamed where the file system allows (nothing is
+// left behind by _exit, SIGKILL or a program closing it), else named tmp_name.
 Status PrepareCrashTarget(const std::string& log_dir, uint64_t seconds, internal::CrashTarget* c) {
   exporter::OutputDir dir;
   if (Status s = exporter::OutputDir::OpenBelow(log_dir, {"plugins", "profile"}, &dir); !s.ok()) return s;
@@ -138,13 +194,16 @@ Status PrepareCrashTarget(const std::string& log_dir, uint64_t seconds, internal
   std::string host = exporter::SanitizeHostForFile(Hostname());
   std::snprintf(c->hostname, sizeof c->hostname, "%s", Hostname().c_str());
   std::snprintf(c->file_name, sizeof c->file_name, "%s.xplane.pb", host.c_str());
-  c->dir_fd = fcntl(dir.fd(), F_DUPFD_CLOEXEC, 0);
-  if (c->dir_fd < 0) return InternalError("cannot keep " + dir.path() + " open: " + std::strerror(errno));
-  c->tmp_fd = openat(c->dir_fd, c->tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (c->tmp_fd < 0) {
+  c->dir = kept_fd::Keep(fcntl(dir.fd(), F_DUPFD_CLOEXEC, 0));
+  if (c->dir.fd < 0) return InternalError("cannot keep " + dir.path() + " open: " + std::strerror(errno));
+  int file = openat(c->dir.fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  c->file_named = file < 0;
+  if (file < 0) file = openat(c->dir.fd, c->tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  c->file = kept_fd::Keep(file);
+  if (c->file.fd < 0) {
     Status s = InternalError("cannot create " + dir.PathOf(c->tmp_name) + ": " + std::strerror(errno));
-    close(c->dir_fd);
-    c->dir_fd = -1;
+    if (c->file_named) unlinkat(c->dir.fd, c->tmp_name, 0);
+    kept_fd::CloseIfOurs(&c->dir);
     return s;
   }
   c->word = internal::g_state.session_word.load(std::memory_order_relaxed);
@@ -157,20 +216,21 @@ Status PrepareCrashTarget(const std::string& log_dir, uint64_t seconds, internal
   return Status::Ok();
 }
 
+// Removes the named crash file (through the directory, while it is ours).
+void RemoveNamedCrashFile(const internal::CrashTarget& c) {
+  if (c.file_named && kept_fd::IsOurs(c.dir)) unlinkat(c.dir.fd, c.tmp_name, 0);
+}
+
+// Descriptors the program took over are left to it.
 void CloseCrashTarget(internal::CrashTarget* c) {
-  if (c->tmp_fd >= 0) {
-    close(c->tmp_fd);
-    unlinkat(c->dir_fd, c->tmp_name, 0);
-  }
-  if (c->dir_fd >= 0) close(c->dir_fd);
+  RemoveNamedCrashFile(*c);
+  kept_fd::CloseIfOurs(&c->file);
+  kept_fd::CloseIfOurs(&c->dir);
   *c = internal::CrashTarget{};
 }
 
 // At exit with the recorder still running: the crash file is not left behind.
-void RemoveCrashFileAtExit() {
-  Triggers& t = triggers();
-  if (t.crash.tmp_fd >= 0) unlinkat(t.crash.dir_fd, t.crash.tmp_name, 0);
-}
+void RemoveCrashFileAtExit() { RemoveNamedCrashFile(triggers().crash); }
 
 }  // namespace
 
@@ -190,9 +250,20 @@ Status StartFlightRecorderTriggers(const std::string& log_dir, const FlightRecor
     t.crash_installed = true;
   }
   if (config.dump_signal != 0 || config.slow_step_ms > 0) {
-    if (pipe2(t.wake, O_CLOEXEC | O_NONBLOCK) != 0) return InternalError(std::string("pipe: ") + std::strerror(errno));
-    t.thread = std::thread(DumpThread, t.wake[0], config.seconds);
-    internal::g_dump_wake_fd.store(t.wake[1]);
+    int wake[2];
+    if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) return InternalError(std::string("pipe: ") + std::strerror(errno));
+    t.wake_read = kept_fd::Keep(wake[0]);
+    t.wake_write = kept_fd::Keep(wake[1]);
+    if (t.wake_read.fd < 0 || t.wake_write.fd < 0) {
+      kept_fd::CloseIfOurs(&t.wake_read);
+      kept_fd::CloseIfOurs(&t.wake_write);
+      return InternalError(std::string("cannot keep the dump pipe open: ") + std::strerror(errno));
+    }
+    t.stopping.store(false);
+    internal::g_dump_wake_refused.store(0);
+    t.thread = std::thread(DumpThread, t.wake_read, config.seconds);
+    internal::g_dump_wake = t.wake_write;
+    internal::g_dump_wake_fd.store(t.wake_write.fd, std::memory_order_release);
   }
   if (config.dump_signal != 0) {
     struct sigaction sa {};
@@ -217,12 +288,10 @@ void FlightRecorderAfterForkChild() {
   new (&t.mu) std::mutex;
   internal::g_dump_wake_fd.store(-1);
   internal::g_state.slow_step_ticks.store(0);
-  if (t.dump_signal != 0) sigaction(t.dump_signal, &t.old_dump_action, nullptr);
-  if (t.crash_installed) RestoreFatalHandlers();
-  for (int fd : {t.wake[0], t.wake[1], t.crash.tmp_fd, t.crash.dir_fd})
-    if (fd >= 0) close(fd);
+  if (t.dump_signal != 0) RestoreDumpSignal();
+  if (t.crash_installed) RestoreFatalHandlers(/*only_ours=*/true);
+  for (kept_fd::KeptFd* k : {&t.wake_read, &t.wake_write, &t.crash.file, &t.crash.dir}) kept_fd::CloseIfOurs(k);
   new (&t.thread) std::thread;  // the parent's thread does not exist here (its object is abandoned)
-  t.wake[0] = t.wake[1] = -1;
   t.dump_signal = 0;
   t.crash_installed = false;
   t.crash = internal::CrashTarget{};
@@ -233,21 +302,23 @@ void StopFlightRecorderTriggers() {
   std::lock_guard<std::mutex> lock(t.mu);
   internal::g_state.slow_step_ticks.store(0);
   if (t.dump_signal != 0) {
-    sigaction(t.dump_signal, &t.old_dump_action, nullptr);
+    RestoreDumpSignal();
     t.dump_signal = 0;
   }
-  if (t.wake[1] >= 0) {
+  if (t.thread.joinable()) {
     internal::g_dump_wake_fd.store(-1);
-    close(t.wake[1]);  // the thread reads EOF and returns
-    t.wake[1] = -1;
-  }
-  if (t.thread.joinable()) t.thread.join();
-  if (t.wake[0] >= 0) {
-    close(t.wake[0]);
-    t.wake[0] = -1;
+    t.stopping.store(true);
+    kept_fd::CloseIfOurs(&t.wake_write);  // the thread reads EOF and returns (or sees `stopping`)
+    t.thread.join();
+    kept_fd::CloseIfOurs(&t.wake_read);
+    if (uint64_t n = internal::g_dump_wake_refused.exchange(0); n > 0)
+      std::fprintf(stderr,
+                   "spyglass: %llu flight recorder dump request(s) dropped: the program closed or reused the "
+                   "descriptor of the recorder's wake-up pipe\n",
+                   static_cast<unsigned long long>(n));
   }
   if (t.crash_installed) {
-    RestoreFatalHandlers();
+    RestoreFatalHandlers(/*only_ours=*/true);
     t.crash_installed = false;
     CloseCrashTarget(&t.crash);
   }

@@ -59,7 +59,10 @@ Status Export(const model::Space& space, const std::string& log_dir, const Trace
   if (options.create_perfetto_trace || options.create_perfetto_link)
     request.formats.push_back(exporter::Format::kPerfettoTraceJson);
   exporter::ExportedFiles written;
-  if (Status s = exporter::Export(space, run.dir, request, &written); !s.ok()) return s;
+  if (Status s = exporter::Export(space, run.dir, request, &written); !s.ok()) {
+    exporter::RemoveIfEmpty(run);  // a failed dump leaves no empty run behind
+    return s;
+  }
   *files = TraceFiles{run.dir.path(), written.xplane, written.trace_json, written.perfetto_trace};
   return Status::Ok();
 }

@@ -325,8 +325,34 @@ size_t Warning(char* out, size_t cap, int sig) {
 
 }  // namespace
 
-bool WriteCrashRun(const CrashTarget& t, int sig) {
-  if (t.tmp_fd < 0 || t.dir_fd < 0) return false;
+// "/proc/self/fd/<fd>" into out (signal-safe).
+static void ProcFdPath(int fd, char* out, size_t cap) {
+  static const char kPrefix[] = "/proc/self/fd/";
+  char digits[16];
+  int n = 0;
+  unsigned v = static_cast<unsigned>(fd);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && n < 16);
+  size_t len = sizeof kPrefix - 1;
+  std::memcpy(out, kPrefix, len);
+  while (n > 0 && len + 1 < cap) out[len++] = digits[--n];
+  out[len] = '\0';
+}
+
+bool WriteCrashRun(const CrashTarget& t, int sig, const char** why) {
+  static const char* ignored;
+  if (why == nullptr) why = &ignored;
+  *why = "";
+  if (t.dir.fd < 0) {
+    *why = "no crash file was prepared";
+    return false;
+  }
+  if (!kept_fd::IsOurs(t.dir)) {
+    *why = "the program closed or reused the descriptor of the profile directory";
+    return false;
+  }
   g.thread_count = 0;
   g.span_count = 0;
   g.overwritten = 0;
@@ -344,20 +370,67 @@ bool WriteCrashRun(const CrashTarget& t, int sig) {
   // The plane's size first (this pass also names every event), then the bytes.
   Out count;
   PlaneBody(count, t.pid);
-  Out o(t.tmp_fd, g.buf, sizeof g.buf);
-  o.header(1, count.count());
-  PlaneBody(o, t.pid);
   char warning[160];
-  o.sfield(3, warning, Warning(warning, sizeof warning, sig));
-  o.sfield(4, t.hostname, BoundedLen(t.hostname, sizeof t.hostname));
-  o.Flush();
-  if (o.failed()) return false;
+  const size_t warning_len = Warning(warning, sizeof warning, sig);
+  auto write_space = [&](int fd) {
+    Out o(fd, g.buf, sizeof g.buf);
+    o.header(1, count.count());
+    PlaneBody(o, t.pid);
+    o.sfield(3, warning, warning_len);
+    o.sfield(4, t.hostname, BoundedLen(t.hostname, sizeof t.hostname));
+    o.Flush();
+    return !o.failed();
+  };
+  // A named file made now, in place of the one kept (or after it could not be linked).
+  auto write_named = [&]() {
+    int fd = openat(t.dir.fd, t.tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    bool ok = write_space(fd);
+    close(fd);
+    if (!ok) unlinkat(t.dir.fd, t.tmp_name, 0);
+    return ok;
+  };
 
-  if (mkdirat(t.dir_fd, t.run_name, 0755) != 0 && errno != EEXIST) return false;
-  int run = openat(t.dir_fd, t.run_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (run < 0) return false;
-  bool ok = renameat(t.dir_fd, t.tmp_name, run, t.file_name) == 0;
-  close(run);
+  const bool file_ours = kept_fd::IsOurs(t.file);
+  bool named = !file_ours || t.file_named;
+  bool written = file_ours ? write_space(t.file.fd) : write_named();
+  if (!written) {
+    if (file_ours && t.file_named) unlinkat(t.dir.fd, t.tmp_name, 0);
+    *why = file_ours ? "writing the crash file failed"
+                     : "the program took the crash file's descriptor, and a new crash file could not be written";
+    return false;
+  }
+
+  if (mkdirat(t.dir.fd, t.run_name, 0755) != 0 && errno != EEXIST) {
+    if (named) unlinkat(t.dir.fd, t.tmp_name, 0);
+    *why = "cannot make the run directory";
+    return false;
+  }
+  int run = openat(t.dir.fd, t.run_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  bool ok = false;
+  if (run >= 0) {
+    if (named) {
+      ok = renameat(t.dir.fd, t.tmp_name, run, t.file_name) == 0;
+    } else {
+      // An unnamed file gets its name through /proc (no capability needed),
+      // else by AT_EMPTY_PATH (CAP_DAC_READ_SEARCH), else it is written again
+      // under a name.
+      char path[40];
+      ProcFdPath(t.file.fd, path, sizeof path);
+      ok = linkat(AT_FDCWD, path, run, t.file_name, AT_SYMLINK_FOLLOW) == 0 ||
+           linkat(t.file.fd, "", run, t.file_name, AT_EMPTY_PATH) == 0;
+      if (!ok && write_named()) {
+        named = true;
+        ok = renameat(t.dir.fd, t.tmp_name, run, t.file_name) == 0;
+      }
+    }
+    close(run);
+  }
+  if (!ok) {
+    if (named) unlinkat(t.dir.fd, t.tmp_name, 0);
+    unlinkat(t.dir.fd, t.run_name, AT_REMOVEDIR);  // only if empty
+    *why = "cannot put the crash file into its run directory";
+  }
   return ok;
 }
 

@@ -6,11 +6,18 @@
 
 #include <cstdint>
 
+#include "common/kept_fd.h"
+
 namespace spyglass::internal {
 
 struct CrashTarget {
-  int dir_fd = -1;          // <log_dir>/plugins/profile, opened at start (no link followed)
-  int tmp_fd = -1;          // the file written, made at start in dir_fd as tmp_name
+  // Kept high and checked before each use (common/kept_fd.h): a program may
+  // close every descriptor and put its own files at those numbers.
+  kept_fd::KeptFd dir;      // <log_dir>/plugins/profile, opened at start (no link followed)
+  kept_fd::KeptFd file;     // the file written, made at start in dir: unnamed
+                            // (O_TMPFILE, nothing left behind whatever ends the
+                            // process) where the file system allows, else tmp_name
+  bool file_named = false;  // file is dir/tmp_name (no O_TMPFILE)
   char tmp_name[64] = {};
   char run_name[96] = {};   // the run directory made at the crash
   char file_name[300] = {}; // "<host>.xplane.pb"
@@ -26,9 +33,12 @@ struct CrashTarget {
   int64_t pid = 0;
 };
 
-// Writes the ring (its last ring_seconds) into tmp_fd, makes run_name in
-// dir_fd and renames the file there as file_name. Returns false when any
-// step failed (what was written stays under tmp_name).
-bool WriteCrashRun(const CrashTarget& target, int sig);
+// Writes the ring (its last ring_seconds) into the crash file, makes
+// run_name in dir and puts the file there as file_name. When the file's
+// descriptor is no longer ours, a new file is made in dir under tmp_name;
+// when dir's is not ours, nothing is written. Returns false when any step
+// failed, with *why (static text) saying which; nothing is left behind then
+// (no temporary file, no empty run directory).
+bool WriteCrashRun(const CrashTarget& target, int sig, const char** why);
 
 }  // namespace spyglass::internal
