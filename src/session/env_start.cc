@@ -203,8 +203,18 @@ void StopStarted() {
     st.started.trace = st.started.flight_recorder = false;
     Status r = profiler::stop_trace();
     std::string dir = profiler::last_trace_files().run_dir;
-    if (r.ok())
-      Say(std::string(what) + " written to " + dir);
+    if (r.ok()) {
+      // What the trace holds, so that an empty one is not a surprise.
+      const profiler::TraceStats stats = profiler::last_trace_stats();
+      std::string line = std::string(what) + " written to " + dir + " (" + std::to_string(stats.events) +
+                         " annotated events on " + std::to_string(stats.threads) + " threads";
+      if (stats.dropped_events > 0) line += ", " + std::to_string(stats.dropped_events) + " dropped at the buffer bound";
+      Say(line + ")");
+      if (stats.events == 0)
+        Say("the program annotated nothing: the trace holds only what TraceAnnotation, StepTraceAnnotation "
+            "or the Python tracer record, and live-bytes counters under the heap hook (spyglass run --memory "
+            "--trace DIR)");
+    }
     else if (r.code() != StatusCode::kFailedPrecondition)  // stopped by the program itself
       Say("cannot write the trace: " + r.message());
   }

@@ -181,6 +181,13 @@ def spyglass_run_case(prog, cli):
   check_steps(trace_json_events(d), "spyglass run --trace")
   if glob.glob("memory.*.prof"):
     fail("spyglass run --trace also wrote memory profiles")
+  if not re.search(r"trace written to \S+ \([1-9][0-9]* annotated events on 1 threads\)", r.stderr):
+    fail(f"spyglass run --trace does not say what the trace holds: {r.stderr!r}")
+  # A program that annotates nothing (a real one): the trace says so, and how to get more.
+  e = tempfile.mkdtemp(prefix="sg-env-run-empty-")
+  r = run_timed([cli, "run", "--trace", e, "--", "sqlite3", ":memory:", "select 1;"], env_with())
+  if r.returncode != 0 or "(0 annotated events on 0 threads)" not in r.stderr or "--memory --trace" not in r.stderr:
+    fail(f"spyglass run --trace of an unannotated program: exit {r.returncode}, {r.stderr!r}")
   # --server: started at load, captured by spyglass collect.
   p = start_program(prog, env_with(), cmd_prefix=(cli, "run", "--server", "0", "--"))
   try:
