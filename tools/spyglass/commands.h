@@ -24,5 +24,9 @@ void AddSummaryCommands(CLI::App& app);
 void AddReportCommand(CLI::App& app);
 // `spyglass run` (tools/spyglass/run_command.cc).
 void AddRunCommand(CLI::App& app);
+// The arguments for CLI11 when they hold `run`: those before the program,
+// which `run` keeps with its own arguments (CLI11 would take the program's
+// options for run's).
+std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv);
 
 }  // namespace spyglass::cli

@@ -1,5 +1,6 @@
 // The spyglass command-line tool. Subcommands are thin clients over the library.
 #include <iostream>
+#include <vector>
 
 #include "commands.h"
 #include "spyglass/profiler.h"
@@ -18,8 +19,9 @@ int main(int argc, char** argv) {
   spyglass::cli::AddSummaryCommands(app);
   spyglass::cli::AddReportCommand(app);
   spyglass::cli::AddRunCommand(app);
+  std::vector<char*> args = spyglass::cli::SplitRunProgram(app, argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -71,6 +71,11 @@ void SetPythonEnv(const std::string& hook, const std::string& allocator) {
 // The SPYGLASS_* settings given as flags (name -> value).
 using Settings = std::vector<std::pair<const char*, std::string>>;
 
+// The program and its arguments: everything from the first word that is not
+// one of run's options (or its value), or after "--" (SplitRunProgram).
+std::vector<std::string> g_program;
+CLI::App* g_run = nullptr;  // the subcommand
+
 int Run(bool memory, const Settings& settings, const std::string& out_dir, uint64_t sample_bytes,
         const std::string& python_allocator, bool follow_children, bool timeline,
         const std::vector<std::string>& command) {
@@ -171,10 +176,10 @@ void AddRunCommand(CLI::App& app) {
                                         "snapshots on exit and on SIGUSR2 (--memory, the default without those; "
                                         "Python programs, also through a launcher script, get Python frames "
                                         "interleaved with native ones); Python programs: python -m spyglass run too");
+  g_run = run;
   static bool memory = false;
   static std::string trace_dir, server, flight_recorder, options, out_dir = ".";
   static std::string sample_bytes = "0";
-  static std::vector<std::string> command;
   run->add_flag("--memory", memory, "track the heap (the default without --trace, --server and --flight-recorder)");
   run->add_option("--trace", trace_dir,
                   "record a trace from start to exit into this log dir (with --memory: a live-bytes counter track); "
@@ -211,8 +216,8 @@ void AddRunCommand(CLI::App& app) {
                   "but the profile is the process's heap as malloc sees it)")
       ->check(CLI::IsMember({"pymalloc", "malloc"}))
       ->default_val("pymalloc");
-  run->add_option("command", command, "the program and its arguments (after --)")->required();
-  run->prefix_command();
+  run->footer("usage: spyglass run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+              "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.");
   run->callback([] {
     uint64_t bytes = 0;
     if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
@@ -225,8 +230,38 @@ void AddRunCommand(CLI::App& app) {
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
     if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
-    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, command));
+    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, g_program));
   });
+}
+
+std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv) {
+  std::vector<char*> mine(argv, argv + argc);
+  // The subcommand: the first word (the top level's flags take no value).
+  int at = 1;
+  while (at < argc && argv[at][0] == '-') ++at;
+  CLI::App* run = at < argc && std::strcmp(argv[at], "run") == 0 ? g_run : nullptr;
+  if (!run || run->get_parent() != &app) return mine;
+  for (int i = at + 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      g_program.assign(argv + i + 1, argv + argc);
+      mine.resize(i);
+      return mine;
+    }
+    if (a.size() < 2 || a[0] != '-') {
+      g_program.assign(argv + i, argv + argc);
+      mine.resize(i);
+      return mine;
+    }
+    // One of run's options (an unknown one is CLI11's to refuse): its value
+    // is the next word unless given as --name=value or -oVALUE.
+    bool long_name = a[1] == '-';
+    std::string name = long_name ? a.substr(0, a.find('=')) : a.substr(0, 2);
+    bool attached = long_name ? name.size() < a.size() : a.size() > 2;
+    const CLI::Option* opt = run->get_option_no_throw(name);
+    if (opt && opt->get_expected_min() > 0 && !attached) ++i;
+  }
+  return mine;
 }
 
 }  // namespace spyglass::cli
