@@ -23,8 +23,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return spyglass::cli::ExitStatus(app, e);
   }
-  if (app.get_subcommands().empty()) std::cout << app.help();
+  if (app.get_subcommands().empty()) {
+    // No command: a usage error, as with a wrong one.
+    std::cerr << app.help() << "spyglass: a command is required\n";
+    return 2;
+  }
   return 0;
 }

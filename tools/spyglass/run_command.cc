@@ -3,12 +3,14 @@
 // --flight-recorder are the SPYGLASS_* settings (session/env_start.h), checked
 // here by the same parser and handed to the program's environment: libspyglass
 // (linked, or loaded by the hook) starts them at load.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -70,6 +72,11 @@ void SetPythonEnv(const std::string& hook, const std::string& allocator) {
 
 // The SPYGLASS_* settings given as flags (name -> value).
 using Settings = std::vector<std::pair<const char*, std::string>>;
+// Each setting's flag, to name it in errors.
+const std::pair<const char*, std::string> kSettingFlags[] = {{session::kEnvTraceDir, "--trace"},
+                                                             {session::kEnvServerPort, "--server"},
+                                                             {session::kEnvFlightRecorder, "--flight-recorder"},
+                                                             {session::kEnvOptions, "--options"}};
 
 // The program and its arguments: everything from the first word that is not
 // one of run's options (or its value), or after "--" (SplitRunProgram).
@@ -91,7 +98,11 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     return nullptr;
   };
   if (Status s = session::ParseStartSettings(get, &parsed); !s.ok()) {
-    std::cerr << "spyglass run: " << s.message() << "\n";
+    // The parser speaks of the environment; here the user gave a flag.
+    std::string message = s.message();
+    for (const auto& [env, flag] : kSettingFlags)
+      if (message.rfind(env, 0) == 0) message = flag + message.substr(std::strlen(env));
+    std::cerr << "spyglass run: " << message << "\n";
     return 2;
   }
   const std::string& trace_dir = parsed.trace_dir;
@@ -115,9 +126,16 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   if (memory) before = memory::ListDir(dir);
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  // The exec's errno comes back through a pipe that a successful exec closes.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    std::perror("spyglass run: pipe");
+    return 2;
+  }
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("spyglass run: fork");
+    close(exec_pipe[0]), close(exec_pipe[1]);
     return 2;
   }
   // A Python interpreter without --memory: the spyglass package starts the
@@ -147,18 +165,31 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::vector<char*> argv;
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    close(exec_pipe[0]);
     execvp(argv[0], argv.data());
-    std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(errno) << "\n";
+    int err = errno;
+    (void)!write(exec_pipe[1], &err, sizeof err);
     _exit(127);
   }
+  close(exec_pipe[1]);
   g_child = pid;
   struct sigaction sa {};
   sa.sa_handler = Forward;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGUSR2, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  int exec_errno = 0;
+  ssize_t got;
+  while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == sizeof exec_errno) {
+    // Nothing ran: no profile to look for. A shell's statuses: 127 not found, 126 not runnable.
+    std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(exec_errno) << "\n";
+    return exec_errno == ENOENT ? 127 : 126;
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (memory) {
