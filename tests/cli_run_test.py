@@ -1,17 +1,24 @@
-"""`spyglass run` leaves the program its own: its arguments, its exit; and
-the CLI's usage errors exit 2 with a message that names the flag.
+"""`spyglass run` leaves the program its own: its arguments, its signals, its
+exit; and the CLI's usage errors exit 2 with a message that names the flag.
 
   cli_run_test.py CASE SPYGLASS_CLI RUN_SIGNAL_CHILD
     args     Debian programs (sort -r, head -n 1, ls -la, sort -o) print the
              same under `spyglass run`, with and without `--`
     usage    usage errors exit 2; --flight-recorder 0 names the flag; a
              missing program is one message and 127; no command is usage and 2
+    signals  SIGUSR1, SIGQUIT, SIGHUP, SIGINT, SIGTERM sent to the wrapper's pid
+             reach the program once; Ctrl-C on a terminal reaches it once; a
+             program killed by a signal kills the wrapper by the same signal
 """
 import os
+import pty
 import resource
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def fail(msg):
@@ -104,10 +111,149 @@ def usage_case(cli, child):
   print(f"PASS: {len(usage_errors)} usage errors exit 2; flags named; 127, 126 and 3 passed on")
 
 
+def wait_for(pred, what, timeout=30, drain=None):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if drain is not None:
+      drain(0.02)
+    v = pred()
+    if v:
+      return v
+    time.sleep(0.02)
+  fail("timed out waiting for " + what)
+
+
+def read_lines(path):
+  try:
+    with open(path) as f:
+      return f.read().split()
+  except FileNotFoundError:
+    return []
+
+
+def child_pid(ready):
+  try:
+    with open(ready) as f:
+      return int(f.read())
+  except (FileNotFoundError, ValueError):
+    return None
+
+
+def signals_by_pid(cli, child, tmp, out):
+  """Sent to the wrapper's pid: each reaches the program, once."""
+  log, ready = os.path.join(tmp, "by-pid.log"), os.path.join(tmp, "by-pid.ready")
+  p = subprocess.Popen([cli, "run", "-o", out, child, log, ready], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, preexec_fn=no_core)
+  try:
+    wait_for(lambda: child_pid(ready), "the program under spyglass run")
+    sent = []
+    for sig in (signal.SIGUSR1, signal.SIGQUIT, signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+      p.send_signal(sig)
+      sent.append(sig.name[3:])
+      if sig != signal.SIGTERM:
+        wait_for(lambda: len(read_lines(log)) >= len(sent) or p.poll() is not None, f"{sig.name} to reach the program")
+        if p.poll() is not None:
+          fail(f"{sig.name} sent to spyglass run ended it ({p.returncode}) instead of reaching the program")
+    _, err = p.communicate(timeout=30)
+  finally:
+    if p.poll() is None:
+      p.kill()
+  if p.returncode != 0 or read_lines(log) != sent:
+    fail(f"signals sent to the wrapper: the program got {read_lines(log)}, not {sent}; exit {p.returncode}; "
+         f"{err[-400:]!r}")
+
+
+
+def ctrl_c_on_a_terminal(cli, child, tmp, out):
+  """The terminal signals the whole foreground group, the program included;
+  the wrapper must not pass on a second one."""
+  log, ready = os.path.join(tmp, "tty.log"), os.path.join(tmp, "tty.ready")
+  pid, master = pty.fork()
+  if pid == 0:
+    try:
+      no_core()
+      os.execv(cli, [cli, "run", "-o", out, child, log, ready])
+    finally:
+      os._exit(127)
+  printed = []
+
+  def drain(wait):
+    while select.select([master], [], [], wait)[0]:
+      try:
+        data = os.read(master, 4096)
+      except OSError:
+        return
+      if not data:
+        return
+      printed.append(data)
+      wait = 0
+
+  try:
+    wait_for(lambda: child_pid(ready), "the program under spyglass run on a terminal", drain=drain)
+    os.write(master, b"\x03")  # Ctrl-C
+    wait_for(lambda: "INT" in read_lines(log), "Ctrl-C to reach the program", drain=drain)
+    os.kill(pid, signal.SIGTERM)  # after any second SIGINT the wrapper would send
+    deadline = time.monotonic() + 30
+    while True:
+      drain(0.02)
+      done, status = os.waitpid(pid, os.WNOHANG)
+      if done:
+        break
+      if time.monotonic() > deadline:
+        fail("spyglass run on a terminal did not exit")
+  finally:
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+    os.close(master)
+  if read_lines(log) != ["INT", "TERM"]:
+    fail(f"one Ctrl-C: the program got {read_lines(log)}, not ['INT', 'TERM'] "
+         f"(terminal: {b''.join(printed)[-400:]!r})")
+  if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    fail(f"spyglass run on a terminal: status {status:#x}")
+
+
+
+def deaths_by_signal(cli, child, tmp, out):
+  """A program that dies by a signal: the wrapper dies by it too, after its summary."""
+  r = run([cli, "run", "-o", out, child, "abort"])
+  if r.returncode != -signal.SIGABRT:
+    fail(f"the program aborted; spyglass run ended with {r.returncode}, not -SIGABRT: {r.stderr[-400:]!r}")
+  if "memory." not in r.stderr:
+    fail(f"spyglass run printed no summary before it died: {r.stderr[-400:]!r}")
+  # One without a handler, stopped through the wrapper: the same.
+  p = subprocess.Popen([cli, "run", "-o", out, "sleep", "60"], stderr=subprocess.DEVNULL, preexec_fn=no_core)
+
+  def sleeping():
+    try:
+      with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+        kids = f.read().split()
+      return kids and open(f"/proc/{kids[0]}/comm").read().strip() == "sleep"
+    except OSError:
+      return False
+
+  wait_for(sleeping, "sleep to start under spyglass run")
+  p.terminate()
+  if p.wait(timeout=30) != -signal.SIGTERM:
+    fail(f"sleep ended by SIGTERM; spyglass run ended with {p.returncode}, not -SIGTERM")
+
+
+def signals_case(cli, child):
+  tmp = tempfile.mkdtemp(prefix="sg-run-signals-")
+  out = os.path.join(tmp, "out")
+  parts = [signals_by_pid, ctrl_c_on_a_terminal, deaths_by_signal]
+  only = os.environ.get("CLI_RUN_TEST_ONLY")  # one part, by name
+  for part in parts:
+    if not only or part.__name__ == only:
+      part(cli, child, tmp, out)
+  print("PASS: signals to the wrapper reach the program once; Ctrl-C once; deaths by signal passed on")
+
+
 def main():
   case, cli = sys.argv[1], os.path.abspath(sys.argv[2])
   child = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
-  {"args": args_case, "usage": usage_case}[case](cli, child)
+  {"args": args_case, "usage": usage_case, "signals": signals_case}[case](cli, child)
 
 
 if __name__ == "__main__":

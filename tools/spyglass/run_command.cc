@@ -2,9 +2,12 @@
 // preloaded and reports the memory profiles it wrote. --trace, --server and
 // --flight-recorder are the SPYGLASS_* settings (session/env_start.h), checked
 // here by the same parser and handed to the program's environment: libspyglass
-// (linked, or loaded by the hook) starts them at load.
+// (linked, or loaded by the hook) starts them at load. The program keeps its
+// arguments (SplitRunProgram), gets the signals sent to this process once
+// (Forward) and its death is this process's (DieLike).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,9 +32,46 @@ namespace {
 
 namespace fs = std::filesystem;
 
-pid_t g_child = 0;
-void Forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
+// The signals `spyglass run` passes on to the program: the ones a user or a
+// supervisor sends to the wrapper's pid meaning the program (the flight
+// recorder's and the heap snapshot's triggers, which spyglass_dump_signal may
+// set to SIGUSR1, SIGUSR2, SIGHUP or a real-time one; the stop requests).
+std::vector<int> ForwardedSignals() {
+  std::vector<int> sigs = {SIGUSR1, SIGUSR2, SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+  for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) sigs.push_back(s);
+  return sigs;
+}
+
+volatile sig_atomic_t g_child = 0;
+// Passes a signal on to the program unless it got it already: the terminal
+// (Ctrl-C, Ctrl-\, a hangup) signals the whole foreground process group,
+// program included, and says so with SI_KERNEL; a signal the program sent
+// itself (kill(0, ...) reaches us too) goes back to nobody.
+void Forward(int sig, siginfo_t* info, void*) {
+  pid_t child = g_child;
+  if (child <= 0) return;
+  if (info && (info->si_code == SI_KERNEL || (info->si_code <= 0 && info->si_pid == child))) return;
+  int saved = errno;
+  kill(child, sig);
+  errno = saved;
+}
+
+// Ends this process the way the program ended, so that its parent sees the
+// same death (a Python parent reads -6, a shell 134): the signal's default
+// action, without a core file of the wrapper (the program dumped its own).
+// Returns the shell's 128+N if that somehow did not end us.
+int DieLike(int sig) {
+  std::cout.flush();
+  std::cerr.flush();
+  struct rlimit no_core {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  return 128 + sig;
 }
 
 // libspyglass_heap.so: $SPYGLASS_HEAP_LIB, else next to this binary (build
@@ -126,15 +166,21 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   if (memory) before = memory::ListDir(dir);
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
-  // The exec's errno comes back through a pipe that a successful exec closes.
+  // The forwarded signals wait, blocked, until the handler knows the child;
+  // the exec's errno comes back through a pipe that a successful exec closes.
+  sigset_t forwarded, old_mask;
+  sigemptyset(&forwarded);
+  for (int sig : ForwardedSignals()) sigaddset(&forwarded, sig);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
     std::perror("spyglass run: pipe");
     return 2;
   }
+  sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("spyglass run: fork");
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     close(exec_pipe[0]), close(exec_pipe[1]);
     return 2;
   }
@@ -166,6 +212,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     close(exec_pipe[0]);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     execvp(argv[0], argv.data());
     int err = errno;
     (void)!write(exec_pipe[1], &err, sizeof err);
@@ -174,10 +221,18 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   close(exec_pipe[1]);
   g_child = pid;
   struct sigaction sa {};
-  sa.sa_handler = Forward;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = Forward;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGUSR2, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  std::vector<int> installed;
+  for (int sig : ForwardedSignals()) {
+    // One this process was started ignoring (nohup, a background job's
+    // SIGINT) the program ignores too: nothing to pass on.
+    struct sigaction was {};
+    if (sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
+    if (sigaction(sig, &sa, nullptr) == 0) installed.push_back(sig);
+  }
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   int exec_errno = 0;
   ssize_t got;
   while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
@@ -186,17 +241,21 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  // The program is gone: a signal now is for this process (a Ctrl-C during a
+  // long summary ends it), as before the program ran.
+  g_child = 0;
+  for (int sig : installed) signal(sig, SIG_DFL);
   if (got == sizeof exec_errno) {
     // Nothing ran: no profile to look for. A shell's statuses: 127 not found, 126 not runnable.
     std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(exec_errno) << "\n";
     return exec_errno == ENOENT ? 127 : 126;
   }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (memory) {
     memory::ProgramEnd end{WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
     std::cerr << memory::SummarizeRun(dir, pid, end, before, timeline);
   }
-  return code;
+  if (WIFSIGNALED(status)) return DieLike(WTERMSIG(status));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace
