@@ -1,23 +1,28 @@
 """`spyglass run` leaves the program its own: its arguments, its signals, its
 exit; and the CLI's usage errors exit 2 with a message that names the flag.
 
-  cli_run_test.py CASE SPYGLASS_CLI RUN_SIGNAL_CHILD
+  cli_run_test.py CASE SPYGLASS_CLI RUN_SIGNAL_CHILD [ENV_PROGRAM]
     args     Debian programs (sort -r, head -n 1, ls -la, sort -o) print the
              same under `spyglass run`, with and without `--`
     usage    usage errors exit 2; --flight-recorder 0 names the flag; a
              missing program is one message and 127; no command is usage and 2
     signals  SIGUSR1, SIGQUIT, SIGHUP, SIGINT, SIGTERM sent to the wrapper's pid
              reach the program once; Ctrl-C on a terminal reaches it once; a
-             program killed by a signal kills the wrapper by the same signal
+             program killed by a signal kills the wrapper by the same signal;
+             with ENV_PROGRAM (tests/env), kill -USR1 of the wrapper dumps the
+             program's flight recorder
 """
 import os
 import pty
+import queue
 import resource
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -239,7 +244,54 @@ def deaths_by_signal(cli, child, tmp, out):
     fail(f"sleep ended by SIGTERM; spyglass run ended with {p.returncode}, not -SIGTERM")
 
 
-def signals_case(cli, child):
+def flight_recorder_dump(cli, _child, tmp, _out, program):
+  """The flight recorder's documented trigger, `kill -USR1 <pid>`, sent to
+  the pid of `spyglass run` (what a user sees): the program dumps and runs on."""
+  logs = os.path.join(tmp, "fr")
+  p = subprocess.Popen([cli, "run", "--flight-recorder", "5", "--options", "spyglass_dump_signal=SIGUSR1",
+                        "--trace", logs, program, "60"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, preexec_fn=no_core)
+  lines = queue.Queue()
+  threading.Thread(target=lambda: [lines.put(l) for l in p.stderr], daemon=True).start()
+  said = []
+
+  def until(text):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+      try:
+        said.append(lines.get(timeout=0.1))
+      except queue.Empty:
+        if p.poll() is not None:
+          break
+        continue
+      if text in said[-1]:
+        return
+    p.kill()
+    fail(f"no {text!r} from the program under spyglass run (exit {p.poll()}): {said!r}")
+
+  try:
+    if p.stdout.readline().strip() != "RUNNING":
+      fail("the program did not start")
+    until("flight recorder on")
+    p.send_signal(signal.SIGUSR1)
+    until("flight recorder dumped (")
+    if p.poll() is not None:
+      fail(f"SIGUSR1 ended spyglass run ({p.returncode})")
+    # Stopped by SIGTERM through the wrapper (the program has no handler for it).
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(timeout=30)
+  finally:
+    if p.poll() is None:
+      p.kill()
+  if rc != -signal.SIGTERM:
+    fail(f"the program under spyglass run ended with {rc}, not -SIGTERM: {said!r}")
+  dumps = [d for d in os.listdir(os.path.join(logs, "plugins", "profile")) if not d.startswith(".")]
+  if len(dumps) != 1:
+    fail(f"expected one dump under {logs}/plugins/profile, found {dumps}")
+  print("PASS: kill -USR1 <spyglass run> dumped the program's flight recorder; the program ran on")
+
+
+def signals_case(cli, child, program=None):
   tmp = tempfile.mkdtemp(prefix="sg-run-signals-")
   out = os.path.join(tmp, "out")
   parts = [signals_by_pid, ctrl_c_on_a_terminal, deaths_by_signal]
@@ -247,13 +299,21 @@ def signals_case(cli, child):
   for part in parts:
     if not only or part.__name__ == only:
       part(cli, child, tmp, out)
+  if program and (not only or only == "flight_recorder_dump"):
+    flight_recorder_dump(cli, child, tmp, out, program)
   print("PASS: signals to the wrapper reach the program once; Ctrl-C once; deaths by signal passed on")
 
 
 def main():
   case, cli = sys.argv[1], os.path.abspath(sys.argv[2])
   child = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
-  {"args": args_case, "usage": usage_case, "signals": signals_case}[case](cli, child)
+  # Every temporary folder of the case goes under one, removed when it passed.
+  tempfile.tempdir = tempfile.mkdtemp(prefix=f"sg-cli-run-{case}-")
+  if case == "signals" and len(sys.argv) > 4:
+    signals_case(cli, child, os.path.abspath(sys.argv[4]))
+  else:
+    {"args": args_case, "usage": usage_case, "signals": signals_case}[case](cli, child)
+  shutil.rmtree(tempfile.tempdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
