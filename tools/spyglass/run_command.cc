@@ -127,8 +127,8 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
         const std::string& python_allocator, bool follow_children, bool timeline,
         const std::vector<std::string>& command) {
   if (command.empty()) {
-    std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] [--server PORT] "
-                 "[--flight-recorder S] -- <command...>)\n";
+    std::cerr << "spyglass run: no program given (spyglass run [--memory] [--trace DIR] [--server PORT] "
+                 "[--flight-recorder S] [--] PROGRAM [ARGS...])\n";
     return 2;
   }
   session::StartSettings parsed;
