@@ -15,6 +15,7 @@
 #include "analysis/diff.h"
 #include "analysis/summary.h"
 #include "analysis/text_table.h"
+#include "memory/pprof.h"
 #include "spyglass/profile_reader.h"
 #include "test_util.h"
 #include "xplane.pb.h"
@@ -32,6 +33,7 @@ struct Known {
   double matmul_scale = 1;  // 2: the "new" run, matmul twice as slow
   bool shuffle = false;     // events written out of order
   bool gpu = true;
+  bool loader = true;       // false: no "load" events (the loader thread idle)
 };
 
 // Ten steps "train" (step_num 0..9) of 10, 20, ..., 100 ms back to back on
@@ -90,7 +92,7 @@ tp::XSpace KnownSpace(const Known& k) {
     event(main, 2, t, forward);
     event(main, 3, t, matmul);  // inside forward (same start, shorter)
     event(main, 4, t + forward, backward);
-    event(loader, 5, t, 5 * kMs);
+    if (k.loader) event(loader, 5, t, 5 * kMs);
     t += total;
   }
   tp::XLine* counters = host->add_lines();
@@ -592,6 +594,94 @@ TEST(Cli, SummaryAndDiffExitCodes) {
   r = Cli("summary " + WriteFile(dir, "cut.xplane.pb", bytes.substr(0, bytes.size() - 10)));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("is truncated"), std::string::npos) << r.out;
+}
+
+// A gated annotation that the new run no longer has (renamed, or no longer
+// run) fails the gate: it did not get faster, it can no longer be measured.
+TEST(Diff, GatedAnnotationGoneFromTheNewRunFails) {
+  std::string dir = testing::MakeTempDir();
+  std::string base = WriteKnown(dir, "base.xplane.pb");
+  std::string gone = WriteKnown(dir, "gone.xplane.pb", {.loader = false});
+  analysis::DiffOptions o;
+  o.fail_above_pct = 10;
+  o.annotations = {"load"};
+  analysis::Diff d;
+  ASSERT_TRUE(analysis::DiffRuns(base, gone, o, &d).ok());
+  EXPECT_TRUE(d.gate_error);
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_NE(d.failures[0].find("annotation 'load' is not in the new run (10 in the base)"), std::string::npos)
+      << d.failures[0];
+  CliResult r = Cli("diff --fail-above 10 --annotation load " + base + " " + gone);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("'load' is not in the new run"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("diff --fail-above 10 --annotation load " + base + " " + base).code, 0);
+}
+
+// --step or --thread that select nothing: an error naming what there is,
+// not empty tables.
+TEST(Cli, FiltersThatSelectNothingSayWhatThereIs) {
+  std::string dir = testing::MakeTempDir();
+  std::string base = WriteKnown(dir, "base.xplane.pb");
+  CliResult r = Cli("summary --step 100:200 " + base);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("no step in --step 100:200; the run has 10 steps, numbered 0 to 9"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Steps"), std::string::npos) << r.out;  // no tables
+  r = Cli("summary --json --step 12 " + base);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("no step in --step 12; the run has 10 steps"), std::string::npos) << r.out;
+  r = Cli("summary --step 3:4 " + base);
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = Cli("summary --thread nosuch " + base);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("no thread matches --thread 'nosuch'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'main' (1)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'loader' (2)"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("summary --thread load " + base).code, 0);
+  r = Cli("diff --thread nosuch " + base + " " + base);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the base run: no thread matches"), std::string::npos) << r.out;
+  r = Cli("diff --step 40 " + base + " " + base);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("numbered 0 to 9"), std::string::npos) << r.out;
+}
+
+// A file given to the wrong command: the message names the right one.
+TEST(Cli, PointsToTheCommandThatReadsTheFile) {
+  std::string dir = testing::MakeTempDir();
+  std::string trace = WriteKnown(dir, "host.xplane.pb");
+  memory::ProfileData d;
+  d.functions.push_back({"Alloc", "Alloc", "/src/a.cc", 1});
+  d.locations.push_back({0x10, {{1, 3}}});
+  d.samples.push_back({{1}, 2, 64, "heap", "cpu:0"});
+  std::string prof = WriteFile(dir, "memory.1.app.exit.prof", memory::EncodePprofGz(d));
+  std::string tsv = WriteFile(dir, "memory.1.app.timeline.tsv",
+                              "# spyglass memory timeline 1\n# start_monotonic_ns\t0\n# interval_ns\t1000000\nt_ns\n");
+  CliResult r = Cli("summary " + prof);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a memory profile (pprof), not a trace: read it with `spyglass memtop`"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("decompress"), std::string::npos) << r.out;
+  r = Cli("summary " + tsv);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a memory timeline: chart it with `spyglass memtop --over-time`"), std::string::npos)
+      << r.out;
+  r = Cli("memtop " + trace);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a trace (.xplane.pb), not a memory profile: read it with `spyglass summary`"),
+            std::string::npos)
+      << r.out;
+  r = Cli("memtop " + tsv);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--over-time"), std::string::npos) << r.out;
+  r = Cli("memdiff " + prof + " " + trace);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("spyglass summary"), std::string::npos) << r.out;
+  // What is neither keeps the reader's own message.
+  r = Cli("memtop " + WriteFile(dir, "notes.txt", "hello\n"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("not a valid pprof profile"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("memtop " + prof).code, 0);
 }
 
 // Hostile times: durations that add up past int64 (two threads, each an

@@ -127,6 +127,13 @@ Diff CompareSummaries(Summary base, Summary next, const DiffOptions& options) {
         d.failures.push_back("annotation '" + a.substr(0, 96) + "' is in neither run");
         continue;
       }
+      if (it->new_count == 0) {
+        // Gone (renamed, or no longer run): nothing left to measure it by.
+        d.gate_error = true;
+        d.failures.push_back("annotation '" + a.substr(0, 96) + "' is not in the new run (" +
+                             std::to_string(it->base_count) + " in the base)");
+        continue;
+      }
       if (it->delta_pct > options.fail_above_pct) {
         std::snprintf(buf, sizeof(buf), "%+.1f%% (%s -> %s%s), above %.1f%%", it->delta_pct,
                       FormatNs(it->base_ns).c_str(), FormatNs(it->new_ns).c_str(), d.per_step ? " per step" : "",

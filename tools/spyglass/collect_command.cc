@@ -227,9 +227,15 @@ int RunCollectCommand(const std::string& program, const std::vector<std::string>
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitStatus(app, e);
   }
   return 0;
+}
+
+int ExitStatus(CLI::App& app, const CLI::ParseError& e) {
+  int code = app.exit(e);
+  if (dynamic_cast<const CLI::RuntimeError*>(&e) != nullptr) return code;
+  return code == 0 ? 0 : 2;
 }
 
 }  // namespace spyglass::cli

@@ -18,11 +18,25 @@ int RunCollectCommand(const std::string& program, const std::vector<std::string>
                       std::function<bool()> cancelled = {});
 // `spyglass memtop`, `memdiff` (tools/spyglass/memory_commands.cc).
 void AddMemoryCommands(CLI::App& app);
+// What reads `path` when the command given it cannot (summary, else memtop
+// or memdiff): "'PATH' is a memory profile (pprof), not a trace: read it with
+// `spyglass memtop`...", the like for a memory timeline or (from memtop)
+// a trace; "" for anything else (tools/spyglass/memory_commands.cc).
+std::string OtherCommandFor(const std::string& path, bool from_summary);
 // `spyglass summary`, `diff` (tools/spyglass/summary_command.cc).
 void AddSummaryCommands(CLI::App& app);
 // `spyglass report` (tools/spyglass/report_command.cc).
 void AddReportCommand(CLI::App& app);
 // `spyglass run` (tools/spyglass/run_command.cc).
 void AddRunCommand(CLI::App& app);
+// The arguments for CLI11 when they hold `run`: those before the program,
+// which `run` keeps with its own arguments (CLI11 would take the program's
+// options for run's).
+std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv);
+
+// The exit status of a parse that threw: a CLI11 usage error is 2, as every
+// usage error of the CLI (CLI11's own codes are 100 and up); help and
+// version 0; a command's RuntimeError its own status. Prints what CLI11 says.
+int ExitStatus(CLI::App& app, const CLI::ParseError& e);
 
 }  // namespace spyglass::cli

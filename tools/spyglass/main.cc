@@ -1,5 +1,6 @@
 // The spyglass command-line tool. Subcommands are thin clients over the library.
 #include <iostream>
+#include <vector>
 
 #include "commands.h"
 #include "spyglass/profiler.h"
@@ -18,11 +19,16 @@ int main(int argc, char** argv) {
   spyglass::cli::AddSummaryCommands(app);
   spyglass::cli::AddReportCommand(app);
   spyglass::cli::AddRunCommand(app);
+  std::vector<char*> args = spyglass::cli::SplitRunProgram(app, argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return spyglass::cli::ExitStatus(app, e);
   }
-  if (app.get_subcommands().empty()) std::cout << app.help();
+  if (app.get_subcommands().empty()) {
+    // No command: a usage error, as with a wrong one.
+    std::cerr << app.help() << "spyglass: a command is required\n";
+    return 2;
+  }
   return 0;
 }

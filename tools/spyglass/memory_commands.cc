@@ -1,15 +1,20 @@
 // `spyglass memtop` and `memdiff`: thin clients of src/memory/.
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "common/gzip.h"
 #include "common/quote.h"
 #include "memory/pprof.h"
+#include "memory/timeline.h"
 #include "memory/timeline_chart.h"
 #include "memory/tracker.h"
+#include "model/profile_file.h"
 
 namespace spyglass::cli {
 namespace {
@@ -67,6 +72,35 @@ int OverTime(const std::string& file, size_t top, size_t width) {
 
 }  // namespace
 
+std::string OtherCommandFor(const std::string& path, bool from_summary) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  std::string head(64, '\0');
+  {
+    std::ifstream in(path, std::ios::binary);
+    head.resize(static_cast<size_t>(in.read(head.data(), static_cast<std::streamsize>(head.size())).gcount()));
+  }
+  std::string quoted = QuoteInput(path);
+  if (head.rfind("# spyglass memory timeline", 0) == 0)
+    return quoted + " is a memory timeline: chart it with `spyglass memtop --over-time`";
+  if (IsGzip(head)) {
+    if (!from_summary) return "";  // memtop read it as a pprof already
+    // A gzipped profile.proto (a trace JSON is gzipped too): parse it, within
+    // a small budget, for this hint only.
+    memory::PprofProfile p;
+    memory::PprofReadOptions small;
+    small.max_bytes = size_t{64} << 20;
+    if (memory::ReadPprofFile(path, &p, small).ok())
+      return quoted + " is a memory profile (pprof), not a trace: read it with `spyglass memtop` (or memdiff)";
+    return "";
+  }
+  if (from_summary) return "";
+  model::MappedFile f;
+  if (f.Open(path, uint64_t{1} << 40).ok() && !f.bytes().empty() && model::CheckProfileBytes(f.bytes(), path).ok())
+    return quoted + " is a trace (.xplane.pb), not a memory profile: read it with `spyglass summary` (or report)";
+  return "";
+}
+
 void AddMemoryCommands(CLI::App& app) {
   auto* top = app.add_subcommand("memtop", "Top holders of live memory in a pprof memory profile, by call site");
   static std::string top_file;
@@ -109,7 +143,8 @@ void AddMemoryCommands(CLI::App& app) {
     memory::PprofReadOptions opts;
     if (!ReaderOptions("memtop", max_mb, &opts)) std::exit(2);
     if (Status s = memory::ReadPprofFile(top_file, &p, opts); !s.ok()) {
-      std::cerr << "spyglass memtop: " << s.message() << "\n";
+      std::string other = OtherCommandFor(top_file, false);
+      std::cerr << "spyglass memtop: " << (other.empty() ? s.message() : other) << "\n";
       std::exit(1);
     }
     std::cout << memory::MemTopReport(p, top_file, top_n, sites);
@@ -129,7 +164,8 @@ void AddMemoryCommands(CLI::App& app) {
     if (!ReaderOptions("memdiff", max_mb, &opts)) std::exit(2);
     for (auto [file, prof] : {std::pair{&base_file, &a}, std::pair{&cur_file, &b}}) {
       if (Status s = memory::ReadPprofFile(*file, prof, opts); !s.ok()) {
-        std::cerr << "spyglass memdiff: " << s.message() << "\n";
+        std::string other = OtherCommandFor(*file, false);
+        std::cerr << "spyglass memdiff: " << (other.empty() ? s.message() : other) << "\n";
         std::exit(1);
       }
     }

@@ -2,13 +2,18 @@
 // preloaded and reports the memory profiles it wrote. --trace, --server and
 // --flight-recorder are the SPYGLASS_* settings (session/env_start.h), checked
 // here by the same parser and handed to the program's environment: libspyglass
-// (linked, or loaded by the hook) starts them at load.
+// (linked, or loaded by the hook) starts them at load. The program keeps its
+// arguments (SplitRunProgram), gets the signals sent to this process once
+// (Forward) and its death is this process's (DieLike).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,9 +32,46 @@ namespace {
 
 namespace fs = std::filesystem;
 
-pid_t g_child = 0;
-void Forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
+// The signals `spyglass run` passes on to the program: the ones a user or a
+// supervisor sends to the wrapper's pid meaning the program (the flight
+// recorder's and the heap snapshot's triggers, which spyglass_dump_signal may
+// set to SIGUSR1, SIGUSR2, SIGHUP or a real-time one; the stop requests).
+std::vector<int> ForwardedSignals() {
+  std::vector<int> sigs = {SIGUSR1, SIGUSR2, SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+  for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) sigs.push_back(s);
+  return sigs;
+}
+
+volatile sig_atomic_t g_child = 0;
+// Passes a signal on to the program unless it got it already: the terminal
+// (Ctrl-C, Ctrl-\, a hangup) signals the whole foreground process group,
+// program included, and says so with SI_KERNEL; a signal the program sent
+// itself (kill(0, ...) reaches us too) goes back to nobody.
+void Forward(int sig, siginfo_t* info, void*) {
+  pid_t child = g_child;
+  if (child <= 0) return;
+  if (info && (info->si_code == SI_KERNEL || (info->si_code <= 0 && info->si_pid == child))) return;
+  int saved = errno;
+  kill(child, sig);
+  errno = saved;
+}
+
+// Ends this process the way the program ended, so that its parent sees the
+// same death (a Python parent reads -6, a shell 134): the signal's default
+// action, without a core file of the wrapper (the program dumped its own).
+// Returns the shell's 128+N if that somehow did not end us.
+int DieLike(int sig) {
+  std::cout.flush();
+  std::cerr.flush();
+  struct rlimit no_core {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+  signal(sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  return 128 + sig;
 }
 
 // libspyglass_heap.so: $SPYGLASS_HEAP_LIB, else next to this binary (build
@@ -70,13 +112,23 @@ void SetPythonEnv(const std::string& hook, const std::string& allocator) {
 
 // The SPYGLASS_* settings given as flags (name -> value).
 using Settings = std::vector<std::pair<const char*, std::string>>;
+// Each setting's flag, to name it in errors.
+const std::pair<const char*, std::string> kSettingFlags[] = {{session::kEnvTraceDir, "--trace"},
+                                                             {session::kEnvServerPort, "--server"},
+                                                             {session::kEnvFlightRecorder, "--flight-recorder"},
+                                                             {session::kEnvOptions, "--options"}};
+
+// The program and its arguments: everything from the first word that is not
+// one of run's options (or its value), or after "--" (SplitRunProgram).
+std::vector<std::string> g_program;
+CLI::App* g_run = nullptr;  // the subcommand
 
 int Run(bool memory, const Settings& settings, const std::string& out_dir, uint64_t sample_bytes,
         const std::string& python_allocator, bool follow_children, bool timeline,
         const std::vector<std::string>& command) {
   if (command.empty()) {
-    std::cerr << "spyglass run: no command given (spyglass run [--memory] [--trace DIR] [--server PORT] "
-                 "[--flight-recorder S] -- <command...>)\n";
+    std::cerr << "spyglass run: no program given (spyglass run [--memory] [--trace DIR] [--server PORT] "
+                 "[--flight-recorder S] [--] PROGRAM [ARGS...])\n";
     return 2;
   }
   session::StartSettings parsed;
@@ -86,7 +138,11 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     return nullptr;
   };
   if (Status s = session::ParseStartSettings(get, &parsed); !s.ok()) {
-    std::cerr << "spyglass run: " << s.message() << "\n";
+    // The parser speaks of the environment; here the user gave a flag.
+    std::string message = s.message();
+    for (const auto& [env, flag] : kSettingFlags)
+      if (message.rfind(env, 0) == 0) message = flag + message.substr(std::strlen(env));
+    std::cerr << "spyglass run: " << message << "\n";
     return 2;
   }
   const std::string& trace_dir = parsed.trace_dir;
@@ -110,9 +166,22 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   if (memory) before = memory::ListDir(dir);
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  // The forwarded signals wait, blocked, until the handler knows the child;
+  // the exec's errno comes back through a pipe that a successful exec closes.
+  sigset_t forwarded, old_mask;
+  sigemptyset(&forwarded);
+  for (int sig : ForwardedSignals()) sigaddset(&forwarded, sig);
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    std::perror("spyglass run: pipe");
+    return 2;
+  }
+  sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("spyglass run: fork");
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    close(exec_pipe[0]), close(exec_pipe[1]);
     return 2;
   }
   // A Python interpreter without --memory: the spyglass package starts the
@@ -142,25 +211,51 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::vector<char*> argv;
     for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    close(exec_pipe[0]);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     execvp(argv[0], argv.data());
-    std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(errno) << "\n";
+    int err = errno;
+    (void)!write(exec_pipe[1], &err, sizeof err);
     _exit(127);
   }
+  close(exec_pipe[1]);
   g_child = pid;
   struct sigaction sa {};
-  sa.sa_handler = Forward;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = Forward;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGUSR2, SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  std::vector<int> installed;
+  for (int sig : ForwardedSignals()) {
+    // One this process was started ignoring (nohup, a background job's
+    // SIGINT) the program ignores too: nothing to pass on.
+    struct sigaction was {};
+    if (sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
+    if (sigaction(sig, &sa, nullptr) == 0) installed.push_back(sig);
+  }
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  int exec_errno = 0;
+  ssize_t got;
+  while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  close(exec_pipe[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // The program is gone: a signal now is for this process (a Ctrl-C during a
+  // long summary ends it), as before the program ran.
+  g_child = 0;
+  for (int sig : installed) signal(sig, SIG_DFL);
+  if (got == sizeof exec_errno) {
+    // Nothing ran: no profile to look for. A shell's statuses: 127 not found, 126 not runnable.
+    std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(exec_errno) << "\n";
+    return exec_errno == ENOENT ? 127 : 126;
+  }
   if (memory) {
     memory::ProgramEnd end{WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
     std::cerr << memory::SummarizeRun(dir, pid, end, before, timeline);
   }
-  return code;
+  if (WIFSIGNALED(status)) return DieLike(WTERMSIG(status));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace
@@ -171,10 +266,10 @@ void AddRunCommand(CLI::App& app) {
                                         "snapshots on exit and on SIGUSR2 (--memory, the default without those; "
                                         "Python programs, also through a launcher script, get Python frames "
                                         "interleaved with native ones); Python programs: python -m spyglass run too");
+  g_run = run;
   static bool memory = false;
   static std::string trace_dir, server, flight_recorder, options, out_dir = ".";
   static std::string sample_bytes = "0";
-  static std::vector<std::string> command;
   run->add_flag("--memory", memory, "track the heap (the default without --trace, --server and --flight-recorder)");
   run->add_option("--trace", trace_dir,
                   "record a trace from start to exit into this log dir (with --memory: a live-bytes counter track); "
@@ -211,8 +306,8 @@ void AddRunCommand(CLI::App& app) {
                   "but the profile is the process's heap as malloc sees it)")
       ->check(CLI::IsMember({"pymalloc", "malloc"}))
       ->default_val("pymalloc");
-  run->add_option("command", command, "the program and its arguments (after --)")->required();
-  run->prefix_command();
+  run->footer("usage: spyglass run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+              "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.");
   run->callback([] {
     uint64_t bytes = 0;
     if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
@@ -225,8 +320,38 @@ void AddRunCommand(CLI::App& app) {
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
     if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
-    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, command));
+    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, g_program));
   });
+}
+
+std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv) {
+  std::vector<char*> mine(argv, argv + argc);
+  // The subcommand: the first word (the top level's flags take no value).
+  int at = 1;
+  while (at < argc && argv[at][0] == '-') ++at;
+  CLI::App* run = at < argc && std::strcmp(argv[at], "run") == 0 ? g_run : nullptr;
+  if (!run || run->get_parent() != &app) return mine;
+  for (int i = at + 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      g_program.assign(argv + i + 1, argv + argc);
+      mine.resize(i);
+      return mine;
+    }
+    if (a.size() < 2 || a[0] != '-') {
+      g_program.assign(argv + i, argv + argc);
+      mine.resize(i);
+      return mine;
+    }
+    // One of run's options (an unknown one is CLI11's to refuse): its value
+    // is the next word unless given as --name=value or -oVALUE.
+    bool long_name = a[1] == '-';
+    std::string name = long_name ? a.substr(0, a.find('=')) : a.substr(0, 2);
+    bool attached = long_name ? name.size() < a.size() : a.size() > 2;
+    const CLI::Option* opt = run->get_option_no_throw(name);
+    if (opt && opt->get_expected_min() > 0 && !attached) ++i;
+  }
+  return mine;
 }
 
 }  // namespace spyglass::cli

@@ -2,17 +2,20 @@
 // which reads profiles through spyglass/profile_reader.h.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "analysis/diff.h"
 #include "analysis/summary.h"
 #include "commands.h"
+#include "common/quote.h"
 
 namespace spyglass::cli {
 namespace {
@@ -96,6 +99,42 @@ bool ToOptions(const char* cmd, const Filters& f, analysis::SummaryOptions* o) {
   return true;
 }
 
+// Why --step or --thread left nothing of `run` (summarized with `o` into
+// `s`), naming what there is; "" when they kept something. Read again
+// without the filter, on this error path only.
+std::string NothingSelected(const std::string& run, const analysis::SummaryOptions& o, const analysis::Summary& s) {
+  bool no_step = (o.step_first || o.step_last) && s.steps.duration.count == 0;
+  bool no_thread = !o.thread.empty() && s.threads.empty();
+  if (!no_step && !no_thread) return "";
+  analysis::SummaryOptions all;
+  all.top = 0;
+  if (!no_thread) all.thread = o.thread;
+  analysis::Summary w;
+  bool known = analysis::Summarize(run, all, &w).ok();
+  std::string why;
+  if (no_thread) {
+    why = "no thread matches --thread " + QuoteInput(o.thread) + " (a part of its name, or its id)";
+    if (known && !w.threads.empty()) {
+      why += "; the threads:";
+      size_t shown = std::min<size_t>(w.threads.size(), 12);
+      for (size_t i = 0; i < shown; ++i)
+        why += std::string(i ? "," : "") + " " + QuoteInput(w.threads[i].name) + " (" +
+               std::to_string(w.threads[i].id) + ")";
+      if (shown < w.threads.size()) why += ", and " + std::to_string(w.threads.size() - shown) + " more";
+    }
+    return why;
+  }
+  auto bound = [](const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string(); };
+  why = "no step in --step " + (o.step_first == o.step_last ? bound(o.step_first)
+                                                              : bound(o.step_first) + ":" + bound(o.step_last));
+  if (!known) return why;
+  if (w.steps.all.empty()) return why + "; the run has no steps (no event with a step_num)";
+  auto [lo, hi] = std::minmax_element(w.steps.all.begin(), w.steps.all.end(),
+                                      [](const analysis::Step& a, const analysis::Step& b) { return a.number < b.number; });
+  return why + "; the run has " + std::to_string(w.steps.duration.count) + " steps, numbered " +
+         std::to_string(lo->number) + " to " + std::to_string(hi->number);
+}
+
 }  // namespace
 
 void AddSummaryCommands(CLI::App& app) {
@@ -118,7 +157,12 @@ void AddSummaryCommands(CLI::App& app) {
       st = analysis::Summarize(run, o, &s);
     }
     if (!st.ok()) {
-      std::cerr << "spyglass summary: " << st.message() << "\n";
+      std::string other = OtherCommandFor(run, true);
+      std::cerr << "spyglass summary: " << (other.empty() ? st.message() : other) << "\n";
+      std::exit(1);
+    }
+    if (std::string why = NothingSelected(run, o, s); !why.empty()) {
+      std::cerr << "spyglass summary: " << why << "\n";
       std::exit(1);
     }
     std::cout << (sf.json ? analysis::SummaryToJson(s) : analysis::SummaryToText(s));
@@ -159,6 +203,12 @@ void AddSummaryCommands(CLI::App& app) {
     if (!st.ok()) {
       std::cerr << "spyglass diff: " << st.message() << "\n";
       std::exit(2);
+    }
+    for (auto [which, path, summary] : {std::tuple{"base", &base, &d.base}, std::tuple{"new", &next, &d.next}}) {
+      if (std::string why = NothingSelected(*path, o.summary, *summary); !why.empty()) {
+        std::cerr << "spyglass diff: the " << which << " run: " << why << "\n";
+        std::exit(2);
+      }
     }
     std::cout << (df.json ? analysis::DiffToJson(d) : analysis::DiffToText(d));
     std::cout.flush();
