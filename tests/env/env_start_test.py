@@ -188,6 +188,17 @@ def spyglass_run_case(prog, cli):
   r = run_timed([cli, "run", "--trace", e, "--", "sqlite3", ":memory:", "select 1;"], env_with())
   if r.returncode != 0 or "(0 annotated events on 0 threads)" not in r.stderr or "--memory --trace" not in r.stderr:
     fail(f"spyglass run --trace of an unannotated program: exit {r.returncode}, {r.stderr!r}")
+  # One folder for a run's trace and memory profiles, and the parent says where
+  # they went even when the program closes its stderr at exit (sort does).
+  f = tempfile.mkdtemp(prefix="sg-env-run-one-")
+  r = run_timed([cli, "run", "--memory", "--trace", f, "sort", "/dev/null"], env_with())
+  if r.returncode != 0:
+    fail(f"spyglass run --memory --trace sort: exit {r.returncode}, {r.stderr!r}")
+  if not glob.glob(os.path.join(f, "memory.*.sort.exit.prof")):
+    fail(f"the memory profiles are not beside the trace in {f}: {os.listdir(f)}")
+  runs = glob.glob(os.path.join(f, "plugins", "profile", "*"))
+  if len(runs) != 1 or f"spyglass run: trace in {runs[0]}/" not in r.stderr:
+    fail(f"the parent does not say where the trace went ({runs}): {r.stderr!r}")
   # --server: started at load, captured by spyglass collect.
   p = start_program(prog, env_with(), cmd_prefix=(cli, "run", "--server", "0", "--"))
   try:

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -123,6 +124,20 @@ const std::pair<const char*, std::string> kSettingFlags[] = {{session::kEnvTrace
 std::vector<std::string> g_program;
 CLI::App* g_run = nullptr;  // the subcommand
 
+// The runs under <log_dir>/plugins/profile/, sorted (none when log_dir is "").
+std::vector<std::string> TraceRuns(const std::string& log_dir) {
+  std::vector<std::string> runs;
+  if (log_dir.empty()) return runs;
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(log_dir) / "plugins" / "profile", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->is_directory(ec)) runs.push_back(it->path().filename().string());
+    if (runs.size() >= 100000) break;  // a bound on a directory we did not make
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs;
+}
+
 int Run(bool memory, const Settings& settings, const std::string& out_dir, uint64_t sample_bytes,
         const std::string& python_allocator, bool follow_children, bool timeline,
         const std::vector<std::string>& command) {
@@ -164,6 +179,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   // What the directory held before: those files are not this run's.
   memory::DirListing before;
   if (memory) before = memory::ListDir(dir);
+  const std::vector<std::string> runs_before = TraceRuns(trace_dir);
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   // The forwarded signals wait, blocked, until the handler knows the child;
@@ -254,6 +270,19 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     memory::ProgramEnd end{WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
     std::cerr << memory::SummarizeRun(dir, pid, end, before, timeline);
   }
+  // Said here too: the program's own line is lost when it closes stderr (sort does).
+  if (!trace_dir.empty()) {
+    const std::vector<std::string> runs = TraceRuns(trace_dir);
+    std::vector<std::string> written;
+    std::set_difference(runs.begin(), runs.end(), runs_before.begin(), runs_before.end(), std::back_inserter(written));
+    if (written.empty())
+      std::cerr << "spyglass run: no trace was written under " << trace_dir << "/plugins/profile/\n";
+    for (const std::string& run : written)
+      std::cerr << "spyglass run: trace in " << trace_dir << "/plugins/profile/" << run << "/\n";
+    if (!written.empty())
+      std::cerr << "Read it with: spyglass summary " << trace_dir << "   or   spyglass report " << trace_dir
+                << (memory && dir == trace_dir ? "   (the memory profiles are beside it)" : "") << "\n";
+  }
   if (WIFSIGNALED(status)) return DieLike(WTERMSIG(status));
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
@@ -282,7 +311,7 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--options", options,
                   "key=value,... ProfileOptions fields and advanced keys for the trace; SPYGLASS_OPTIONS");
   run->add_option("-o,--out", out_dir,
-                  "where the profiles go: memory.<pid>.<program>.exit.prof and .peak.prof at exit (with the series "
+                  "where the profiles go (default: the --trace dir, else .): memory.<pid>.<program>.exit.prof and .peak.prof at exit (with the series "
                   ".timeline.tsv), .<n>.prof on SIGUSR2, "
                   ".oom.prof when an allocation fails, .signal.prof on a fatal signal, .cgroup.prof near a "
                   "cgroup memory limit")
@@ -320,7 +349,10 @@ void AddRunCommand(CLI::App& app) {
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
     if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
-    std::exit(Run(memory, settings, out_dir, bytes, python_allocator, follow_children, timeline, g_program));
+    // One folder for everything a run writes: with --trace and no -o, the
+    // memory profiles go beside the trace (spyglass report DIR finds both).
+    const std::string out = !trace_dir.empty() && g_run->count("--out") == 0 ? trace_dir : out_dir;
+    std::exit(Run(memory, settings, out, bytes, python_allocator, follow_children, timeline, g_program));
   });
 }
 
