@@ -19,7 +19,9 @@ pkgs=(build-essential cmake ninja-build pkg-config git
 # jemalloc (its sampled heap profiling is the sampled mode's peer in
 # BENCHMARKS.md), and ccache, which lets scripts/python_test.sh build the
 # package for each CPython without compiling the C++ core again.
-$browser && pkgs+=(chromium nodejs heaptrack libjemalloc2 ccache)
+# The `real` tier's programs nobody here wrote (tests/real): Debian's sqlite3,
+# and valgrind's massif as the peer of their peaks.
+$browser && pkgs+=(chromium nodejs heaptrack libjemalloc2 ccache sqlite3 valgrind)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
