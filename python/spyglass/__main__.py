@@ -19,6 +19,9 @@ JAX's python_tracer_level=1), and the program's spyglass.profiler annotations
 exception); --server lets `spyglass collect` / `jax.collect_profile` capture
 it on demand; --flight-recorder keeps the last SECONDS for a dump. The flags
 are the SPYGLASS_* settings of spyglass/_autostart.py, parsed by the same code.
+
+Both (a memory flag with --trace, --server or --flight-recorder): the new
+interpreter under the heap hook runs the program as the second form does.
 """
 import os
 import runpy
@@ -93,9 +96,6 @@ def run(argv):
     settings, module, program = _parse(argv, memory)
     if module is None and not program:
       raise _Usage("no script given (script.py [args...] or -m module [args...])")
-    if memory and settings:
-      raise _Usage("-o, --python-allocator and --sample-bytes are for memory profiles, "
-                   "which --trace, --server and --flight-recorder do not make")
     if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
       raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
     sample = memory.get("--sample-bytes", "0")
@@ -104,14 +104,14 @@ def run(argv):
   except _Usage as e:
     print(f"python -m spyglass run: {e}\nusage: {USAGE}", file=sys.stderr)
     return 2
-  if not settings and _autostart.started is None:
+  if settings and _autostart.started is not None:
+    print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
+          "give either the flags or the environment", file=sys.stderr)
+    return 2
+  if (memory and settings) or (not settings and _autostart.started is None):
     return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
-                       int(memory.get("--sample-bytes", "0")), module, program)
+                       int(memory.get("--sample-bytes", "0")), module, program, settings)
   if settings:
-    if _autostart.started is not None:
-      print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
-            "give either the flags or the environment", file=sys.stderr)
-      return 2
     try:
       _autostart.start(settings)
     except ValueError as e:
@@ -150,9 +150,14 @@ def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
   return env
 
 
-def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
+def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None):
   """Memory mode: the program in a child interpreter under the heap hook; the
-  child's status, and a summary of the profiles it wrote."""
+  child's status, and a summary of the profiles it wrote. With `settings`
+  (--trace & co. given with memory flags) the child is `python -m spyglass run`
+  with those flags: the trace starts in the child's interpreter, with the
+  Python tracer, as without memory. (Not through the SPYGLASS_* environment:
+  the hook would load libspyglass, a second core in a process that imports
+  this package's.)"""
   import signal
   import subprocess
   try:
@@ -164,7 +169,12 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
   from . import _spyglass
   out_dir = os.path.abspath(out_dir)
   before = _spyglass._memory_dir_listing(out_dir)  # files from earlier runs are not this one's
-  child = subprocess.Popen([sys.executable] + (["-m", module] if module else []) + list(program), env=env)
+  target = (["-m", module] if module else []) + list(program)
+  if settings:
+    flags = {env_name: flag for flag, env_name in _FLAGS.items()}
+    given = [f"{flags[k]}={os.path.abspath(v) if k == 'SPYGLASS_TRACE_DIR' and v else v}" for k, v in settings.items()]
+    target = ["-m", "spyglass", "run"] + given + (["-m", module] if module else ["--"]) + list(program)
+  child = subprocess.Popen([sys.executable] + target, env=env)
   for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):  # SIGUSR2: a snapshot now
     signal.signal(sig, lambda s, _frame: child.send_signal(s))
   code = child.wait()
