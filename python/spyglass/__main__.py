@@ -22,6 +22,11 @@ are the SPYGLASS_* settings of spyglass/_autostart.py, parsed by the same code.
 
 Both (a memory flag with --trace, --server or --flight-recorder): the new
 interpreter under the heap hook runs the program as the second form does.
+
+The other commands (summary, diff, report, memtop, memdiff, collect) are the
+spyglass CLI shipped in this package (spyglass/_bin/spyglass), which the
+`spyglass` console script runs for every command, `run` included
+(`spyglass run [--memory] [--trace DIR] -- any command`).
 """
 import os
 import runpy
@@ -184,16 +189,56 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settin
   return code if code >= 0 else 128 - code
 
 
+# The C++ CLI's commands, run by the binary this package carries.
+CLI_COMMANDS = ("summary", "diff", "report", "memtop", "memdiff", "collect", "run")
+
+
+def cli_path():
+  """The spyglass CLI inside this package (None if this install has none)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "spyglass")
+  return path if os.access(path, os.X_OK) else None
+
+
+def _exec_cli(argv, caller):
+  """Replaces this process by the CLI with `argv` (its status, signals and
+  streams are the command's own). Returns 2 if there is no CLI."""
+  path = cli_path()
+  if path is None:
+    print(f"{caller}: this spyglass package has no CLI (spyglass/_bin/spyglass); reinstall it", file=sys.stderr)
+    return 2
+  pkg = os.path.dirname(os.path.abspath(__file__))
+  # `spyglass run` looks for the heap hook beside itself or in ../lib; here it
+  # lies in the package directory, with its Python startup module.
+  if not os.environ.get("SPYGLASS_HEAP_LIB"):
+    os.environ["SPYGLASS_HEAP_LIB"] = os.path.join(pkg, "libspyglass_heap.so")
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+  except (OSError, ValueError):
+    pass
+  os.execv(path, ["spyglass"] + list(argv))
+  return 2  # not reached
+
+
+def cli(argv=None):
+  """The `spyglass` console script: the CLI, every command (`run` as the C++
+  tool's: any program after --)."""
+  argv = sys.argv[1:] if argv is None else list(argv)
+  return _exec_cli(argv, "spyglass")
+
+
 def main(argv=None):
+  """python -m spyglass: `run` (a Python program, this module's), and the CLI's other commands."""
   argv = sys.argv[1:] if argv is None else list(argv)
   if not argv or argv[0] in ("-h", "--help"):
     print(USAGE + "\n\n  python -m spyglass run --help   for the flags\n"
-          "  python -m spyglass.collect_profile PORT MS   to capture a running profiler server")
+          "  python -m spyglass.collect_profile PORT MS   to capture a running profiler server\n\n"
+          "Commands: run (above), and the spyglass CLI's " + ", ".join(c for c in CLI_COMMANDS if c != "run") +
+          "\n  python -m spyglass COMMAND --help   (or the `spyglass` command this package installs)")
     return 0 if argv else 2
-  if argv[0] != "run":
-    print(f"python -m spyglass: unknown command {argv[0][:64]!r} (run)", file=sys.stderr)
-    return 2
-  return run(argv[1:])
+  if argv[0] == "run":
+    return run(argv[1:])
+  return _exec_cli(argv, "python -m spyglass")  # which answers an unknown command itself
 
 
 if __name__ == "__main__":
