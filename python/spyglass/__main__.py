@@ -113,6 +113,13 @@ def run(argv):
     print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
           "give either the flags or the environment", file=sys.stderr)
     return 2
+  if memory and settings:
+    from . import _spyglass  # pylint: disable=g-import-not-at-top
+    try:  # bad values end here, not in the child after its interpreter started under the hook
+      _spyglass._check_settings(settings)
+    except ValueError as e:
+      print(f"python -m spyglass run: {e}", file=sys.stderr)
+      return 2
   if (memory and settings) or (not settings and _autostart.started is None):
     return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
                        int(memory.get("--sample-bytes", "0")), module, program, settings)

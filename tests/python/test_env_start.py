@@ -198,10 +198,12 @@ def test_python_m_spyglass_run_bad_flags(tmp_path):
   script = write_script(tmp_path)
   # (No flags at all is memory mode: test_python_heap.py.)
   for flags in (["--server", "nope"], ["--options", "bogus=1"], ["--unknown"], ["--python-allocator", "jemalloc"],
-                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs"), "--python-allocator", "x"]):
+                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs"), "--python-allocator", "x"],
+                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs"), "--options", "bogus=1"]):
     r = run_module(*flags, script)
     assert r.returncode == 2, (flags, r.stdout, r.stderr)
     assert "ARGS" not in r.stdout and r.stderr.startswith("python -m spyglass run: "), r.stderr
+    assert "memory profiles" not in r.stderr and not os.path.exists(tmp_path / "mem"), r.stderr  # no child ran
 
 
 def test_python_m_spyglass_run_flight_recorder(tmp_path):
