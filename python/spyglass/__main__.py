@@ -19,6 +19,14 @@ JAX's python_tracer_level=1), and the program's spyglass.profiler annotations
 exception); --server lets `spyglass collect` / `jax.collect_profile` capture
 it on demand; --flight-recorder keeps the last SECONDS for a dump. The flags
 are the SPYGLASS_* settings of spyglass/_autostart.py, parsed by the same code.
+
+Both (a memory flag with --trace, --server or --flight-recorder): the new
+interpreter under the heap hook runs the program as the second form does.
+
+The other commands (summary, diff, report, memtop, memdiff, collect) are the
+spyglass CLI shipped in this package (spyglass/_bin/spyglass), which the
+`spyglass` console script runs for every command, `run` included
+(`spyglass run [--memory] [--trace DIR] -- any command`).
 """
 import os
 import runpy
@@ -93,9 +101,6 @@ def run(argv):
     settings, module, program = _parse(argv, memory)
     if module is None and not program:
       raise _Usage("no script given (script.py [args...] or -m module [args...])")
-    if memory and settings:
-      raise _Usage("-o, --python-allocator and --sample-bytes are for memory profiles, "
-                   "which --trace, --server and --flight-recorder do not make")
     if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
       raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
     sample = memory.get("--sample-bytes", "0")
@@ -104,14 +109,21 @@ def run(argv):
   except _Usage as e:
     print(f"python -m spyglass run: {e}\nusage: {USAGE}", file=sys.stderr)
     return 2
-  if not settings and _autostart.started is None:
-    return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
-                       int(memory.get("--sample-bytes", "0")), module, program)
-  if settings:
-    if _autostart.started is not None:
-      print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
-            "give either the flags or the environment", file=sys.stderr)
+  if settings and _autostart.started is not None:
+    print("python -m spyglass run: the SPYGLASS_* environment already started profiling; "
+          "give either the flags or the environment", file=sys.stderr)
+    return 2
+  if memory and settings:
+    from . import _spyglass  # pylint: disable=g-import-not-at-top
+    try:  # bad values end here, not in the child after its interpreter started under the hook
+      _spyglass._check_settings(settings)
+    except ValueError as e:
+      print(f"python -m spyglass run: {e}", file=sys.stderr)
       return 2
+  if (memory and settings) or (not settings and _autostart.started is None):
+    return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
+                       int(memory.get("--sample-bytes", "0")), module, program, settings)
+  if settings:
     try:
       _autostart.start(settings)
     except ValueError as e:
@@ -150,9 +162,14 @@ def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
   return env
 
 
-def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
+def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None):
   """Memory mode: the program in a child interpreter under the heap hook; the
-  child's status, and a summary of the profiles it wrote."""
+  child's status, and a summary of the profiles it wrote. With `settings`
+  (--trace & co. given with memory flags) the child is `python -m spyglass run`
+  with those flags: the trace starts in the child's interpreter, with the
+  Python tracer, as without memory. (Not through the SPYGLASS_* environment:
+  the hook would load libspyglass, a second core in a process that imports
+  this package's.)"""
   import signal
   import subprocess
   try:
@@ -164,7 +181,12 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
   from . import _spyglass
   out_dir = os.path.abspath(out_dir)
   before = _spyglass._memory_dir_listing(out_dir)  # files from earlier runs are not this one's
-  child = subprocess.Popen([sys.executable] + (["-m", module] if module else []) + list(program), env=env)
+  target = (["-m", module] if module else []) + list(program)
+  if settings:
+    flags = {env_name: flag for flag, env_name in _FLAGS.items()}
+    given = [f"{flags[k]}={os.path.abspath(v) if k == 'SPYGLASS_TRACE_DIR' and v else v}" for k, v in settings.items()]
+    target = ["-m", "spyglass", "run"] + given + (["-m", module] if module else ["--"]) + list(program)
+  child = subprocess.Popen([sys.executable] + target, env=env)
   for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):  # SIGUSR2: a snapshot now
     signal.signal(sig, lambda s, _frame: child.send_signal(s))
   code = child.wait()
@@ -174,16 +196,56 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program):
   return code if code >= 0 else 128 - code
 
 
+# The C++ CLI's commands, run by the binary this package carries.
+CLI_COMMANDS = ("summary", "diff", "report", "memtop", "memdiff", "collect", "run")
+
+
+def cli_path():
+  """The spyglass CLI inside this package (None if this install has none)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "spyglass")
+  return path if os.access(path, os.X_OK) else None
+
+
+def _exec_cli(argv, caller):
+  """Replaces this process by the CLI with `argv` (its status, signals and
+  streams are the command's own). Returns 2 if there is no CLI."""
+  path = cli_path()
+  if path is None:
+    print(f"{caller}: this spyglass package has no CLI (spyglass/_bin/spyglass); reinstall it", file=sys.stderr)
+    return 2
+  pkg = os.path.dirname(os.path.abspath(__file__))
+  # `spyglass run` looks for the heap hook beside itself or in ../lib; here it
+  # lies in the package directory, with its Python startup module.
+  if not os.environ.get("SPYGLASS_HEAP_LIB"):
+    os.environ["SPYGLASS_HEAP_LIB"] = os.path.join(pkg, "libspyglass_heap.so")
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+  except (OSError, ValueError):
+    pass
+  os.execv(path, ["spyglass"] + list(argv))
+  return 2  # not reached
+
+
+def cli(argv=None):
+  """The `spyglass` console script: the CLI, every command (`run` as the C++
+  tool's: any program after --)."""
+  argv = sys.argv[1:] if argv is None else list(argv)
+  return _exec_cli(argv, "spyglass")
+
+
 def main(argv=None):
+  """python -m spyglass: `run` (a Python program, this module's), and the CLI's other commands."""
   argv = sys.argv[1:] if argv is None else list(argv)
   if not argv or argv[0] in ("-h", "--help"):
     print(USAGE + "\n\n  python -m spyglass run --help   for the flags\n"
-          "  python -m spyglass.collect_profile PORT MS   to capture a running profiler server")
+          "  python -m spyglass.collect_profile PORT MS   to capture a running profiler server\n\n"
+          "Commands: run (above), and the spyglass CLI's " + ", ".join(c for c in CLI_COMMANDS if c != "run") +
+          "\n  python -m spyglass COMMAND --help   (or the `spyglass` command this package installs)")
     return 0 if argv else 2
-  if argv[0] != "run":
-    print(f"python -m spyglass: unknown command {argv[0][:64]!r} (run)", file=sys.stderr)
-    return 2
-  return run(argv[1:])
+  if argv[0] == "run":
+    return run(argv[1:])
+  return _exec_cli(argv, "python -m spyglass")  # which answers an unknown command itself
 
 
 if __name__ == "__main__":

@@ -49,14 +49,39 @@ def start(settings=None):
   return result
 
 
+def say(line):
+  """One line of ours on fd 2, whatever the program did to sys.stderr (closed,
+  replaced, detached); a failing write is dropped, never raised into the program."""
+  try:
+    os.write(2, f"spyglass: {line}\n".encode("utf-8", "replace"))
+  except OSError:
+    pass
+
+
+def _flush_program_stdout():
+  """The program's pending output before our lines on the same terminal. Its
+  stream may be closed (json.tool closes sys.stdout), replaced or broken: never raise."""
+  try:
+    out = sys.stdout
+    if out is not None and not out.closed:
+      out.flush()
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
 @_spyglass._untraced
 def _stop():
   global started
   if started is None or os.getpid() != _pid:  # a forked child owns nothing of it
     return
   started = None
-  sys.stdout.flush()
-  _spyglass._stop_started()
+  _flush_program_stdout()
+  # The trace is written (and its line printed to fd 2 by the core) whatever
+  # the program's streams are; an error here must not end the other atexit work.
+  try:
+    _spyglass._stop_started()
+  except Exception as e:  # pylint: disable=broad-except
+    say(f"cannot stop profiling: {e}")
 
 
 def start_from_environment():
@@ -66,4 +91,4 @@ def start_from_environment():
   try:
     start(None)
   except ValueError as e:
-    print(f"spyglass: {e}; running without profiling", file=sys.stderr, flush=True)
+    say(f"{e}; running without profiling")

@@ -151,7 +151,9 @@ nb::dict LastTraceStats() {
 // same names), started in this process with the Python tracer on unless
 // SPYGLASS_OPTIONS says python_tracer_level=0. Bad values raise
 // InvalidArgumentError with the one-line message; nothing is started then.
-nb::dict StartFromSettings(nb::handle settings) {
+// `settings` (a dict of SPYGLASS_* names, None: the environment) parsed;
+// InvalidArgumentError for a bad value.
+session::StartSettings ParseSettings(nb::handle settings) {
   session::StartSettings s;
   s.options.python_tracer_level = 1;  // as the package's ProfileOptions (JAX)
   std::map<std::string, std::string> given;
@@ -162,6 +164,11 @@ nb::dict StartFromSettings(nb::handle settings) {
     return it == given.end() ? nullptr : it->second.c_str();
   };
   Check(session::ParseStartSettings(get, &s));
+  return s;
+}
+
+nb::dict StartFromSettings(nb::handle settings) {
+  session::StartSettings s = ParseSettings(settings);
   session::Started started;
   {
     nb::gil_scoped_release release;  // the Python tracer's start takes the GIL under the core's locks
@@ -293,6 +300,8 @@ NB_MODULE(_spyglass, m) {
   }, "path"_a, "timeout_s"_a = profiler::kDefaultPerfettoLinkTimeoutS);
   m.def("_start_from_settings", &StartFromSettings, "settings"_a = nb::none());
   m.def("_stop_started", &StopStarted);
+  // python -m spyglass run with memory flags: the flags checked before the child runs.
+  m.def("_check_settings", [](nb::handle settings) { (void)ParseSettings(settings); }, "settings"_a);
   m.def("_python_tracer_hook", [] { return std::string(PythonTracerHook()); },
         "The hook the Python tracer records with now: sys.monitoring, setprofile or off.");
   m.def("_after_fork_child", [] { PythonTracerAfterForkChild(); });

@@ -56,7 +56,9 @@
 //                                    load libspyglass.so.0 (from the hook's
 //                                    directory), which starts what they ask at
 //                                    its load (src/session/env_start.h); a trace
-//                                    shows a live-bytes counter track
+//                                    shows a live-bytes counter track. In Python,
+//                                    only if the spyglass package did not start
+//                                    them (python_startup/sitecustomize.py)
 //   SPYGLASS_UNWINDER=fp|libunwind|glibc
 //
 // The hook is compiled with frame pointers; stacks are complete through
@@ -805,7 +807,8 @@ __attribute__((constructor)) void HeapInit() {
   // A Python program: CPython is built without frame pointers, the
   // frame-pointer walk would stop (or stray) in libpython. Unless asked
   // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
-  if (!getenv("SPYGLASS_UNWINDER") && dlsym(RTLD_DEFAULT, "Py_IsInitialized")) SetUnwinder(Unwinder::kLibunwind);
+  bool python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
+  if (!getenv("SPYGLASS_UNWINDER") && python) SetUnwinder(Unwinder::kLibunwind);
   pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
@@ -825,7 +828,14 @@ __attribute__((constructor)) void HeapInit() {
       if (g_cgroup) StartSnapshotThread();
     }
   }
-  LoadFullLibraryIfAsked();
+  // A Python interpreter: not now. The spyglass package, where installed,
+  // starts the same settings at interpreter start with the core it carries
+  // (spyglass-autostart.pth, with the Python tracer); libspyglass loaded too
+  // would be a second core in the process, whose protobuf descriptors the one
+  // libprotobuf refuses (abort). The startup module (python_startup/, run
+  // after the .pth files) calls spyglass_heap_load_full_library() when the
+  // package started nothing.
+  if (!python) LoadFullLibraryIfAsked();
 }
 
 __attribute__((destructor)) void HeapFini() {
@@ -836,6 +846,14 @@ __attribute__((destructor)) void HeapFini() {
   // slower (a shell's subshells: dozens). A daemon's child (the process that
   // forked it gone, so it was reparented) is the program: it writes one.
   spyglass::memory::heap::WriteExitSnapshotOnce();
+}
+
+// For the Python startup module: libspyglass for SPYGLASS_TRACE_DIR & co.
+// when the spyglass package did not start them (a Python without it).
+extern "C" __attribute__((visibility("default"))) void spyglass_heap_load_full_library() {
+  if (!g_followed) return;
+  ScopedUntracked untracked;
+  LoadFullLibraryIfAsked();
 }
 
 // ---- dlclose: names for stacks into a library about to be unloaded ---------

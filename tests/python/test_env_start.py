@@ -198,10 +198,12 @@ def test_python_m_spyglass_run_bad_flags(tmp_path):
   script = write_script(tmp_path)
   # (No flags at all is memory mode: test_python_heap.py.)
   for flags in (["--server", "nope"], ["--options", "bogus=1"], ["--unknown"], ["--python-allocator", "jemalloc"],
-                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs")]):
+                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs"), "--python-allocator", "x"],
+                ["-o", str(tmp_path / "mem"), "--trace", str(tmp_path / "logs"), "--options", "bogus=1"]):
     r = run_module(*flags, script)
     assert r.returncode == 2, (flags, r.stdout, r.stderr)
     assert "ARGS" not in r.stdout and r.stderr.startswith("python -m spyglass run: "), r.stderr
+    assert "memory profiles" not in r.stderr and not os.path.exists(tmp_path / "mem"), r.stderr  # no child ran
 
 
 def test_python_m_spyglass_run_flight_recorder(tmp_path):
@@ -212,3 +214,21 @@ def test_python_m_spyglass_run_flight_recorder(tmp_path):
   assert "spyglass: flight recorder on, keeping the last 5 s; dumps go to " + logs in r.stderr
   assert "spyglass: flight recorder's last window written to " + logs in r.stderr
   check_script_functions(trace_events(logs))
+
+
+def test_python_m_spyglass_run_trace_and_memory(tmp_path):
+  """--trace with -o: a trace and a heap profile of one run of the program."""
+  from pprof_decode import parse_profile  # pylint: disable=g-import-not-at-top
+  script = write_script(tmp_path)
+  logs, mem = str(tmp_path / "logs"), str(tmp_path / "mem")
+  r = run_module("--trace", logs, "-o", mem, script, "exit", "3")
+  assert r.returncode == 3, r.stderr  # the script's own exit status
+  assert "ARGS ['exit', '3']" in r.stdout
+  assert "spyglass: trace written to " + logs in r.stderr, r.stderr
+  check_script_functions(trace_events(logs))
+  [prof] = glob.glob(os.path.join(mem, "memory.*.exit.prof"))
+  assert os.path.basename(prof) in r.stderr, r.stderr  # the closing summary names it
+  with open(prof, "rb") as f:
+    samples = parse_profile(f.read())
+  # Python frames of the script in the heap profile: the same program ran under both.
+  assert any(path == script for s in samples for _, path, _ in s["frames"]), samples[:3]

@@ -11,9 +11,26 @@ import os as _os
 import sys as _sys
 
 
+def _spyglass_full_library():
+  """SPYGLASS_TRACE_DIR & co. in a Python without the spyglass package: the
+  hook's libspyglass starts them (the package, when installed, has started them
+  already from its .pth, before this module: one core in a process)."""
+  if "spyglass._autostart" in _sys.modules:
+    return
+  if not any(_os.environ.get(n) for n in ("SPYGLASS_TRACE_DIR", "SPYGLASS_SERVER_PORT", "SPYGLASS_FLIGHT_RECORDER")):
+    return
+  try:
+    import ctypes
+    load = ctypes.CDLL(None).spyglass_heap_load_full_library
+  except (ImportError, OSError, AttributeError):
+    return  # the hook is not loaded
+  load()
+
+
 def _spyglass_start():
   here = _os.path.dirname(_os.path.abspath(__file__))
   _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+  _spyglass_full_library()
   if _os.environ.get("SPYGLASS_HEAP", "1") != "0" and _os.environ.get("SPYGLASS_PYTHON_FRAMES", "1") != "0":
     try:
       import ctypes
