@@ -10,6 +10,12 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
 # Fuzzers: 30 s each here (6 of them; SPYGLASS_FUZZ_SECONDS, default 60 when run alone).
 SPYGLASS_FUZZ_SECONDS=${SPYGLASS_FUZZ_SECONDS:-30} ctest --test-dir build --output-on-failure -j "$jobs"
+# What users build: the start-from-outside tests and the real programs again on
+# a Release build (only the targets they run), so that no behaviour depends on
+# the build type.
+cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build-release -j "$jobs" --target spyglass_cli spyglass_heap env_program
+ctest --test-dir build-release --output-on-failure -R '^(env_|real_native_test$)'
 bash scripts/python_test.sh   # the Python package: venv, pip install ., pytest tests/python
 bash scripts/sanitizers.sh
 echo "All tests passed."

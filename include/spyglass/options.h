@@ -68,7 +68,7 @@ struct ProfileOptions {
   // settable as advanced keys "spyglass_ring_buffer_seconds" /
   // "spyglass_ring_buffer_bytes". Other triggers are advanced keys:
   // "spyglass_dump_signal" (e.g. "SIGUSR1"), "spyglass_dump_if_step_slower_than_ms",
-  // "spyglass_dump_on_crash" (default true); see README.
+  // "spyglass_dump_on_crash" (default true); see docs/tracing.md.
   uint64_t ring_buffer_seconds = 0;
   uint64_t ring_buffer_bytes = 64ull << 20;
 };

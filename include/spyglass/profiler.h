@@ -37,7 +37,7 @@ namespace profiler {
 // export_last_trace writes it later.
 SPYGLASS_API Status start_trace(const std::string& log_dir, const TraceOptions& options = {});
 
-// Stops the session and writes its files under log_dir (see README). Fails
+// Stops the session and writes its files under log_dir (see docs/tracing.md). Fails
 // with FailedPrecondition "No profile started" without a session. If writing
 // fails, the session is still stopped and its data kept: export_last_trace
 // can write it elsewhere.

@@ -8,8 +8,7 @@ new interpreter (this one) under the heap hook shipped in this package, as
 `spyglass run -- python3 script.py` runs it, and writes memory profiles
 (DIR/memory.<pid>...exit.prof, and one per SIGUSR2) whose stacks hold the
 Python frames (function, file, line) interleaved with the native ones, for
-Python's allocators and native extensions' mallocs alike (README.md, "Python
-programs, unmodified").
+Python's allocators and native extensions' mallocs alike (docs/memory.md).
 
 Otherwise: runs a Python program in this interpreter with profiling started
 before its first line: the Python tracer on (every Python function call recorded, as

@@ -290,7 +290,7 @@ class GpuTracer : public session::Tracer {
       p->stats.push_back(p->uint_stat(model::kGpuMemorySizeStat, d.memory_bytes));
       p->stats.push_back(p->int_stat(model::kGpuComputeCapMajorStat, d.cc_major));
       p->stats.push_back(p->int_stat(model::kGpuComputeCapMinorStat, d.cc_minor));
-      // How the CUPTI clock was mapped onto the host's (README "GPUs").
+      // How the CUPTI clock was mapped onto the host's (docs/gpu.md).
       p->stats.push_back(p->int_stat(model::kGpuClockSamplesStat, static_cast<int64_t>(active_->samples.size())));
       p->stats.push_back(p->int_stat(model::kGpuClockBoundStat, clock.bound_ns()));
       p->stats.push_back(p->double_stat(model::kGpuClockSlopeStat, clock.slope()));

@@ -11,7 +11,7 @@
 //
 // The series is written beside the exit profile as
 // memory.<pid>.<comm>.timeline.tsv (FormatTimeline; the format is in
-// README.md, "Peak and over time"), read back with ReadTimelineFile (spyglass memtop
+// docs/memory.md), read back with ReadTimelineFile (spyglass memtop
 // --over-time), and read in process with CurrentTimeline (the trace's
 // counter tracks).
 #pragma once

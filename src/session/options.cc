@@ -53,7 +53,7 @@ constexpr KnownKey kKnownKeys[] = {
     {"gpu_num_chips_to_profile_per_task", ValueType::kInt},
     {"spyglass_buffer_bytes_per_thread", ValueType::kInt},
     {"spyglass_buffer_bytes_total", ValueType::kInt},
-    // Flight recorder (options.h, README).
+    // Flight recorder (options.h, docs/tracing.md).
     {"spyglass_ring_buffer_seconds", ValueType::kInt},
     {"spyglass_ring_buffer_bytes", ValueType::kInt},
     {"spyglass_dump_signal", ValueType::kString},

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   Expect(gpu != nullptr, "a /device:GPU:0 plane");
   if (gpu == nullptr || host == nullptr) return 1;
 
-  // The clock map measured on this GPU (README "GPUs": the error bound).
+  // The clock map measured on this GPU (docs/gpu.md: the error bound).
   for (const auto& st : gpu->stats) {
     const std::string& n = gpu->stat_name(st);
     if (n == model::kGpuClockSamplesStat || n == model::kGpuClockBoundStat || n == model::kGpuClockSlopeStat ||

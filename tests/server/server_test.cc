@@ -505,7 +505,7 @@ TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
 }
 
 // One live and one dead address: the live one is written, the dead one named,
-// exit 0 (README: non-zero only when no server returned events). Both dead: non-zero.
+// exit 0 (docs/remote-capture.md: non-zero only when no server returned events). Both dead: non-zero.
 TEST(ClientTest, CliWithOneDeadHostWritesTheLiveOne) {
   AnnotatingChild live({"--name", "live_host_step"});
   ASSERT_GT(live.port(), 0);
