@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/proto_buffer_reader.h>
@@ -71,8 +72,111 @@ struct HostCall {
   Status status;
 };
 
+// Reads the reply's slices in order, giving each back as soon as it is read:
+// the copy of a large field never sits beside the whole reply.
+class SliceReader {
+ public:
+  explicit SliceReader(std::vector<grpc::Slice> slices) : slices_(std::move(slices)) {
+    for (const grpc::Slice& s : slices_) left_ += s.size();
+  }
+  uint64_t left() const { return left_; }
+  bool Byte(uint8_t* b) {
+    if (!Settle()) return false;
+    *b = slices_[i_].begin()[at_++];
+    --left_;
+    return true;
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  // Appends the next n bytes to out (n <= left()).
+  bool CopyTo(std::string* out, uint64_t n) {
+    if (n > left_) return false;
+    while (n > 0) {
+      if (!Settle()) return false;
+      const size_t take = std::min<uint64_t>(n, slices_[i_].size() - at_);
+      out->append(reinterpret_cast<const char*>(slices_[i_].begin()) + at_, take);
+      at_ += take, left_ -= take, n -= take;
+    }
+    return true;
+  }
+
+ private:
+  // Moves past used-up slices, releasing them. False at the end.
+  bool Settle() {
+    while (i_ < slices_.size() && at_ == slices_[i_].size()) {
+      slices_[i_] = grpc::Slice();
+      ++i_, at_ = 0;
+    }
+    return i_ < slices_.size();
+  }
+  std::vector<grpc::Slice> slices_;
+  size_t i_ = 0, at_ = 0;
+  uint64_t left_ = 0;
+};
+
+void PutVarint(std::string* out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+
+// ProfileResponse's field 8, the XSpace: its bytes, copied once.
+constexpr uint64_t kXSpaceField = 8;
+
+// Decodes a reply (its buffer is emptied): the XSpace is copied into a string
+// of its exact size while the slices it came in are released, and the other
+// fields (small: tool data, empty_trace) are parsed by protobuf. protobuf's
+// own parser grows a large bytes field by appending, which held the slices,
+// the old string and the doubled one at once (3.3-3.6x the reply).
+bool DecodeReply(grpc::ByteBuffer* reply, tensorflow::ProfileResponseBytes* out) {
+  std::vector<grpc::Slice> slices;
+  if (!reply->Dump(&slices).ok()) return false;
+  reply->Clear();
+  SliceReader r(std::move(slices));
+  std::string rest, xspace;
+  bool has_xspace = false;
+  while (r.left() > 0) {
+    uint64_t tag, v;
+    if (!r.Varint(&tag)) return false;
+    const uint64_t field = tag >> 3, type = tag & 7;
+    if (field == 0) return false;
+    if (type == 2) {
+      if (!r.Varint(&v) || v > r.left()) return false;
+      if (field == kXSpaceField) {
+        // Repeated occurrences of a message field merge: their bytes concatenate.
+        xspace.reserve(xspace.size() + v);
+        if (!r.CopyTo(&xspace, v)) return false;
+        has_xspace = true;
+        continue;
+      }
+      PutVarint(&rest, tag);
+      PutVarint(&rest, v);
+      if (!r.CopyTo(&rest, v)) return false;
+    } else if (type == 0) {
+      if (!r.Varint(&v)) return false;
+      PutVarint(&rest, tag);
+      PutVarint(&rest, v);
+    } else if (type == 1 || type == 5) {
+      PutVarint(&rest, tag);
+      if (!r.CopyTo(&rest, type == 1 ? 8 : 4)) return false;
+    } else {
+      return false;  // groups: not in this message
+    }
+  }
+  if (!out->ParseFromString(rest)) return false;
+  if (has_xspace) out->mutable_xspace()->swap(xspace);
+  return true;
+}
+
 // The reply is received as raw bytes and decoded into ProfileResponseBytes,
-// whose XSpace stays one string: the peak is about twice the reply, where a
+// whose XSpace stays one string: the peak is about the reply, where a
 // generated XSpace tree costs many times its wire size.
 void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const CaptureOptions& options) {
   auto channel = MakeChannel(call->address, static_cast<int>(options.max_reply_bytes));
@@ -121,12 +225,7 @@ void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const Ca
     return;
   }
   size_t size = reply.Length();
-  bool parsed;
-  {
-    grpc::ProtoBufferReader reader(&reply);
-    parsed = reader.status().ok() && call->response.ParseFromZeroCopyStream(&reader);
-  }
-  reply.Clear();
+  const bool parsed = DecodeReply(&reply, &call->response);
   if (!parsed)
     call->status = InternalError(call->address + " answered with " + std::to_string(size) +
                                  " bytes that are not a profiler reply (tensorflow.ProfileResponse): a broken "

@@ -292,6 +292,42 @@ TEST(CollectHostile, ToolDataCannotReplaceOurFiles) {
   EXPECT_NE(warnings.find("'ok.json'"), std::string::npos) << warnings;  // the second one
 }
 
+// The reply is decoded slice by slice (the XSpace copied once): fields in any
+// order, an XSpace sent in two parts (message fields merge), and lengths that
+// lie are what protobuf would make of them.
+TEST(CollectHostile, RepliesDecodeAsProtobufWould) {
+  tp::XSpace first = SmallXSpace(3), second;
+  second.add_hostnames("second-part");
+  std::string reply;
+  PutField(8, first.SerializeAsString(), &reply);
+  tensorflow::ProfileResponse tools;
+  tools.add_tool_data()->set_name("a.json");
+  tools.mutable_tool_data(0)->set_data("{}");
+  reply += tools.SerializeAsString();
+  PutVarint(7 << 3 | 0, &reply);  // empty_trace = false
+  PutVarint(0, &reply);
+  PutField(8, second.SerializeAsString(), &reply);
+  HostileServer server([&] { return reply; });
+  std::string log = MakeTempDir();
+  server::CaptureResult r;
+  ASSERT_TRUE(server::Capture({server.address()}, Options("run"), log, &r).ok());
+  std::string dir = log + "/plugins/profile/run/";
+  tp::XSpace merged = first;
+  merged.MergeFrom(second);
+  tp::XSpace back;
+  ASSERT_TRUE(back.ParseFromString(ReadFile(dir + "h.xplane.pb")));
+  EXPECT_EQ(back.SerializeAsString(), merged.SerializeAsString());
+  EXPECT_EQ(ReadFile(dir + "h.a.json"), "{}");
+  // A length past the end, and a varint that never ends.
+  for (std::string bad : {std::string("\x42\xff\x01", 3), std::string("\x38\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 11)}) {
+    HostileServer liar([&] { return bad; });
+    std::string dir2 = MakeTempDir();
+    Status s = server::Capture({liar.address()}, Options(), dir2, &r);
+    EXPECT_NE(s.message().find("not a profiler reply"), std::string::npos) << s.ToString();
+    EXPECT_FALSE(fs::exists(dir2 + "/plugins"));
+  }
+}
+
 TEST(CollectHostile, ToolDataIsBoundedAndNamesAreChecked) {
   HostileServer server([] {
     tensorflow::ProfileResponse r;
