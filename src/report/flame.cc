@@ -28,9 +28,33 @@ std::string Label(const memory::PprofSample& s) {
   return get("device") + " " + get("kind");
 }
 
+bool EndsWith(std::string_view s, std::string_view end) {
+  return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
+}
+
+bool IsPythonFrame(const memory::PprofFrame& f) { return EndsWith(f.file, ".py") || f.file.rfind("<frozen ", 0) == 0; }
+
 }  // namespace
 
-FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& title) {
+bool IsInterpreterFrame(const memory::PprofFrame& f) {
+  // Python code that starts or imports the program.
+  for (std::string_view file : {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>",
+                                "<frozen zipimport>"})
+    if (f.file == file) return true;
+  for (std::string_view file : {"/runpy.py", "/importlib/_bootstrap.py", "/importlib/_bootstrap_external.py"})
+    if (EndsWith(f.file, file)) return true;
+  if (IsPythonFrame(f)) return false;
+  // CPython's C: the eval loop and the calls that link one Python frame to
+  // the next, and the startup below the first one.
+  for (std::string_view prefix : {"_PyEval_", "PyEval_", "_PyFunction_Vectorcall", "PyObject_Vectorcall", "_PyObject_Vectorcall",
+                                  "_PyObject_Call", "PyObject_Call", "_PyObject_MakeTpCall", "method_vectorcall", "cfunction_",
+                                  "builtin_exec", "run_mod", "run_eval_code_obj", "pyrun_", "_PyRun_", "PyRun_", "pymain_",
+                                  "Py_RunMain", "Py_BytesMain", "Py_Main", "slot_tp_", "vectorcall_", "_start", "__libc_start"})
+    if (f.function.rfind(prefix, 0) == 0) return true;
+  return f.function == "main" && f.file.empty();
+}
+
+FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& title, const FlameOptions& options) {
   FlameGraph g;
   g.title = title;
   int index = p.bytes_index >= 0 ? p.bytes_index : p.count_index >= 0 ? p.count_index : 0;
@@ -74,8 +98,15 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
       at = child;
     };
     if (by_label) step("[" + Label(s) + "]");
-    for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f)
+    const bool fold = options.fold_interpreter && std::any_of(s.frames.begin(), s.frames.end(), IsPythonFrame);
+    for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f) {
+      // The innermost frame stays: it is where the bytes were allocated.
+      if (fold && f + 1 != s.frames.rend() && IsInterpreterFrame(*f)) {
+        ++g.folded_frames;
+        continue;
+      }
       step(f->function.empty() ? std::string("<unknown>") : std::string(f->function));
+    }
   }
   g.total = nodes[0].value;
   const int64_t min_value = static_cast<int64_t>(static_cast<double>(g.total) * kFlameMinShare);

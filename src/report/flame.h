@@ -27,11 +27,24 @@ struct FlameGraph {
   std::vector<int64_t> node_value;
   std::vector<FlameSite> top_sites;  // by value, largest first
   uint64_t negative_samples = 0;     // counted as 0
+  uint64_t folded_frames = 0;        // interpreter and import frames left out (FlameOptions)
+};
+
+struct FlameOptions {
+  // In a stack that holds Python frames: leave out the interpreter's own
+  // frames (the eval loop, calls between frames, the startup) and those of
+  // runpy and importlib, so that the program's code starts near the root.
+  bool fold_interpreter = true;
 };
 
 inline constexpr double kFlameMinShare = 1e-5;
 inline constexpr size_t kFlameTopSites = 20;
 
-FlameGraph BuildFlameGraph(const memory::PprofProfile& profile, const std::string& title);
+FlameGraph BuildFlameGraph(const memory::PprofProfile& profile, const std::string& title,
+                           const FlameOptions& options = {});
+
+// Whether `frame`, in a stack with Python frames, is the interpreter's or
+// the import system's (what fold_interpreter leaves out).
+bool IsInterpreterFrame(const memory::PprofFrame& frame);
 
 }  // namespace spyglass::report

@@ -69,7 +69,8 @@ json FlameJson(const FlameGraph& g) {
   for (const FlameSite& s : g.top_sites) sites.push_back({{"site", s.site}, {"value", s.value}, {"count", s.count}});
   return {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"names", g.names},
           {"name", g.node_name}, {"depth", g.node_depth}, {"value", g.node_value},
-          {"sites", std::move(sites)}, {"negative_samples", g.negative_samples}};
+          {"sites", std::move(sites)}, {"negative_samples", g.negative_samples},
+          {"folded_frames", g.folded_frames}};
 }
 
 // JSON inside <script>: no '<' at all, so neither "</script>" nor "<!--"

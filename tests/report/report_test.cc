@@ -391,6 +391,41 @@ TEST(FlameTest, DevicesAndNegativeValues) {
                                              "[cpu:0 heap]=100", "main=100"}));
 }
 
+// A Python program's flame graph starts at its own code: the interpreter's and
+// runpy's frames are folded away (and counted), unless asked to keep them.
+TEST(FlameTest, InterpreterFramesFoldAway) {
+  spyglass::memory::ProfileData d;
+  d.functions = {{"_start", "", "", 0},
+                 {"__libc_start_main", "", "", 0},
+                 {"main", "", "", 0},
+                 {"Py_RunMain", "", "", 0},
+                 {"_run_module_as_main", "", "<frozen runpy>", 198},
+                 {"_run_code", "", "<frozen runpy>", 88},
+                 {"main", "", "/usr/lib/python3.11/json/tool.py", 67},
+                 {"_PyEval_EvalFrameDefault", "", "", 0},
+                 {"raw_decode", "", "/usr/lib/python3.11/json/decoder.py", 353},
+                 {"PyUnicode_New", "", "", 0},
+                 {"malloc", "", "", 0}};
+  for (uint64_t i = 1; i <= d.functions.size(); ++i) d.locations.push_back({0x10 * i, {{i, 1}}});
+  d.samples = {{{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, 1, 4096, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  auto names = [](const report::FlameGraph& g) {
+    std::vector<std::string> out;
+    for (uint32_t n : g.node_name) out.push_back(g.names[n]);
+    return out;
+  };
+  report::FlameGraph folded = report::BuildFlameGraph(p, "x.prof");
+  EXPECT_EQ(names(folded), (std::vector<std::string>{"all", "main", "raw_decode", "PyUnicode_New", "malloc"}));
+  EXPECT_EQ(folded.folded_frames, 7u);
+  report::FlameGraph all = report::BuildFlameGraph(p, "x.prof", {.fold_interpreter = false});
+  EXPECT_EQ(all.node_name.size(), 12u);
+  EXPECT_EQ(all.folded_frames, 0u);
+  // A native program keeps every frame, main and _start included.
+  report::FlameGraph native = report::BuildFlameGraph(KnownProfile(), "y.prof");
+  EXPECT_EQ(native.folded_frames, 0u);
+}
+
 // Names come from the profile: a name that closes the script element or
 // starts a comment must stay data.
 TEST(ReportPageTest, NamesCannotEndTheScript) {

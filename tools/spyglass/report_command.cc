@@ -19,6 +19,8 @@
 namespace spyglass::cli {
 namespace {
 
+report::FlameOptions flame_options;
+
 namespace fs = std::filesystem;
 
 // What is being done, on stderr once the command has taken more than a
@@ -138,7 +140,7 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
       in.notes.push_back("memory profile left out: " + s.message());
       continue;
     }
-    in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string()));
+    in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), flame_options));
   }
 
   progress.Set("writing " + output);
@@ -167,7 +169,14 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--memory", memory_files,
                   "memory profile(s) (.prof, pprof) to show as flame graphs; default: memory.*.prof in the run "
                   "folder and its log dir");
-  cmd->callback([] { std::exit(RunReport(run, output, memory_files)); });
+  static bool all_frames = false;
+  cmd->add_flag("--all-frames", all_frames,
+                "keep the interpreter's and the import system's frames in a Python program's flame graphs "
+                "(folded away by default)");
+  cmd->callback([] {
+    flame_options.fold_interpreter = !all_frames;
+    std::exit(RunReport(run, output, memory_files));
+  });
 }
 
 }  // namespace spyglass::cli

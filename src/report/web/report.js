@@ -540,6 +540,7 @@
     const sec = el('div', { class: 'profile', 'data-title': g.title });
     sec.appendChild(el('h3', {}, `${g.title} — ${fmt(g.total)} ${g.unit === 'bytes' ? 'live' : 'samples'}`));
     if (g.negative_samples) sec.appendChild(el('div', { class: 'more' }, `${g.negative_samples} samples with negative values counted as 0`));
+    if (g.folded_frames) sec.appendChild(el('div', { class: 'more' }, `${g.folded_frames} interpreter and import frames folded away (spyglass report --all-frames keeps them)`));
     if (g.sites.length) {
       sec.appendChild(el('div', {}, 'Top allocation sites (first frame past the allocator):'));
       sec.appendChild(table(g.sites.map((s) => ({ site: s.site, [g.unit === 'bytes' ? 'bytes' : 'value']: s.value, count: s.count,
