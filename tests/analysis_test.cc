@@ -648,3 +648,69 @@ TEST(Summary, CounterValuesKeepTheirUnitAndFractions) {
   EXPECT_EQ(FormatValue(-7, false), "-7");
   EXPECT_EQ(FormatValue(1.0 / 3, false), "0.3333");
 }
+
+namespace spyglass {
+namespace {
+
+// Bytes a terminal acts on: C0 controls but the newline, DEL, and C1
+// controls (U+0080..U+009F in UTF-8, or bare).
+std::string ControlBytesIn(const std::string& text) {
+  std::string found;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0;
+    if ((c < 0x20 && c != '\n') || c == 0x7f || c1 || (c >= 0x80 && c < 0xa0))
+      found += "byte " + std::to_string(c) + " at " + std::to_string(i) + "; ";
+  }
+  return found;
+}
+
+// The known trace, its names holding what terminals obey: a title change
+// (OSC 0, ended by BEL), a clipboard write (OSC 52), "\r\e[K" that erases
+// the line, a C1 CSI (U+009B), DEL and a newline that would forge a row.
+tp::XSpace HostileNamesSpace() {
+  tp::XSpace space = KnownSpace({});
+  const std::string title = "\x1b]0;pwned\x07", clip = "\x1b]52;c;ZWNobyBoaQ==\x07", erase = "\r\x1b[K";
+  for (tp::XPlane& p : *space.mutable_planes()) {
+    for (auto& [id, m] : *p.mutable_event_metadata()) m.set_name(title + m.name() + erase + "\xc2\x9b" + "2J\x7f");
+    for (tp::XLine& l : *p.mutable_lines())
+      if (l.name() != "_counters_" && l.name().rfind("Stream", 0) != 0) l.set_name(clip + l.name() + "\nfake row");
+  }
+  space.set_hostnames(0, "host" + erase);
+  space.add_errors("bad\x1b[2Jthing");
+  return space;
+}
+
+TEST(Summary, TextOutputQuotesControlCharacters) {
+  std::string dir = testing::MakeTempDir();
+  std::string bytes = HostileNamesSpace().SerializeAsString();
+  std::string base = WriteFile(dir, "base\x1b[31m.xplane.pb", bytes);
+  std::string next = WriteFile(dir, "next.xplane.pb", bytes);
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(base, {}, &s).ok());
+  ASSERT_FALSE(s.top_total.empty());
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_EQ(ControlBytesIn(text), "") << text;
+  EXPECT_NE(text.find("?]0;pwned?train??[K?2J?"), std::string::npos) << text;  // quoted, not dropped
+  EXPECT_EQ(text.find("fake row\n"), std::string::npos) << text;
+
+  analysis::Diff d;
+  analysis::DiffOptions o;
+  o.fail_above_pct = 1000;
+  o.annotations = {"nope\x1b]0;x\x07"};
+  ASSERT_TRUE(analysis::DiffRuns(base, next, o, &d).ok());
+  text = analysis::DiffToText(d);
+  EXPECT_EQ(ControlBytesIn(text), "") << text;
+  EXPECT_NE(text.find("?]0;pwned?matmul"), std::string::npos) << text;
+
+  CliResult r = Cli("summary '" + base + "'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ControlBytesIn(r.out), "") << r.out;
+  r = Cli("diff '" + base + "' " + next);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ControlBytesIn(r.out), "") << r.out;
+}
+
+}  // namespace
+}  // namespace spyglass
+

@@ -143,9 +143,9 @@ std::string SummaryToJson(const Summary& s) {
 
 std::string SummaryToText(const Summary& s, size_t width) {
   std::string out;
-  out += "Profile  " + s.file + "\n";
-  std::string about = "         " + (s.producer.empty() ? std::string("unknown writer") : s.producer);
-  for (const std::string& h : s.hostnames) about += ", host " + h;
+  out += "Profile  " + Printable(s.file) + "\n";
+  std::string about = "         " + (s.producer.empty() ? std::string("unknown writer") : Printable(s.producer));
+  for (const std::string& h : s.hostnames) about += ", host " + Printable(h);
   about += ", " + std::to_string(s.events) + " events, wall " + FormatNs(s.wall_ns) + "\n";
   out += about;
 
@@ -207,13 +207,14 @@ std::string SummaryToText(const Summary& s, size_t width) {
   out += "\nDropped and warnings\n";
   bool any = false;
   for (const Summary::Dropped& dr : s.dropped) {
-    out += "  " + dr.name + (dr.plane.empty() ? "" : " (" + dr.plane + ")") + ": " + std::to_string(dr.value) + "\n";
+    out += "  " + Printable(dr.name) + (dr.plane.empty() ? "" : " (" + Printable(dr.plane) + ")") + ": " +
+           std::to_string(dr.value) + "\n";
     any = true;
   }
-  for (const std::string& e : s.errors) out += "  error: " + Clip(e, width - 9) + "\n", any = true;
-  for (const std::string& w : s.warnings) out += "  warning: " + Clip(w, width - 11) + "\n", any = true;
+  for (const std::string& e : s.errors) out += "  error: " + Clip(Printable(e), width - 9) + "\n", any = true;
+  for (const std::string& w : s.warnings) out += "  warning: " + Clip(Printable(w), width - 11) + "\n", any = true;
   if (!any) out += "  none recorded\n";
-  return out;
+  return PrintableLines(out);  // a net under the names made printable above
 }
 
 }  // namespace spyglass::analysis

@@ -27,6 +27,17 @@ const std::string& InputPath() {
   return path;
 }
 
+// What the text must never hold, whatever the names: bytes a terminal obeys
+// (C0 but the newline, DEL, C1 as UTF-8).
+bool HasControlBytes(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -40,14 +51,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.top = 0;
   if (spyglass::analysis::Summarize(InputPath(), o, &s).ok()) {
     (void)spyglass::analysis::SummaryToJson(s);
-    (void)spyglass::analysis::SummaryToText(s);
+    if (HasControlBytes(spyglass::analysis::SummaryToText(s))) std::abort();
     spyglass::analysis::Diff d;
     spyglass::analysis::DiffOptions dopt;
     dopt.fail_above_pct = 0;
     if (!spyglass::analysis::DiffRuns(InputPath(), InputPath(), dopt, &d).ok()) std::abort();  // read once, reads twice
     for (const auto& r : d.annotations)
       if (r.delta_ns != 0) std::abort();  // a file compared with itself
-    (void)spyglass::analysis::DiffToText(d);
+    if (HasControlBytes(spyglass::analysis::DiffToText(d))) std::abort();
   }
   spyglass::profile::ProfileReader r;
   if (r.Open(InputPath()).ok()) {
