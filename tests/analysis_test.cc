@@ -2,19 +2,30 @@
 // and annotation durations, checked number by number through the library
 // (src/analysis) and through the CLI (exit codes, messages); and the read
 // API's errors for a file that is not a profile, truncated, or newer.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "analysis/diff.h"
 #include "analysis/summary.h"
 #include "analysis/text_table.h"
+#include "memory/pprof.h"
+#include "model/xspace_import.h"
+#include "model/xspace_read.h"
 #include "spyglass/profile_reader.h"
 #include "test_util.h"
 #include "xplane.pb.h"
@@ -714,3 +725,127 @@ TEST(Summary, TextOutputQuotesControlCharacters) {
 }  // namespace
 }  // namespace spyglass
 
+
+namespace spyglass {
+namespace {
+
+// A FIFO where a profile is expected: opening one for reading waited for a
+// writer, for ever, in every reader. Each one now says what it is and fails.
+TEST(ProfileReader, FifoIsAnErrorNotAHang) {
+  std::string dir = testing::MakeTempDir();
+  std::string fifo = dir + "/pipe.xplane.pb", prof = dir + "/pipe.prof";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(prof.c_str(), 0600), 0);
+  std::string base = WriteKnown(dir, "base.xplane.pb");
+  // Through the CLI first, each under a timeout (124: it hung).
+  for (std::string args : {"summary " + fifo, "diff " + base + " " + fifo, "diff " + fifo + " " + base,
+                           "report " + fifo + " -o " + dir + "/r.html",
+                           "report " + base + " --memory " + prof + " -o " + dir + "/r.html", "memtop " + prof,
+                           "memdiff " + prof + " " + prof}) {
+    std::string cmd = "timeout 20 " + std::string(SPYGLASS_CLI) + " " + args + " 2>&1";
+    CliResult r{-1, ""};
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int st = pclose(p);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    EXPECT_NE(r.code, 124) << args << ": hung";
+    EXPECT_NE(r.code, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("FIFO"), std::string::npos) << args << ": " << r.out;
+  }
+  // And in-process (the Python package's from_file is ReadXSpaceFile); a
+  // hang is ended by the alarm.
+  alarm(60);
+  profile::ProfileReader reader;
+  Status s = reader.Open(fifo);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find("is a FIFO"), std::string::npos) << s.message();
+  model::Space space;
+  s = model::ReadXSpaceFile(fifo, &space);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  memory::PprofProfile pp;
+  s = memory::ReadPprofFile(prof, &pp);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  Summary sum;
+  EXPECT_FALSE(analysis::Summarize(fifo, {}, &sum).ok());
+  s = reader.Open("/dev/null");
+  EXPECT_NE(s.message().find("is a device"), std::string::npos) << s.message();
+  alarm(0);
+}
+
+// A profile truncated after it was opened: the mapping it is read through
+// faulted (SIGBUS) on its first page past the new end and killed the reader.
+// Now the reader fails with a clear error, for Read, Scan and the Python
+// package's ReadXSpaceFile alike; and a SIGBUS elsewhere still kills.
+TEST(ProfileReader, FileTruncatedWhileMappedIsAnError) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace big = KnownSpace({});
+  for (int i = 0; i < 20; ++i) big.MergeFrom(KnownSpace({}));  // several pages
+  const std::string bytes = big.SerializeAsString();
+  ASSERT_GT(bytes.size(), 3 * 4096u);
+  std::string path = WriteFile(dir, "cut.xplane.pb", bytes);
+  EXPECT_EXIT(
+      {
+        profile::ProfileReader reader;
+        if (!reader.Open(path).ok()) _exit(2);
+        if (truncate(path.c_str(), 4096) != 0) _exit(3);
+        profile::ProfileData data;
+        Status s = reader.Read(&data);
+        if (s.ok() || s.message().find("changed while it was read") == std::string::npos) _exit(4);
+        struct : profile::ProfileVisitor {
+        } visitor;
+        s = reader.Scan(visitor);
+        if (s.ok() || s.message().find("changed while it was read") == std::string::npos) _exit(5);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  WriteFile(dir, "cut.xplane.pb", bytes);
+  EXPECT_EXIT(
+      {
+        profile::ProfileReader reader;  // the guard is in
+        if (!reader.Open(path).ok()) _exit(2);
+        raise(SIGBUS);  // not in a mapping: the default action, as before
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+// A file that shrinks and grows while it is read, again and again: each read
+// gives a summary or a clear error, never a crash.
+TEST(Summary, FileShrinkingWhileReadNeverCrashes) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace big = KnownSpace({});
+  for (int i = 0; i < 6; ++i) big.MergeFrom(KnownSpace({}));
+  const std::string bytes = big.SerializeAsString();
+  std::string path = WriteFile(dir, "moving.xplane.pb", bytes);
+  std::atomic<bool> stop{false};
+  std::thread cutter([&] {
+    size_t n = 0;
+    while (!stop) {
+      if (truncate(path.c_str(), static_cast<off_t>(n % bytes.size())) != 0) break;
+      std::ofstream(path, std::ios::binary | std::ios::app) << bytes.substr(n % bytes.size());
+      n += 4099;
+    }
+  });
+  int ok = 0, failed = 0;
+  for (int i = 0; i < 200; ++i) {
+    Summary s;
+    model::Space space;
+    for (Status st : {analysis::Summarize(path, {}, &s), model::ReadXSpaceFile(path, &space)}) {
+      if (st.ok()) {
+        ++ok;
+      } else {
+        ++failed;
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+      }
+    }
+  }
+  stop = true;
+  cutter.join();
+  EXPECT_EQ(ok + failed, 400);
+}
+
+}  // namespace
+}  // namespace spyglass

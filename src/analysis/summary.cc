@@ -487,32 +487,31 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
   std::vector<std::string> files;
   if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) return s;
   out->file = files.size() == 1 ? files[0] : run;
+  // Progress over all files (and both passes when --step asks for two).
+  bool step_pass = options.step_first || options.step_last;
+  uint64_t done = 0, all = 0;
+  profile::ReadOptions ro;
+  ro.progress = [&](uint64_t n, uint64_t) {
+    if (options.progress) options.progress(done + n, all);
+  };
+  // Each file read once (a reader holds its bytes), for every pass.
   std::vector<std::unique_ptr<profile::ProfileReader>> readers;
   uint64_t total = 0;
   for (const std::string& f : files) {
     auto r = std::make_unique<profile::ProfileReader>();
-    if (Status s = r->Open(f); !s.ok()) return s;
+    if (Status s = r->Open(f, ro); !s.ok()) return s;
     total += r->size_bytes();
     readers.push_back(std::move(r));
   }
   out->file_bytes = total;
-  // Progress over all files (and both passes when --step asks for two).
-  bool step_pass = options.step_first || options.step_last;
-  uint64_t done = 0, all = total * (step_pass ? 2 : 1);
-  auto progress = [&](uint64_t n) {
-    if (options.progress) options.progress(done + n, all);
-  };
+  all = total * (step_pass ? 2 : 1);
   Window window;
   if (step_pass) {
     window.all = false;
     for (auto& r : readers) {
-      profile::ProfileReader again;
-      profile::ReadOptions ro;
-      ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
-      if (Status s = again.Open(r->path(), ro); !s.ok()) return s;
       StepVisitor v;
-      if (Status s = again.Scan(v); !s.ok()) return s;
-      done += again.size_bytes();
+      if (Status s = r->Scan(v); !s.ok()) return s;
+      done += r->size_bytes();
       size_t best = 0;
       std::string name;
       for (const auto& [n, steps] : v.steps)
@@ -536,16 +535,13 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     SummaryOptions per_file = options;
     if (files.size() > 1) per_file.top = 0;
     SummaryVisitor v(per_file, window, host);
-    profile::ProfileReader scan;
-    profile::ReadOptions ro;
-    ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
-    if (Status s = scan.Open(r->path(), ro); !s.ok()) return s;
-    if (Status s = scan.Scan(v); !s.ok()) return s;
+    if (Status s = r->Scan(v); !s.ok()) return s;
     if (!v.unsorted.empty()) {
       v.StartBufferedPass();
-      if (Status s = scan.Scan(v); !s.ok()) return s;
+      if (Status s = r->Scan(v); !s.ok()) return s;
     }
-    done += scan.size_bytes();
+    done += r->size_bytes();
+    r.reset();  // its bytes are no longer needed
     Summary one;
     v.Finish(&one);
     parts.push_back(std::move(one));
