@@ -849,3 +849,54 @@ TEST(Summary, FileShrinkingWhileReadNeverCrashes) {
 
 }  // namespace
 }  // namespace spyglass
+
+namespace spyglass {
+namespace {
+
+// Thread t<i> busy i ms, for i in 1..n.
+std::string WriteManyThreads(const std::string& dir, int n) {
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  auto& m = (*host->mutable_event_metadata())[1];
+  m.set_id(1);
+  m.set_name("work");
+  for (int i = 1; i <= n; ++i) {
+    tp::XLine* l = host->add_lines();
+    l->set_id(i);
+    l->set_name("t" + std::to_string(i));
+    tp::XEvent* e = l->add_events();
+    e->set_metadata_id(1);
+    e->set_duration_ps(i * kMs);
+  }
+  return WriteFile(dir, "threads.xplane.pb", space.SerializeAsString());
+}
+
+// --top bounds the Threads table too (--top 2 printed a row per thread:
+// 300,018 lines for 300k threads), and the text says how many were left out.
+TEST(Summary, ThreadsHonourTop) {
+  std::string dir = testing::MakeTempDir();
+  std::string path = WriteManyThreads(dir, 300);
+  analysis::SummaryOptions o;
+  o.top = 2;
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  ASSERT_EQ(s.threads.size(), 2u);
+  EXPECT_EQ(s.threads[0].name, "t300");
+  EXPECT_EQ(s.threads[1].name, "t299");
+  EXPECT_EQ(s.threads_left_out, 298u);
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_NE(text.find("298 more threads not shown"), std::string::npos) << text;
+  EXPECT_EQ(text.find("t298"), std::string::npos) << text;
+  EXPECT_NE(analysis::SummaryToJson(s).find("\"threads_left_out\":298"), std::string::npos);
+  CliResult r = Cli("summary --top 2 " + path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 40) << r.out;
+  o.top = 0;  // all
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  EXPECT_EQ(s.threads.size(), 300u);
+  EXPECT_EQ(s.threads_left_out, 0u);
+}
+
+}  // namespace
+}  // namespace spyglass

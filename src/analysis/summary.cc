@@ -546,11 +546,19 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     v.Finish(&one);
     parts.push_back(std::move(one));
   }
+  // The busiest threads only: a run with 300k threads is 300k rows and tables.
+  auto top_threads = [&](Summary* s) {
+    size_t top = options.top == 0 ? SIZE_MAX : options.top;
+    if (s->threads.size() <= top) return;
+    s->threads_left_out = s->threads.size() - top;
+    s->threads.resize(top);
+  };
   if (parts.size() == 1) {
     std::string file = out->file;
     *out = std::move(parts[0]);
     out->file = file;
     out->file_bytes = total;
+    top_threads(out);
     return Status::Ok();
   }
   // Several hosts: their threads and counters side by side; the all-thread
@@ -626,6 +634,7 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
   *out = std::move(merged);
   out->file = file;
   out->file_bytes = total;
+  top_threads(out);
   return Status::Ok();
 }
 

@@ -108,6 +108,7 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
     j.key("top_self");
     WriteRows(j, t.top_self);
   });
+  j.field("threads_left_out", s.threads_left_out);
   j.key("kernels");
   WriteOps(j, s.kernels);
   j.key("copies");
@@ -182,6 +183,8 @@ std::string SummaryToText(const Summary& s, size_t width) {
              return {th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns),
                      FormatPct(th.busy_share), th.top_self.empty() ? "" : th.top_self[0].name};
            });
+  if (s.threads_left_out)
+    out += "  (" + std::to_string(s.threads_left_out) + " more threads not shown; --top 0 shows all)\n";
   // The busiest few threads' own tables (all of them with --thread).
   size_t shown = 0;
   for (const ThreadSummary& th : s.threads)

@@ -52,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (spyglass::analysis::Summarize(InputPath(), o, &s).ok()) {
     (void)spyglass::analysis::SummaryToJson(s);
     if (HasControlBytes(spyglass::analysis::SummaryToText(s))) std::abort();
+    spyglass::analysis::Summary two;
+    spyglass::analysis::SummaryOptions top2;
+    top2.top = 2;
+    if (!spyglass::analysis::Summarize(InputPath(), top2, &two).ok() || two.threads.size() > 2 ||
+        two.threads.size() + two.threads_left_out != s.threads.size())
+      std::abort();  // --top bounds the threads, and counts the rest
     spyglass::analysis::Diff d;
     spyglass::analysis::DiffOptions dopt;
     dopt.fail_above_pct = 0;
