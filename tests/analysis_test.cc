@@ -900,3 +900,166 @@ TEST(Summary, ThreadsHonourTop) {
 
 }  // namespace
 }  // namespace spyglass
+
+namespace spyglass {
+namespace {
+
+// Steps "train" of `step_ms` ms each (step_num 0..n-1), then the odd ones
+// `odd` adds; a live-bytes counter with the samples `counter`.
+std::string WriteSteps(const std::string& dir, const std::string& name, int n, int64_t step_ms,
+                       const std::function<void(tp::XLine*)>& odd, std::vector<double> counter = {}) {
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  for (auto [id, n] : {std::pair{1, "train"}, std::pair{2, "memory"}}) {
+    auto& m = (*host->mutable_event_metadata())[id];
+    m.set_id(id);
+    m.set_name(n);
+  }
+  for (auto [id, n] : {std::pair{1, "step_num"}, std::pair{2, "live_bytes"}}) {
+    auto& m = (*host->mutable_stat_metadata())[id];
+    m.set_id(id);
+    m.set_name(n);
+  }
+  tp::XLine* main = host->add_lines();
+  main->set_id(1);
+  main->set_name("main");
+  for (int i = 0; i < n; ++i) {
+    tp::XEvent* e = main->add_events();
+    e->set_metadata_id(1);
+    e->set_offset_ps(i * step_ms * kMs);
+    e->set_duration_ps(step_ms * kMs);
+    tp::XStat* s = e->add_stats();
+    s->set_metadata_id(1);
+    s->set_int64_value(i);
+  }
+  odd(main);
+  tp::XLine* counters = host->add_lines();
+  counters->set_id(2);
+  counters->set_name("_counters_");
+  for (size_t i = 0; i < counter.size(); ++i) {
+    tp::XEvent* e = counters->add_events();
+    e->set_metadata_id(2);
+    e->set_offset_ps(static_cast<int64_t>(i) * kMs);
+    tp::XStat* s = e->add_stats();
+    s->set_metadata_id(2);
+    s->set_double_value(counter[i]);
+  }
+  return WriteFile(dir, name, space.SerializeAsString());
+}
+
+tp::XEvent* OddStep(tp::XLine* l, int64_t start_ps, int64_t dur_ps) {
+  tp::XEvent* e = l->add_events();
+  e->set_metadata_id(1);
+  e->set_offset_ps(start_ps);
+  e->set_duration_ps(dur_ps);
+  return e;
+}
+
+uint64_t DroppedValue(const Summary& s, const std::string& name) {
+  for (const auto& d : s.dropped)
+    if (d.name.find(name) != std::string::npos) return d.value;
+  return 0;
+}
+
+// A negative step duration (a mean of -2,305,843 s, negative bars, a gate
+// that passed), a step_num that is NaN, infinite or past int64 (converted
+// with undefined behaviour to INT64_MIN), a counter sample that is NaN ("nan
+// B" as the peak): left out, and counted in the dropped table.
+TEST(Summary, NonsenseValuesAreLeftOutAndCounted) {
+  std::string dir = testing::MakeTempDir();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::string odd = WriteSteps(
+      dir, "odd.xplane.pb", 5, 20,
+      [&](tp::XLine* l) {
+        tp::XStat* n = OddStep(l, 200 * kMs, -INT64_MAX / 4)->add_stats();  // step 5, negative
+        n->set_metadata_id(1);
+        n->set_int64_value(5);
+        for (double bad : {nan, inf, -inf, 1e30}) {
+          tp::XStat* s = OddStep(l, 300 * kMs, kMs)->add_stats();
+          s->set_metadata_id(1);
+          s->set_double_value(bad);
+        }
+      },
+      {nan, 100, inf, 50});
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(odd, {}, &s).ok());
+  EXPECT_EQ(s.steps.duration.count, 5u);
+  EXPECT_DOUBLE_EQ(s.steps.duration.mean_ns, 20 * kMsNs);
+  EXPECT_GE(s.steps.duration.min_ns, 0);
+  for (const auto& st : s.steps.all) {
+    EXPECT_GE(st.number, 0);
+    EXPECT_LE(st.number, 4);
+    EXPECT_GE(st.duration_ns, 0);
+  }
+  EXPECT_EQ(DroppedValue(s, "steps with a negative duration"), 1u);
+  EXPECT_EQ(DroppedValue(s, "step_num is not an integer in range"), 4u);
+  ASSERT_EQ(s.counters.size(), 1u);
+  EXPECT_EQ(s.counters[0].peak, 100);
+  EXPECT_EQ(s.counters[0].samples, 2u);
+  EXPECT_EQ(DroppedValue(s, "counter samples that are not finite"), 2u);
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("inf "), std::string::npos) << text;
+  EXPECT_NE(text.find("steps with a negative duration (left out): 1"), std::string::npos) << text;
+
+  // The gate: 10 ms steps, then 20 ms steps and one hugely negative step,
+  // whose mean was negative: "passed".
+  std::string base = WriteSteps(dir, "base.xplane.pb", 5, 10, [](tp::XLine*) {});
+  analysis::Diff d;
+  analysis::DiffOptions o;
+  o.fail_above_pct = 10;
+  ASSERT_TRUE(analysis::DiffRuns(base, odd, o, &d).ok());
+  ASSERT_FALSE(d.steps.empty());
+  EXPECT_NEAR(d.steps[0].delta_pct, 100, 1e-9);
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_NE(d.failures[0].find("step time regressed +100.0%"), std::string::npos) << d.failures[0];
+  CliResult r = Cli("diff --fail-above 10 " + base + " " + odd);
+  EXPECT_EQ(r.code, 1) << r.out;
+}
+
+// Names that are not UTF-8: the CLI reads such a file, and the Python
+// package's from_file (ReadXSpaceFile) refused it as "truncated, or not a
+// .xplane.pb". It reads it now, each bad byte as U+FFFD, with a warning.
+TEST(ProfileReader, InvalidUtf8NamesAreReadEverywhere) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace space = KnownSpace({});
+  tp::XPlane* host = space.mutable_planes(0);
+  (*host->mutable_event_metadata())[3].set_name("BAD1matmul");
+  host->mutable_lines(0)->set_name("BAD2main");
+  host->set_name("/host:CPU");
+  tp::XStat* str = host->mutable_lines(0)->mutable_events(0)->add_stats();
+  str->set_metadata_id(2);
+  str->set_str_value("BAD3");
+  space.add_warnings("BAD4");
+  std::string bytes = space.SerializeAsString();
+  for (const char* mark : {"BAD1", "BAD2", "BAD3", "BAD4"}) {
+    size_t at = bytes.find(mark);
+    ASSERT_NE(at, std::string::npos) << mark;
+    bytes.replace(at, 4, "\xff\xc0\x80\xed");  // a bad byte, an overlong NUL, a lone lead byte
+  }
+  std::string path = WriteFile(dir, "utf8.xplane.pb", bytes);
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, {}, &s).ok());  // the CLI's reader
+  model::Space read;
+  Status st = model::ReadXSpaceFile(path, &read);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(read.planes.size(), 3u);
+  const std::string bad = "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd";
+  bool found = false;
+  for (const auto& md : read.planes[0].event_metadata()) found |= md.name == bad + "matmul";
+  EXPECT_TRUE(found);
+  EXPECT_EQ(read.planes[0].lines[0].name, bad + "main");
+  ASSERT_FALSE(read.warnings.empty());
+  EXPECT_NE(read.warnings.back().find("4 strings of the profile"), std::string::npos) << read.warnings.back();
+  // The whole-message import agrees.
+  model::Space once;
+  ASSERT_TRUE(model::ImportXSpaceBytes(bytes, &once).ok());
+  EXPECT_EQ(once.warnings.back(), read.warnings.back());
+  // Still refused: a truncated file.
+  std::string cut = WriteFile(dir, "cut.xplane.pb", bytes.substr(0, bytes.size() - 3));
+  EXPECT_FALSE(model::ReadXSpaceFile(cut, &read).ok());
+}
+
+}  // namespace
+}  // namespace spyglass

@@ -23,6 +23,14 @@ using model::kStepNumStat;
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
+// A step_num stat's value as a step number: false for NaN, infinities and
+// values past int64 (converting those is undefined; they read as INT64_MIN).
+bool StepNumber(double v, int64_t* out) {
+  if (!(v >= -0x1p63 && v < 0x1p63)) return false;
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
 // The p-th percentile of sorted values, interpolated between the closest
 // ranks (numpy's default), so that numbers can be checked by hand.
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -160,8 +168,12 @@ class SummaryVisitor : public profile::ProfileVisitor {
       for (const ProfileStat& s : e.stats) {
         double v;
         if (s.name == kStepNumStat && s.as_double(&v)) {
-          steps_by_name_[std::string(e.name)].push_back({static_cast<int64_t>(v), static_cast<double>(e.start_ps) / 1e3,
-                                                         static_cast<double>(e.duration_ps) / 1e3});
+          int64_t number;
+          if (!StepNumber(v, &number)) ++bad_step_numbers;
+          else if (e.duration_ps < 0) ++negative_steps;
+          else
+            steps_by_name_[std::string(e.name)].push_back(
+                {number, static_cast<double>(e.start_ps) / 1e3, static_cast<double>(e.duration_ps) / 1e3});
         }
         if (s.name == model::kIncompleteStat) ++incomplete;
       }
@@ -301,12 +313,19 @@ class SummaryVisitor : public profile::ProfileVisitor {
     for (auto& d : dropped) out->dropped.push_back(d);
     out->hostnames = hostnames, out->errors = errors, out->warnings = warnings;
     if (incomplete) out->dropped.push_back({"", "incomplete events (still open at stop)", incomplete});
+    // Values no run can have: left out of the tables, and counted here.
+    if (negative_steps) out->dropped.push_back({"", "steps with a negative duration (left out)", negative_steps});
+    if (bad_step_numbers)
+      out->dropped.push_back({"", "steps whose step_num is not an integer in range (left out)", bad_step_numbers});
+    if (bad_counter_values)
+      out->dropped.push_back({"", "counter samples that are not finite numbers (left out)", bad_counter_values});
     Steps(out);
   }
 
   std::string producer;
   double profile_start_ns = 0, profile_stop_ns = 0;
   uint64_t planes = 0, lines = 0, events = 0, incomplete = 0;
+  uint64_t negative_steps = 0, bad_step_numbers = 0, bad_counter_values = 0;
   std::vector<Summary::Dropped> dropped;
   std::vector<std::string> hostnames, errors, warnings;
 
@@ -384,6 +403,10 @@ class SummaryVisitor : public profile::ProfileVisitor {
       if ((s.name == model::kLiveBytesStat || !chosen) && s.as_double(&v)) chosen = &s;
     if (!chosen) return;
     chosen->as_double(&v);
+    if (!std::isfinite(v)) {  // a NaN peak printed "nan B"
+      ++bad_counter_values;
+      return;
+    }
     std::string name = model::ValidUtf8(e.name);
     CounterPeak& c = counters_map_[{plane_name_, name}];
     if (c.samples == 0 || v > c.peak) c.peak = v, c.peak_at_ns = static_cast<double>(e.start_ps) / 1e3;
@@ -470,8 +493,9 @@ class StepVisitor : public profile::ProfileVisitor {
   void OnEvent(const EventRecord& e) override {
     for (const ProfileStat& s : e.stats) {
       double v;
-      if (s.name == kStepNumStat && s.as_double(&v))
-        steps[std::string(e.name)].push_back({static_cast<int64_t>(v), e.start_ps, e.duration_ps});
+      int64_t number;
+      if (s.name == kStepNumStat && s.as_double(&v) && StepNumber(v, &number) && e.duration_ps >= 0)
+        steps[std::string(e.name)].push_back({number, e.start_ps, e.duration_ps});
     }
   }
   struct S {

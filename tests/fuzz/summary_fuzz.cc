@@ -3,6 +3,7 @@
 // model read: errors are fine, crashes and hangs are not.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -38,6 +39,14 @@ bool HasControlBytes(const std::string& text) {
   return false;
 }
 
+// Values no run has: negative step times, non-finite counter peaks.
+bool HasNonsense(const spyglass::analysis::Summary& s) {
+  if (s.steps.duration.count && s.steps.duration.min_ns < 0) return true;
+  for (const auto& c : s.counters)
+    if (!std::isfinite(c.peak) || !std::isfinite(c.last)) return true;
+  return false;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -52,6 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (spyglass::analysis::Summarize(InputPath(), o, &s).ok()) {
     (void)spyglass::analysis::SummaryToJson(s);
     if (HasControlBytes(spyglass::analysis::SummaryToText(s))) std::abort();
+    if (HasNonsense(s)) std::abort();
     spyglass::analysis::Summary two;
     spyglass::analysis::SummaryOptions top2;
     top2.top = 2;
