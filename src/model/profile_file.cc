@@ -103,7 +103,7 @@ const char* KindOf(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
+  return "something else";
 }
 
 }  // namespace
@@ -150,7 +150,8 @@ Status MappedFile::Open(const std::string& path, uint64_t max_bytes) {
   if (fstat(fd, &st) != 0) {
     s = InvalidArgumentError("cannot stat " + quoted + ": " + std::strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
-    s = InvalidArgumentError(quoted + " is " + KindOf(st.st_mode) + ", not a profile file (copy it to a file first)");
+    s = InvalidArgumentError(quoted + " is not a regular file but " + KindOf(st.st_mode) +
+                             ": a profile is read from a file (copy it to one first)");
   } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     s = TooLarge(quoted, static_cast<uint64_t>(st.st_size), max_bytes);
   } else if (st.st_size > 0) {
