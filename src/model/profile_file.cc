@@ -57,7 +57,8 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
     // The file ends before this page now: zeros from here to the mapping's
     // end (one call, not one fault per page), and the reader fails.
     uintptr_t page = at & ~(g_page - 1);
-    void* m = mmap(reinterpret_cast<void*>(page), end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    void* m = mmap(reinterpret_cast<void*>(page), end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0);
     if (m == MAP_FAILED) break;
     g.faulted.store(true, std::memory_order_release);
     return;

@@ -389,6 +389,8 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
 
 namespace {
 
+// The scan itself (its parameters keep the names of the members it was
+// written with).
 Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, const ReadOptions& options_,
                  ProfileVisitor& visitor) {
   std::string_view bytes(data_, size_);

@@ -152,7 +152,11 @@ Msg ChildMessage(Msg m, uint32_t n) {
   switch (m) {
     case Msg::kSpace: return n == 1 ? Msg::kPlane : Msg::kNone;
     case Msg::kPlane:
-      return n == 3 ? Msg::kLine : n == 4 ? Msg::kEventMdEntry : n == 5 ? Msg::kStatMdEntry : n == 6 ? Msg::kStat : Msg::kNone;
+      return n == 3   ? Msg::kLine
+             : n == 4 ? Msg::kEventMdEntry
+             : n == 5 ? Msg::kStatMdEntry
+             : n == 6 ? Msg::kStat
+                      : Msg::kNone;
     case Msg::kLine: return n == 4 ? Msg::kEvent : Msg::kNone;
     case Msg::kEvent: return n == 4 ? Msg::kStat : Msg::kNone;
     case Msg::kEventMdEntry: return n == 2 ? Msg::kEventMd : Msg::kNone;

@@ -47,7 +47,8 @@ Status ReadXSpaceFile(const std::string& path, Space* out, size_t max_bytes) {
   // Imported into a copy: `out` stays as it was if the file changed meanwhile.
   Space read;
   if (s.ok() && !(s = ImportXSpaceBytesChunked(file.bytes(), &read)).ok())
-    s = InvalidArgumentError(QuoteInput(path) + " is not a profile: " + s.message() + " (truncated, or not a .xplane.pb)");
+    s = InvalidArgumentError(QuoteInput(path) + " is not a profile: " + s.message() +
+                             " (truncated, or not a .xplane.pb)");
   if (FileChanged(file.bytes())) return FileChangedError(path);
   if (!s.ok()) return s;
   for (Plane& p : read.planes) out->planes.push_back(std::move(p));
