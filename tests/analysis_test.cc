@@ -2,13 +2,21 @@
 // and annotation durations, checked number by number through the library
 // (src/analysis) and through the CLI (exit codes, messages); and the read
 // API's errors for a file that is not a profile, truncated, or newer.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +24,8 @@
 #include "analysis/summary.h"
 #include "analysis/text_table.h"
 #include "memory/pprof.h"
+#include "model/xspace_import.h"
+#include "model/xspace_read.h"
 #include "spyglass/profile_reader.h"
 #include "test_util.h"
 #include "xplane.pb.h"
@@ -738,3 +748,408 @@ TEST(Summary, CounterValuesKeepTheirUnitAndFractions) {
   EXPECT_EQ(FormatValue(-7, false), "-7");
   EXPECT_EQ(FormatValue(1.0 / 3, false), "0.3333");
 }
+
+namespace spyglass {
+namespace {
+
+// Bytes a terminal acts on: C0 controls but the newline, DEL, and C1
+// controls (U+0080..U+009F in UTF-8, or bare).
+std::string ControlBytesIn(const std::string& text) {
+  std::string found;
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0;
+    if ((c < 0x20 && c != '\n') || c == 0x7f || c1 || (c >= 0x80 && c < 0xa0))
+      found += "byte " + std::to_string(c) + " at " + std::to_string(i) + "; ";
+  }
+  return found;
+}
+
+// The known trace, its names holding what terminals obey: a title change
+// (OSC 0, ended by BEL), a clipboard write (OSC 52), "\r\e[K" that erases
+// the line, a C1 CSI (U+009B), DEL and a newline that would forge a row.
+tp::XSpace HostileNamesSpace() {
+  tp::XSpace space = KnownSpace({});
+  const std::string title = "\x1b]0;pwned\x07", clip = "\x1b]52;c;ZWNobyBoaQ==\x07", erase = "\r\x1b[K";
+  for (tp::XPlane& p : *space.mutable_planes()) {
+    for (auto& [id, m] : *p.mutable_event_metadata()) m.set_name(title + m.name() + erase + "\xc2\x9b" + "2J\x7f");
+    for (tp::XLine& l : *p.mutable_lines())
+      if (l.name() != "_counters_" && l.name().rfind("Stream", 0) != 0) l.set_name(clip + l.name() + "\nfake row");
+  }
+  space.set_hostnames(0, "host" + erase);
+  space.add_errors("bad\x1b[2Jthing");
+  return space;
+}
+
+TEST(Summary, TextOutputQuotesControlCharacters) {
+  std::string dir = testing::MakeTempDir();
+  std::string bytes = HostileNamesSpace().SerializeAsString();
+  std::string base = WriteFile(dir, "base\x1b[31m.xplane.pb", bytes);
+  std::string next = WriteFile(dir, "next.xplane.pb", bytes);
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(base, {}, &s).ok());
+  ASSERT_FALSE(s.top_total.empty());
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_EQ(ControlBytesIn(text), "") << text;
+  EXPECT_NE(text.find("?]0;pwned?train??[K?2J?"), std::string::npos) << text;  // quoted, not dropped
+  EXPECT_EQ(text.find("fake row\n"), std::string::npos) << text;
+
+  analysis::Diff d;
+  analysis::DiffOptions o;
+  o.fail_above_pct = 1000;
+  o.annotations = {"nope\x1b]0;x\x07"};
+  ASSERT_TRUE(analysis::DiffRuns(base, next, o, &d).ok());
+  text = analysis::DiffToText(d);
+  EXPECT_EQ(ControlBytesIn(text), "") << text;
+  EXPECT_NE(text.find("?]0;pwned?matmul"), std::string::npos) << text;
+
+  CliResult r = Cli("summary '" + base + "'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ControlBytesIn(r.out), "") << r.out;
+  r = Cli("diff '" + base + "' " + next);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ControlBytesIn(r.out), "") << r.out;
+}
+
+}  // namespace
+}  // namespace spyglass
+
+
+namespace spyglass {
+namespace {
+
+// A FIFO where a profile is expected: opening one for reading waited for a
+// writer, for ever, in every reader. Each one now says what it is and fails.
+TEST(ProfileReader, FifoIsAnErrorNotAHang) {
+  std::string dir = testing::MakeTempDir();
+  std::string fifo = dir + "/pipe.xplane.pb", prof = dir + "/pipe.prof";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(prof.c_str(), 0600), 0);
+  std::string base = WriteKnown(dir, "base.xplane.pb");
+  // Through the CLI first, each under a timeout (124: it hung).
+  for (std::string args : {"summary " + fifo, "diff " + base + " " + fifo, "diff " + fifo + " " + base,
+                           "report " + fifo + " -o " + dir + "/r.html",
+                           "report " + base + " --memory " + prof + " -o " + dir + "/r.html", "memtop " + prof,
+                           "memdiff " + prof + " " + prof}) {
+    std::string cmd = "timeout 20 " + std::string(SPYGLASS_CLI) + " " + args + " 2>&1";
+    CliResult r{-1, ""};
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    int st = pclose(p);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    EXPECT_NE(r.code, 124) << args << ": hung";
+    EXPECT_NE(r.code, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("FIFO"), std::string::npos) << args << ": " << r.out;
+  }
+  // And in-process (the Python package's from_file is ReadXSpaceFile); a
+  // hang is ended by the alarm.
+  alarm(60);
+  profile::ProfileReader reader;
+  Status s = reader.Open(fifo);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find("is not a regular file but a FIFO"), std::string::npos) << s.message();
+  model::Space space;
+  s = model::ReadXSpaceFile(fifo, &space);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  memory::PprofProfile pp;
+  s = memory::ReadPprofFile(prof, &pp);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+  Summary sum;
+  EXPECT_FALSE(analysis::Summarize(fifo, {}, &sum).ok());
+  s = reader.Open("/dev/null");
+  EXPECT_NE(s.message().find("is not a regular file but a device"), std::string::npos) << s.message();
+  alarm(0);
+}
+
+// A profile truncated after it was opened: the mapping it is read through
+// faulted (SIGBUS) on its first page past the new end and killed the reader.
+// Now the reader fails with a clear error, for Read, Scan and the Python
+// package's ReadXSpaceFile alike; and a SIGBUS elsewhere still kills.
+TEST(ProfileReader, FileTruncatedWhileMappedIsAnError) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace big = KnownSpace({});
+  for (int i = 0; i < 20; ++i) big.MergeFrom(KnownSpace({}));  // several pages
+  const std::string bytes = big.SerializeAsString();
+  ASSERT_GT(bytes.size(), 3 * 4096u);
+  std::string path = WriteFile(dir, "cut.xplane.pb", bytes);
+  EXPECT_EXIT(
+      {
+        profile::ProfileReader reader;
+        if (!reader.Open(path).ok()) _exit(2);
+        if (truncate(path.c_str(), 4096) != 0) _exit(3);
+        profile::ProfileData data;
+        Status s = reader.Read(&data);
+        if (s.ok() || s.message().find("changed while it was read") == std::string::npos) _exit(4);
+        struct : profile::ProfileVisitor {
+        } visitor;
+        s = reader.Scan(visitor);
+        if (s.ok() || s.message().find("changed while it was read") == std::string::npos) _exit(5);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  WriteFile(dir, "cut.xplane.pb", bytes);
+  EXPECT_EXIT(
+      {
+        profile::ProfileReader reader;  // the guard is in
+        if (!reader.Open(path).ok()) _exit(2);
+        raise(SIGBUS);  // not in a mapping: the handler before ours, the default one here
+        _exit(0);
+      },
+      // Killed by SIGBUS; under ASan, whose handler was there before, its report and exit.
+      [](int status) { return WIFSIGNALED(status) ? WTERMSIG(status) == SIGBUS : WEXITSTATUS(status) != 0; }, "");
+}
+
+// A file that shrinks and grows while it is read, again and again: each read
+// gives a summary or a clear error, never a crash.
+TEST(Summary, FileShrinkingWhileReadNeverCrashes) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace big = KnownSpace({});
+  for (int i = 0; i < 6; ++i) big.MergeFrom(KnownSpace({}));
+  const std::string bytes = big.SerializeAsString();
+  std::string path = WriteFile(dir, "moving.xplane.pb", bytes);
+  std::atomic<bool> stop{false};
+  std::thread cutter([&] {
+    size_t n = 0;
+    while (!stop) {
+      if (truncate(path.c_str(), static_cast<off_t>(n % bytes.size())) != 0) break;
+      std::ofstream(path, std::ios::binary | std::ios::app) << bytes.substr(n % bytes.size());
+      n += 4099;
+    }
+  });
+  int ok = 0, failed = 0;
+  for (int i = 0; i < 200; ++i) {
+    Summary s;
+    model::Space space;
+    for (Status st : {analysis::Summarize(path, {}, &s), model::ReadXSpaceFile(path, &space)}) {
+      if (st.ok()) {
+        ++ok;
+      } else {
+        ++failed;
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+      }
+    }
+  }
+  stop = true;
+  cutter.join();
+  EXPECT_EQ(ok + failed, 400);
+}
+
+}  // namespace
+}  // namespace spyglass
+
+namespace spyglass {
+namespace {
+
+// Thread t<i> busy i ms, for i in 1..n.
+std::string WriteManyThreads(const std::string& dir, int n) {
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  auto& m = (*host->mutable_event_metadata())[1];
+  m.set_id(1);
+  m.set_name("work");
+  for (int i = 1; i <= n; ++i) {
+    tp::XLine* l = host->add_lines();
+    l->set_id(i);
+    l->set_name("t" + std::to_string(i));
+    tp::XEvent* e = l->add_events();
+    e->set_metadata_id(1);
+    e->set_duration_ps(i * kMs);
+  }
+  return WriteFile(dir, "threads.xplane.pb", space.SerializeAsString());
+}
+
+// --top bounds the Threads table too (--top 2 printed a row per thread:
+// 300,018 lines for 300k threads), and the text says how many were left out.
+TEST(Summary, ThreadsHonourTop) {
+  std::string dir = testing::MakeTempDir();
+  std::string path = WriteManyThreads(dir, 300);
+  analysis::SummaryOptions o;
+  o.top = 2;
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  ASSERT_EQ(s.threads.size(), 2u);
+  EXPECT_EQ(s.threads[0].name, "t300");
+  EXPECT_EQ(s.threads[1].name, "t299");
+  EXPECT_EQ(s.threads_left_out, 298u);
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_NE(text.find("298 more threads not shown"), std::string::npos) << text;
+  EXPECT_EQ(text.find("t298"), std::string::npos) << text;
+  EXPECT_NE(analysis::SummaryToJson(s).find("\"threads_left_out\":298"), std::string::npos);
+  CliResult r = Cli("summary --top 2 " + path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 40) << r.out;
+  o.top = 0;  // all
+  ASSERT_TRUE(analysis::Summarize(path, o, &s).ok());
+  EXPECT_EQ(s.threads.size(), 300u);
+  EXPECT_EQ(s.threads_left_out, 0u);
+}
+
+}  // namespace
+}  // namespace spyglass
+
+namespace spyglass {
+namespace {
+
+// Steps "train" of `step_ms` ms each (step_num 0..n-1), then the odd ones
+// `odd` adds; a live-bytes counter with the samples `counter`.
+std::string WriteSteps(const std::string& dir, const std::string& name, int n, int64_t step_ms,
+                       const std::function<void(tp::XLine*)>& odd, std::vector<double> counter = {}) {
+  tp::XSpace space;
+  tp::XPlane* host = space.add_planes();
+  host->set_name("/host:CPU");
+  for (auto [id, n] : {std::pair{1, "train"}, std::pair{2, "memory"}}) {
+    auto& m = (*host->mutable_event_metadata())[id];
+    m.set_id(id);
+    m.set_name(n);
+  }
+  for (auto [id, n] : {std::pair{1, "step_num"}, std::pair{2, "live_bytes"}}) {
+    auto& m = (*host->mutable_stat_metadata())[id];
+    m.set_id(id);
+    m.set_name(n);
+  }
+  tp::XLine* main = host->add_lines();
+  main->set_id(1);
+  main->set_name("main");
+  for (int i = 0; i < n; ++i) {
+    tp::XEvent* e = main->add_events();
+    e->set_metadata_id(1);
+    e->set_offset_ps(i * step_ms * kMs);
+    e->set_duration_ps(step_ms * kMs);
+    tp::XStat* s = e->add_stats();
+    s->set_metadata_id(1);
+    s->set_int64_value(i);
+  }
+  odd(main);
+  tp::XLine* counters = host->add_lines();
+  counters->set_id(2);
+  counters->set_name("_counters_");
+  for (size_t i = 0; i < counter.size(); ++i) {
+    tp::XEvent* e = counters->add_events();
+    e->set_metadata_id(2);
+    e->set_offset_ps(static_cast<int64_t>(i) * kMs);
+    tp::XStat* s = e->add_stats();
+    s->set_metadata_id(2);
+    s->set_double_value(counter[i]);
+  }
+  return WriteFile(dir, name, space.SerializeAsString());
+}
+
+tp::XEvent* OddStep(tp::XLine* l, int64_t start_ps, int64_t dur_ps) {
+  tp::XEvent* e = l->add_events();
+  e->set_metadata_id(1);
+  e->set_offset_ps(start_ps);
+  e->set_duration_ps(dur_ps);
+  return e;
+}
+
+uint64_t DroppedValue(const Summary& s, const std::string& name) {
+  for (const auto& d : s.dropped)
+    if (d.name.find(name) != std::string::npos) return d.value;
+  return 0;
+}
+
+// A negative step duration (a mean of -2,305,843 s, negative bars, a gate
+// that passed), a step_num that is NaN, infinite or past int64 (converted
+// with undefined behaviour to INT64_MIN), a counter sample that is NaN ("nan
+// B" as the peak): left out, and counted in the dropped table.
+TEST(Summary, NonsenseValuesAreLeftOutAndCounted) {
+  std::string dir = testing::MakeTempDir();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::string odd = WriteSteps(
+      dir, "odd.xplane.pb", 5, 20,
+      [&](tp::XLine* l) {
+        tp::XStat* n = OddStep(l, 200 * kMs, -INT64_MAX / 4)->add_stats();  // step 5, negative
+        n->set_metadata_id(1);
+        n->set_int64_value(5);
+        for (double bad : {nan, inf, -inf, 1e30}) {
+          tp::XStat* s = OddStep(l, 300 * kMs, kMs)->add_stats();
+          s->set_metadata_id(1);
+          s->set_double_value(bad);
+        }
+      },
+      {nan, 100, inf, 50});
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(odd, {}, &s).ok());
+  EXPECT_EQ(s.steps.duration.count, 5u);
+  EXPECT_DOUBLE_EQ(s.steps.duration.mean_ns, 20 * kMsNs);
+  EXPECT_GE(s.steps.duration.min_ns, 0);
+  for (const auto& st : s.steps.all) {
+    EXPECT_GE(st.number, 0);
+    EXPECT_LE(st.number, 4);
+    EXPECT_GE(st.duration_ns, 0);
+  }
+  EXPECT_EQ(DroppedValue(s, "steps with a negative duration"), 1u);
+  EXPECT_EQ(DroppedValue(s, "step_num is not an integer in range"), 4u);
+  ASSERT_EQ(s.counters.size(), 1u);
+  EXPECT_EQ(s.counters[0].peak, 100);
+  EXPECT_EQ(s.counters[0].samples, 2u);
+  EXPECT_EQ(DroppedValue(s, "counter samples that are not finite"), 2u);
+  std::string text = analysis::SummaryToText(s);
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("inf "), std::string::npos) << text;
+  EXPECT_NE(text.find("steps with a negative duration (left out): 1"), std::string::npos) << text;
+
+  // The gate: 10 ms steps, then 20 ms steps and one hugely negative step,
+  // whose mean was negative: "passed".
+  std::string base = WriteSteps(dir, "base.xplane.pb", 5, 10, [](tp::XLine*) {});
+  analysis::Diff d;
+  analysis::DiffOptions o;
+  o.fail_above_pct = 10;
+  ASSERT_TRUE(analysis::DiffRuns(base, odd, o, &d).ok());
+  ASSERT_FALSE(d.steps.empty());
+  EXPECT_NEAR(d.steps[0].delta_pct, 100, 1e-9);
+  ASSERT_EQ(d.failures.size(), 1u);
+  EXPECT_NE(d.failures[0].find("step time regressed +100.0%"), std::string::npos) << d.failures[0];
+  CliResult r = Cli("diff --fail-above 10 " + base + " " + odd);
+  EXPECT_EQ(r.code, 1) << r.out;
+}
+
+// Names that are not UTF-8: the CLI reads such a file, and the Python
+// package's from_file (ReadXSpaceFile) refused it as "truncated, or not a
+// .xplane.pb". It reads it now, each bad byte as U+FFFD, with a warning.
+TEST(ProfileReader, InvalidUtf8NamesAreReadEverywhere) {
+  std::string dir = testing::MakeTempDir();
+  tp::XSpace space = KnownSpace({});
+  tp::XPlane* host = space.mutable_planes(0);
+  (*host->mutable_event_metadata())[3].set_name("BAD1matmul");
+  host->mutable_lines(0)->set_name("BAD2main");
+  host->set_name("/host:CPU");
+  tp::XStat* str = host->mutable_lines(0)->mutable_events(0)->add_stats();
+  str->set_metadata_id(2);
+  str->set_str_value("BAD3");
+  space.add_warnings("BAD4");
+  std::string bytes = space.SerializeAsString();
+  for (const char* mark : {"BAD1", "BAD2", "BAD3", "BAD4"}) {
+    size_t at = bytes.find(mark);
+    ASSERT_NE(at, std::string::npos) << mark;
+    bytes.replace(at, 4, "\xff\xc0\x80\xed");  // a bad byte, an overlong NUL, a lone lead byte
+  }
+  std::string path = WriteFile(dir, "utf8.xplane.pb", bytes);
+  Summary s;
+  ASSERT_TRUE(analysis::Summarize(path, {}, &s).ok());  // the CLI's reader
+  model::Space read;
+  Status st = model::ReadXSpaceFile(path, &read);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(read.planes.size(), 3u);
+  const std::string bad = "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd";
+  bool found = false;
+  for (const auto& md : read.planes[0].event_metadata()) found |= md.name == bad + "matmul";
+  EXPECT_TRUE(found);
+  EXPECT_EQ(read.planes[0].lines[0].name, bad + "main");
+  ASSERT_FALSE(read.warnings.empty());
+  EXPECT_NE(read.warnings.back().find("4 strings of the profile"), std::string::npos) << read.warnings.back();
+  // The whole-message import agrees.
+  model::Space once;
+  ASSERT_TRUE(model::ImportXSpaceBytes(bytes, &once).ok());
+  EXPECT_EQ(once.warnings.back(), read.warnings.back());
+  // Still refused: a truncated file.
+  std::string cut = WriteFile(dir, "cut.xplane.pb", bytes.substr(0, bytes.size() - 3));
+  EXPECT_FALSE(model::ReadXSpaceFile(cut, &read).ok());
+}
+
+}  // namespace
+}  // namespace spyglass

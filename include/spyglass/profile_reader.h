@@ -183,8 +183,9 @@ struct ReadOptions {
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
-// One .xplane.pb, mapped read-only: memory grows with what the caller keeps,
-// not with the file (Scan), or holds the model (Read).
+// One .xplane.pb, read into memory (not mapped: a file truncated while it was
+// mapped killed the reader with SIGBUS): memory is the file's bytes plus what
+// the caller keeps (Scan), or the model too (Read).
 class SPYGLASS_API ProfileReader {
  public:
   ProfileReader();
@@ -192,9 +193,10 @@ class SPYGLASS_API ProfileReader {
   ProfileReader(const ProfileReader&) = delete;
   ProfileReader& operator=(const ProfileReader&) = delete;
 
-  // Maps the file and checks that it is a profile this reader understands:
-  // InvalidArgument with a clear message for a file that is not a profile,
-  // is truncated, or comes from a newer format.
+  // Reads the file and checks that it is a profile this reader understands:
+  // InvalidArgument with a clear message for a path that is not a regular
+  // file (a FIFO is an error, not a hang), a file that is not a profile, is
+  // truncated, or comes from a newer format.
   Status Open(const std::string& path, const ReadOptions& options = {});
   const std::string& path() const { return path_; }
   uint64_t size_bytes() const { return size_; }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "analysis/json_writer.h"
+#include "common/quote.h"
 #include "analysis/text_table.h"
 
 namespace spyglass::analysis {
@@ -124,7 +125,7 @@ Diff CompareSummaries(Summary base, Summary next, const DiffOptions& options) {
       auto it = std::find_if(d.annotations.begin(), d.annotations.end(), [&](const DiffRow& r) { return r.name == a; });
       if (it == d.annotations.end()) {
         d.gate_error = true;
-        d.failures.push_back("annotation '" + a.substr(0, 96) + "' is in neither run");
+        d.failures.push_back("annotation " + QuoteInput(a) + " is in neither run");
         continue;
       }
       if (it->new_count == 0) {
@@ -138,7 +139,7 @@ Diff CompareSummaries(Summary base, Summary next, const DiffOptions& options) {
         std::snprintf(buf, sizeof(buf), "%+.1f%% (%s -> %s%s), above %.1f%%", it->delta_pct,
                       FormatNs(it->base_ns).c_str(), FormatNs(it->new_ns).c_str(), d.per_step ? " per step" : "",
                       options.fail_above_pct);
-        d.failures.push_back("annotation '" + a.substr(0, 96) + "' regressed " + buf);
+        d.failures.push_back("annotation " + QuoteInput(a) + " regressed " + buf);
       }
     }
   }
@@ -201,9 +202,11 @@ std::string DiffToJson(const Diff& d) {
 
 std::string DiffToText(const Diff& d, size_t width) {
   std::string out;
-  out += "Base  " + d.base.file + " (" + (d.base.producer.empty() ? "unknown writer" : d.base.producer) + ", " +
+  out += "Base  " + Printable(d.base.file) + " (" +
+         (d.base.producer.empty() ? "unknown writer" : Printable(d.base.producer)) + ", " +
          std::to_string(d.base.steps.duration.count) + " steps)\n";
-  out += "New   " + d.next.file + " (" + (d.next.producer.empty() ? "unknown writer" : d.next.producer) + ", " +
+  out += "New   " + Printable(d.next.file) + " (" +
+         (d.next.producer.empty() ? "unknown writer" : Printable(d.next.producer)) + ", " +
          std::to_string(d.next.steps.duration.count) + " steps)\n";
   if (d.noise_pct >= 0) {
     char buf[160];
@@ -236,9 +239,9 @@ std::string DiffToText(const Diff& d, size_t width) {
            });
   if (!d.failures.empty()) {
     out += "\nFAILED:\n";
-    for (const std::string& f : d.failures) out += "  " + f + "\n";
+    for (const std::string& f : d.failures) out += "  " + Printable(f) + "\n";
   }
-  return out;
+  return PrintableLines(out);  // a net under the names made printable above
 }
 
 }  // namespace spyglass::analysis

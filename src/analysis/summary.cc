@@ -23,6 +23,14 @@ using model::kStepNumStat;
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
+// A step_num stat's value as a step number: false for NaN, infinities and
+// values past int64 (converting those is undefined; they read as INT64_MIN).
+bool StepNumber(double v, int64_t* out) {
+  if (!(v >= -0x1p63 && v < 0x1p63)) return false;
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
 // The p-th percentile of sorted values, interpolated between the closest
 // ranks (numpy's default), so that numbers can be checked by hand.
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -101,6 +109,10 @@ class SummaryVisitor : public profile::ProfileVisitor {
     plane_name_ = std::string(p.name);
     device_ = StartsWith(p.name, model::kDevicePlanePrefix);
     metadata_ = p.name == model::kMetadataPlaneName;
+    // Metadata ids are the plane's own.
+    op_by_md_.clear();
+    counter_by_md_.clear();
+    steps_by_md_.clear();
     if (buffered_pass) return std::any_of(unsorted.begin(), unsorted.end(), [&](auto u) { return u.first == plane_index_; });
     ++planes;
     for (const ProfileStat& s : p.stats) {
@@ -160,8 +172,12 @@ class SummaryVisitor : public profile::ProfileVisitor {
       for (const ProfileStat& s : e.stats) {
         double v;
         if (s.name == kStepNumStat && s.as_double(&v)) {
-          steps_by_name_[std::string(e.name)].push_back({static_cast<int64_t>(v), static_cast<double>(e.start_ps) / 1e3,
-                                                         static_cast<double>(e.duration_ps) / 1e3});
+          int64_t number;
+          if (!StepNumber(v, &number)) ++bad_step_numbers;
+          else if (e.duration_ps < 0) ++negative_steps;
+          else
+            StepsOf(e).push_back(
+                {number, static_cast<double>(e.start_ps) / 1e3, static_cast<double>(e.duration_ps) / 1e3});
         }
         if (s.name == model::kIncompleteStat) ++incomplete;
       }
@@ -176,7 +192,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     min_start_ps_ = std::min(min_start_ps_, e.start_ps);
     max_end_ps_ = std::max(max_end_ps_, e.start_ps + dur);
     if (ops_) {
-      DeviceOp(e.name, dur);
+      DeviceOp(e, dur);
       return;
     }
     if (!thread_) return;
@@ -301,12 +317,19 @@ class SummaryVisitor : public profile::ProfileVisitor {
     for (auto& d : dropped) out->dropped.push_back(d);
     out->hostnames = hostnames, out->errors = errors, out->warnings = warnings;
     if (incomplete) out->dropped.push_back({"", "incomplete events (still open at stop)", incomplete});
+    // Values no run can have: left out of the tables, and counted here.
+    if (negative_steps) out->dropped.push_back({"", "steps with a negative duration (left out)", negative_steps});
+    if (bad_step_numbers)
+      out->dropped.push_back({"", "steps whose step_num is not an integer in range (left out)", bad_step_numbers});
+    if (bad_counter_values)
+      out->dropped.push_back({"", "counter samples that are not finite numbers (left out)", bad_counter_values});
     Steps(out);
   }
 
   std::string producer;
   double profile_start_ns = 0, profile_stop_ns = 0;
   uint64_t planes = 0, lines = 0, events = 0, incomplete = 0;
+  uint64_t negative_steps = 0, bad_step_numbers = 0, bad_counter_values = 0;
   std::vector<Summary::Dropped> dropped;
   std::vector<std::string> hostnames, errors, warnings;
 
@@ -370,9 +393,12 @@ class SummaryVisitor : public profile::ProfileVisitor {
     stack_.pop_back();
   }
 
-  void DeviceOp(std::string_view name, int64_t dur) {
-    auto& m = IsCopy(name) ? copies_ : kernels_;
-    Agg& a = m[{plane_name_, model::ValidUtf8(name)}];
+  // The name is made a key once per metadata id in a plane, not once per
+  // event (a 1 MiB name on 20k events took 57 s).
+  void DeviceOp(const EventRecord& e, int64_t dur) {
+    Agg*& cached = op_by_md_[e.metadata_id];
+    if (!cached) cached = &(IsCopy(e.name) ? copies_ : kernels_)[{plane_name_, model::ValidUtf8(e.name)}];
+    Agg& a = *cached;
     ++a.count;
     a.total_ps = SaturatedAdd(a.total_ps, dur);
   }
@@ -384,12 +410,27 @@ class SummaryVisitor : public profile::ProfileVisitor {
       if ((s.name == model::kLiveBytesStat || !chosen) && s.as_double(&v)) chosen = &s;
     if (!chosen) return;
     chosen->as_double(&v);
-    std::string name = model::ValidUtf8(e.name);
-    CounterPeak& c = counters_map_[{plane_name_, name}];
+    if (!std::isfinite(v)) {  // a NaN peak printed "nan B"
+      ++bad_counter_values;
+      return;
+    }
+    CounterPeak*& cached = counter_by_md_[e.metadata_id];
+    if (!cached) {
+      std::string name = model::ValidUtf8(e.name);
+      cached = &counters_map_[{plane_name_, name}];
+      if (cached->samples == 0) cached->plane = plane_name_, cached->name = std::move(name);
+    }
+    CounterPeak& c = *cached;
     if (c.samples == 0 || v > c.peak) c.peak = v, c.peak_at_ns = static_cast<double>(e.start_ps) / 1e3;
-    if (c.samples == 0) c.plane = plane_name_, c.name = name, c.bytes = chosen->name.ends_with("bytes");
+    if (c.samples == 0) c.bytes = chosen->name.ends_with("bytes");
     ++c.samples;
     c.last = v;
+  }
+
+  std::vector<Step>& StepsOf(const EventRecord& e) {
+    std::vector<Step>*& cached = steps_by_md_[e.metadata_id];
+    if (!cached) cached = &steps_by_name_[std::string(e.name)];
+    return *cached;
   }
 
   void Steps(Summary* out) {
@@ -462,22 +503,37 @@ class SummaryVisitor : public profile::ProfileVisitor {
   std::map<std::pair<std::string, std::string>, Agg> kernels_, copies_;
   std::map<std::pair<std::string, std::string>, CounterPeak> counters_map_;
   std::map<std::string, std::vector<Step>> steps_by_name_;
+  // The current plane's metadata ids -> the entries above (map nodes stay put).
+  std::unordered_map<uint64_t, Agg*> op_by_md_;
+  std::unordered_map<uint64_t, CounterPeak*> counter_by_md_;
+  std::unordered_map<uint64_t, std::vector<Step>*> steps_by_md_;
 };
 
 // Finds the steps of a file (for --step) without the other tables.
 class StepVisitor : public profile::ProfileVisitor {
  public:
+  bool OnPlane(const PlaneHeader&) override {
+    by_md_.clear();  // metadata ids are the plane's own
+    return true;
+  }
   void OnEvent(const EventRecord& e) override {
     for (const ProfileStat& s : e.stats) {
       double v;
-      if (s.name == kStepNumStat && s.as_double(&v))
-        steps[std::string(e.name)].push_back({static_cast<int64_t>(v), e.start_ps, e.duration_ps});
+      int64_t number;
+      if (s.name == kStepNumStat && s.as_double(&v) && StepNumber(v, &number) && e.duration_ps >= 0) {
+        auto*& cached = by_md_[e.metadata_id];
+        if (!cached) cached = &steps[std::string(e.name)];  // the name copied once per id, not per step
+        cached->push_back({number, e.start_ps, e.duration_ps});
+      }
     }
   }
   struct S {
     int64_t number, start_ps, dur_ps;
   };
   std::map<std::string, std::vector<S>> steps;
+
+ private:
+  std::unordered_map<uint64_t, std::vector<S>*> by_md_;
 };
 
 }  // namespace
@@ -487,32 +543,31 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
   std::vector<std::string> files;
   if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) return s;
   out->file = files.size() == 1 ? files[0] : run;
+  // Progress over all files (and both passes when --step asks for two).
+  bool step_pass = options.step_first || options.step_last;
+  uint64_t done = 0, all = 0;
+  profile::ReadOptions ro;
+  ro.progress = [&](uint64_t n, uint64_t) {
+    if (options.progress) options.progress(done + n, all);
+  };
+  // Each file read once (a reader holds its bytes), for every pass.
   std::vector<std::unique_ptr<profile::ProfileReader>> readers;
   uint64_t total = 0;
   for (const std::string& f : files) {
     auto r = std::make_unique<profile::ProfileReader>();
-    if (Status s = r->Open(f); !s.ok()) return s;
+    if (Status s = r->Open(f, ro); !s.ok()) return s;
     total += r->size_bytes();
     readers.push_back(std::move(r));
   }
   out->file_bytes = total;
-  // Progress over all files (and both passes when --step asks for two).
-  bool step_pass = options.step_first || options.step_last;
-  uint64_t done = 0, all = total * (step_pass ? 2 : 1);
-  auto progress = [&](uint64_t n) {
-    if (options.progress) options.progress(done + n, all);
-  };
+  all = total * (step_pass ? 2 : 1);
   Window window;
   if (step_pass) {
     window.all = false;
     for (auto& r : readers) {
-      profile::ProfileReader again;
-      profile::ReadOptions ro;
-      ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
-      if (Status s = again.Open(r->path(), ro); !s.ok()) return s;
       StepVisitor v;
-      if (Status s = again.Scan(v); !s.ok()) return s;
-      done += again.size_bytes();
+      if (Status s = r->Scan(v); !s.ok()) return s;
+      done += r->size_bytes();
       size_t best = 0;
       std::string name;
       for (const auto& [n, steps] : v.steps)
@@ -536,25 +591,30 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
     SummaryOptions per_file = options;
     if (files.size() > 1) per_file.top = 0;
     SummaryVisitor v(per_file, window, host);
-    profile::ProfileReader scan;
-    profile::ReadOptions ro;
-    ro.progress = [&](uint64_t n, uint64_t) { progress(n); };
-    if (Status s = scan.Open(r->path(), ro); !s.ok()) return s;
-    if (Status s = scan.Scan(v); !s.ok()) return s;
+    if (Status s = r->Scan(v); !s.ok()) return s;
     if (!v.unsorted.empty()) {
       v.StartBufferedPass();
-      if (Status s = scan.Scan(v); !s.ok()) return s;
+      if (Status s = r->Scan(v); !s.ok()) return s;
     }
-    done += scan.size_bytes();
+    done += r->size_bytes();
+    r.reset();  // its bytes are no longer needed
     Summary one;
     v.Finish(&one);
     parts.push_back(std::move(one));
   }
+  // The busiest threads only: a run with 300k threads is 300k rows and tables.
+  auto top_threads = [&](Summary* s) {
+    size_t top = options.top == 0 ? SIZE_MAX : options.top;
+    if (s->threads.size() <= top) return;
+    s->threads_left_out = s->threads.size() - top;
+    s->threads.resize(top);
+  };
   if (parts.size() == 1) {
     std::string file = out->file;
     *out = std::move(parts[0]);
     out->file = file;
     out->file_bytes = total;
+    top_threads(out);
     return Status::Ok();
   }
   // Several hosts: their threads and counters side by side; the all-thread
@@ -630,6 +690,7 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
   *out = std::move(merged);
   out->file = file;
   out->file_bytes = total;
+  top_threads(out);
   return Status::Ok();
 }
 

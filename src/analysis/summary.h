@@ -94,7 +94,8 @@ struct Summary {
   double start_ns = 0, end_ns = 0, wall_ns = 0;  // since the session started
   StepSummary steps;
   std::vector<AnnotationRow> top_total, top_self;  // over all threads
-  std::vector<ThreadSummary> threads;              // busiest first
+  std::vector<ThreadSummary> threads;              // busiest first, the top ones only
+  uint64_t threads_left_out = 0;                   // threads past the top (--top)
   std::vector<DeviceOpRow> kernels, copies;        // by device and name, most time first
   std::vector<CounterPeak> counters;
   // What the profile says was lost: stats such as dropped_events (name,

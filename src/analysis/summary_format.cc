@@ -108,6 +108,7 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
     j.key("top_self");
     WriteRows(j, t.top_self);
   });
+  j.field("threads_left_out", s.threads_left_out);
   j.key("kernels");
   WriteOps(j, s.kernels);
   j.key("copies");
@@ -143,9 +144,9 @@ std::string SummaryToJson(const Summary& s) {
 
 std::string SummaryToText(const Summary& s, size_t width) {
   std::string out;
-  out += "Profile  " + s.file + "\n";
-  std::string about = "         " + (s.producer.empty() ? std::string("unknown writer") : s.producer);
-  for (const std::string& h : s.hostnames) about += ", host " + h;
+  out += "Profile  " + Printable(s.file) + "\n";
+  std::string about = "         " + (s.producer.empty() ? std::string("unknown writer") : Printable(s.producer));
+  for (const std::string& h : s.hostnames) about += ", host " + Printable(h);
   about += ", " + std::to_string(s.events) + " events, wall " + FormatNs(s.wall_ns) + "\n";
   out += about;
 
@@ -182,6 +183,8 @@ std::string SummaryToText(const Summary& s, size_t width) {
              return {th.name, std::to_string(th.id), std::to_string(th.events), FormatNs(th.busy_ns),
                      FormatPct(th.busy_share), th.top_self.empty() ? "" : th.top_self[0].name};
            });
+  if (s.threads_left_out)
+    out += "  (" + std::to_string(s.threads_left_out) + " more threads not shown; --top 0 shows all)\n";
   // The busiest few threads' own tables (all of them with --thread).
   size_t shown = 0;
   for (const ThreadSummary& th : s.threads)
@@ -207,13 +210,14 @@ std::string SummaryToText(const Summary& s, size_t width) {
   out += "\nDropped and warnings\n";
   bool any = false;
   for (const Summary::Dropped& dr : s.dropped) {
-    out += "  " + dr.name + (dr.plane.empty() ? "" : " (" + dr.plane + ")") + ": " + std::to_string(dr.value) + "\n";
+    out += "  " + Printable(dr.name) + (dr.plane.empty() ? "" : " (" + Printable(dr.plane) + ")") + ": " +
+           std::to_string(dr.value) + "\n";
     any = true;
   }
-  for (const std::string& e : s.errors) out += "  error: " + Clip(e, width - 9) + "\n", any = true;
-  for (const std::string& w : s.warnings) out += "  warning: " + Clip(w, width - 11) + "\n", any = true;
+  for (const std::string& e : s.errors) out += "  error: " + Clip(Printable(e), width - 9) + "\n", any = true;
+  for (const std::string& w : s.warnings) out += "  warning: " + Clip(Printable(w), width - 11) + "\n", any = true;
   if (!any) out += "  none recorded\n";
-  return out;
+  return PrintableLines(out);  // a net under the names made printable above
 }
 
 }  // namespace spyglass::analysis

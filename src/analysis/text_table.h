@@ -5,11 +5,62 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace spyglass::analysis {
+
+// `s` safe to print on a terminal: a name from a profile must not move the
+// cursor, set the title or write the clipboard. C0 controls (newline too),
+// DEL, C1 controls (U+0080..U+009F), bidirectional overrides and bytes that
+// are not UTF-8 show as '?', as in error messages (common/quote.h).
+inline std::string Printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) {
+      out += '?';
+      ++i;
+      continue;
+    }
+    uint32_t cp = n == 2 ? (c & 0x1fu) << 6 | (static_cast<unsigned char>(s[i + 1]) & 0x3fu)
+                : n == 3 ? (c & 0x0fu) << 12 | (static_cast<unsigned char>(s[i + 1]) & 0x3fu) << 6 |
+                               (static_cast<unsigned char>(s[i + 2]) & 0x3fu)
+                         : 0x10000;
+    bool control = cp < 0xa0 || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+    if (control) out += '?';
+    else out.append(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// Printable, line by line: the newlines of `text` stay.
+inline std::string PrintableLines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t start = 0; start < text.size();) {
+    size_t nl = text.find('\n', start);
+    size_t end = nl == std::string_view::npos ? text.size() : nl;
+    out += Printable(text.substr(start, end - start));
+    if (nl == std::string_view::npos) break;
+    out += '\n';
+    start = nl + 1;
+  }
+  return out;
+}
 
 // At most `n` bytes of `s`, ending in "..." when cut (never inside a UTF-8
 // sequence).
@@ -57,6 +108,7 @@ class TextTable {
  public:
   TextTable(std::vector<std::string> header, size_t width) : header_(std::move(header)), width_(width) {}
   void add(std::vector<std::string> row) {
+    for (std::string& cell : row) cell = Printable(cell);
     for (size_t i = 1; i < row.size(); ++i) row[i] = Clip(row[i], kMaxCell);
     rows_.push_back(std::move(row));
   }
@@ -103,7 +155,7 @@ template <typename Row, typename Cells>
 void AddTable(std::string& out, const std::string& title, std::vector<std::string> header, size_t width,
               const std::vector<Row>& rows, Cells cells) {
   if (rows.empty()) return;
-  out += "\n" + title + "\n";
+  out += "\n" + Printable(title) + "\n";
   TextTable t(std::move(header), width);
   for (const Row& r : rows) t.add(cells(r));
   out += t.render();

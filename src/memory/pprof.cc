@@ -361,7 +361,8 @@ Status ParsePprof(std::string_view bytes, PprofProfile* out, const PprofReadOpti
 Status ReadPprofFile(const std::string& path, PprofProfile* out, const PprofReadOptions& options) {
   *out = PprofProfile{};
   auto fail = [&](Status s) { return Status(s.code(), path + ": " + s.message()); };
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO otherwise waits for a writer, for ever.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     std::string why = "cannot open " + path + ": " + std::strerror(err);
@@ -370,10 +371,15 @@ Status ReadPprofFile(const std::string& path, PprofProfile* out, const PprofRead
   struct stat st {};
   std::string bytes;
   Status s = Status::Ok();
-  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    s = InvalidArgumentError(S_ISDIR(st.st_mode) ? "is a directory, not a profile file" : "cannot stat the file");
+  if (fstat(fd, &st) != 0) {
+    s = InvalidArgumentError("cannot stat the file");
+  } else if (!S_ISREG(st.st_mode)) {
+    s = InvalidArgumentError(S_ISDIR(st.st_mode)    ? "is a directory, not a profile file"
+                             : S_ISFIFO(st.st_mode) ? "is a FIFO, not a profile file (copy it to a file first)"
+                                                    : "is not a regular file, not a profile file");
   } else {
-    // Read at most one byte past the limit (st_size is only a hint: pipes, /proc).
+    // Read until the end, at most one byte past the limit (st_size is only a
+    // hint: a file that grows or shrinks while it is read, /proc).
     size_t limit = options.max_bytes;
     if (S_ISREG(st.st_mode)) bytes.reserve(std::min(static_cast<size_t>(st.st_size), limit) + 1);
     char buf[1 << 16];

@@ -339,13 +339,18 @@ uint64_t ProfileData::event_count() const { return space_->event_count(); }
 
 // --- ProfileReader ----------------------------------------------------------------
 
+namespace {
+Status ScanBytes(const char* data, uint64_t size, const std::string& path, const ReadOptions& options,
+                 ProfileVisitor& visitor);
+}  // namespace
+
 ProfileVisitor::~ProfileVisitor() = default;
 
 ProfileReader::ProfileReader() = default;
 ProfileReader::~ProfileReader() { Close(); }
 
 void ProfileReader::Close() {
-  if (data_ && size_) munmap(const_cast<char*>(data_), size_);
+  if (data_ && size_) model::UnmapFile({data_, size_});
   data_ = nullptr;
   size_ = 0;
 }
@@ -362,18 +367,32 @@ Status ProfileReader::Open(const std::string& path, const ReadOptions& options) 
   std::string_view bytes = file.Release();  // unmapped by Close()
   data_ = bytes.data();
   size_ = bytes.size();
-  return model::CheckProfileBytes(bytes, path);
+  Status s = model::CheckProfileBytes(bytes, path);
+  return model::FileChanged(bytes) ? model::FileChangedError(path) : s;
 }
 
 Status ProfileReader::Read(ProfileData* out) const {
   if (!data_) return FailedPreconditionError("no profile open");
   Status s = ProfileData::FromSerialized(std::string_view(data_, size_), out);
+  if (model::FileChanged({data_, size_})) return model::FileChangedError(path_);
   if (!s.ok()) return InvalidArgumentError(path_ + ": " + s.message());
   return s;
 }
 
 Status ProfileReader::Scan(ProfileVisitor& visitor) const {
   if (!data_) return FailedPreconditionError("no profile open");
+  Status s = ScanBytes(data_, size_, path_, options_, visitor);
+  // Pages past a new end read as zeros: whatever the scan made of them, the
+  // file changed.
+  return model::FileChanged({data_, size_}) ? model::FileChangedError(path_) : s;
+}
+
+namespace {
+
+// The scan itself (its parameters keep the names of the members it was
+// written with).
+Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, const ReadOptions& options_,
+                 ProfileVisitor& visitor) {
   std::string_view bytes(data_, size_);
   auto error = [&](Next n, std::string_view within) {
     return WireError(n, path_, static_cast<size_t>(within.data() - data_), size_);
@@ -503,6 +522,8 @@ Status ProfileReader::Scan(ProfileVisitor& visitor) const {
   visitor.OnSpace(hostnames, errors, warnings);
   return Status::Ok();
 }
+
+}  // namespace
 
 }  // namespace spyglass::profile
 

@@ -3,7 +3,11 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "common/utf8.h"
+#include "model/wire.h"
 #include "xplane.pb.h"
+
+#include <google/protobuf/stubs/logging.h>
 
 namespace spyglass::model {
 namespace {
@@ -127,13 +131,108 @@ void ImportXSpace(const tp::XSpace& in, Space* out) {
   for (const auto& h : in.hostnames()) out->hostnames.push_back(h);
 }
 
+namespace {
+
+// The messages of xplane.proto that hold strings, and the way to them.
+enum class Msg { kNone, kSpace, kPlane, kLine, kEvent, kStat, kEventMdEntry, kStatMdEntry, kEventMd, kStatMd };
+
+bool IsStringField(Msg m, uint32_t n) {
+  switch (m) {
+    case Msg::kSpace: return n == 2 || n == 3 || n == 4;  // errors, warnings, hostnames
+    case Msg::kPlane: return n == 2;                      // name
+    case Msg::kLine: return n == 2 || n == 11;            // name, display_name
+    case Msg::kStat: return n == 5;                       // str_value
+    case Msg::kEventMd: return n == 2 || n == 4;          // name, display_name
+    case Msg::kStatMd: return n == 2 || n == 3;           // name, description
+    default: return false;
+  }
+}
+
+Msg ChildMessage(Msg m, uint32_t n) {
+  switch (m) {
+    case Msg::kSpace: return n == 1 ? Msg::kPlane : Msg::kNone;
+    case Msg::kPlane:
+      return n == 3   ? Msg::kLine
+             : n == 4 ? Msg::kEventMdEntry
+             : n == 5 ? Msg::kStatMdEntry
+             : n == 6 ? Msg::kStat
+                      : Msg::kNone;
+    case Msg::kLine: return n == 4 ? Msg::kEvent : Msg::kNone;
+    case Msg::kEvent: return n == 4 ? Msg::kStat : Msg::kNone;
+    case Msg::kEventMdEntry: return n == 2 ? Msg::kEventMd : Msg::kNone;
+    case Msg::kStatMdEntry: return n == 2 ? Msg::kStatMd : Msg::kNone;
+    case Msg::kEventMd: return n == 5 ? Msg::kStat : Msg::kNone;
+    default: return Msg::kNone;
+  }
+}
+
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+bool Scrub(std::string_view msg, Msg m, std::string* out, size_t* replaced) {
+  size_t pos = 0;
+  uint32_t number, type;
+  std::string_view payload;
+  wire::Next n;
+  while (true) {
+    size_t start = pos;
+    if ((n = wire::NextField(msg, &pos, &number, &type, &payload)) != wire::Next::kField) break;
+    if (type == wire::kLengthDelimited && IsStringField(m, number) && !IsUtf8(payload)) {
+      wire::PutLengthDelimited(number, ValidUtf8(payload), out);
+      ++*replaced;
+      continue;
+    }
+    if (Msg child = ChildMessage(m, number); type == wire::kLengthDelimited && child != Msg::kNone) {
+      size_t before = *replaced;
+      std::string inner;
+      if (!Scrub(payload, child, &inner, replaced)) return false;
+      if (*replaced != before) {
+        wire::PutLengthDelimited(number, inner, out);
+        continue;
+      }
+    }
+    out->append(msg.substr(start, pos - start));  // as it was
+  }
+  return n == wire::Next::kEnd;
+}
+
+}  // namespace
+
+bool ScrubInvalidUtf8(std::string_view bytes, std::string* out, size_t* replaced) {
+  out->clear();
+  *replaced = 0;
+  return Scrub(bytes, Msg::kSpace, out, replaced);
+}
+
+std::string InvalidUtf8Warning(size_t replaced) {
+  return std::to_string(replaced) + " strings of the profile (names, values) were not valid UTF-8: read with U+FFFD "
+                                    "for each bad byte";
+}
+
 Status ImportXSpaceBytes(const std::string& bytes, Space* out, const XSpaceImportOptions& options) {
   if (bytes.size() > options.max_bytes)
     return InvalidArgumentError("the XSpace is too large: " + std::to_string(bytes.size()) +
                                 " bytes exceed the limit of " + std::to_string(options.max_bytes >> 20) + " MiB");
   tp::XSpace space;
-  if (!space.ParseFromString(bytes)) return InvalidArgumentError("the data is not a serialized XSpace");
+  size_t replaced = 0;
+  bool parsed;
+  {
+    google::protobuf::LogSilencer quiet;  // a string that is not UTF-8 is handled below, not logged
+    parsed = space.ParseFromString(bytes);
+  }
+  if (!parsed) {
+    std::string clean;
+    if (!ScrubInvalidUtf8(bytes, &clean, &replaced) || replaced == 0 || !space.ParseFromString(clean))
+      return InvalidArgumentError("the data is not a serialized XSpace");
+  }
   ImportXSpace(space, out);
+  if (replaced) out->warnings.push_back(InvalidUtf8Warning(replaced));
   return Status::Ok();
 }
 

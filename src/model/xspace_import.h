@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "model/xspace.h"
 #include "spyglass/status.h"
@@ -32,5 +33,14 @@ struct XSpaceImportOptions {
 // Parses serialized XSpace bytes; InvalidArgument if they do not parse or are
 // over options.max_bytes (then `out` is unchanged).
 Status ImportXSpaceBytes(const std::string& bytes, Space* out, const XSpaceImportOptions& options = {});
+
+// Protobuf refuses a whole XSpace for one string field (a name, a stat's
+// str_value) that is not UTF-8, where `spyglass summary` reads the file:
+// `out` gets a copy of `bytes` with each such string made valid (a bad byte
+// becomes U+FFFD, as ValidUtf8), *replaced how many strings changed. False
+// if the bytes do not parse as protobuf wire format.
+bool ScrubInvalidUtf8(std::string_view bytes, std::string* out, size_t* replaced);
+// The warning an import adds when it read a scrubbed copy.
+std::string InvalidUtf8Warning(size_t replaced);
 
 }  // namespace spyglass::model

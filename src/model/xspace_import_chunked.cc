@@ -12,6 +12,8 @@
 #include "model/xspace_import.h"
 #include "xplane.pb.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 namespace spyglass::model {
 namespace {
 
@@ -232,9 +234,7 @@ Status ImportPlane(std::string_view bytes, Plane* out) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t /*chunk_bytes*/) {
+Status ImportChunked(std::string_view bytes, Space* out) {
   const Status bad = InvalidArgumentError("the data is not a serialized XSpace");
   std::string rest;
   std::vector<std::string_view> planes;
@@ -251,6 +251,25 @@ Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t /*chu
   for (auto [from, to] : {std::pair{&space.errors, &out->errors}, std::pair{&space.warnings, &out->warnings},
                           std::pair{&space.hostnames, &out->hostnames}})
     to->insert(to->end(), from->begin(), from->end());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t /*chunk_bytes*/) {
+  Status s;
+  {
+    google::protobuf::LogSilencer quiet;  // a string that is not UTF-8 is handled below, not logged
+    s = ImportChunked(bytes, out);
+  }
+  if (s.ok()) return s;
+  // Strings that are not UTF-8 (what protobuf refuses): read as
+  // ImportXSpaceBytes and `spyglass summary` read them, with a warning.
+  std::string clean;
+  size_t replaced = 0;
+  if (!ScrubInvalidUtf8(bytes, &clean, &replaced) || replaced == 0) return s;
+  if (!ImportChunked(clean, out).ok()) return s;
+  out->warnings.push_back(InvalidUtf8Warning(replaced));
   return Status::Ok();
 }
 

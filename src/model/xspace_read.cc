@@ -43,10 +43,18 @@ Status ParseText(std::string_view text, size_t max_bytes, tensorflow::profiler::
 Status ReadXSpaceFile(const std::string& path, Space* out, size_t max_bytes) {
   MappedFile file;
   if (Status s = file.Open(path, max_bytes); !s.ok()) return s;
-  if (Status s = CheckProfileBytes(file.bytes(), path); !s.ok()) return s;
-  if (Status r = ImportXSpaceBytesChunked(file.bytes(), out); !r.ok())
-    return InvalidArgumentError(QuoteInput(path) + " is not a profile: " + r.message() +
-                                " (truncated, or not a .xplane.pb)");
+  Status s = CheckProfileBytes(file.bytes(), path);
+  // Imported into a copy: `out` stays as it was if the file changed meanwhile.
+  Space read;
+  if (s.ok() && !(s = ImportXSpaceBytesChunked(file.bytes(), &read)).ok())
+    s = InvalidArgumentError(QuoteInput(path) + " is not a profile: " + s.message() +
+                             " (truncated, or not a .xplane.pb)");
+  if (FileChanged(file.bytes())) return FileChangedError(path);
+  if (!s.ok()) return s;
+  for (Plane& p : read.planes) out->planes.push_back(std::move(p));
+  for (auto [from, to] : {std::pair{&read.errors, &out->errors}, std::pair{&read.warnings, &out->warnings},
+                          std::pair{&read.hostnames, &out->hostnames}})
+    to->insert(to->end(), from->begin(), from->end());
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 // model read: errors are fine, crashes and hangs are not.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,25 @@ const std::string& InputPath() {
   return path;
 }
 
+// What the text must never hold, whatever the names: bytes a terminal obeys
+// (C0 but the newline, DEL, C1 as UTF-8).
+bool HasControlBytes(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0) return true;
+  }
+  return false;
+}
+
+// Values no run has: negative step times, non-finite counter peaks.
+bool HasNonsense(const spyglass::analysis::Summary& s) {
+  if (s.steps.duration.count && s.steps.duration.min_ns < 0) return true;
+  for (const auto& c : s.counters)
+    if (!std::isfinite(c.peak) || !std::isfinite(c.last)) return true;
+  return false;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -40,14 +60,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.top = 0;
   if (spyglass::analysis::Summarize(InputPath(), o, &s).ok()) {
     (void)spyglass::analysis::SummaryToJson(s);
-    (void)spyglass::analysis::SummaryToText(s);
+    if (HasControlBytes(spyglass::analysis::SummaryToText(s))) std::abort();
+    if (HasNonsense(s)) std::abort();
+    spyglass::analysis::Summary two;
+    spyglass::analysis::SummaryOptions top2;
+    top2.top = 2;
+    if (!spyglass::analysis::Summarize(InputPath(), top2, &two).ok() || two.threads.size() > 2 ||
+        two.threads.size() + two.threads_left_out != s.threads.size())
+      std::abort();  // --top bounds the threads, and counts the rest
     spyglass::analysis::Diff d;
     spyglass::analysis::DiffOptions dopt;
     dopt.fail_above_pct = 0;
     if (!spyglass::analysis::DiffRuns(InputPath(), InputPath(), dopt, &d).ok()) std::abort();  // read once, reads twice
     for (const auto& r : d.annotations)
       if (r.delta_ns != 0) std::abort();  // a file compared with itself
-    (void)spyglass::analysis::DiffToText(d);
+    if (HasControlBytes(spyglass::analysis::DiffToText(d))) std::abort();
   }
   spyglass::profile::ProfileReader r;
   if (r.Open(InputPath()).ok()) {

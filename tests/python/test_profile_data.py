@@ -299,6 +299,28 @@ def test_bad_input_raises_runtime_error_as_jax(tmp_path, spyglass_file):
   assert list(profiler.ProfileData.from_file(str(empty)).planes) == []
 
 
+def test_from_file_of_a_fifo_is_an_error_not_a_hang(tmp_path):
+  # Opening a FIFO waited for a writer, for ever: in a child, under a timeout.
+  fifo = tmp_path / "pipe.xplane.pb"
+  os.mkfifo(fifo)
+  code = ("import spyglass.profiler as p, sys\n"
+          "try:\n  p.ProfileData.from_file(sys.argv[1])\nexcept RuntimeError as e:\n  print(e)\n")
+  out = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=60)
+  assert "not a regular file but a FIFO" in out.stdout, out.stdout + out.stderr
+
+
+def test_names_that_are_not_utf8_are_read_as_the_cli_reads_them(tmp_path):
+  raw = profiler.ProfileData.text_proto_to_serialized_xspace(TEXT)
+  # Same lengths, so that the framing holds: a bad byte, an overlong NUL.
+  raw = raw.replace(b"worker", b"wor\xff\xc0\x80").replace(b"\x04step", b"\x04st\xffp")
+  path = tmp_path / "bad_utf8.xplane.pb"
+  path.write_bytes(raw)
+  for data in (profiler.ProfileData.from_file(str(path)), profiler.ProfileData.from_serialized_xspace(raw)):
+    cpu = data.find_plane_with_name("/host:CPU")
+    assert [l.name for l in cpu.lines] == ["main", "wor\ufffd\ufffd\ufffd"]
+    assert [e.name for e in list(cpu.lines)[0].events] == ["st\ufffdp", "inner"]
+
+
 def test_bad_text_proto_is_an_error_with_its_place():
   # jax logs the parse error and returns what it parsed so far; a script then reads a wrong profile.
   with pytest.raises(RuntimeError, match=r"line 2 column \d+: .*no_such_field"):

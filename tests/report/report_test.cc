@@ -568,6 +568,30 @@ TEST_F(ReportCliTest, OutputItCannotWrite) {
   EXPECT_EQ(ReadFile(dir_ + "/target.txt"), "keep");
 }
 
+// Many threads: the page's summary keeps the busiest ones (the page builds a
+// block per thread: 100k threads took 24.6 s to load) and says how many more.
+TEST_F(ReportCliTest, ManyThreadsAreCappedAndCounted) {
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  model::Plane& host = space.planes[0];
+  uint32_t work = host.intern_event("work");
+  for (int i = 1; i <= 300; ++i) {
+    host.line_with_id(i).name = "t" + std::to_string(i);
+    host.lines.back().events.push_back({0, 1'000'000 * i, work});
+  }
+  std::string many = dir_ + "/many.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, many).ok());
+  Result r = Cli(many + " -o " + dir_ + "/r.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string html = ReadFile(dir_ + "/r.html");
+  size_t rows = 0;
+  const std::string key = "\"busy_share\"";  // once per thread in the summary's JSON
+  for (size_t at = html.find(key); at != std::string::npos; at = html.find(key, at + 1)) ++rows;
+  EXPECT_EQ(rows, 20u);
+  EXPECT_NE(html.find("\"threads_left_out\":280"), std::string::npos);
+  EXPECT_NE(html.find("\"name\":\"t300\""), std::string::npos);  // the busiest
+}
+
 TEST_F(ReportCliTest, UsageErrors) {
   Result r = Cli(good_);  // no -o
   EXPECT_NE(r.code, 0);

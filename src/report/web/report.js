@@ -49,6 +49,7 @@
 
   // ---- summary tables (whatever the analysis gives, as tables) ----------------
   const kMaxRows = 200;
+  const kMaxThreadBlocks = 20;  // per-thread blocks of top annotations
   // A table of objects; `cols` picks and orders the columns (default: all keys).
   function table(rows, cls, cols) {
     const keys = cols ? cols.slice() : [];
@@ -97,9 +98,16 @@
     section(box, 'Top annotations by total time (all threads)', take('top_total'), ann);
     section(box, 'Top annotations by self time (all threads)', take('top_self'), ann);
     const threads = take('threads');
-    section(box, 'Threads', threads, ['plane', 'name', 'id', 'events', 'busy_ns', 'busy_share']);
-    for (const t of threads || []) {
-      if (!(t.top_total || []).length) continue;
+    const leftOut = take('threads_left_out') || 0;
+    section(box, 'Threads', threads, ['plane', 'name', 'id', 'events', 'busy_ns', 'busy_share'],
+      leftOut ? `the busiest ${(threads || []).length}; ${leftOut} more threads are left out` : '');
+    // A block per thread for the busiest few only: a page with 100k of them
+    // took half a minute to load.
+    const blocks = (threads || []).filter((t) => (t.top_total || []).length);
+    if (blocks.length > kMaxThreadBlocks)
+      box.appendChild(el('div', { class: 'more' }, `top annotations of the busiest ${kMaxThreadBlocks} threads; ` +
+        `${blocks.length - kMaxThreadBlocks} more threads have none shown`));
+    for (const t of blocks.slice(0, kMaxThreadBlocks)) {
       const d = el('details', { class: 'thread' });
       d.appendChild(el('summary', {}, `${t.plane} · ${t.name}: top annotations`));
       section(d, 'by total time', t.top_total, ann);
