@@ -57,10 +57,14 @@
 //                                    directory), which starts what they ask at
 //                                    its load (src/session/env_start.h); a trace
 //                                    shows a live-bytes counter track
-//   SPYGLASS_UNWINDER=fp|libunwind|glibc
+//   SPYGLASS_UNWINDER=cfi|fp|libunwind|glibc
+//                                    how stacks are unwound (unwind.h). Default
+//                                    cfi: .eh_frame, complete without frame
+//                                    pointers (distribution binaries); fp only
+//                                    for programs built with them.
 //
-// The hook is compiled with frame pointers; stacks are complete through
-// code that keeps them (see unwind.h).
+// The hook is compiled with frame pointers: the unwinders start from the
+// hooked function's frame (see unwind.h).
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
@@ -359,10 +363,13 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     // A Python program: its frames in place of the interpreter's
     // (heap_python.cc); the same native stack is then no longer the same site.
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
-    if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
+    const Unwinder unwinder = CurrentUnwinder();
+    if ((unwinder == Unwinder::kCfi || unwinder == Unwinder::kFramePointer) && !python) {
       bool same;
       // The walk writes the stack into t_last, over the previous one.
-      int depth = CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
+      int depth = unwinder == Unwinder::kCfi
+                      ? CaptureCfiCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same)
+                      : CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;
@@ -403,7 +410,9 @@ __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   if (!WantFailure(n)) return;
   const int saved_errno = errno;  // ENOMEM, for the program to read
   uintptr_t frames[kHeapFrames];
-  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  // Both allocate nothing (a CFI miss reads .eh_frame in place).
+  int depth = CurrentUnwinder() == Unwinder::kFramePointer ? CaptureFramePointers(frame, frames, kHeapFrames)
+                                                            : CaptureCfi(frame, frames, kHeapFrames);
   // The stack from the program on: frames of the hook itself (operator new
   // reaching NewOrThrow through another of its functions) dropped.
   int skip = 0;
@@ -422,6 +431,7 @@ namespace spyglass::memory::heap {
 __attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
   int depth;
   switch (CurrentUnwinder()) {
+    case Unwinder::kCfi: depth = CaptureCfi(frame, out, max); break;
     case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
     case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
     default: depth = CaptureGlibc(out, max, 4); break;

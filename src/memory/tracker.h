@@ -213,7 +213,9 @@ SPYGLASS_MEM_EXPORT uint64_t FunctionBytes();
 // Counted events (relaxed counters).
 enum Counter : int {
   kAllocations, kFrees, kUnknownFrees, kDoubleFrees, kReplaced, kReentrant, kDroppedTable, kDroppedStacks,
-  kCounterDropped, kDroppedFunctions, kNumCounters
+  kCounterDropped, kDroppedFunctions,
+  kCutStacks,  // a stack ended at a frame the unwinder could not unwind (unwind.h)
+  kNumCounters
 };
 SPYGLASS_MEM_EXPORT void Count(Counter c, uint64_t n = 1);
 SPYGLASS_MEM_EXPORT uint64_t CounterValue(Counter c);

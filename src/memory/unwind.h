@@ -1,9 +1,16 @@
-// Stack capture for allocations. Three unwinders, chosen once per process
-// (SPYGLASS_UNWINDER=fp|libunwind|glibc; default fp, the fastest, see
-// BENCHMARKS.md "Memory"):
+// Stack capture for allocations. Four unwinders, chosen once per process
+// (SPYGLASS_UNWINDER=cfi|fp|libunwind|glibc; default cfi, see BENCHMARKS.md
+// "Memory", "Real programs"):
+//   cfi       DWARF CFI from .eh_frame with a process-wide cache of each return
+//             address's rule (CFA = rsp|rbp + k, rbp saved at CFA + k or
+//             kept): correct without frame pointers (distributions build
+//             without them), about as fast as the fp walk once the cache is
+//             warm. A frame it cannot unwind (no FDE, a rule it does not
+//             follow, a CFA off the thread's stack) ends the stack and is
+//             counted (kCutStacks); it never becomes a frame.
 //   fp        frame-pointer walk, bounded by the thread's stack. Complete only
-//             through code built with -fno-omit-frame-pointer; a frame without
-//             one ends (or skips part of) the stack, never a crash.
+//             through code built with -fno-omit-frame-pointer; elsewhere it
+//             stops after a frame or strays into junk addresses.
 //   libunwind unw_backtrace (DWARF CFI, correct without frame pointers).
 //   glibc     backtrace() (libgcc's DWARF unwinder).
 // The capture is inlined into the hook so that frame 0 is the hook's caller.
@@ -16,7 +23,7 @@
 
 namespace spyglass::memory::internal {
 
-enum class Unwinder : int { kFramePointer = 0, kLibunwind = 1, kGlibc = 2 };
+enum class Unwinder : int { kFramePointer = 0, kLibunwind = 1, kGlibc = 2, kCfi = 3 };
 SPYGLASS_MEM_EXPORT extern std::atomic<int> g_unwinder;  // -1 until first read
 SPYGLASS_MEM_EXPORT Unwinder CurrentUnwinderSlow();
 inline Unwinder CurrentUnwinder() {
@@ -103,11 +110,111 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureFramePoint
   return n;
 }
 
+
+// --- cfi: DWARF CFI walk with a cache of rules -------------------------------
+// A return address's rule, packed in 64 bits (0: none yet):
+//   bits 0-1  kind: 1 step with the rule, 2 the outermost frame (the return
+//             address is undefined there: _start, a thread's clone), 3 cannot
+//             be unwound (no FDE, an expression, a signal frame, ...)
+//   bit 2     the CFA is rbp + k (else rsp + k)
+//   bit 3     rbp is saved at CFA + rbp_off (else the caller's rbp is rbp)
+//   bits 16-31 rbp_off (int16), bits 32-63 k (int32)
+// The return address is always at CFA - 8 (other rules are kind 3).
+enum CfiKind : uint64_t { kCfiStep = 1, kCfiOutermost = 2, kCfiCannot = 3 };
+inline constexpr int kCfiTableBits = 16;
+struct CfiEntry {
+  std::atomic<uint64_t> pc;
+  std::atomic<uint64_t> rule;
+};
+SPYGLASS_MEM_EXPORT extern CfiEntry g_cfi_table[1 << kCfiTableBits];
+// The rule of return address `ra` from .eh_frame, cached (out of line: a miss).
+SPYGLASS_MEM_EXPORT uint64_t CfiRuleSlow(uintptr_t ra);
+inline uint64_t CfiRule(uintptr_t ra) {
+  uint64_t i = (ra * 0x9E3779B97F4A7C15ull) >> (64 - kCfiTableBits);
+  // One probe in the common case: the entry is there, or the slot is free.
+  const CfiEntry& e = g_cfi_table[i];
+  if (__builtin_expect(e.pc.load(std::memory_order_acquire) == ra, 1)) {
+    uint64_t r = e.rule.load(std::memory_order_acquire);
+    if (__builtin_expect(r != 0, 1)) return r;
+  }
+  return CfiRuleSlow(ra);
+}
+
+// Walks from `fp`, the frame of a function built with frame pointers (the
+// hook): its return address is the first frame, its CFA fp + 16 and its
+// caller's rbp fp[0]; from there each frame's CFI rule. With Compare, the
+// frames go into last[0..max) only where they differ and *same tells whether
+// the whole stack is the previous one (see CaptureFramePointersCompared).
+// Every read is inside the thread's stack, above the previous CFA.
+template <bool Compare>
+__attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiImpl(void* fp, uintptr_t* out, int max,
+                                                                               int last_depth, bool* same) {
+  StackBounds b = ThreadStackBounds();
+  uintptr_t sp = reinterpret_cast<uintptr_t>(fp);
+  bool diff = false;
+  int n = 0;
+  bool cut = false;
+  if (b.hi - b.lo >= 16 && sp - b.lo <= b.hi - b.lo - 16 && (sp & 7) == 0 && max > 0) {
+    const uintptr_t* f = reinterpret_cast<const uintptr_t*>(sp);
+    uintptr_t rbp = f[0];
+    uintptr_t ra = f[1];
+    sp += 16;
+    while (true) {
+      if (ra < 4096) break;  // the end of a chain that says so with a 0
+      if (Compare) {
+        if (__builtin_expect(ra != out[n], 0)) {
+          out[n] = ra;
+          diff = true;
+        }
+      } else {
+        out[n] = ra;
+      }
+      if (++n == max) break;
+      const uint64_t r = CfiRule(ra);
+      const uint64_t kind = r & 3;
+      if (__builtin_expect(kind != kCfiStep, 0)) {
+        cut = kind == kCfiCannot;
+        break;
+      }
+      const uintptr_t cfa = ((r & 4) ? rbp : sp) + static_cast<intptr_t>(static_cast<int32_t>(r >> 32));
+      // The CFA rises above the frame's own rsp and stays on the stack.
+      if (__builtin_expect(cfa < sp + 8 || cfa > b.hi, 0)) {
+        cut = true;
+        break;
+      }
+      if (r & 8) {
+        const uintptr_t slot = cfa + static_cast<intptr_t>(static_cast<int16_t>(r >> 16));
+        if (__builtin_expect(slot < b.lo || slot > b.hi - 8, 0)) {
+          cut = true;
+          break;
+        }
+        rbp = *reinterpret_cast<const uintptr_t*>(slot);
+      }
+      ra = reinterpret_cast<const uintptr_t*>(cfa)[-1];
+      sp = cfa;
+    }
+  } else {
+    cut = true;
+  }
+  if (__builtin_expect(cut, 0)) Count(kCutStacks);
+  if (Compare) *same = !diff && n == last_depth;
+  return n;
+}
+__attribute__((always_inline)) inline int CaptureCfi(void* fp, uintptr_t* out, int max) {
+  return CaptureCfiImpl<false>(fp, out, max, 0, nullptr);
+}
+__attribute__((always_inline)) inline int CaptureCfiCompared(void* fp, uintptr_t* last, int max, int last_depth,
+                                                             bool* same) {
+  return CaptureCfiImpl<true>(fp, last, max, last_depth, same);
+}
+
 }  // namespace spyglass::memory::internal
 
 // Captures the stack of the caller of the function this is expanded in.
 #define SPYGLASS_CAPTURE_STACK(out, max)                                                         \
-  (::spyglass::memory::internal::CurrentUnwinder() == ::spyglass::memory::internal::Unwinder::kFramePointer \
+  (::spyglass::memory::internal::CurrentUnwinder() == ::spyglass::memory::internal::Unwinder::kCfi           \
+       ? ::spyglass::memory::internal::CaptureCfi(__builtin_frame_address(0), (out), (max))            \
+   : ::spyglass::memory::internal::CurrentUnwinder() == ::spyglass::memory::internal::Unwinder::kFramePointer \
        ? ::spyglass::memory::internal::CaptureFramePointers(__builtin_frame_address(0), (out), (max)) \
        : ::spyglass::memory::internal::CurrentUnwinder() == ::spyglass::memory::internal::Unwinder::kLibunwind \
              ? ::spyglass::memory::internal::CaptureLibunwind((out), (max), 2)                    \

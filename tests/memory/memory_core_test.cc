@@ -255,14 +255,14 @@ TEST(MemoryProfile, RecordingDuringThreadExit) {
 
 TEST(MemoryProfile, EveryUnwinderFindsTheCaller) {
   using mem::internal::Unwinder;
-  for (Unwinder u : {Unwinder::kFramePointer, Unwinder::kLibunwind, Unwinder::kGlibc}) {
+  for (Unwinder u : {Unwinder::kCfi, Unwinder::kFramePointer, Unwinder::kLibunwind, Unwinder::kGlibc}) {
     mem::internal::SetUnwinder(u);
     AllocateModelWeights(11, 1);
     auto p = Snapshot("gpu:0");
     EXPECT_EQ(Sum(p, "AllocateModelWeights").first, 1) << "unwinder " << int(u);
     FreeAll(11, 1);
   }
-  mem::internal::SetUnwinder(Unwinder::kFramePointer);
+  mem::internal::SetUnwinder(Unwinder::kCfi);
 }
 
 TEST(MemoryProfile, CounterTrackInTrace) {
