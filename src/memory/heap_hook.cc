@@ -355,6 +355,16 @@ constexpr LastStack InitialLastStack() {
   return s;
 }
 constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = InitialLastStack();
+// The cfi unwinder's two last walks (the one before is read while the next is
+// written) and the site of the latest.
+struct LastCfiWalks {
+  CfiTrail walks[2];
+  int latest;
+  uint32_t site;
+  uint32_t generation;
+};
+static_assert(kHeapFrames <= kCfiTrailFrames);
+constinit thread_local LastCfiWalks t_cfi __attribute__((tls_model("initial-exec"))) = {};
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
@@ -364,12 +374,25 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     // (heap_python.cc); the same native stack is then no longer the same site.
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
     const Unwinder unwinder = CurrentUnwinder();
-    if ((unwinder == Unwinder::kCfi || unwinder == Unwinder::kFramePointer) && !python) {
+    if (unwinder == Unwinder::kCfi && !python) {
+      bool same;
+      uint64_t hash;
+      const CfiTrail& prev = t_cfi.walks[t_cfi.latest];
+      CfiTrail& cur = t_cfi.walks[t_cfi.latest ^ 1];
+      int depth = CaptureCfiTrail(frame, &cur, &prev, kHeapFrames, &same, &hash);
+      t_cfi.latest ^= 1;
+      const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
+      if (same && t_cfi.site != 0 && t_cfi.generation == generation) {
+        site = t_cfi.site;
+      } else {
+        site = InternStack(cls, cur.ra, depth, StackHashFinish(hash, cls, depth));
+        t_cfi.site = site;
+        t_cfi.generation = generation;
+      }
+    } else if (unwinder == Unwinder::kFramePointer && !python) {
       bool same;
       // The walk writes the stack into t_last, over the previous one.
-      int depth = unwinder == Unwinder::kCfi
-                      ? CaptureCfiCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same)
-                      : CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
+      int depth = CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
       const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
       if (same && t_last.site != 0 && t_last.generation == generation) {
         site = t_last.site;

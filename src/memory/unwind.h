@@ -140,72 +140,152 @@ inline uint64_t CfiRule(uintptr_t ra) {
   return CfiRuleSlow(ra);
 }
 
+// One step of the CFI walk: from the state (ra, sp, rbp) of a frame (sp: its
+// rsp, the CFA of the frame below) to its caller's. Every read is inside the
+// thread's stack, above sp. Returns the rule's kind (kCfiStep: moved; a CFA
+// off the stack reads as kCfiCannot); *slot: where the caller's rbp was read
+// (0: kept).
+__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStep(StackBounds b, uintptr_t* ra,
+                                                                             uintptr_t* sp, uintptr_t* rbp,
+                                                                             uintptr_t* slot) {
+  const uint64_t r = CfiRule(*ra);
+  const uint64_t kind = r & 3;
+  if (__builtin_expect(kind != kCfiStep, 0)) return kind;
+  const uintptr_t cfa = ((r & 4) ? *rbp : *sp) + static_cast<intptr_t>(static_cast<int32_t>(r >> 32));
+  // The CFA rises above the frame's own rsp and stays on the stack.
+  if (__builtin_expect(cfa < *sp + 8 || cfa > b.hi, 0)) return kCfiCannot;
+  *slot = 0;
+  if (r & 8) {
+    const uintptr_t at = cfa + static_cast<intptr_t>(static_cast<int16_t>(r >> 16));
+    if (__builtin_expect(at < b.lo || at > b.hi - 8, 0)) return kCfiCannot;
+    *rbp = *reinterpret_cast<const uintptr_t*>(at);
+    *slot = at;
+  }
+  *ra = reinterpret_cast<const uintptr_t*>(cfa)[-1];
+  *sp = cfa;
+  return kCfiStep;
+}
+
 // Walks from `fp`, the frame of a function built with frame pointers (the
 // hook): its return address is the first frame, its CFA fp + 16 and its
-// caller's rbp fp[0]; from there each frame's CFI rule. With Compare, the
-// frames go into last[0..max) only where they differ and *same tells whether
-// the whole stack is the previous one (see CaptureFramePointersCompared).
-// Every read is inside the thread's stack, above the previous CFA.
-template <bool Compare>
-__attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiImpl(void* fp, uintptr_t* out, int max,
-                                                                               int last_depth, bool* same) {
+// caller's rbp fp[0]; from there each frame's CFI rule. A frame it cannot
+// unwind ends the stack (kept: it is a return address read where the rules
+// said) and is counted.
+__attribute__((always_inline, no_sanitize_address)) inline int CaptureCfi(void* fp, uintptr_t* out, int max) {
   StackBounds b = ThreadStackBounds();
   uintptr_t sp = reinterpret_cast<uintptr_t>(fp);
-  bool diff = false;
   int n = 0;
-  bool cut = false;
+  uint64_t kind = kCfiCannot;
   if (b.hi - b.lo >= 16 && sp - b.lo <= b.hi - b.lo - 16 && (sp & 7) == 0 && max > 0) {
     const uintptr_t* f = reinterpret_cast<const uintptr_t*>(sp);
-    uintptr_t rbp = f[0];
-    uintptr_t ra = f[1];
+    uintptr_t rbp = f[0], ra = f[1], slot = 0;
     sp += 16;
-    while (true) {
-      if (ra < 4096) break;  // the end of a chain that says so with a 0
-      if (Compare) {
-        if (__builtin_expect(ra != out[n], 0)) {
-          out[n] = ra;
-          diff = true;
-        }
-      } else {
-        out[n] = ra;
-      }
-      if (++n == max) break;
-      const uint64_t r = CfiRule(ra);
-      const uint64_t kind = r & 3;
-      if (__builtin_expect(kind != kCfiStep, 0)) {
-        cut = kind == kCfiCannot;
-        break;
-      }
-      const uintptr_t cfa = ((r & 4) ? rbp : sp) + static_cast<intptr_t>(static_cast<int32_t>(r >> 32));
-      // The CFA rises above the frame's own rsp and stays on the stack.
-      if (__builtin_expect(cfa < sp + 8 || cfa > b.hi, 0)) {
-        cut = true;
-        break;
-      }
-      if (r & 8) {
-        const uintptr_t slot = cfa + static_cast<intptr_t>(static_cast<int16_t>(r >> 16));
-        if (__builtin_expect(slot < b.lo || slot > b.hi - 8, 0)) {
-          cut = true;
-          break;
-        }
-        rbp = *reinterpret_cast<const uintptr_t*>(slot);
-      }
-      ra = reinterpret_cast<const uintptr_t*>(cfa)[-1];
-      sp = cfa;
+    kind = kCfiStep;
+    while (ra >= 4096) {  // 0: the end of a chain that says so
+      out[n++] = ra;
+      if (n == max) break;
+      kind = CfiStep(b, &ra, &sp, &rbp, &slot);
+      if (kind != kCfiStep) break;
     }
-  } else {
-    cut = true;
   }
-  if (__builtin_expect(cut, 0)) Count(kCutStacks);
-  if (Compare) *same = !diff && n == last_depth;
+  if (__builtin_expect(kind == kCfiCannot, 0)) Count(kCutStacks);
   return n;
 }
-__attribute__((always_inline)) inline int CaptureCfi(void* fp, uintptr_t* out, int max) {
-  return CaptureCfiImpl<false>(fp, out, max, 0, nullptr);
-}
-__attribute__((always_inline)) inline int CaptureCfiCompared(void* fp, uintptr_t* last, int max, int last_depth,
-                                                             bool* same) {
-  return CaptureCfiImpl<true>(fp, last, max, last_depth, same);
+
+// The walk of one thread's previous allocation, for the next one: each
+// frame's state. Two allocations in a row share their outer frames (main, the
+// loop that allocates...) at the same stack addresses; once the walk reaches
+// a state (ra, sp, rbp) the previous one had, the rest would repeat its steps
+// (a step depends on nothing else), so it only checks that the words those
+// steps read still hold the same values: no rule lookups, loads that do not
+// wait on each other.
+inline constexpr int kCfiTrailFrames = 64;
+struct CfiTrail {
+  uintptr_t ra[kCfiTrailFrames];    // the frames
+  uintptr_t sp[kCfiTrailFrames];    // rsp in ra[i]'s function (ascending)
+  uintptr_t rbp[kCfiTrailFrames];   // rbp there
+  uintptr_t slot[kCfiTrailFrames];  // where rbp[i] was read (0: rbp[i - 1] kept)
+  int depth;
+  int end;  // the kind that ended it (kCfiOutermost also for a 0 return address), or 0: `max` frames
+};
+
+// CaptureCfi into `cur`, reusing `prev` (the thread's previous walk, same
+// `max` <= kCfiTrailFrames). *same: the stack is prev's; *hash: its
+// StackHashStep chain (the steps overlap the walk's loads).
+__attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(void* fp, CfiTrail* cur,
+                                                                                 const CfiTrail* prev, int max,
+                                                                                 bool* same, uint64_t* hash) {
+  StackBounds b = ThreadStackBounds();
+  uintptr_t sp = reinterpret_cast<uintptr_t>(fp);
+  uint64_t h = kStackHashSeed;
+  int n = 0;
+  int end = kCfiCannot;
+  bool joined_whole = false;
+  if (b.hi - b.lo >= 16 && sp - b.lo <= b.hi - b.lo - 16 && (sp & 7) == 0 && max > 0) {
+    const uintptr_t* f = reinterpret_cast<const uintptr_t*>(sp);
+    uintptr_t rbp = f[0], ra = f[1], slot = 0;
+    sp += 16;
+    const int pd = prev->depth;
+    int j = 0;  // prev's first frame at or above sp
+    while (true) {
+      if (ra < 4096) {
+        end = kCfiOutermost;
+        break;
+      }
+      cur->ra[n] = ra, cur->sp[n] = sp, cur->rbp[n] = rbp, cur->slot[n] = slot;
+      h = StackHashStep(h, ra);
+      if (++n == max) {
+        end = 0;
+        break;
+      }
+      while (j < pd && prev->sp[j] < sp) ++j;
+      if (j < pd && prev->sp[j] == sp && prev->ra[j] == ra && prev->rbp[j] == rbp) {
+        // prev's state: replay its steps while the words they read are unchanged.
+        const bool from_start = n == 1 && j == 0;
+        int i = j + 1;
+        for (; i < pd && n < max; ++i) {
+          const uintptr_t nsp = prev->sp[i], nslot = prev->slot[i];
+          const uintptr_t nra = reinterpret_cast<const uintptr_t*>(nsp)[-1];
+          const uintptr_t nrbp = nslot ? *reinterpret_cast<const uintptr_t*>(nslot) : rbp;
+          rbp = nrbp;
+          if (nra != prev->ra[i] || nrbp != prev->rbp[i]) break;
+          cur->ra[n] = nra, cur->sp[n] = nsp, cur->rbp[n] = nrbp, cur->slot[n] = nslot;
+          h = StackHashStep(h, nra);
+          ++n;
+        }
+        if (i < pd && n < max) {  // diverged at prev's frame i: its state is the walk's now
+          ra = reinterpret_cast<const uintptr_t*>(prev->sp[i])[-1];
+          sp = prev->sp[i], slot = prev->slot[i];
+          j = i + 1;
+          continue;
+        }
+        if (n == max) {
+          end = 0;
+          joined_whole = from_start && i == pd && prev->end == 0;
+          break;
+        }
+        if (prev->end != 0) {  // prev's walk ended after its frame pd - 1: so does this one
+          end = prev->end;
+          joined_whole = from_start;
+          break;
+        }
+        // prev stopped at its max, this walk has room: on from its last frame.
+        ra = prev->ra[pd - 1], sp = prev->sp[pd - 1];
+        j = pd;
+      }
+      const uint64_t kind = CfiStep(b, &ra, &sp, &rbp, &slot);
+      if (kind != kCfiStep) {
+        end = static_cast<int>(kind);
+        break;
+      }
+    }
+  }
+  if (__builtin_expect(end == kCfiCannot, 0)) Count(kCutStacks);
+  cur->depth = n;
+  cur->end = end;
+  *same = joined_whole && n == prev->depth;
+  *hash = h;
+  return n;
 }
 
 }  // namespace spyglass::memory::internal
