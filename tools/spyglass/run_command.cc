@@ -213,6 +213,10 @@ void AddRunCommand(CLI::App& app) {
       ->default_val("pymalloc");
   run->add_option("command", command, "the program and its arguments (after --)")->required();
   run->prefix_command();
+  run->footer(
+      "Stacks are unwound with DWARF CFI (.eh_frame): complete without frame pointers, as distributions build. "
+      "SPYGLASS_UNWINDER=fp walks frame pointers instead (faster, only for programs built with them); "
+      "=libunwind and =glibc use those unwinders.");
   run->callback([] {
     uint64_t bytes = 0;
     if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
