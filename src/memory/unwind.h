@@ -145,10 +145,10 @@ inline uint64_t CfiRule(uintptr_t ra) {
 // thread's stack, above sp. Returns the rule's kind (kCfiStep: moved; a CFA
 // off the stack reads as kCfiCannot); *slot: where the caller's rbp was read
 // (0: kept).
-__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStep(StackBounds b, uintptr_t* ra,
-                                                                             uintptr_t* sp, uintptr_t* rbp,
-                                                                             uintptr_t* slot) {
-  const uint64_t r = CfiRule(*ra);
+// `r`: the rule of *ra.
+__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStepWith(uint64_t r, StackBounds b,
+                                                                                 uintptr_t* ra, uintptr_t* sp,
+                                                                                 uintptr_t* rbp, uintptr_t* slot) {
   const uint64_t kind = r & 3;
   if (__builtin_expect(kind != kCfiStep, 0)) return kind;
   const uintptr_t cfa = ((r & 4) ? *rbp : *sp) + static_cast<intptr_t>(static_cast<int32_t>(r >> 32));
@@ -164,6 +164,11 @@ __attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStep(Stac
   *ra = reinterpret_cast<const uintptr_t*>(cfa)[-1];
   *sp = cfa;
   return kCfiStep;
+}
+__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStep(StackBounds b, uintptr_t* ra,
+                                                                             uintptr_t* sp, uintptr_t* rbp,
+                                                                             uintptr_t* slot) {
+  return CfiStepWith(CfiRule(*ra), b, ra, sp, rbp, slot);
 }
 
 // Walks from `fp`, the frame of a function built with frame pointers (the
@@ -205,13 +210,17 @@ struct CfiTrail {
   uintptr_t sp[kCfiTrailFrames];    // rsp in ra[i]'s function (ascending)
   uintptr_t rbp[kCfiTrailFrames];   // rbp there
   uintptr_t slot[kCfiTrailFrames];  // where rbp[i] was read (0: rbp[i - 1] kept)
+  uint64_t rule[kCfiTrailFrames];   // ra[i]'s rule, where the walk looked it up (else 0)
   int depth;
   int end;  // the kind that ended it (kCfiOutermost also for a 0 return address), or 0: `max` frames
 };
 
 // CaptureCfi into `cur`, reusing `prev` (the thread's previous walk, same
 // `max` <= kCfiTrailFrames). *same: the stack is prev's; *hash: its
-// StackHashStep chain (the steps overlap the walk's loads).
+// StackHashStep chain (the steps overlap the walk's loads). A frame at the
+// same depth as in prev with the same return address takes prev's rule (the
+// innermost frames, the allocator's wrappers, are the same from anywhere):
+// no table lookup.
 __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(void* fp, CfiTrail* cur,
                                                                                  const CfiTrail* prev, int max,
                                                                                  bool* same, uint64_t* hash) {
@@ -232,7 +241,7 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
         end = kCfiOutermost;
         break;
       }
-      cur->ra[n] = ra, cur->sp[n] = sp, cur->rbp[n] = rbp, cur->slot[n] = slot;
+      cur->ra[n] = ra, cur->sp[n] = sp, cur->rbp[n] = rbp, cur->slot[n] = slot, cur->rule[n] = 0;
       h = StackHashStep(h, ra);
       if (++n == max) {
         end = 0;
@@ -249,7 +258,7 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
           const uintptr_t nrbp = nslot ? *reinterpret_cast<const uintptr_t*>(nslot) : rbp;
           rbp = nrbp;
           if (nra != prev->ra[i] || nrbp != prev->rbp[i]) break;
-          cur->ra[n] = nra, cur->sp[n] = nsp, cur->rbp[n] = nrbp, cur->slot[n] = nslot;
+          cur->ra[n] = nra, cur->sp[n] = nsp, cur->rbp[n] = nrbp, cur->slot[n] = nslot, cur->rule[n] = prev->rule[i];
           h = StackHashStep(h, nra);
           ++n;
         }
@@ -273,7 +282,11 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
         ra = prev->ra[pd - 1], sp = prev->sp[pd - 1];
         j = pd;
       }
-      const uint64_t kind = CfiStep(b, &ra, &sp, &rbp, &slot);
+      const int at = n - 1;  // the frame being stepped from
+      uint64_t rule = at < pd && prev->ra[at] == ra ? prev->rule[at] : 0;
+      if (rule == 0) rule = CfiRule(ra);
+      cur->rule[at] = rule;
+      const uint64_t kind = CfiStepWith(rule, b, &ra, &sp, &rbp, &slot);
       if (kind != kCfiStep) {
         end = static_cast<int>(kind);
         break;
