@@ -893,7 +893,10 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   Guard::Leave();
   int rc = real(handle);
   if (names && Guard::EnterOwn()) {
-    if (rc == 0 && !ModuleLoaded(&m)) AfterUnload(*names);  // still loaded: other handles hold it
+    if (rc == 0 && !ModuleLoaded(&m)) {  // still loaded: other handles hold it
+      AfterUnload(*names);
+      ForgetCfiRules(m.lo, m.hi);  // another module may be mapped there next
+    }
     delete names;
     Guard::Leave();
   }

@@ -58,6 +58,17 @@ StackBounds ThreadStackBoundsSlow() {
 
 // --- cfi ---------------------------------------------------------------------
 CfiEntry g_cfi_table[1 << kCfiTableBits];
+std::atomic<uint32_t> g_cfi_epoch{0};
+// A slot whose rule was dropped: neither free nor any return address (probes go past it).
+constexpr uint64_t kCfiForgotten = 1;
+
+void ForgetCfiRules(uintptr_t lo, uintptr_t hi) {
+  for (CfiEntry& e : g_cfi_table) {
+    const uint64_t pc = e.pc.load(std::memory_order_relaxed);
+    if (pc >= lo && pc < hi && pc != kCfiForgotten) e.pc.store(kCfiForgotten, std::memory_order_release);
+  }
+  g_cfi_epoch.fetch_add(1, std::memory_order_acq_rel);
+}
 
 namespace {
 

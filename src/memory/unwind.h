@@ -129,6 +129,11 @@ struct CfiEntry {
 SPYGLASS_MEM_EXPORT extern CfiEntry g_cfi_table[1 << kCfiTableBits];
 // The rule of return address `ra` from .eh_frame, cached (out of line: a miss).
 SPYGLASS_MEM_EXPORT uint64_t CfiRuleSlow(uintptr_t ra);
+// A module at [lo, hi) was unloaded (dlclose): its rules are dropped (another
+// may be mapped there next) and g_cfi_epoch moves on, so that no thread
+// reuses a walk made before.
+SPYGLASS_MEM_EXPORT void ForgetCfiRules(uintptr_t lo, uintptr_t hi);
+SPYGLASS_MEM_EXPORT extern std::atomic<uint32_t> g_cfi_epoch;
 inline uint64_t CfiRule(uintptr_t ra) {
   uint64_t i = (ra * 0x9E3779B97F4A7C15ull) >> (64 - kCfiTableBits);
   // One probe in the common case: the entry is there, or the slot is free.
@@ -211,6 +216,7 @@ struct CfiTrail {
   uintptr_t rbp[kCfiTrailFrames];   // rbp there
   uintptr_t slot[kCfiTrailFrames];  // where rbp[i] was read (0: rbp[i - 1] kept)
   uint64_t rule[kCfiTrailFrames];   // ra[i]'s rule, where the walk looked it up (else 0)
+  uint32_t epoch;                   // g_cfi_epoch when walked
   int depth;
   int end;  // the kind that ended it (kCfiOutermost also for a 0 return address), or 0: `max` frames
 };
@@ -234,7 +240,9 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
     const uintptr_t* f = reinterpret_cast<const uintptr_t*>(sp);
     uintptr_t rbp = f[0], ra = f[1], slot = 0;
     sp += 16;
-    const int pd = prev->depth;
+    const uint32_t epoch = g_cfi_epoch.load(std::memory_order_acquire);
+    cur->epoch = epoch;
+    const int pd = prev->epoch == epoch ? prev->depth : 0;  // a module unloaded since: nothing reused
     int j = 0;  // prev's first frame at or above sp
     while (true) {
       if (ra < 4096) {
