@@ -250,7 +250,7 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
         break;
       }
       cur->ra[n] = ra, cur->sp[n] = sp, cur->rbp[n] = rbp, cur->slot[n] = slot, cur->rule[n] = 0;
-      h = StackHashStep(h, ra);
+      h = StackHashStep(h, ra, n);
       if (++n == max) {
         end = 0;
         break;
@@ -267,7 +267,7 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
           rbp = nrbp;
           if (nra != prev->ra[i] || nrbp != prev->rbp[i]) break;
           cur->ra[n] = nra, cur->sp[n] = nsp, cur->rbp[n] = nrbp, cur->slot[n] = nslot, cur->rule[n] = prev->rule[i];
-          h = StackHashStep(h, nra);
+          h = StackHashStep(h, nra, n);
           ++n;
         }
         if (i < pd && n < max) {  // diverged at prev's frame i: its state is the walk's now

@@ -292,7 +292,7 @@ __attribute__((noinline)) void CaptureBoth() {
   w.plain.assign(buf, buf + d2);
   w.same = same;
   uint64_t h = mem::internal::kStackHashSeed;
-  for (int i = 0; i < d2; ++i) h = mem::internal::StackHashStep(h, buf[i]);
+  for (int i = 0; i < d2; ++i) h = mem::internal::StackHashStep(h, buf[i], i);
   w.hash_ok = h == hash;
   g_seen.push_back(std::move(w));
   asm volatile("" ::: "memory");
