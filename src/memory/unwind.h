@@ -4,10 +4,13 @@
 //   cfi       DWARF CFI from .eh_frame with a process-wide cache of each return
 //             address's rule (CFA = rsp|rbp + k, rbp saved at CFA + k or
 //             kept): correct without frame pointers (distributions build
-//             without them), about as fast as the fp walk once the cache is
-//             warm. A frame it cannot unwind (no FDE, a rule it does not
-//             follow, a CFA off the thread's stack) ends the stack and is
-//             counted (kCutStacks); it never becomes a frame.
+//             without them). A thread's walk reuses its previous walk's
+//             outer frames once they meet (CaptureCfiTrail). A frame it
+//             cannot unwind (no FDE, a rule it does not follow: an
+//             expression, a signal frame; a CFA off the thread's stack) ends
+//             the stack and is counted (kCutStacks, "stacks_cut" in the
+//             profile's comments); it never becomes a frame. A miss reads
+//             .eh_frame in place (_dl_find_object, no lock, no allocation).
 //   fp        frame-pointer walk, bounded by the thread's stack. Complete only
 //             through code built with -fno-omit-frame-pointer; elsewhere it
 //             stops after a frame or strays into junk addresses.
