@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Heap stacks of programs nobody here wrote: Debian's sqlite3 and sort, built
+"""Heap stacks of programs nobody here wrote: Debian's sqlite3, sort and git, built
 without frame pointers, under the heap hook with its default unwinder, read by
 go tool pprof -traces.
 
-  real_stacks_test.py <libspyglass_heap.so> [sqlite3|sort ...]
+  real_stacks_test.py <libspyglass_heap.so> [sqlite3|sort|git ...]
 
 Every stack must be complete (down to __libc_start_main or a thread's start),
 the biggest at the peak deep (TOP_DEPTH), and no frame anywhere may be a bare
@@ -23,7 +23,7 @@ MAX_FRAMES = 64  # the hook's depth limit (kHeapFrames)
 # What the biggest stacks at the peak must exceed: sqlite3's allocations there
 # are 10-20 frames deep (the parser, the VDBE, the B-tree); sort's biggest is
 # its buffer, allocated from main.
-TOP_DEPTH = {"sqlite3": 8, "sort": 3}
+TOP_DEPTH = {"sqlite3": 8, "sort": 3, "git": 8}
 ROOTS = ("__libc_start_main", "__libc_start_call_main", "start_thread")
 BARE = re.compile(r"^0x[0-9a-f]+$")
 
@@ -112,6 +112,21 @@ def main():
                     f.write("\n".join(values) + "\n")
                 # -S: a small buffer, so that sort merges temporary files too.
                 run_hooked(hook, outdir, [shutil.which("sort"), "-S", "1M", "-T", tmp], nums, tmp)
+            elif prog == "git":
+                # A small repository made unhooked, then its history read hooked.
+                repo = os.path.join(tmp, "repo")
+                genv = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                            GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_NOSYSTEM="1", HOME=tmp)
+                genv.pop("LD_PRELOAD", None)
+                subprocess.run(["git", "init", "-q", repo], check=True, env=genv)
+                for c in range(20):
+                    with open(os.path.join(repo, f"f{c % 5}.txt"), "a") as f:
+                        f.write("".join(f"line {c} {rng.random()}\n" for _ in range(200)))
+                    subprocess.run(["git", "-C", repo, "add", "-A"], check=True, env=genv)
+                    subprocess.run(["git", "-C", repo, "commit", "-q", "-m", f"c{c}"], check=True, env=genv)
+                os.environ["HOME"] = tmp
+                run_hooked(hook, outdir, [shutil.which("git"), "-C", repo, "--no-pager", "log", "-p", "--stat"],
+                           os.devnull, tmp)
             else:
                 sys.exit(f"unknown program {prog}")
             profs = sorted(p for p in os.listdir(outdir) if p.endswith((".exit.prof", ".peak.prof")))
