@@ -70,8 +70,8 @@ def check_profile(name, prof, min_depth):
           f"{min(len(f) for _, f in top)}-{max(len(f) for _, f in top)} frames, no bare address")
 
 
-def run_hooked(hook, outdir, argv, stdin_path, tmp):
-    env = dict(os.environ, LD_PRELOAD=hook, SPYGLASS_HEAP_PROFILE_DIR=outdir)
+def run_hooked(hook, outdir, argv, stdin_path, tmp, **extra_env):
+    env = dict(os.environ, LD_PRELOAD=hook, SPYGLASS_HEAP_PROFILE_DIR=outdir, **extra_env)
     env.pop("SPYGLASS_UNWINDER", None)  # the default unwinder is what is tested
     env.pop("SPYGLASS_HEAP_PID", None)
     with open(stdin_path, "rb") as stdin:
@@ -124,9 +124,8 @@ def main():
                         f.write("".join(f"line {c} {rng.random()}\n" for _ in range(200)))
                     subprocess.run(["git", "-C", repo, "add", "-A"], check=True, env=genv)
                     subprocess.run(["git", "-C", repo, "commit", "-q", "-m", f"c{c}"], check=True, env=genv)
-                os.environ["HOME"] = tmp
                 run_hooked(hook, outdir, [shutil.which("git"), "-C", repo, "--no-pager", "log", "-p", "--stat"],
-                           os.devnull, tmp)
+                           os.devnull, tmp, HOME=tmp, GIT_CONFIG_NOSYSTEM="1")
             else:
                 sys.exit(f"unknown program {prog}")
             profs = sorted(p for p in os.listdir(outdir) if p.endswith((".exit.prof", ".peak.prof")))
