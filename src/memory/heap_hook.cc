@@ -59,10 +59,14 @@
 //                                    shows a live-bytes counter track. In Python,
 //                                    only if the spyglass package did not start
 //                                    them (python_startup/sitecustomize.py)
-//   SPYGLASS_UNWINDER=fp|libunwind|glibc
+//   SPYGLASS_UNWINDER=cfi|fp|libunwind|glibc
+//                                    how stacks are unwound (unwind.h). Default
+//                                    cfi: .eh_frame, complete without frame
+//                                    pointers (distribution binaries); fp only
+//                                    for programs built with them.
 //
-// The hook is compiled with frame pointers; stacks are complete through
-// code that keeps them (see unwind.h).
+// The hook is compiled with frame pointers: the unwinders start from the
+// hooked function's frame (see unwind.h).
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
@@ -354,6 +358,16 @@ constexpr LastStack InitialLastStack() {
   return s;
 }
 constinit thread_local LastStack t_last __attribute__((tls_model("initial-exec"))) = InitialLastStack();
+// The cfi unwinder's two last walks (the one before is read while the next is
+// written) and the site of the latest.
+struct LastCfiWalks {
+  CfiTrail walks[2];
+  int latest;
+  uint32_t site;
+  uint32_t generation;
+};
+static_assert(kHeapFrames <= kCfiTrailFrames);
+constinit thread_local LastCfiWalks t_cfi __attribute__((tls_model("initial-exec"))) = {};
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
@@ -362,7 +376,23 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
     // A Python program: its frames in place of the interpreter's
     // (heap_python.cc); the same native stack is then no longer the same site.
     const bool python = spyglass::memory::heap::g_python_on.load(std::memory_order_relaxed);
-    if (CurrentUnwinder() == Unwinder::kFramePointer && !python) {
+    const Unwinder unwinder = CurrentUnwinder();
+    if (unwinder == Unwinder::kCfi && !python) {
+      bool same;
+      uint64_t hash;
+      const CfiTrail& prev = t_cfi.walks[t_cfi.latest];
+      CfiTrail& cur = t_cfi.walks[t_cfi.latest ^ 1];
+      int depth = CaptureCfiTrail(frame, &cur, &prev, kHeapFrames, &same, &hash);
+      t_cfi.latest ^= 1;
+      const uint32_t generation = g_site_generation.load(std::memory_order_acquire);
+      if (same && t_cfi.site != 0 && t_cfi.generation == generation) {
+        site = t_cfi.site;
+      } else {
+        site = InternStack(cls, cur.ra, depth, StackHashFinish(hash, cls, depth));
+        t_cfi.site = site;
+        t_cfi.generation = generation;
+      }
+    } else if (unwinder == Unwinder::kFramePointer && !python) {
       bool same;
       // The walk writes the stack into t_last, over the previous one.
       int depth = CaptureFramePointersCompared(frame, t_last.frames, kHeapFrames, t_last.depth, &same);
@@ -406,7 +436,9 @@ __attribute__((noinline)) void AllocFailed(size_t n, void* frame) {
   if (!WantFailure(n)) return;
   const int saved_errno = errno;  // ENOMEM, for the program to read
   uintptr_t frames[kHeapFrames];
-  int depth = CaptureFramePointers(frame, frames, kHeapFrames);  // allocates nothing
+  // Both allocate nothing (a CFI miss reads .eh_frame in place).
+  int depth = CurrentUnwinder() == Unwinder::kFramePointer ? CaptureFramePointers(frame, frames, kHeapFrames)
+                                                            : CaptureCfi(frame, frames, kHeapFrames);
   // The stack from the program on: frames of the hook itself (operator new
   // reaching NewOrThrow through another of its functions) dropped.
   int skip = 0;
@@ -425,6 +457,7 @@ namespace spyglass::memory::heap {
 __attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
   int depth;
   switch (CurrentUnwinder()) {
+    case Unwinder::kCfi: depth = CaptureCfi(frame, out, max); break;
     case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
     case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
     default: depth = CaptureGlibc(out, max, 4); break;
@@ -909,7 +942,10 @@ SPYGLASS_HOOK int dlclose(void* handle) {
   Guard::Leave();
   int rc = real(handle);
   if (names && Guard::EnterOwn()) {
-    if (rc == 0 && !ModuleLoaded(&m)) AfterUnload(*names);  // still loaded: other handles hold it
+    if (rc == 0 && !ModuleLoaded(&m)) {  // still loaded: other handles hold it
+      AfterUnload(*names);
+      ForgetCfiRules(m.lo, m.hi);  // another module may be mapped there next
+    }
     delete names;
     Guard::Leave();
   }

@@ -225,6 +225,7 @@ std::string EncodeSites(const std::unordered_map<uint32_t, Agg>& by_site, std::v
   note("double_frees", kDoubleFrees);
   note("dropped_table_full", kDroppedTable);
   note("dropped_stacks", kDroppedStacks);
+  note("stacks_cut", kCutStacks);  // ended at a frame the unwinder could not unwind
   note("reentrant_skipped", kReentrant);
   note("dropped_functions", kDroppedFunctions);
   if (interval > 0) data.comments.push_back("spyglass: heap sampled every " + std::to_string(SampleInterval()) + " bytes");

@@ -847,7 +847,7 @@ uint32_t InternStack(uint32_t cls, const uintptr_t* frames, int depth, uint64_t 
   if (depth <= 0) return cls;
   if (hash == 0) {
     uint64_t h = kStackHashSeed;
-    for (int i = 0; i < depth; ++i) h = StackHashStep(h, frames[i]);
+    for (int i = 0; i < depth; ++i) h = StackHashStep(h, frames[i], i);
     hash = StackHashFinish(h, cls, depth);
   }
   return InternSite(cls, frames, depth, hash);

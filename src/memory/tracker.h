@@ -87,13 +87,14 @@ inline uint64_t Mix(uint64_t x) {
   return x;
 }
 
-// The stack hash: one multiply and a rotate per frame (the steps are
-// independent of the walk, so an unwinder could fold them into it), then
-// finished with the class and depth.
+// The stack hash: a multiply and a rotate of each frame with its depth i, the
+// terms xor'ed, then finished with the class and depth. The terms do not wait
+// on each other (only the xor chains them): an unwinder folds them into its
+// walk without lengthening it.
 inline constexpr uint64_t kStackHashSeed = 0x243F6A8885A308D3ull;
-inline uint64_t StackHashStep(uint64_t h, uintptr_t frame) {
-  h = (h ^ frame) * 0x9E3779B97F4A7C15ull;
-  return (h << 29) | (h >> 35);
+inline uint64_t StackHashStep(uint64_t h, uintptr_t frame, int i) {
+  uint64_t x = (frame + static_cast<uint64_t>(i) * 0xD6E8FEB86659FD93ull) * 0x9E3779B97F4A7C15ull;
+  return h ^ ((x << 29) | (x >> 35));
 }
 inline uint64_t StackHashFinish(uint64_t h, uint32_t cls, int depth) {
   return Mix(h ^ (static_cast<uint64_t>(cls) << 40) ^ static_cast<uint64_t>(depth) * 0x100000001b3ull);
@@ -213,7 +214,9 @@ SPYGLASS_MEM_EXPORT uint64_t FunctionBytes();
 // Counted events (relaxed counters).
 enum Counter : int {
   kAllocations, kFrees, kUnknownFrees, kDoubleFrees, kReplaced, kReentrant, kDroppedTable, kDroppedStacks,
-  kCounterDropped, kDroppedFunctions, kNumCounters
+  kCounterDropped, kDroppedFunctions,
+  kCutStacks,  // a stack ended at a frame the unwinder could not unwind (unwind.h)
+  kNumCounters
 };
 SPYGLASS_MEM_EXPORT void Count(Counter c, uint64_t n = 1);
 SPYGLASS_MEM_EXPORT uint64_t CounterValue(Counter c);

@@ -255,14 +255,106 @@ TEST(MemoryProfile, RecordingDuringThreadExit) {
 
 TEST(MemoryProfile, EveryUnwinderFindsTheCaller) {
   using mem::internal::Unwinder;
-  for (Unwinder u : {Unwinder::kFramePointer, Unwinder::kLibunwind, Unwinder::kGlibc}) {
+  for (Unwinder u : {Unwinder::kCfi, Unwinder::kFramePointer, Unwinder::kLibunwind, Unwinder::kGlibc}) {
     mem::internal::SetUnwinder(u);
     AllocateModelWeights(11, 1);
     auto p = Snapshot("gpu:0");
     EXPECT_EQ(Sum(p, "AllocateModelWeights").first, 1) << "unwinder " << int(u);
     FreeAll(11, 1);
   }
-  mem::internal::SetUnwinder(Unwinder::kFramePointer);
+  mem::internal::SetUnwinder(Unwinder::kCfi);
+}
+
+// The cfi walk that replays the thread's previous walk from the frame where
+// they meet gives the plain walk's stack, whatever the two stacks share: call
+// sites, depths (past the frame limit too), frames of other sizes.
+namespace cfi_trail {
+using mem::internal::CfiTrail;
+CfiTrail g_walks[2];
+int g_latest = 0;
+struct Walk {
+  std::vector<uintptr_t> trail, plain;
+  bool same;
+  bool hash_ok;
+};
+std::vector<Walk> g_seen;
+
+__attribute__((noinline)) void CaptureBoth() {
+  Walk w;
+  bool same = false;
+  uint64_t hash = 0;
+  CfiTrail& cur = g_walks[g_latest ^ 1];
+  int d = mem::internal::CaptureCfiTrail(__builtin_frame_address(0), &cur, &g_walks[g_latest], 64, &same, &hash);
+  g_latest ^= 1;
+  w.trail.assign(cur.ra, cur.ra + d);
+  uintptr_t buf[64];
+  int d2 = mem::internal::CaptureCfi(__builtin_frame_address(0), buf, 64);
+  w.plain.assign(buf, buf + d2);
+  w.same = same;
+  uint64_t h = mem::internal::kStackHashSeed;
+  for (int i = 0; i < d2; ++i) h = mem::internal::StackHashStep(h, buf[i], i);
+  w.hash_ok = h == hash;
+  g_seen.push_back(std::move(w));
+  asm volatile("" ::: "memory");
+}
+// Frames of two sizes, and two call sites of one function in another with
+// the same frame size: walks meet at varying places and part again above.
+__attribute__((noinline)) void Small(int depth, int site);
+__attribute__((noinline)) void Big(int depth, int site) {
+  volatile char pad[96];
+  pad[0] = static_cast<char>(depth);
+  if (depth == 0) {
+    CaptureBoth();
+  } else if (site % 3 == 0) {
+    Small(depth - 1, site / 3 + depth);
+  } else if (site % 3 == 1) {
+    Big(depth - 1, site / 3 + depth);
+    asm volatile("nop" ::: "memory");
+  } else {
+    Big(depth - 1, site / 3 + depth);
+    asm volatile("nop; nop" ::: "memory");
+  }
+  asm volatile("" ::: "memory");
+  (void)pad[0];
+}
+__attribute__((noinline)) void Small(int depth, int site) {
+  if (depth == 0) {
+    CaptureBoth();
+  } else if (site % 3 == 0) {
+    Big(depth - 1, site / 3 + depth);
+  } else if (site % 3 == 1) {
+    Small(depth - 1, site / 3 + depth);
+    asm volatile("nop" ::: "memory");
+  } else {
+    Small(depth - 1, site / 3 + depth);
+    asm volatile("nop; nop" ::: "memory");
+  }
+  asm volatile("" ::: "memory");
+}
+}  // namespace cfi_trail
+
+TEST(Unwind, CfiTrailGivesThePlainWalk) {
+  using namespace cfi_trail;
+  g_seen.clear();
+  // Repeats (the same stack twice in a row), neighbours, and walks past 64 frames.
+  for (int depth : {0, 1, 2, 5, 5, 9, 20, 3, 70, 70, 100, 63, 64, 65, 2})
+    for (int site : {0, 1, 2, 4, 7, 7, 5, 11, 13, 26})
+      for (int which = 0; which < 2; ++which)
+        for (int rep = 0; rep < 2; ++rep) which ? Big(depth, site) : Small(depth, site);
+  ASSERT_FALSE(g_seen.empty());
+  int repeats = 0;
+  for (size_t i = 0; i < g_seen.size(); ++i) {
+    const Walk& w = g_seen[i];
+    ASSERT_EQ(w.trail, w.plain) << "walk " << i;
+    EXPECT_TRUE(w.hash_ok) << "walk " << i;
+    // The plain walk reaches main (a caller of this test): more than the recursion.
+    EXPECT_GE(w.plain.size(), 4u) << "walk " << i;
+    const bool same_as_before = i > 0 && g_seen[i - 1].plain == w.plain;
+    if (w.same) EXPECT_TRUE(same_as_before) << "walk " << i;
+    repeats += w.same;
+  }
+  // A stack repeated at once is recognised as the previous one.
+  EXPECT_GT(repeats, 0);
 }
 
 TEST(MemoryProfile, CounterTrackInTrace) {

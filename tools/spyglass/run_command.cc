@@ -336,7 +336,10 @@ void AddRunCommand(CLI::App& app) {
       ->check(CLI::IsMember({"pymalloc", "malloc"}))
       ->default_val("pymalloc");
   run->footer("usage: spyglass run [OPTIONS] [--] PROGRAM [ARGS...]\n"
-              "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.");
+              "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.\n"
+              "Stacks are unwound with DWARF CFI (.eh_frame): complete without frame pointers, as distributions build. "
+              "SPYGLASS_UNWINDER=fp walks frame pointers instead (faster, only for programs built with them); "
+              "=libunwind and =glibc use those unwinders.");
   run->callback([] {
     uint64_t bytes = 0;
     if (!memory::internal::ParseSampleBytes(sample_bytes.c_str(), &bytes)) {
