@@ -14,7 +14,7 @@ SPYGLASS_FUZZ_SECONDS=${SPYGLASS_FUZZ_SECONDS:-30} ctest --test-dir build --outp
 # a Release build (only the targets they run), so that no behaviour depends on
 # the build type.
 cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build-release -j "$jobs" --target spyglass_cli spyglass_heap env_program
+cmake --build build-release -j "$jobs" --target spyglass_cli spyglass_heap env_program env_program_start_first
 ctest --test-dir build-release --output-on-failure -R '^(env_|real_native_test$)'
 bash scripts/python_test.sh   # the Python package: venv, pip install ., pytest tests/python
 bash scripts/sanitizers.sh

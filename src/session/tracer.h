@@ -19,7 +19,8 @@
 // extension, at module init) still takes its rank's place in every session
 // created after it. Tracers registered while a session runs join the next one.
 //
-// Linking: the registrar is a static object, run when its library is loaded.
+// Linking: the registrar is a static object, run when its library is loaded,
+// before the other initializers of that library.
 // Every tracer is compiled into the shared libspyglass.so, so all of them run.
 // In a STATIC archive the linker drops an object file nothing references, and
 // its registrar with it: a tracer moved into one needs a reference from the
@@ -95,7 +96,9 @@ std::vector<std::unique_ptr<Tracer>> CreateTracers(const profiler::ProfileOption
 // In a forked child: the registry's lock may have been held by a parent thread.
 void TracerRegistryAfterForkChild();
 
-// For SPYGLASS_REGISTER_TRACER.
+// For SPYGLASS_REGISTER_TRACER: an initialization priority (101-65535 are the
+// program's; lower runs first, all before the default).
+inline constexpr int kTracerRegistrationPriority = 1000;
 struct TracerRegistrar {
   TracerRegistrar(const char* name, int rank, TracerFactory factory) { RegisterTracer(name, rank, std::move(factory)); }
 };
@@ -104,5 +107,9 @@ struct TracerRegistrar {
 
 // Registers a tracer at load time; use once at namespace scope in the
 // tracer's .cc. `name` is an identifier (it also names the registrar object).
-#define SPYGLASS_REGISTER_TRACER(name, rank, factory) \
-  static ::spyglass::session::TracerRegistrar spyglass_tracer_registrar_##name(#name, rank, factory)
+// The registrars run before any initializer of default priority, whatever the
+// link order: a session started at load (src/session/env_init.cc) has every
+// tracer of its library.
+#define SPYGLASS_REGISTER_TRACER(name, rank, factory)                                                   \
+  __attribute__((init_priority(::spyglass::session::kTracerRegistrationPriority))) static ::spyglass::session::TracerRegistrar \
+      spyglass_tracer_registrar_##name(#name, rank, factory)
