@@ -191,7 +191,7 @@ class EventDecoder {
   uint32_t unknown_event_ = 0;
 };
 
-Status ImportPlane(std::string_view bytes, Plane* out) {
+Status ImportPlane(std::string_view bytes, Plane* out, const std::function<void(const char*)>& consumed) {
   const Status bad = InvalidArgumentError("the data is not a serialized XSpace");
   // The plane but its lines, and each line but its events: generated classes.
   std::string header;
@@ -230,11 +230,12 @@ Status ImportPlane(std::string_view bytes, Plane* out) {
     line.duration_ps = xl.duration_ps();
     line.events.reserve(events);
     if (!decoder.DecodeLine(l, &line)) return bad;
+    if (consumed) consumed(l.data() + l.size());
   }
   return Status::Ok();
 }
 
-Status ImportChunked(std::string_view bytes, Space* out) {
+Status ImportChunked(std::string_view bytes, Space* out, const std::function<void(const char*)>& consumed) {
   const Status bad = InvalidArgumentError("the data is not a serialized XSpace");
   std::string rest;
   std::vector<std::string_view> planes;
@@ -244,7 +245,7 @@ Status ImportChunked(std::string_view bytes, Space* out) {
   Space space;
   for (std::string_view p : planes) {
     space.planes.emplace_back();
-    if (Status s = ImportPlane(p, &space.planes.back()); !s.ok()) return s;
+    if (Status s = ImportPlane(p, &space.planes.back(), consumed); !s.ok()) return s;
   }
   ImportXSpace(fields, &space);
   for (Plane& p : space.planes) out->planes.push_back(std::move(p));
@@ -257,18 +258,24 @@ Status ImportChunked(std::string_view bytes, Space* out) {
 }  // namespace
 
 Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t /*chunk_bytes*/) {
+  return ImportXSpaceBytesChunked(bytes, out, nullptr);
+}
+
+Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out,
+                                const std::function<void(const char* done_before)>& consumed) {
   Status s;
   {
     google::protobuf::LogSilencer quiet;  // a string that is not UTF-8 is handled below, not logged
-    s = ImportChunked(bytes, out);
+    s = ImportChunked(bytes, out, consumed);
   }
-  if (s.ok()) return s;
+  // What the caller released cannot be read again: it retries without.
+  if (s.ok() || consumed) return s;
   // Strings that are not UTF-8 (what protobuf refuses): read as
   // ImportXSpaceBytes and `spyglass summary` read them, with a warning.
   std::string clean;
   size_t replaced = 0;
   if (!ScrubInvalidUtf8(bytes, &clean, &replaced) || replaced == 0) return s;
-  if (!ImportChunked(clean, out).ok()) return s;
+  if (!ImportChunked(clean, out, nullptr).ok()) return s;
   out->warnings.push_back(InvalidUtf8Warning(replaced));
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 // is the bytes and the model; 2-3x faster than parsing the messages.
 #pragma once
 
+#include <functional>
 #include <string_view>
 
 #include "model/xspace.h"
@@ -19,5 +20,12 @@ inline constexpr size_t kImportChunkBytes = size_t{8} << 20;
 // another order); InvalidArgument if the bytes do not parse as an XSpace
 // (whatever protobuf rejects). `chunk_bytes` is ignored.
 Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out, size_t chunk_bytes = kImportChunkBytes);
+
+// The same, telling `consumed` after each line how far into `bytes` it will
+// not read again (increasing), so that the caller may release those pages.
+// Strings that are not UTF-8 then fail the import (the plain form reads them
+// with a second pass over the bytes): retry with the plain form.
+Status ImportXSpaceBytesChunked(std::string_view bytes, Space* out,
+                                const std::function<void(const char* done_before)>& consumed);
 
 }  // namespace spyglass::model

@@ -1,6 +1,7 @@
 #include "server/client.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -232,6 +233,30 @@ void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const Ca
                                  "server, or not a profiler server");
 }
 
+// Gives the pages of a large string's buffer back to the system as a reader
+// moves past them (MADV_DONTNEED on whole pages strictly inside it: the
+// allocator's own words, before and after, are untouched). What was given
+// back reads as zeros: for bytes that are not read again.
+class PageReleaser {
+ public:
+  explicit PageReleaser(std::string* s) : s_(s), from_(Up(s->data())) {}
+  void Before(const char* p) {
+    if (s_->size() < kMinBytes || p < s_->data() || p > s_->data() + s_->size()) return;
+    const uintptr_t to = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
+    if (to >= from_ + kStep) {
+      ::madvise(reinterpret_cast<void*>(from_), to - from_, MADV_DONTNEED);
+      from_ = to;
+    }
+  }
+
+ private:
+  static constexpr uintptr_t kPage = 4096, kStep = uintptr_t{1} << 20;  // a call per MiB at most
+  static constexpr size_t kMinBytes = size_t{4} << 20;
+  static uintptr_t Up(const char* p) { return (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1); }
+  std::string* s_;
+  uintptr_t from_;
+};
+
 // The .xplane.pb an older server on this machine wrote into the run dir (no
 // emit_xspace), read without following a link and up to `max` bytes.
 Status ReadLocalXPlane(const exporter::OutputDir& dir, const std::string& name, uint64_t max, std::string* bytes) {
@@ -406,18 +431,34 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       host.empty = true;
       result->warnings.push_back("No trace event is collected from " + c.address);
     }
-    // Imported before anything is written (a reply that does not parse
-    // leaves no file), events decoded from the wire: the peak is the bytes
-    // and the model.
+    // The .xplane.pb is written as received (nothing serialized again), then
+    // the events are decoded from the wire into the model while the pages
+    // of the bytes already read are given back: the peak is about the
+    // model, not the bytes beside it. A reply that does not parse leaves no
+    // file: the one written is removed.
     model::Space space;
-    if (c.status.ok()) {
-      if (Status s = model::ImportXSpaceBytesChunked(bytes, &space); !s.ok())
-        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse: " + s.message());
-    }
     exporter::ExportedFiles files;
-    if (c.status.ok() && c.response.has_xspace()) {  // as received: nothing is serialized again
-      exporter::ExportRequest as_received{{exporter::Format::kXPlane}, c.stem, bytes};
-      if (Status s = exporter::Export(space, dir, as_received, &files); !s.ok()) c.status = s;
+    const bool as_received = c.status.ok() && c.response.has_xspace();
+    if (as_received) {
+      exporter::ExportRequest request{{exporter::Format::kXPlane}, c.stem, bytes};
+      if (Status s = exporter::Export(space, dir, request, &files); !s.ok()) c.status = s;
+    }
+    if (c.status.ok()) {
+      Status s;
+      if (as_received) {
+        PageReleaser release(&bytes);
+        s = model::ImportXSpaceBytesChunked(bytes, &space, [&](const char* p) { release.Before(p); });
+        // Once more from the file written, the bytes whole (the import's
+        // second pass for strings that are not UTF-8 reads them again).
+        if (!s.ok() && ReadLocalXPlane(dir, xplane, options.max_reply_bytes, &bytes).ok())
+          s = model::ImportXSpaceBytesChunked(bytes, &space);
+      } else {
+        s = model::ImportXSpaceBytesChunked(bytes, &space);
+      }
+      if (!s.ok()) {
+        c.status = InvalidArgumentError(c.address + " sent an XSpace that does not parse: " + s.message());
+        if (as_received) ::unlinkat(dir.fd(), xplane.c_str(), 0);
+      }
     }
     const uint64_t reply_bytes = bytes.size();
     std::string().swap(bytes);

@@ -328,6 +328,22 @@ TEST(CollectHostile, RepliesDecodeAsProtobufWould) {
   }
 }
 
+// Names that are not UTF-8 fail the import that gives pages back; the
+// capture reads the file it wrote and imports again, as the CLI reads them.
+TEST(CollectHostile, NamesThatAreNotUtf8AreImportedFromTheFileWritten) {
+  tp::XSpace space = SmallXSpace(3);
+  space.mutable_planes(0)->mutable_lines(0)->set_name(std::string("thread \xff", 8));
+  std::string reply;
+  PutField(8, space.SerializeAsString(), &reply);
+  HostileServer server([&] { return reply; });
+  std::string log = MakeTempDir();
+  server::CaptureResult r;
+  Status s = server::Capture({server.address()}, Options("run"), log, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(ReadFile(log + "/plugins/profile/run/h.xplane.pb"), space.SerializeAsString());  // as received
+  EXPECT_FALSE(ReadFile(log + "/plugins/profile/run/h.trace.json.gz").empty());
+}
+
 TEST(CollectHostile, ToolDataIsBoundedAndNamesAreChecked) {
   HostileServer server([] {
     tensorflow::ProfileResponse r;
@@ -503,7 +519,10 @@ TEST(CollectHostile, PeakMemoryIsASmallMultipleOfTheReply) {
   double peak_mb = cli.max_rss_kb / 1024.0, base_mb = base.max_rss_kb / 1024.0;
   std::printf("reply %.1f MiB: peak RSS %.1f MiB (%.1fx the reply above a %.1f MiB baseline)\n", reply_mb, peak_mb,
               (peak_mb - base_mb) / reply_mb, base_mb);
-  EXPECT_LT(peak_mb - base_mb, 6 * reply_mb);  // 16x before (reply parsed twice as messages), ~3.5x now
+  // 16x when the reply was parsed twice as messages; 2.9x with the bytes grown
+  // by appending and kept beside the model; about 2x once decoded slice by
+  // slice and given back as the model is built (BENCHMARKS.md).
+  EXPECT_LT(peak_mb - base_mb, 2.4 * reply_mb);
 }
 
 }  // namespace
