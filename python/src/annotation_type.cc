@@ -4,7 +4,8 @@
 //
 //   TraceAnnotation(name, **kwargs)      begins the event at construction when a
 //                                        session records level 1, as JAX does
-//   __enter__() -> self, __exit__(...)   ends it (returns None: exceptions pass)
+//   __enter__() -> self, __exit__(...)   ends it (returns None: exceptions pass);
+//                                        descriptors of their own, bound without a GC object
 //   set_metadata(**kwargs)               adds arguments to the running event
 //   TraceAnnotation.is_enabled()         whether a session records annotations
 //
@@ -17,6 +18,7 @@
 
 #include "python_tracer.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string_view>
 
@@ -88,6 +90,21 @@ bool RecordArg(uint64_t word, PyObject* key, PyObject* value) {
   return s != nullptr;
 }
 
+// The UTF-8 bytes of a str: an ASCII name (the usual case) is read in place,
+// without the call into the interpreter.
+inline bool NameUtf8(PyObject* name, std::string_view* out) {
+  if (SPYGLASS_LIKELY(PyUnicode_IS_COMPACT_ASCII(name))) {
+    *out = std::string_view(reinterpret_cast<const char*>(reinterpret_cast<PyASCIIObject*>(name) + 1),
+                            static_cast<size_t>(PyUnicode_GET_LENGTH(name)));
+    return true;
+  }
+  Py_ssize_t n;
+  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
+  if (s == nullptr) return false;
+  *out = std::string_view(s, static_cast<size_t>(n));
+  return true;
+}
+
 // Begins the event of `self` if a session records it. Keyword arguments come
 // either as vectorcall (kwnames + values) or as a dict.
 bool Begin(AnnotationObject* self, PyObject* name, bool step, PyObject* const* kwvalues, PyObject* kwnames,
@@ -98,10 +115,9 @@ bool Begin(AnnotationObject* self, PyObject* name, bool step, PyObject* const* k
     return false;
   }
   if (SPYGLASS_LIKELY(!Recording())) return true;
-  Py_ssize_t n;
-  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
-  if (s == nullptr) return false;
-  uint64_t word = in::begin_copied(std::string_view(s, static_cast<size_t>(n)), kLevel);
+  std::string_view utf8;
+  if (!NameUtf8(name, &utf8)) return false;
+  uint64_t word = in::begin_copied(utf8, kLevel);
   if (word == 0) return true;  // dropped (buffers full) or the session just ended
   self->word = word;
   self->tb = in::t_slot.buffer;
@@ -207,14 +223,191 @@ void Dealloc(PyObject* obj) {
   type->tp_free(obj);
 }
 
-PyObject* Enter(PyObject* self, PyObject*) {
+// ---- __enter__ / __exit__
+//
+// `with` looks both up on the type and binds them to the instance. A method
+// of tp_methods would be bound into a new builtin method object each time (a
+// GC allocation, tracked and untracked, twice per `with`). These are
+// descriptors of their own whose binding comes from a small free list and is
+// called through vectorcall: same behaviour (a bound callable with __self__
+// and __name__; the unbound one takes the instance first), none of that cost.
+// Bound methods are not GC-tracked: a cycle through one (an instance that
+// stores its own bound __exit__) is not collected.
+
+enum Which : int { kEnter = 0, kExit = 1 };
+constexpr const char* kMethodNames[] = {"__enter__", "__exit__"};
+constexpr const char* kMethodDocs[] = {"Returns self (the event began at construction).",
+                                       "Ends the event. Returns None: exceptions propagate."};
+
+// The call itself, `self` checked by the caller.
+inline PyObject* CallMethod(Which which, PyObject* self, Py_ssize_t nargs, PyObject* kwnames) {
+  if (SPYGLASS_UNLIKELY(kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0)) {
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", kMethodNames[which]);
+    return nullptr;
+  }
+  if (which == kEnter) {
+    if (SPYGLASS_UNLIKELY(nargs != 0)) {
+      PyErr_Format(PyExc_TypeError, "__enter__() takes no arguments (%zd given)", nargs);
+      return nullptr;
+    }
+    Py_INCREF(self);
+    return self;
+  }
+  End(reinterpret_cast<AnnotationObject*>(self));
+  Py_RETURN_NONE;
+}
+
+struct BoundMethodObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* self;  // strong
+  Which which;
+};
+
+struct MethodDescrObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  Which which;
+};
+
+PyTypeObject g_bound_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyTypeObject g_descr_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// `with` holds two at once (the bound __exit__ during the body); nesting more.
+constexpr int kBoundFreeListMax = 16;
+BoundMethodObject* g_bound_free_list[kBoundFreeListMax];
+int g_bound_free_count = 0;
+
+PyObject* BoundVectorcall(PyObject* obj, PyObject* const*, size_t nargsf, PyObject* kwnames) {
+  auto* m = reinterpret_cast<BoundMethodObject*>(obj);
+  return CallMethod(m->which, m->self, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+void BoundDealloc(PyObject* obj) {
+  auto* m = reinterpret_cast<BoundMethodObject*>(obj);
+  PyObject* self = m->self;
+  if (g_bound_free_count < kBoundFreeListMax) {
+    g_bound_free_list[g_bound_free_count++] = m;
+  } else {
+    PyObject_Free(obj);
+  }
+  Py_DECREF(self);  // last: it may run the instance's own dealloc
+}
+
+PyObject* BoundRepr(PyObject* obj) {
+  auto* m = reinterpret_cast<BoundMethodObject*>(obj);
+  return PyUnicode_FromFormat("<built-in method %s of %s object at %p>", kMethodNames[m->which],
+                              Py_TYPE(m->self)->tp_name, m->self);
+}
+
+PyObject* BoundGetSelf(PyObject* obj, void*) {
+  PyObject* self = reinterpret_cast<BoundMethodObject*>(obj)->self;
   Py_INCREF(self);
   return self;
 }
+PyObject* BoundGetName(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodNames[reinterpret_cast<BoundMethodObject*>(obj)->which]);
+}
+PyObject* BoundGetDoc(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodDocs[reinterpret_cast<BoundMethodObject*>(obj)->which]);
+}
 
-PyObject* Exit(PyObject* self, PyObject* const*, Py_ssize_t) {
-  End(reinterpret_cast<AnnotationObject*>(self));
-  Py_RETURN_NONE;
+PyGetSetDef g_bound_getset[] = {{"__self__", BoundGetSelf, nullptr, nullptr, nullptr},
+                                {"__name__", BoundGetName, nullptr, nullptr, nullptr},
+                                {"__doc__", BoundGetDoc, nullptr, nullptr, nullptr},
+                                {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyObject* DescrGet(PyObject* obj, PyObject* instance, PyObject*) {
+  auto* d = reinterpret_cast<MethodDescrObject*>(obj);
+  if (instance == nullptr) {  // looked up on the class
+    Py_INCREF(obj);
+    return obj;
+  }
+  if (SPYGLASS_UNLIKELY(!PyObject_TypeCheck(instance, &g_annotation_type))) {
+    PyErr_Format(PyExc_TypeError, "descriptor '%s' for 'TraceAnnotation' objects doesn't apply to a '%.100s' object",
+                 kMethodNames[d->which], Py_TYPE(instance)->tp_name);
+    return nullptr;
+  }
+  BoundMethodObject* m;
+  if (SPYGLASS_LIKELY(g_bound_free_count > 0)) {
+    m = g_bound_free_list[--g_bound_free_count];
+  } else {
+    m = static_cast<BoundMethodObject*>(PyObject_Malloc(sizeof(BoundMethodObject)));
+    if (m == nullptr) return PyErr_NoMemory();
+  }
+  PyObject_Init(reinterpret_cast<PyObject*>(m), &g_bound_type);
+  m->vectorcall = BoundVectorcall;
+  Py_INCREF(instance);
+  m->self = instance;
+  m->which = d->which;
+  return reinterpret_cast<PyObject*>(m);
+}
+
+// TraceAnnotation.__exit__(a, ...): the instance first.
+PyObject* DescrVectorcall(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* d = reinterpret_cast<MethodDescrObject*>(obj);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1) {
+    PyErr_Format(PyExc_TypeError, "unbound method %s() needs an argument", kMethodNames[d->which]);
+    return nullptr;
+  }
+  if (!PyObject_TypeCheck(args[0], &g_annotation_type)) {
+    PyErr_Format(PyExc_TypeError, "descriptor '%s' for 'TraceAnnotation' objects doesn't apply to a '%.100s' object",
+                 kMethodNames[d->which], Py_TYPE(args[0])->tp_name);
+    return nullptr;
+  }
+  return CallMethod(d->which, args[0], nargs - 1, kwnames);
+}
+
+PyObject* DescrRepr(PyObject* obj) {
+  return PyUnicode_FromFormat("<method '%s' of 'TraceAnnotation' objects>",
+                              kMethodNames[reinterpret_cast<MethodDescrObject*>(obj)->which]);
+}
+PyObject* DescrGetName(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodNames[reinterpret_cast<MethodDescrObject*>(obj)->which]);
+}
+PyObject* DescrGetDoc(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodDocs[reinterpret_cast<MethodDescrObject*>(obj)->which]);
+}
+PyObject* DescrGetObjclass(PyObject*, void*) {
+  Py_INCREF(&g_annotation_type);
+  return reinterpret_cast<PyObject*>(&g_annotation_type);
+}
+
+PyGetSetDef g_descr_getset[] = {{"__name__", DescrGetName, nullptr, nullptr, nullptr},
+                                {"__doc__", DescrGetDoc, nullptr, nullptr, nullptr},
+                                {"__objclass__", DescrGetObjclass, nullptr, nullptr, nullptr},
+                                {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+MethodDescrObject g_enter_descr = {PyObject_HEAD_INIT(nullptr) DescrVectorcall, kEnter};
+MethodDescrObject g_exit_descr = {PyObject_HEAD_INIT(nullptr) DescrVectorcall, kExit};
+
+bool ReadyMethodTypes() {
+  PyTypeObject& b = g_bound_type;
+  b.tp_name = "spyglass._spyglass._AnnotationBoundMethod";
+  b.tp_basicsize = sizeof(BoundMethodObject);
+  b.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  b.tp_vectorcall_offset = offsetof(BoundMethodObject, vectorcall);
+  b.tp_call = PyVectorcall_Call;
+  b.tp_dealloc = BoundDealloc;
+  b.tp_repr = BoundRepr;
+  b.tp_getset = g_bound_getset;
+  if (PyType_Ready(&b) < 0) return false;
+
+  PyTypeObject& d = g_descr_type;
+  d.tp_name = "spyglass._spyglass._AnnotationMethod";
+  d.tp_basicsize = sizeof(MethodDescrObject);
+  d.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  d.tp_vectorcall_offset = offsetof(MethodDescrObject, vectorcall);
+  d.tp_call = PyVectorcall_Call;
+  d.tp_descr_get = DescrGet;
+  d.tp_repr = DescrRepr;
+  d.tp_getset = g_descr_getset;
+  if (PyType_Ready(&d) < 0) return false;
+  // Statically allocated, never freed.
+  PyObject_Init(reinterpret_cast<PyObject*>(&g_enter_descr), &g_descr_type);
+  PyObject_Init(reinterpret_cast<PyObject*>(&g_exit_descr), &g_descr_type);
+  return true;
 }
 
 PyObject* SetMetadata(PyObject* self_obj, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
@@ -236,9 +429,6 @@ PyObject* SetMetadata(PyObject* self_obj, PyObject* const* args, Py_ssize_t narg
 PyObject* IsEnabled(PyObject*, PyObject*) { return PyBool_FromLong(Recording()); }
 
 PyMethodDef g_methods[] = {
-    {"__enter__", Enter, METH_NOARGS, "Returns self (the event began at construction)."},
-    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Exit)), METH_FASTCALL,
-     "Ends the event. Returns None: exceptions propagate."},
     {"set_metadata", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(SetMetadata)),
      METH_FASTCALL | METH_KEYWORDS, "set_metadata(**kwargs): adds arguments to the running event."},
     {"is_enabled", IsEnabled, METH_NOARGS | METH_STATIC,
@@ -255,13 +445,12 @@ void AnnotationPause(PyObject* obj) {
 
 bool AnnotationResume(PyObject* obj, PyObject* name) {
   auto* self = reinterpret_cast<AnnotationObject*>(obj);
-  Py_ssize_t n;
-  const char* s = PyUnicode_AsUTF8AndSize(name, &n);
-  if (s == nullptr) {
+  std::string_view utf8;
+  if (!NameUtf8(name, &utf8)) {
     PyErr_Clear();
     return false;
   }
-  self->word = in::begin_copied(std::string_view(s, static_cast<size_t>(n)), kLevel);
+  self->word = in::begin_copied(utf8, kLevel);
   self->tb = in::t_slot.buffer;
   return self->word != 0;
 }
@@ -285,7 +474,13 @@ bool AddAnnotationTypes(PyObject* module) {
   t.tp_free = PyObject_Free;
   t.tp_methods = g_methods;
   t.tp_vectorcall = AnnotationVectorcall;
-  if (PyType_Ready(&t) < 0) return false;
+  if (!ReadyMethodTypes() || PyType_Ready(&t) < 0) return false;
+  // __enter__/__exit__ join the type's dict before StepTraceAnnotation
+  // inherits from it (PyType_Modified: the type's attribute cache).
+  if (PyDict_SetItemString(t.tp_dict, "__enter__", reinterpret_cast<PyObject*>(&g_enter_descr)) < 0 ||
+      PyDict_SetItemString(t.tp_dict, "__exit__", reinterpret_cast<PyObject*>(&g_exit_descr)) < 0)
+    return false;
+  PyType_Modified(&t);
 
   PyTypeObject& s = g_step_type;
   s.tp_name = "spyglass._spyglass.StepTraceAnnotation";

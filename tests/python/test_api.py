@@ -224,6 +224,44 @@ def test_annotation_does_not_swallow_exceptions():
       1 / 0  # pylint: disable=pointless-statement
 
 
+def test_enter_and_exit_behave_as_methods(tmp_path):
+  # __enter__/__exit__ are bound without a builtin method object: bound,
+  # unbound, through super() and with bad arguments they act as methods do.
+  a = profiler.TraceAnnotation("m")
+  enter, exit_ = a.__enter__, a.__exit__
+  assert enter.__self__ is a and enter.__name__ == "__enter__" and exit_.__name__ == "__exit__"
+  assert "__enter__" in repr(enter) and "__exit__" in repr(profiler.TraceAnnotation.__exit__)
+  assert enter() is a and exit_(None, None, None) is None
+  assert profiler.TraceAnnotation.__enter__(a) is a
+  assert profiler.TraceAnnotation.__exit__(a, None, None, None) is None
+  assert profiler.StepTraceAnnotation.__enter__ is profiler.TraceAnnotation.__enter__
+  with pytest.raises(TypeError):
+    a.__enter__(1)
+  with pytest.raises(TypeError):
+    a.__exit__(exc=None)
+  with pytest.raises(TypeError):
+    profiler.TraceAnnotation.__exit__(3, None, None, None)
+  with pytest.raises(TypeError):
+    profiler.TraceAnnotation.__dict__["__enter__"].__get__(3)
+
+  exits = []
+
+  class Logged(profiler.TraceAnnotation):
+    def __exit__(self, *exc):
+      exits.append(exc)
+      return super().__exit__(*exc)
+
+  with profiler.trace(tmp_path, profiler_options=no_python()):
+    with Logged("logged") as l:
+      assert isinstance(l, Logged)
+    with profiler.TraceAnnotation("explicit") as e:
+      pass
+    e.__exit__(None, None, None)  # a second exit ends nothing
+  assert exits == [(None, None, None)]
+  names = [e["name"] for e in json_events(profiler.last_trace_files()["trace_json_path"])]
+  assert names.count("logged") == 1 and names.count("explicit") == 1
+
+
 def test_python_subclass_may_compute_the_name(tmp_path):
   class Layer(profiler.TraceAnnotation):
     def __init__(self, i, **kw):
