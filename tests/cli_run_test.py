@@ -83,6 +83,7 @@ def usage_case(cli, child):
       ["run", "--width", "3", "true"],
       ["memtop", "--width", "3", "f"],
       ["diff", "--fail-above", "-1", "a", "b"],
+      ["collect", "1", "500", "--flight-recorder"],             # a duration the ring does not take
   ]
   for args in usage_errors:
     r = run([cli, *args], cwd=out)

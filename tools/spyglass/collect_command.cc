@@ -38,6 +38,7 @@ struct CollectArgs {
   int64_t max_duration_ms = 3600000;
   int64_t max_reply_mb = 1024;
   bool flight_recorder = false;
+  bool duration_given = false;
 };
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -92,9 +93,11 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, con
   server::CaptureOptions opt;
   opt.log = &std::cerr;
   if (a.flight_recorder) {
-    // The server replies with its ring at once; the duration is not used.
-    if (a.duration_ms < 0) {
-      std::cerr << "spyglass collect: the duration must not be negative, got " << a.duration_ms << "\n";
+    // The server replies with its ring at once: a duration would be ignored.
+    if (a.duration_given) {
+      std::cerr << "spyglass collect: --flight-recorder fetches the last seconds the ring holds and takes no "
+                   "duration (got "
+                << a.duration_ms << " ms)\n";
       return 2;
     }
   } else if (a.duration_ms <= 0) {
@@ -208,6 +211,7 @@ void DefineCollect(CLI::App* c, std::function<bool()> cancelled) {
                 "largest reply accepted from one server, in MiB (default 1024; the client needs about twice it)");
   c->allow_extras();
   c->callback([c, args, cancelled] {
+    args->duration_given = c->count("duration_ms") > 0;
     int rc = RunCollect(*args, c->remaining(), cancelled);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
