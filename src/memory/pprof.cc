@@ -1,5 +1,7 @@
 #include "memory/pprof.h"
 
+#include "memory/call_site.h"
+
 #include "common/gzip.h"
 
 #include <fcntl.h>
@@ -410,48 +412,6 @@ constexpr size_t kMaxScan = 4096;
 std::string Shown(std::string_view s) {
   if (s.size() <= kMaxShown) return std::string(s);
   return std::string(s.substr(0, kMaxShown - 3)) + "...";
-}
-
-bool IsPlumbing(std::string_view fn) {
-  static const char* const kPrefixes[] = {
-      "operator new", "operator delete", "malloc", "calloc", "realloc", "reallocarray", "posix_memalign",
-      "aligned_alloc", "memalign", "valloc", "pvalloc", "__libc_", "std::", "__gnu_cxx::", "__cxx",
-      "spyglass::memory::", "void std::", "__new_allocator", "allocator<"};
-  for (const char* p : kPrefixes)
-    if (fn.rfind(p, 0) == 0) return true;
-  // "T* std::..." / "std::vector<...>* ..." return-type prefixed template instances
-  fn = fn.substr(0, kMaxScan);
-  size_t sp = fn.find(' ');
-  size_t paren = fn.find('(');
-  if (sp != std::string_view::npos && sp < paren && fn.substr(sp + 1, 5) == "std::") return true;
-  return false;
-}
-
-// The unqualified name of a C or C++ function: "ns::Class::f(int) const" -> "f".
-std::string_view BareName(std::string_view fn) {
-  fn = fn.substr(0, kMaxScan);
-  if (size_t paren = fn.find('('); paren != std::string_view::npos) fn = fn.substr(0, paren);
-  if (size_t colon = fn.rfind("::"); colon != std::string_view::npos) fn = fn.substr(colon + 2);
-  if (size_t sp = fn.rfind(' '); sp != std::string_view::npos) fn = fn.substr(sp + 1);
-  return fn;
-}
-
-bool ContainsNoCase(std::string_view s, std::string_view part) {
-  return std::search(s.begin(), s.end(), part.begin(), part.end(), [](char a, char b) {
-           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-         }) != s.end();
-}
-
-// A program's own allocation wrapper (GNU's xmalloc, glib's g_malloc0,
-// sqlite3Malloc, CPython's PyMem_Malloc): its callers are the call site.
-bool IsAllocatorWrapper(std::string_view fn) {
-  std::string_view bare = BareName(fn);
-  for (std::string_view part : {"malloc", "calloc", "realloc", "memalign", "strdup", "strndup", "memdup"})
-    if (ContainsNoCase(bare, part)) return true;
-  for (std::string_view exact : {"xzalloc", "xnmalloc", "xcharalloc", "ximalloc", "xizalloc", "g_new", "g_new0",
-                                 "PyMem_Malloc", "PyObject_Malloc", "_PyObject_New", "_PyObject_GC_New"})
-    if (bare == exact) return true;
-  return false;
 }
 
 // A Python frame, as the heap hook writes one: a function in a .py file.

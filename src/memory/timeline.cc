@@ -16,6 +16,7 @@
 
 #include "common/quote.h"
 #include "export/output_file.h"
+#include "memory/call_site.h"
 #include "memory/symbolize.h"
 
 namespace spyglass::memory {
@@ -109,12 +110,13 @@ std::string Clean(std::string s) {
   return s;
 }
 
+// The site's stack by name, from its call site on (the allocator's plumbing
+// and a program's wrappers left out, as the reports name sites): at most 6.
 std::string StackName(uint32_t id, const std::unordered_map<uintptr_t, SymLocation>& syms) {
   const Site* s = GetSite(id);
   if (!s) return "";
-  std::string out;
-  int names = 0;
-  for (uint32_t i = 0; i < s->depth && names < 6; ++i) {
+  std::vector<std::string> all;
+  for (uint32_t i = 0; i < s->depth && all.size() < 64; ++i) {
     uintptr_t w = s->frames[i];
     std::vector<std::string> fs;
     if (IsSymbolicFrame(w)) {
@@ -127,11 +129,14 @@ std::string StackName(uint32_t id, const std::unordered_map<uintptr_t, SymLocati
       std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(w));
       fs.push_back(hex);
     }
-    for (const std::string& f : fs) {
-      if (names++ == 6) break;
-      if (!out.empty()) out += " <- ";
-      out += f;
-    }
+    for (std::string& f : fs) all.push_back(std::move(f));
+  }
+  size_t first = 0;
+  while (first + 1 < all.size() && (IsPlumbing(all[first]) || IsAllocatorWrapper(all[first]))) ++first;
+  std::string out;
+  for (size_t i = first; i < all.size() && i < first + 6; ++i) {
+    if (!out.empty()) out += " <- ";
+    out += all[i];
   }
   return Clean(out);
 }
@@ -210,7 +215,7 @@ Timeline CurrentTimeline(bool symbolize) {
     std::vector<uintptr_t> pcs;
     for (const auto& [id, _] : ids)
       if (const Site* s = GetSite(id))
-        for (uint32_t i = 0; i < s->depth && i < 8; ++i)
+        for (uint32_t i = 0; i < s->depth && i < 16; ++i)
           if (!IsSymbolicFrame(s->frames[i])) pcs.push_back(s->frames[i]);
     syms = Symbolize(pcs);
   }

@@ -377,6 +377,33 @@ TEST(MemoryProfile, CounterTrackInTrace) {
   FreeAll(12, 100);
 }
 
+__attribute__((noinline)) void MyXmalloc(uintptr_t base, int i) {  // a program's allocation wrapper
+  mem::record_allocation(P(base, i), 1 << 20, "gpu:7");
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void FillWeightCache(uintptr_t base, int n) {
+  for (int i = 0; i < n; ++i) MyXmalloc(base, i);
+  asm volatile("" ::: "memory");
+}
+
+// The trace's per-site counters are named from the call site on, past a
+// program's allocation wrapper, as memtop names sites.
+TEST(MemoryProfile, SiteCountersAreNamedPastWrappers) {
+  std::string dir = MakeTempDir();
+  ASSERT_TRUE(prof::start_trace(dir).ok());
+  FillWeightCache(14, 20);
+  ASSERT_TRUE(prof::stop_trace().ok());
+  auto space = spyglass::testing::ReadXSpace(prof::last_trace_files().xplane_path);
+  const auto* host = spyglass::testing::FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  std::string names;
+  for (const auto& [id, m] : host->event_metadata())
+    if (m.name().rfind("memory gpu:7 ", 0) == 0) names += m.name() + "\n";
+  EXPECT_NE(names.find("memory gpu:7 FillWeightCache"), std::string::npos) << names;
+  EXPECT_EQ(names.find("MyXmalloc"), std::string::npos) << names;
+  FreeAll(14, 20);
+}
+
 // When the counter's buffer fills, the track keeps the run's peak and its
 // last value (drawn from the memory timeline past the fill) and says so.
 TEST(MemoryProfile, CounterTrackKeepsPeakAndEndPastItsBuffer) {
