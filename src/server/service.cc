@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -107,6 +108,7 @@ grpc::Status ProfilerServiceImpl::Monitor(grpc::ServerContext*, const tensorflow
 }
 
 namespace {
+constexpr char kXPlaneToolName[] = "xplane.pb";
 grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapture& p, model::Space space,
                    tensorflow::ProfileResponse* resp);
 }  // namespace
@@ -179,11 +181,20 @@ grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapt
   const tensorflow::ProfileRequest* req = &request;
   space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
   resp->set_empty_trace(space.event_count() == 0);
-  if (!req->emit_xspace()) {  // this process writes the file: the export step, from the model
+  if (p.write_file) {  // this process writes the file (allowed_log_root): the export step, from the model
     exporter::OutputDir dir;
     if (Status s = OpenProfileDir(p.target, &dir); !s.ok()) return ToGrpc(s);
     exporter::ExportedFiles files;
     return ToGrpc(exporter::Export(space, dir, {{exporter::Format::kXPlane}, p.target.stem, {}}, &files));
+  }
+  if (!req->emit_xspace()) {
+    // No allowed_log_root: the file comes back as tool data, which clients
+    // (tsl's capture: jax.collect_profile, XProf, TensorBoard) write to
+    // <repository_root>/<session_id>/<host>.xplane.pb themselves.
+    tensorflow::ProfileToolData* tool = resp->add_tool_data();
+    tool->set_name(kXPlaneToolName);
+    if (Status s = exporter::SerializeXSpace(space, tool->mutable_data()); !s.ok()) return ToGrpc(s);
+    return grpc::Status::OK;
   }
   // The reply: the serialized XSpace goes out as field `xspace` without being
   // parsed back into messages (a copy several times its size): as an unknown
@@ -252,11 +263,15 @@ Status start_server(int port, const ServerOptions& options) {
   if (options.max_duration_ms == 0) return InvalidArgumentError("max_duration_ms must be > 0");
   if (options.max_buffer_bytes_per_thread == 0 || options.max_buffer_bytes_total == 0)
     return InvalidArgumentError("max_buffer_bytes_per_thread and max_buffer_bytes_total must be > 0");
-  if (!options.allowed_log_root.empty() &&
-      (options.allowed_log_root[0] != '/' || options.allowed_log_root.find("/..") != std::string::npos ||
-       options.allowed_log_root.find("/./") != std::string::npos))
-    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got " +
-                                QuoteInput(options.allowed_log_root));
+  ServerOptions resolved = options;
+  if (resolved.allowed_log_root.empty()) {
+    if (const char* env = std::getenv(kEnvAllowedLogRoot); env != nullptr) resolved.allowed_log_root = env;
+  }
+  if (!resolved.allowed_log_root.empty() &&
+      (resolved.allowed_log_root[0] != '/' || resolved.allowed_log_root.find("/..") != std::string::npos ||
+       resolved.allowed_log_root.find("/./") != std::string::npos))
+    return InvalidArgumentError(std::string("allowed_log_root (or ") + kEnvAllowedLogRoot +
+                                ") must be a clean absolute path, got " + QuoteInput(resolved.allowed_log_root));
   ServerState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.server) return AlreadyExistsError("Only one profiler server can be active at a time (it listens on port " +
@@ -264,7 +279,7 @@ Status start_server(int port, const ServerOptions& options) {
   std::string host = options.bind_address;
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   std::string address = host + ":" + std::to_string(port);
-  auto service = std::make_unique<ProfilerServiceImpl>(options);
+  auto service = std::make_unique<ProfilerServiceImpl>(resolved);
   NoteGrpcUsed();
   grpc::ServerBuilder builder;
   int selected = 0;
