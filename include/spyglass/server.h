@@ -30,25 +30,27 @@ namespace spyglass::profiler {
 
 struct ServerOptions {
   // The address the server listens on. The default accepts connections from
-  // this machine only. "0.0.0.0" or "::" listen on every interface: then
-  // anyone who can reach the port can start a capture (there is no
-  // authentication in the protocol) and make this process write
-  // <dir>/plugins/profile/<run>/<host>.xplane.pb files to any directory the
-  // request may name (see allowed_log_root).
+  // this machine only (any local user). "0.0.0.0" or "::" listen on every
+  // interface: then anyone who can reach the port can start a capture (there
+  // is no authentication in the protocol).
   std::string bind_address = "127.0.0.1";
   // Longest capture a request may ask for; longer ones are rejected with
   // InvalidArgument. (The subprocess protocol's "until Terminate" duration,
   // UINT64_MAX, is always accepted: such a capture ends on Terminate or when
   // the client disconnects.)
   uint64_t max_duration_ms = 3600000;
-  // Where a request may make this process write. Requests name a
-  // repository_root that must be an absolute path ending in
-  // "plugins/profile", without "..", "." or symbolic links in any existing
-  // component. When this is set, repository_root must also lie inside it.
-  // Empty (default): any directory that satisfies those rules. Fixed bounds
-  // apply either way: the profile's whole path under 4096 bytes, each name
-  // (and the session id) at most 255 bytes, and at most 8 directories that do
-  // not exist yet created by one request.
+  // Where a request may make this process write. Empty (the default, unless
+  // the environment variable SPYGLASS_ALLOWED_LOG_ROOT sets it): the server
+  // creates no file. A request that does not ask for emit_xspace gets the
+  // profile back as tool data "xplane.pb", which the client writes to
+  // <repository_root>/<session_id>/<host>.xplane.pb itself (tsl's capture:
+  // jax.collect_profile, XProf's and TensorBoard's CAPTURE PROFILE).
+  // When set (a clean absolute path), such a request makes this process
+  // write that file, as the reference server does: repository_root must lie
+  // inside this directory, be absolute, end in "plugins/profile", and have
+  // no "..", "." or symbolic link in an existing component below it; the
+  // profile's whole path stays under 4096 bytes, each name (and the session
+  // id) at most 255 bytes, and one request creates at most 8 directories.
   std::string allowed_log_root;
   // Latest start a request may ask for (opts.start_timestamp_ns), in ms from
   // now; later ones are rejected with InvalidArgument. A request waits for
@@ -68,8 +70,13 @@ struct ServerOptions {
 // Starts the server on `port` (1..65535; 0 picks a free port, see
 // server_port()). Errors: AlreadyExists if one is already running,
 // InvalidArgument for a bad port/address, Unavailable if the port is in use
-// or cannot be bound.
+// or cannot be bound, InvalidArgument for an allowed_log_root that is not a
+// clean absolute path.
 SPYGLASS_API Status start_server(int port, const ServerOptions& options = {});
+// The environment variable that sets ServerOptions::allowed_log_root when
+// the options leave it empty (servers started from Python or by
+// SPYGLASS_SERVER_PORT).
+inline constexpr const char* kEnvAllowedLogRoot = "SPYGLASS_ALLOWED_LOG_ROOT";
 // Stops the server; waits for in-flight requests (a running capture is
 // cancelled). FailedPrecondition if none runs.
 SPYGLASS_API Status stop_server();

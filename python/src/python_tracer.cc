@@ -464,6 +464,86 @@ int ProfileFn(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
+// ---- Another profiler's hook, kept working ------------------------------------
+// A thread that another tool profiles (sys.setprofile, cProfile) when the
+// session starts, or that the other tool's threading.setprofile hook reaches,
+// gets ChainFn: it records as ProfileFn does and calls the other tool's
+// function, held in a capsule (the thread's profile object) with its own
+// object. At stop the other tool's function and object are put back.
+struct ChainedHook {
+  Py_tracefunc func;
+  PyObject* obj;  // owned
+};
+
+void DestroyChain(PyObject* capsule) {
+  auto* c = static_cast<ChainedHook*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (c == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  Py_XDECREF(c->obj);
+  delete c;
+}
+
+int ChainFn(PyObject* capsule, PyFrameObject* frame, int what, PyObject* arg) {
+  auto* c = static_cast<ChainedHook*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (c == nullptr) return -1;
+  // Ours inside theirs: our events do not hold the other tool's time.
+  bool begins = what == PyTrace_CALL || what == PyTrace_C_CALL;
+  if (!begins) ProfileFn(nullptr, frame, what, arg);
+  // Kept alive across the call: the other tool may replace this thread's hook.
+  Py_INCREF(capsule);
+  int r = c->func(c->obj, frame, what, arg);
+  Py_DECREF(capsule);
+  if (begins) ProfileFn(nullptr, frame, what, arg);
+  return r;
+}
+
+// The profile hook of `ts` that chains to the one it has (func, obj).
+// False (error cleared) when it cannot be made.
+bool InstallChain(PyThreadState* ts, Py_tracefunc func, PyObject* obj) {
+  auto* c = new ChainedHook{func, obj};
+  Py_XINCREF(obj);
+  PyObject* capsule = PyCapsule_New(c, nullptr, DestroyChain);
+  if (capsule == nullptr) {
+    Py_XDECREF(obj);
+    delete c;
+    PyErr_Clear();
+    return false;
+  }
+  int r = 0;
+  if (ts == PyThreadState_Get()) {
+    PyEval_SetProfile(ChainFn, capsule);
+    r = PyErr_Occurred() ? -1 : 0;
+  } else {
+#if PY_VERSION_HEX < 0x030C0000
+    r = _PyEval_SetProfile(ts, ChainFn, capsule);
+#else
+    r = -1;  // other threads are chained only before 3.12
+#endif
+  }
+  Py_DECREF(capsule);
+  if (r != 0) PyErr_Clear();
+  return r == 0;
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+// Puts back the other tool's hook that ChainFn wraps on `ts`.
+void RemoveChain(PyThreadState* ts) {
+  PyObject* capsule = ts->c_profileobj;
+  auto* c = static_cast<ChainedHook*>(PyCapsule_GetPointer(capsule, nullptr));
+  if (c == nullptr) {
+    PyErr_Clear();
+    _PyEval_SetProfile(ts, nullptr, nullptr);
+    return;
+  }
+  Py_INCREF(capsule);  // c stays valid while the hook is swapped
+  _PyEval_SetProfile(ts, c->func, c->obj);
+  Py_DECREF(capsule);
+  if (PyErr_Occurred()) PyErr_Clear();
+}
+#endif
+
 // ---- sys.monitoring (3.12+) ---------------------------------------------------
 #if PY_VERSION_HEX >= 0x030C0000
 #define SG_HAVE_MONITORING 1
@@ -725,10 +805,35 @@ void MonitoringStop() {}
 // threading.setprofile hook: runs on a new thread's first event, names the
 // thread's line, and swaps in the C hook (sys.monitoring: removes itself, the
 // events already come), or removes itself when the session has ended.
+// Another tool's threading.setprofile hook (set before the session) is given
+// to the thread too, as threading would have: installed with sys.setprofile
+// and called for this first event; the profile function then chains to it.
 PyObject* Bootstrap(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!g_active || g_tool >= 0) PyEval_SetProfile(nullptr, nullptr);
+  PyObject* other = g_prev_thread_hook != nullptr && g_prev_thread_hook != Py_None ? g_prev_thread_hook : nullptr;
+  if (other != nullptr) {
+    Py_INCREF(other);
+    PyObject* sys = PyImport_ImportModule("sys");
+    PyObject* r = sys != nullptr ? PyObject_CallMethod(sys, "setprofile", "O", other) : nullptr;
+    Py_XDECREF(r);
+    Py_XDECREF(sys);
+    if (r != nullptr && nargs == 3) {  // the event that woke us, for the other tool
+      PyObject* seen = PyObject_Vectorcall(other, args, 3, nullptr);
+      Py_XDECREF(seen);
+    }
+    Py_DECREF(other);
+    if (PyErr_Occurred()) PyErr_Clear();
+  } else if (!g_active || g_tool >= 0) {
+    PyEval_SetProfile(nullptr, nullptr);
+  }
   if (!g_active) Py_RETURN_NONE;
-  if (g_tool < 0) PyEval_SetProfile(ProfileFn, nullptr);
+  if (g_tool < 0) {
+    PyThreadState* ts = PyThreadState_Get();
+    if (other != nullptr && ts->c_profilefunc != nullptr && ts->c_profilefunc != ProfileFn) {
+      if (!InstallChain(ts, ts->c_profilefunc, ts->c_profileobj)) PyEval_SetProfile(ProfileFn, nullptr);
+    } else {
+      PyEval_SetProfile(ProfileFn, nullptr);
+    }
+  }
   // Name the thread's timeline line after the Python thread.
   if (PyObject* threading = PyImport_ImportModule("threading")) {
     if (PyObject* t = PyObject_CallMethod(threading, "current_thread", nullptr)) {
@@ -773,7 +878,9 @@ PyMethodDef g_bootstrap_def = {"_thread_profile_bootstrap",
                                METH_FASTCALL, "Installs Spyglass's Python tracer on a new thread."};
 
 // Sets or clears the profile function on every thread of this interpreter.
-// Before 3.12, threads profiled by someone else (cProfile...) are left alone.
+// Before 3.12, a thread that another tool profiles (sys.setprofile,
+// cProfile) gets ChainFn, which calls that tool's function too; at stop its
+// function is put back. (A new thread's bootstrap hook, not yet run, is left.)
 void SetHookAllThreads(bool on) {
 #if PY_VERSION_HEX >= 0x030C0000
   PyEval_SetProfileAllThreads(on ? ProfileFn : nullptr, nullptr);
@@ -782,8 +889,18 @@ void SetHookAllThreads(bool on) {
   PyThreadState* me = PyThreadState_Get();
   PyInterpreterState* interp = PyThreadState_GetInterpreter(me);
   for (PyThreadState* ts = PyInterpreterState_ThreadHead(interp); ts != nullptr; ts = PyThreadState_Next(ts)) {
-    if (on && ts->c_profilefunc == nullptr) _PyEval_SetProfile(ts, ProfileFn, nullptr);
-    if (!on && ts->c_profilefunc == ProfileFn) _PyEval_SetProfile(ts, nullptr, nullptr);
+    if (on) {
+      if (ts->c_profilefunc == nullptr) {
+        _PyEval_SetProfile(ts, ProfileFn, nullptr);
+      } else if (ts->c_profilefunc != ProfileFn && ts->c_profilefunc != ChainFn &&
+                 ts->c_profileobj != g_bootstrap) {
+        InstallChain(ts, ts->c_profilefunc, ts->c_profileobj);
+      }
+    } else if (ts->c_profilefunc == ProfileFn) {
+      _PyEval_SetProfile(ts, nullptr, nullptr);
+    } else if (ts->c_profilefunc == ChainFn) {
+      RemoveChain(ts);
+    }
     if (PyErr_Occurred()) PyErr_Clear();
   }
 #endif

@@ -66,7 +66,10 @@ Status PrepareCapture(const profiler::ServerOptions& server, const tensorflow::P
               server.max_buffer_bytes_total, "max_buffer_bytes_total", &out->warnings);
   if (Status s = profiler::ValidateOptions(options); !s.ok()) return s;
 
-  if (!req.emit_xspace()) {
+  // A loopback client can be any local user: without a root the program
+  // chose, this process creates no file a request names.
+  out->write_file = !req.emit_xspace() && !server.allowed_log_root.empty();
+  if (out->write_file) {
     std::string host = req.host_name();
     auto o = options.advanced_configuration.find("override_hostname");
     if (o != options.advanced_configuration.end() && o->second.is_string() && !o->second.as_string().empty())

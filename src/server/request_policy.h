@@ -24,7 +24,12 @@ struct PreparedCapture {
   uint64_t duration_ms = 0;           // or kUntilTerminate
   uint64_t delay_ns = 0;              // how long to wait before starting
   std::string session_id;             // what Terminate names (and the run directory)
-  ProfileTarget target;               // where to write, when the request does not emit_xspace
+  ProfileTarget target;               // where to write, when write_file
+  // The request did not ask for emit_xspace: the server writes
+  // target.file when it has an allowed_log_root; without one it writes
+  // nothing and replies with the file as tool_data "xplane.pb", which the
+  // client saves as <repository_root>/<session_id>/<host>.xplane.pb itself.
+  bool write_file = false;
   std::vector<std::string> warnings;  // for the capture's output (clamped buffers)
 };
 

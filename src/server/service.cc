@@ -9,11 +9,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string_view>
 #include <vector>
 
-#include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/support/server_interceptor.h>
 
 #include "common/clock.h"
@@ -60,6 +60,85 @@ class TrimAfterProfileFactory : public grpc::experimental::ServerInterceptorFact
 
 }  // namespace
 
+CaptureBuilder::CaptureBuilder() {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()>* job = jobs_.front();
+      jobs_.pop_front();
+      lock.unlock();
+      (*job)();
+      lock.lock();
+      *job = nullptr;  // done: the waiting caller may go
+      cv_.notify_all();
+    }
+  });
+}
+
+CaptureBuilder::~CaptureBuilder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CaptureBuilder::Run(const std::function<void()>& job) {
+  std::function<void()> mine = job;
+  std::unique_lock<std::mutex> lock(mu_);
+  jobs_.push_back(&mine);
+  cv_.notify_all();
+  cv_.wait(lock, [&mine] { return !mine; });
+}
+
+void ProfilerServiceImpl::WaitForCalls() {
+  std::unique_lock<std::mutex> lock(calls_->mu);
+  calls_->cv.wait(lock, [this] { return calls_->running == 0; });
+}
+
+grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                                       grpc::ByteBuffer* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto request = std::make_shared<tensorflow::ProfileRequest>();
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (req->Dump(&slices).ok())
+    for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  if (!request->ParseFromString(bytes)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the ProfileRequest does not parse"));
+    return reactor;
+  }
+  std::shared_ptr<CallCount> calls = calls_;
+  {
+    std::lock_guard<std::mutex> lock(calls->mu);
+    ++calls->running;
+  }
+  // A capture waits for its duration: a thread per call, not gRPC's.
+  std::thread([this, ctx, reactor, resp, request, calls] {
+    ReplyBytes out;
+    grpc::Status st = RunProfile(ctx, *request, &out);
+    if (st.ok()) {
+      grpc::Slice parts[2] = {grpc::Slice(out.head), grpc::Slice()};
+      size_t n = 1;
+      if (out.payload) {
+        std::string* payload = out.payload.release();
+        parts[1] = grpc::Slice(
+            payload->data(), payload->size(), [](void* p) { delete static_cast<std::string*>(p); }, payload);
+        n = 2;
+      }
+      *resp = grpc::ByteBuffer(parts, n);
+    }
+    reactor->Finish(st);  // ctx, resp and the service may go from here on
+    std::lock_guard<std::mutex> lock(calls->mu);
+    --calls->running;
+    calls->cv.notify_all();
+  }).detach();
+  return reactor;
+}
+
 void ProfilerServiceImpl::BeginShutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,7 +147,7 @@ void ProfilerServiceImpl::BeginShutdown() {
   cv_.notify_all();
 }
 
-ProfilerServiceImpl::WaitEnd ProfilerServiceImpl::Wait(grpc::ServerContext* ctx, const std::string& session_id,
+ProfilerServiceImpl::WaitEnd ProfilerServiceImpl::Wait(grpc::ServerContextBase* ctx, const std::string& session_id,
                                                        std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -107,12 +186,14 @@ grpc::Status ProfilerServiceImpl::Monitor(grpc::ServerContext*, const tensorflow
 }
 
 namespace {
+constexpr char kXPlaneToolName[] = "xplane.pb";
 grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapture& p, model::Space space,
-                   tensorflow::ProfileResponse* resp);
+                   ReplyBytes* out);
 }  // namespace
 
-grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensorflow::ProfileRequest* req,
-                                          tensorflow::ProfileResponse* resp) {
+grpc::Status ProfilerServiceImpl::RunProfile(grpc::ServerContextBase* ctx, const tensorflow::ProfileRequest& request,
+                                             ReplyBytes* resp) {
+  const tensorflow::ProfileRequest* req = &request;
   using Clock = std::chrono::steady_clock;
   if (shutting_down_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the profiler server is stopping");
   PreparedCapture p;
@@ -138,12 +219,16 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
     }
   }
 
-  model::Space space;
   if (auto fr = p.options.advanced_configuration.find("spyglass_flight_recorder");
       fr != p.options.advanced_configuration.end() && fr->second.is_bool() && fr->second.as_bool()) {
     // The running flight recorder's ring, at once: no session, no waiting.
-    if (Status s = session::Session::SnapshotFlightRecorder(&space); !s.ok()) return ToGrpc(s);
-    return Reply(*req, p, std::move(space), resp);
+    grpc::Status st;
+    builder_.Run([&] {
+      model::Space space;
+      Status s = session::Session::SnapshotFlightRecorder(&space);
+      st = s.ok() ? Reply(*req, p, std::move(space), resp) : ToGrpc(s);
+    });
+    return st;
   }
 
   std::unique_ptr<session::Session> session;
@@ -164,36 +249,72 @@ grpc::Status ProfilerServiceImpl::Profile(grpc::ServerContext* ctx, const tensor
       return grpc::Status(grpc::StatusCode::CANCELLED, "the profiler server is stopping; the capture was stopped");
   }
 
-  session::SessionSummary summary;
-  Status collect = session->Stop(&space, &summary);
-  session.reset();
-  if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
-  return Reply(*req, p, std::move(space), resp);
+  grpc::Status st;
+  builder_.Run([&] {
+    model::Space space;
+    session::SessionSummary summary;
+    Status collect = session->Stop(&space, &summary);
+    session.reset();
+    if (!collect.ok()) std::fprintf(stderr, "spyglass server: %s\n", collect.ToString().c_str());
+    st = Reply(*req, p, std::move(space), resp);
+  });
+  return st;
 }
 
 namespace {
+// Appends a varint (protobuf wire format).
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+// The key of a length-delimited field.
+void PutBytesKey(int field, uint64_t size, std::string* out) {
+  PutVarint(static_cast<uint64_t>(field) << 3 | 2, out);
+  PutVarint(size, out);
+}
+
 // The reply of a capture: the model written by this process (export step), or
-// sent back as a serialized XSpace.
+// sent back as a serialized XSpace, in field `xspace` (emit_xspace) or as
+// tool data "xplane.pb". The wire bytes are made here: ProfileResponse's
+// empty_trace, then the key of the field whose bytes (out->payload) follow.
 grpc::Status Reply(const tensorflow::ProfileRequest& request, const PreparedCapture& p, model::Space space,
-                   tensorflow::ProfileResponse* resp) {
+                   ReplyBytes* out) {
   const tensorflow::ProfileRequest* req = &request;
   space.warnings.insert(space.warnings.end(), p.warnings.begin(), p.warnings.end());
-  resp->set_empty_trace(space.event_count() == 0);
-  if (!req->emit_xspace()) {  // this process writes the file: the export step, from the model
+  if (space.event_count() == 0) {
+    PutVarint(tensorflow::ProfileResponse::kEmptyTraceFieldNumber << 3 | 0, &out->head);
+    PutVarint(1, &out->head);
+  }
+  if (p.write_file) {  // this process writes the file (allowed_log_root): the export step, from the model
     exporter::OutputDir dir;
     if (Status s = OpenProfileDir(p.target, &dir); !s.ok()) return ToGrpc(s);
     exporter::ExportedFiles files;
     return ToGrpc(exporter::Export(space, dir, {{exporter::Format::kXPlane}, p.target.stem, {}}, &files));
   }
-  // The reply: the serialized XSpace goes out as field `xspace` without being
-  // parsed back into messages (a copy several times its size): as an unknown
-  // field, its wire bytes are those of a set xspace. The model is freed
-  // before the reply exists.
-  std::string* field = resp->GetReflection()->MutableUnknownFields(resp)->AddLengthDelimited(
-      tensorflow::ProfileResponse::kXspaceFieldNumber);
   // Cut to fit protobuf's 2 GB limit if it must be (counted and warned in it).
-  if (Status s = exporter::SerializeXSpace(space, field); !s.ok()) return ToGrpc(s);
-  return grpc::Status::OK;  // `space` is freed here, before gRPC copies the reply
+  out->payload = std::make_unique<std::string>();
+  if (Status s = exporter::SerializeXSpace(space, out->payload.get()); !s.ok()) return ToGrpc(s);
+  space = model::Space{};  // freed before gRPC sends the reply
+  const uint64_t n = out->payload->size();
+  if (req->emit_xspace()) {
+    PutBytesKey(tensorflow::ProfileResponse::kXspaceFieldNumber, n, &out->head);
+    return grpc::Status::OK;
+  }
+  // No allowed_log_root: the file comes back as tool data, which clients
+  // (tsl's capture: jax.collect_profile, XProf, TensorBoard) write to
+  // <repository_root>/<session_id>/<host>.xplane.pb themselves.
+  std::string name_field;
+  PutBytesKey(tensorflow::ProfileToolData::kNameFieldNumber, sizeof kXPlaneToolName - 1, &name_field);
+  name_field += kXPlaneToolName;
+  std::string data_key;
+  PutBytesKey(tensorflow::ProfileToolData::kDataFieldNumber, n, &data_key);
+  PutBytesKey(tensorflow::ProfileResponse::kToolDataFieldNumber, name_field.size() + data_key.size() + n, &out->head);
+  out->head += name_field;
+  out->head += data_key;
+  return grpc::Status::OK;
 }
 }  // namespace
 
@@ -252,11 +373,15 @@ Status start_server(int port, const ServerOptions& options) {
   if (options.max_duration_ms == 0) return InvalidArgumentError("max_duration_ms must be > 0");
   if (options.max_buffer_bytes_per_thread == 0 || options.max_buffer_bytes_total == 0)
     return InvalidArgumentError("max_buffer_bytes_per_thread and max_buffer_bytes_total must be > 0");
-  if (!options.allowed_log_root.empty() &&
-      (options.allowed_log_root[0] != '/' || options.allowed_log_root.find("/..") != std::string::npos ||
-       options.allowed_log_root.find("/./") != std::string::npos))
-    return InvalidArgumentError("allowed_log_root must be a clean absolute path, got " +
-                                QuoteInput(options.allowed_log_root));
+  ServerOptions resolved = options;
+  if (resolved.allowed_log_root.empty()) {
+    if (const char* env = std::getenv(kEnvAllowedLogRoot); env != nullptr) resolved.allowed_log_root = env;
+  }
+  if (!resolved.allowed_log_root.empty() &&
+      (resolved.allowed_log_root[0] != '/' || resolved.allowed_log_root.find("/..") != std::string::npos ||
+       resolved.allowed_log_root.find("/./") != std::string::npos))
+    return InvalidArgumentError(std::string("allowed_log_root (or ") + kEnvAllowedLogRoot +
+                                ") must be a clean absolute path, got " + QuoteInput(resolved.allowed_log_root));
   ServerState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.server) return AlreadyExistsError("Only one profiler server can be active at a time (it listens on port " +
@@ -264,7 +389,7 @@ Status start_server(int port, const ServerOptions& options) {
   std::string host = options.bind_address;
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   std::string address = host + ":" + std::to_string(port);
-  auto service = std::make_unique<ProfilerServiceImpl>(options);
+  auto service = std::make_unique<ProfilerServiceImpl>(resolved);
   NoteGrpcUsed();
   grpc::ServerBuilder builder;
   int selected = 0;
@@ -299,6 +424,7 @@ Status stop_server() {
   service->BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
+  service->WaitForCalls();
   return Status::Ok();
 }
 

@@ -291,3 +291,36 @@ def test_every_call_recorded_across_chunks_and_sessions(tmp_path, xplane_pb2):
     if annotated:
       around = next(e for e in ev if e[1] == "around")
       assert all(around[2] <= e[2] <= e[3] <= around[3] for e in ev if e[1] == name_of(fib))
+
+
+def test_another_profilers_hooks_keep_working_and_are_restored(tmp_path, xplane_pb2):
+  # Another tool's sys.setprofile (this thread) and threading.setprofile (new
+  # threads): during the trace both keep getting their calls, our events are
+  # recorded on both threads, and both hooks are the other tool's again after.
+  seen = {"main": 0, "thread": 0}
+  def other(frame, event, arg):
+    seen["main"] += 1
+  def other_for_threads(frame, event, arg):
+    seen["thread"] += 1
+  sys.setprofile(other)
+  threading.setprofile(other_for_threads)
+  try:
+    with profiler.trace(tmp_path):
+      before = dict(seen)
+      middle(3)
+      t = threading.Thread(target=middle, args=(2,), name="started_during")
+      t.start()
+      t.join()
+      during = {k: seen[k] - before[k] for k in seen}
+    hook_after, thread_hook_after = sys.getprofile(), threading._profile_hook  # pylint: disable=protected-access
+  finally:
+    sys.setprofile(None)
+    threading.setprofile(None)
+  assert during["main"] > 0, "the other tool's sys.setprofile hook got no calls during the trace"
+  assert during["thread"] > 0, "a thread started during the trace never got the other tool's threading hook"
+  assert hook_after is other
+  assert thread_hook_after is other_for_threads
+  mids = [e for e in events(xplane_pb2) if e[1] == name_of(middle)]
+  assert len(mids) == 2, mids
+  assert any(e[0].endswith(":started_during") for e in mids)
+  assert len([e for e in events(xplane_pb2) if e[1] == name_of(leaf)]) == 5

@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -354,6 +358,9 @@ TEST_F(HostileServerTest, DeepOrLongRepositoryRootsCreateNothing) {
 TEST_F(HostileServerTest, HugeFieldsGetShortInvalidArgumentErrors) {
   std::string huge(1 << 20, 'q');
   std::string dir = MakeTempDir();
+  prof::ServerOptions o;
+  o.allowed_log_root = "/";  // paths are checked only where the server writes
+  Start(o);
   std::vector<tensorflow::ProfileRequest> requests;
   requests.push_back(Request(50, huge));  // session id
   auto r = Request(50, "s");
@@ -440,6 +447,87 @@ TEST(HostileServerMemoryTest, CaptureMemoryIsReturnedAfterTheReply) {
   // What stays: the recorder's cache of free chunks (64 MiB), one chunk per
   // thread and allocator slack; not the 128 MiB recorded, nor the model.
   EXPECT_LT(after - before, kBoundKiB) << "before " << before << " KiB, after " << after << " KiB";
+}
+
+
+
+// One Profile call with a raw reply (not parsed: 40 at once stay cheap here).
+size_t RawProfileCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 120s);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1), reply;
+  grpc::GenericStub stub(channel);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status g;
+  stub.UnaryCall(&ctx, "/tensorflow.ProfilerService/Profile", grpc::StubOptions(), &req, &reply,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   g = std::move(s);
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  return g.ok() ? reply.Length() : 0;
+}
+
+// VmRSS of `pid` once it stops moving (two readings 500 ms apart within 4 MiB).
+long SettledRss(int pid) {
+  long last = StatusKb("VmRSS", pid);
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(500ms);
+    long now = StatusKb("VmRSS", pid);
+    if (std::labs(now - last) < 4 * 1024) return now;
+    last = now;
+  }
+  return last;
+}
+
+// Bursts of 40 concurrent flight-recorder captures: what they used is given
+// back once the replies are sent, burst after burst (it stayed in glibc's
+// per-thread arenas, one per gRPC thread: 80 MB idle grew to 680, then 870).
+TEST(HostileServerMemoryTest, FlightRecorderBurstsLeaveNoMemoryBehind) {
+  setenv("SPYGLASS_FLIGHT_RECORDER", "10", 1);  // the child's flight recorder, started from outside
+  AnnotatingChild child({"--seconds", "300", "--busy", "2"});
+  unsetenv("SPYGLASS_FLIGHT_RECORDER");
+  ASSERT_GT(child.port(), 0);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(child.port()),
+                                           grpc::InsecureChannelCredentials(), args);
+  tensorflow::ProfileRequest r;
+  r.mutable_opts()->set_version(1);
+  r.mutable_opts()->set_host_tracer_level(2);
+  r.mutable_opts()->set_duration_ms(1000);
+  r.set_duration_ms(1000);
+  r.set_emit_xspace(true);
+  (*r.mutable_opts()->mutable_advanced_configuration())["spyglass_flight_recorder"].set_bool_value(true);
+  const std::string request = r.SerializeAsString();
+  std::this_thread::sleep_for(3s);  // the busy threads fill the ring
+  long before = SettledRss(child.pid());
+  long idle[3] = {0, 0, 0};
+  size_t reply = 0;
+  for (long& after : idle) {
+    std::vector<std::thread> calls;
+    std::atomic<size_t> largest{0};
+    for (int i = 0; i < 40; ++i)
+      calls.emplace_back([&] {
+        size_t n = RawProfileCall(channel, request);
+        if (n > largest.load()) largest.store(n);
+      });
+    for (auto& t : calls) t.join();
+    reply = largest.load();
+    after = SettledRss(child.pid());
+  }
+  std::printf("child idle RSS before %ld KiB, after bursts %ld, %ld, %ld KiB; reply %zu bytes\n", before, idle[0],
+              idle[1], idle[2], reply);
+  ASSERT_GT(reply, size_t{1} << 20) << "the ring held too little for the test to mean anything";
+  EXPECT_LT(idle[0] - before, 100 * 1024) << "the first burst left its memory behind";
+  EXPECT_LT(idle[2] - idle[0], 50 * 1024) << "the idle RSS grew from burst to burst";
 }
 
 }  // namespace

@@ -164,9 +164,63 @@ TEST_F(ServerTest, CaptureWritesLocalLayoutWithAnnotations) {
   EXPECT_NE(ReadGzip(r.perfetto_trace_path).find("captured_annotation"), std::string::npos);
 }
 
+// Without allowed_log_root the server creates nothing a request names (a
+// loopback client can be any local user): the profile comes back as tool
+// data, which tsl's clients write under their log dir themselves.
+TEST_F(ServerTest, ByDefaultServerWritesNothingAndRepliesWithToolData) {
+  Annotator a("tool_data_annotation");
+  std::string dir = MakeTempDir();
+  tensorflow::ProfileResponse resp;
+  grpc::Status g = Call(Request(100, dir + "/elsewhere/plugins/profile", "run1", "myhost:1234"), &resp);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_FALSE(resp.empty_trace());
+  EXPECT_FALSE(resp.has_xspace());
+  EXPECT_TRUE(fs::is_empty(dir)) << "the server created files under a directory the request named";
+  ASSERT_EQ(resp.tool_data_size(), 1);
+  EXPECT_EQ(resp.tool_data(0).name(), "xplane.pb");
+  tensorflow::profiler::XSpace space;
+  ASSERT_TRUE(space.ParseFromString(resp.tool_data(0).data()));
+  const auto* host = FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  int n = 0;
+  for (const auto& e : Events(*host)) n += e.name == "tool_data_annotation";
+  EXPECT_GT(n, 10);
+  // Paths that used to be refused are no concern of the server now: still nothing written.
+  g = Call(Request(20, "/etc/plugins/profile", "s", "h"), &resp);
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  EXPECT_FALSE(fs::exists("/etc/plugins/profile/s/h.xplane.pb"));
+}
+
+// SPYGLASS_ALLOWED_LOG_ROOT sets allowed_log_root when the options leave it empty.
+TEST_F(ServerTest, AllowedLogRootFromTheEnvironment) {
+  ASSERT_TRUE(prof::stop_server().ok());
+  std::string allowed = MakeTempDir();
+  setenv(prof::kEnvAllowedLogRoot, allowed.c_str(), 1);
+  Status s = prof::start_server(port_);
+  unsetenv(prof::kEnvAllowedLogRoot);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  grpc::Status g = Call(Request(20, allowed + "/plugins/profile", "s", "h"));
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  EXPECT_TRUE(fs::is_regular_file(allowed + "/plugins/profile/s/h.xplane.pb"));
+  g = Call(Request(20, MakeTempDir() + "/plugins/profile", "s", "h"));
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.error_message().find("outside"), std::string::npos) << g.error_message();
+  ASSERT_TRUE(prof::stop_server().ok());
+  setenv(prof::kEnvAllowedLogRoot, "relative/dir", 1);
+  s = prof::start_server(port_);
+  unsetenv(prof::kEnvAllowedLogRoot);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find(prof::kEnvAllowedLogRoot), std::string::npos) << s.message();
+  ASSERT_TRUE(prof::start_server(port_).ok());  // for TearDown
+}
+
 TEST_F(ServerTest, ServerWritesFileWhenNotEmittingXSpace) {
   Annotator a;
   std::string dir = MakeTempDir();
+  ASSERT_TRUE(prof::stop_server().ok());
+  prof::ServerOptions o;
+  o.allowed_log_root = dir;
+  ASSERT_TRUE(prof::start_server(port_, o).ok());
   tensorflow::ProfileResponse resp;
   grpc::Status g = Call(Request(100, dir + "/plugins/profile", "run1", "myhost:1234"), &resp);
   ASSERT_TRUE(g.ok()) << g.error_message();
@@ -185,6 +239,10 @@ TEST_F(ServerTest, EmptyTraceIsReported) {
 }
 
 TEST_F(ServerTest, RejectsPathTricks) {
+  ASSERT_TRUE(prof::stop_server().ok());
+  prof::ServerOptions o;
+  o.allowed_log_root = "/";  // the server writes, anywhere the rules allow
+  ASSERT_TRUE(prof::start_server(port_, o).ok());
   std::string dir = MakeTempDir();
   std::string outside = MakeTempDir("spyglass-outside");
   fs::create_directories(dir + "/real/plugins");
