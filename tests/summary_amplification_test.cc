@@ -35,6 +35,47 @@ namespace tp = tensorflow::profiler;
 constexpr int64_t kMs = 1'000'000'000;
 constexpr int kEvents = 500;
 
+// A name as the summary keeps it: its first 1024 bytes and how many more.
+std::string Capped(const std::string& name) {
+  return name.substr(0, 1024) + "...(+" + std::to_string(name.size() - 1024) + " bytes)";
+}
+
+// What a file can make the summary hold and print is bounded by the file: one
+// 1 MiB plane name over many threads (each thread, and each of its rows,
+// carried it: gigabytes of JSON and memory), one 1 MiB event name on every
+// thread.
+TEST(Summary, LongNamesDoNotMultiplyOverThreads) {
+  const std::string big(1 << 20, 'p');
+  tp::XSpace space;
+  tp::XPlane* plane = space.add_planes();
+  plane->set_name("/host:process " + big);  // not the host plane: its threads carry its name
+  (*plane->mutable_event_metadata())[1].set_id(1);
+  (*plane->mutable_event_metadata())[1].set_name("op " + big);
+  for (int t = 0; t < 100; ++t) {
+    tp::XLine* line = plane->add_lines();
+    line->set_id(t);
+    line->set_name("thread " + std::to_string(t));
+    tp::XEvent* e = line->add_events();
+    e->set_metadata_id(1);
+    e->set_offset_ps(t * kMs);
+    e->set_duration_ps(kMs);
+  }
+  const std::string bytes = space.SerializeAsString();
+  std::string path = testing::MakeTempDir() + "/long_plane.xplane.pb";
+  std::ofstream(path, std::ios::binary) << bytes;
+  analysis::Summary s;
+  g_allocated = 0;
+  g_counting = true;
+  Status st = analysis::Summarize(path, {}, &s);
+  const std::string json = analysis::SummaryToJson(s), text = analysis::SummaryToText(s);
+  g_counting = false;
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_LT(json.size(), bytes.size()) << "the JSON (419 MB before) is bounded by the input";
+  EXPECT_LT(text.size(), bytes.size());
+  EXPECT_LT(g_allocated.load(), 16 * bytes.size()) << "bytes allocated";
+  EXPECT_NE(json.find("...(+"), std::string::npos);
+}
+
 TEST(Summary, LongNamesAreCopiedOncePerMetadataNotPerEvent) {
   const std::string big(1 << 20, 'k');
   tp::XSpace space;
@@ -99,14 +140,14 @@ TEST(Summary, LongNamesAreCopiedOncePerMetadataNotPerEvent) {
     // copies would be 500 MiB for each kind.
     EXPECT_LT(g_allocated.load(), uint64_t{64} << 20) << "bytes allocated, steps window " << steps_window;
     EXPECT_EQ(s.steps.duration.count, steps_window ? uint64_t{kEvents - 10} : uint64_t{kEvents});
-    EXPECT_EQ(s.steps.name, "step" + big);
+    EXPECT_EQ(s.steps.name, Capped("step" + big));
     ASSERT_EQ(s.counters.size(), 1u);
     EXPECT_EQ(s.counters[0].samples, uint64_t{kEvents});
     EXPECT_EQ(s.counters[0].peak, kEvents - 1);
-    EXPECT_EQ(s.counters[0].name, "counter" + big);
+    EXPECT_EQ(s.counters[0].name, Capped("counter" + big));
     ASSERT_EQ(s.kernels.size(), 1u);
     EXPECT_EQ(s.kernels[0].count, steps_window ? uint64_t{kEvents - 10} : uint64_t{kEvents});
-    EXPECT_EQ(s.kernels[0].name, "kernel" + big);
+    EXPECT_EQ(s.kernels[0].name, Capped("kernel" + big));
   }
 }
 

@@ -14,6 +14,18 @@
 namespace spyglass::analysis {
 namespace {
 
+// Names are kept capped: a name may be megabytes, and a hostile file would
+// make every thread, row and table carry it (1 MiB of plane name over 1000
+// threads was gigabytes). The first kMaxName bytes, cut at a character, and
+// how many were left out; names of up to kMaxName bytes stay whole.
+constexpr size_t kMaxName = 1024;
+std::string ShownName(std::string_view name) {
+  if (name.size() <= kMaxName) return model::ValidUtf8(name);
+  size_t cut = kMaxName;  // the cut itself is never copied whole
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  return model::ValidUtf8(name.substr(0, cut)) + "...(+" + std::to_string(name.size() - cut) + " bytes)";
+}
+
 using profile::EventRecord;
 using profile::LineHeader;
 using profile::PlaneHeader;
@@ -106,7 +118,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
 
   bool OnPlane(const PlaneHeader& p) override {
     ++plane_index_;
-    plane_name_ = std::string(p.name);
+    plane_name_ = ShownName(p.name);
     device_ = StartsWith(p.name, model::kDevicePlanePrefix);
     metadata_ = p.name == model::kMetadataPlaneName;
     // Metadata ids are the plane's own.
@@ -151,7 +163,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
       thread_ = false;
     current_ = ThreadSummary{};
     current_.plane = plane_name_;
-    current_.name = model::ValidUtf8(name);
+    current_.name = ShownName(name);
     current_.id = l.id;
     line_aggs_.clear();
     dense_aggs_.clear();
@@ -232,7 +244,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     auto add = [&](const LineAgg& la) {
       const Agg& a = la.agg;
       if (a.count == 0) return;
-      std::string name = model::ValidUtf8(la.name);
+      std::string name = ShownName(la.name);
       current_aggs_[name].Add(a);
       all_aggs_[name].Add(a);
     };
@@ -397,7 +409,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
   // event (a 1 MiB name on 20k events took 57 s).
   void DeviceOp(const EventRecord& e, int64_t dur) {
     Agg*& cached = op_by_md_[e.metadata_id];
-    if (!cached) cached = &(IsCopy(e.name) ? copies_ : kernels_)[{plane_name_, model::ValidUtf8(e.name)}];
+    if (!cached) cached = &(IsCopy(e.name) ? copies_ : kernels_)[{plane_name_, ShownName(e.name)}];
     Agg& a = *cached;
     ++a.count;
     a.total_ps = SaturatedAdd(a.total_ps, dur);
@@ -416,7 +428,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     }
     CounterPeak*& cached = counter_by_md_[e.metadata_id];
     if (!cached) {
-      std::string name = model::ValidUtf8(e.name);
+      std::string name = ShownName(e.name);
       cached = &counters_map_[{plane_name_, name}];
       if (cached->samples == 0) cached->plane = plane_name_, cached->name = std::move(name);
     }
@@ -429,7 +441,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
 
   std::vector<Step>& StepsOf(const EventRecord& e) {
     std::vector<Step>*& cached = steps_by_md_[e.metadata_id];
-    if (!cached) cached = &steps_by_name_[std::string(e.name)];
+    if (!cached) cached = &steps_by_name_[ShownName(e.name)];
     return *cached;
   }
 

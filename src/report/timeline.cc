@@ -73,6 +73,16 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
 }
 
 void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail) {
+  // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
+  // more it had: a megabyte name on every event is neither hashed per event
+  // nor drawn whole.
+  std::string capped;
+  if (name.size() > kMaxNameLength) {
+    size_t n = kMaxNameLength;
+    while (n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+    capped = std::string(name.substr(0, n)) + "...(+" + std::to_string(name.size() - n) + " bytes)";
+    name = capped;
+  }
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
     it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;

@@ -79,6 +79,7 @@ inline constexpr size_t kMaxLanes = 128;
 inline constexpr size_t kMaxTracks = 2000;
 inline constexpr size_t kMaxCounters = 64;
 inline constexpr size_t kMaxDetails = 65536, kMaxDetailBytes = 8 << 20, kMaxDetailLength = 256;
+inline constexpr size_t kMaxNameLength = 1024;  // bytes of an event's name kept (cut at a character)
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.

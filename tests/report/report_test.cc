@@ -82,6 +82,23 @@ std::vector<Span> Decode(const report::Timeline& tl, const report::TimelineTrack
   return out;
 }
 
+// A megabyte name on every event of many threads is kept once, capped: the
+// page stays the size of the input (a 20 MiB name made an 860 MiB page).
+TEST(TimelineTest, HugeNamesAreCappedAndKeptOnce) {
+  const std::string big = "op " + std::string(20 << 20, 'x');
+  report::TimelineBuilder b;
+  for (int t = 0; t < 30; ++t) {
+    b.BeginLine("/host:CPU", "t" + std::to_string(t));
+    for (int i = 0; i < 3; ++i) b.AddEvent(big, i * 1'000'000'000ll, 100'000'000);
+    b.EndLine();
+  }
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.names.size(), 1u);
+  EXPECT_EQ(tl.names[0], big.substr(0, report::kMaxNameLength) + "...(+" +
+                             std::to_string(big.size() - report::kMaxNameLength) + " bytes)");
+  EXPECT_EQ(tl.events, 90u);
+}
+
 TEST(TimelineTest, NestedEventsGoOneLanePerDepth) {
   report::TimelineBuilder b;
   b.BeginLine("/host:CPU", "main");
