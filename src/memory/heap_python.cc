@@ -197,10 +197,18 @@ uint32_t InternCode(void* code) {
   return id;
 }
 
-CodeInfo* CodeInfoOf(void* code) {
+// Whether a walk may give a code object its extra slot (set_extra), or only
+// read the slots already set. Setting grows the code's extra array
+// (PyMem_Realloc): never inside a reallocation through CPython's allocators,
+// which may be _PyCode_SetExtra growing that very array (another user of
+// extras: the Python tracer, a debugger): the caller stores its new array
+// after the call returns, over ours, or reallocates a block ours just freed.
+enum class Extras { kReadWrite, kReadOnly };
+
+CodeInfo* CodeInfoOf(void* code, Extras extras) {
   void* extra = nullptr;
   if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr) return static_cast<CodeInfo*>(extra);
-  if (g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
+  if (extras == Extras::kReadOnly || g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
   CodeInfo* info = &g_code_info[g_code_info_used];
   info->function = InternCode(code);
   info->next_way = 0;
@@ -218,8 +226,8 @@ CodeInfo* CodeInfoOf(void* code) {
 // instruction (-1 before the first), the key of the line cache; `line_of`
 // computes the line when the cache does not have it.
 template <typename LineOf>
-uintptr_t FrameWord(void* code, int lasti, const LineOf& line_of) {
-  CodeInfo* info = CodeInfoOf(code);
+uintptr_t FrameWord(void* code, int lasti, const LineOf& line_of, Extras extras) {
+  CodeInfo* info = CodeInfoOf(code, extras);
   if (info == nullptr) return SymbolicFrame(InternCode(code), line_of());
   for (int i = 0; i < kLineWays; ++i)
     if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
@@ -243,16 +251,16 @@ void* ThreadStateWithGil() {
 // reading a frame may create its frame object (kept by the frame, freed with
 // it); the collector is disabled meanwhile so that this allocation cannot run
 // a collection inside the allocator.
-int WalkPythonApi(void* ts, uintptr_t* out, int max) {
+int WalkPythonApi(void* ts, uintptr_t* out, int max, Extras extras) {
   PythonCallScope scope;
   int n = 0;
   void* f = g_api.thread_state_get_frame(ts);  // new reference or NULL
   while (f != nullptr && n < max) {
     void* code = g_api.frame_get_code(f);
     if (g_api.frame_get_lasti != nullptr) {
-      out[n++] = FrameWord(code, g_api.frame_get_lasti(f), [&] { return g_api.frame_get_line(f); });
+      out[n++] = FrameWord(code, g_api.frame_get_lasti(f), [&] { return g_api.frame_get_line(f); }, extras);
     } else {  // 3.10: no offset to key the line cache by
-      CodeInfo* info = CodeInfoOf(code);
+      CodeInfo* info = CodeInfoOf(code, extras);
       out[n++] = SymbolicFrame(info != nullptr ? info->function : InternCode(code), g_api.frame_get_line(f));
     }
     g_api.decref(code);
@@ -295,7 +303,7 @@ inline T At(const void* base, int offset) {
   return v;
 }
 
-int WalkPythonRaw(void* ts, uintptr_t* out, int max) {
+int WalkPythonRaw(void* ts, uintptr_t* out, int max, Extras extras) {
   const RawLayout& L = g_raw;
   const void* f = L.ts_cframe >= 0 ? At<const void*>(At<const void*>(ts, L.ts_cframe), L.current_frame)
                                    : At<const void*>(ts, L.current_frame);
@@ -311,16 +319,16 @@ int WalkPythonRaw(void* ts, uintptr_t* out, int max) {
         (At<intptr_t>(f, L.instr) - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
     if (owner != kOwnedByGenerator && units < At<int32_t>(code, L.first_traceable)) continue;
     const int lasti = units < 0 ? -1 : static_cast<int>(units * 2);  // PyFrame_GetLasti
-    out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, static_cast<int>(units * 2)); });
+    out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, static_cast<int>(units * 2)); }, extras);
   }
   return n;
 }
 
 // The calling thread's Python frames, innermost first, if it holds the GIL; else none.
-int WalkPython(uintptr_t* out, int max) {
+int WalkPython(uintptr_t* out, int max, Extras extras) {
   void* ts = ThreadStateWithGil();
   if (ts == nullptr) return 0;
-  return g_raw_on ? WalkPythonRaw(ts, out, max) : WalkPythonApi(ts, out, max);
+  return g_raw_on ? WalkPythonRaw(ts, out, max, extras) : WalkPythonApi(ts, out, max, extras);
 }
 
 // Picks the layout of this Python (3.11-3.13) and turns the in-place walk on
@@ -339,17 +347,29 @@ void ChooseWalk() {
   void* ts = ThreadStateWithGil();
   if (ts == nullptr) return;
   uintptr_t api[kMaxPythonFrames], raw[kMaxPythonFrames];
-  const int n = WalkPythonApi(ts, api, kMaxPythonFrames);
-  g_raw_on = n > 0 && WalkPythonRaw(ts, raw, kMaxPythonFrames) == n && std::memcmp(api, raw, sizeof(uintptr_t) * n) == 0;
+  const int n = WalkPythonApi(ts, api, kMaxPythonFrames, Extras::kReadWrite);
+  g_raw_on = n > 0 && WalkPythonRaw(ts, raw, kMaxPythonFrames, Extras::kReadWrite) == n &&
+             std::memcmp(api, raw, sizeof(uintptr_t) * n) == 0;
 }
 
 inline bool IsEvalFrame(uintptr_t ret) { return ret - 1 >= g_eval_lo && ret - 1 < g_eval_hi; }
+
+int Splice(uintptr_t* frames, int depth, int max, Extras extras);  // below
 
 // ---- the allocator wrappers ---------------------------------------------------
 // Inside the tracker already (a walk creating a frame object, a snapshot): the
 // call passes through. Else the wrapped allocator runs as "own work" (the
 // hook's malloc underneath records nothing, counts nothing), then the block is
 // recorded here with the full stack.
+//
+// A reallocation walks the stack before the call instead, with extra slots
+// read only (Extras): the caller may be _PyCode_SetExtra growing the extra
+// array of a code object on this very stack (the Python tracer naming, at its
+// first traced call, a function whose outer call is running: importlib's
+// _find_and_load in a nested import, runpy's _run_code). Once the call
+// returns, that array is freed while the code object points at it until the
+// caller stores the new one: a walk after the call read freed memory as the
+// extras and wrote through what it found (SIGSEGV in a traced JAX program).
 
 __attribute__((noinline)) void RecordHere(void* p, size_t n, void* frame) {
   if (!Guard::Enter()) {
@@ -359,18 +379,37 @@ __attribute__((noinline)) void RecordHere(void* p, size_t n, void* frame) {
   PrefetchInsert(reinterpret_cast<uintptr_t>(p));  // lands while the stacks are walked
   uintptr_t frames[kMaxFrames];
   int depth = CaptureNative(frame, frames, kMaxFrames / 2);
-  depth = SplicePythonFrames(frames, depth, kMaxFrames);
+  depth = Splice(frames, depth, kMaxFrames, Extras::kReadWrite);
+  Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+  Guard::Leave();
+}
+
+// The stack of a block not allocated yet (a reallocation): its depth, or -1
+// inside the tracker. Same frame count as RecordHere (CaptureNative's note).
+__attribute__((noinline)) int CaptureBefore(uintptr_t* frames, void* frame) {
+  if (!Guard::Enter()) {
+    if (Guard::InsideTracking()) Count(kReentrant);
+    return -1;
+  }
+  int depth = CaptureNative(frame, frames, kMaxFrames / 2);
+  depth = Splice(frames, depth, kMaxFrames, Extras::kReadOnly);
+  Guard::Leave();
+  return depth;
+}
+
+void RecordCaptured(void* p, size_t n, const uintptr_t* frames, int depth) {
+  if (!Guard::Enter()) return;
   Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
   Guard::Leave();
 }
 
 // An allocation through CPython's allocators failed (it raises MemoryError
 // next): the dump, with the Python frames of the stack.
-__attribute__((noinline)) void FailedHere(size_t n, void* frame) {
+__attribute__((noinline)) void FailedHere(size_t n, void* frame, Extras extras) {
   if (!AllocationFailureWanted(n) || !Guard::Enter()) return;
   uintptr_t frames[kMaxFrames];
   int depth = CaptureNative(frame, frames, kMaxFrames / 2);
-  depth = SplicePythonFrames(frames, depth, kMaxFrames);
+  depth = Splice(frames, depth, kMaxFrames, extras);
   Guard::Leave();
   AllocationFailed(n, frames, depth);
 }
@@ -387,7 +426,7 @@ __attribute__((noinline)) void* WrapMalloc(void* ctx, size_t n) {
   void* p = a->malloc(a->ctx, n);
   Guard::Leave();
   if (p != nullptr && ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
-  if (p == nullptr) FailedHere(n, __builtin_frame_address(0));
+  if (p == nullptr) FailedHere(n, __builtin_frame_address(0), Extras::kReadWrite);
   return p;
 }
 
@@ -397,7 +436,8 @@ __attribute__((noinline)) void* WrapCalloc(void* ctx, size_t nelem, size_t elsiz
   void* p = a->calloc(a->ctx, nelem, elsize);
   Guard::Leave();
   size_t n = 0;
-  if (p == nullptr && !__builtin_mul_overflow(nelem, elsize, &n)) FailedHere(n, __builtin_frame_address(0));
+  if (p == nullptr && !__builtin_mul_overflow(nelem, elsize, &n))
+    FailedHere(n, __builtin_frame_address(0), Extras::kReadWrite);
   n = nelem * elsize;  // the call succeeded: no overflow
   if (p != nullptr && ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
   return p;
@@ -414,6 +454,9 @@ __attribute__((noinline)) void* WrapRealloc(void* ctx, void* old, size_t n) {
     taken = Take(reinterpret_cast<uintptr_t>(old), &rec);
     Guard::Leave();
   }
+  // The stack before the call, while every extra array is whole (see above).
+  uintptr_t frames[kMaxFrames];
+  const int depth = ShouldTrack(n) ? CaptureBefore(frames, __builtin_frame_address(0)) : -1;
   Guard::EnterOwn();
   void* p = a->realloc(a->ctx, old, n);
   Guard::Leave();
@@ -422,10 +465,12 @@ __attribute__((noinline)) void* WrapRealloc(void* ctx, void* old, size_t n) {
       Restore(rec);
       Guard::Leave();
     }
-    FailedHere(n, __builtin_frame_address(0));
+    // The block is unchanged and still its caller's (maybe a code object's
+    // extra array): extras read only here too.
+    FailedHere(n, __builtin_frame_address(0), Extras::kReadOnly);
     return p;
   }
-  if (ShouldTrack(n)) RecordHere(p, n, __builtin_frame_address(0));
+  if (depth >= 0) RecordCaptured(p, n, frames, depth);
   return p;
 }
 
@@ -438,15 +483,13 @@ __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
   Guard::Leave();
 }
 
-}  // namespace
-
-int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
+int Splice(uintptr_t* frames, int depth, int max, Extras extras) {
   if (!g_python_on.load(std::memory_order_acquire)) return depth;
   // What the walk allocates (a frame object, the extra slot) is the
   // profiler's doing: untracked and not counted, as the profiler's own work.
   const int guard = Guard::BeginOwn();
   uintptr_t py[kMaxPythonFrames];
-  const int np = WalkPython(py, kMaxPythonFrames);
+  const int np = WalkPython(py, kMaxPythonFrames, extras);
   Guard::Restore(guard);
   if (np == 0) return depth;
   int evals = 0, first = -1, last = -1;
@@ -473,6 +516,12 @@ int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
   }
   std::memcpy(frames, out, sizeof(uintptr_t) * static_cast<size_t>(n));
   return n;
+}
+
+}  // namespace
+
+int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
+  return Splice(frames, depth, max, Extras::kReadWrite);
 }
 
 }  // namespace spyglass::memory::heap

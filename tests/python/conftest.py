@@ -82,3 +82,7 @@ def no_trace_left():
     profiler.stop_trace()
   except RuntimeError:
     pass
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "real: programs nobody here wrote, unmodified (test_real_programs.py)")
