@@ -40,6 +40,9 @@ def start(settings=None):
   if not (result["trace"] or result["server_port"] or result["flight_recorder"]):
     return result
   started, _pid = result, os.getpid()
+  # The core named this process the first to start (its children stay quiet,
+  # src/session/env_start.cc); os.environ, which subprocess copies, too.
+  os.environ.setdefault("SPYGLASS_ENV_FIRST_PID", str(_pid))
   if result["trace"]:
     _spyglass.set_metadata("python_version", platform.python_version())
   if result["server_port"]:

@@ -75,7 +75,18 @@ struct StartedState {
   std::mutex mu;
   pid_t pid = 0;
   Started started;
+  bool quiet = false;  // a descendant of the process that started first: says only errors
 };
+
+// The first process to start from the environment names itself here; the
+// processes it starts inherit the settings (each records its own run) but
+// not a voice: their stderr is their parent's to read (CPython's test_json
+// wants its json.tool children silent). `spyglass run` lists every run.
+constexpr char kEnvFirstPid[] = "SPYGLASS_ENV_FIRST_PID";
+bool StartedByAnAncestor() {
+  const char* v = std::getenv(kEnvFirstPid);
+  return v != nullptr && *v != '\0' && std::to_string(::getpid()) != v;
+}
 StartedState& state() {
   static auto* s = new StartedState;  // never destroyed: used at exit
   return *s;
@@ -121,6 +132,10 @@ Status DefaultFlightRecorderDir(std::string* out) {
 }
 
 void Say(const std::string& line) { std::fprintf(stderr, "spyglass: %s\n", line.c_str()); }
+// What went well: not said by a descendant (errors always are).
+void SayDone(const StartedState& st, const std::string& line) {
+  if (!st.quiet) Say(line);
+}
 
 }  // namespace
 
@@ -152,6 +167,9 @@ Started StartFromSettings(const StartSettings& s) {
   StartedState& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   st.pid = getpid();
+  st.quiet = StartedByAnAncestor();
+  if (!st.quiet && (s.flight_recorder_seconds > 0 || !s.trace_dir.empty() || s.server))
+    ::setenv(kEnvFirstPid, std::to_string(st.pid).c_str(), 1);
   // The trace JSON is written once (<host>.trace.json.gz, which Perfetto's UI
   // opens as it is); perfetto_trace.json.gz only where a program asks for it.
   if (s.flight_recorder_seconds > 0) {
@@ -166,7 +184,7 @@ Started StartFromSettings(const StartSettings& s) {
       Say("cannot start the flight recorder (" + std::string(kEnvFlightRecorder) + "): " + where.message());
     } else if (Status r = profiler::start_trace(dir, t); r.ok()) {
       st.started.flight_recorder = true;
-      Say("flight recorder on, keeping the last " + std::to_string(t.profiler_options.ring_buffer_seconds) +
+      SayDone(st, "flight recorder on, keeping the last " + std::to_string(t.profiler_options.ring_buffer_seconds) +
           " s; dumps go to " + dir + "/plugins/profile/");
     } else {
       Say("cannot start the flight recorder (" + std::string(kEnvFlightRecorder) + "): " + r.message());
@@ -184,7 +202,7 @@ Started StartFromSettings(const StartSettings& s) {
     o.bind_address = s.server_address;
     if (Status r = profiler::start_server(s.server_port, o); r.ok()) {
       st.started.server_port = profiler::server_port();
-      Say("profiler server on " + s.server_address + ":" + std::to_string(st.started.server_port) +
+      SayDone(st, "profiler server on " + s.server_address + ":" + std::to_string(st.started.server_port) +
           " (spyglass collect " + std::to_string(st.started.server_port) + " <ms>)");
     } else {
       Say("cannot start the profiler server (" + std::string(kEnvServerPort) + "): " + r.message());
@@ -209,9 +227,9 @@ void StopStarted() {
       std::string line = std::string(what) + " written to " + dir + " (" + std::to_string(stats.events) +
                          " annotated events on " + std::to_string(stats.threads) + " threads";
       if (stats.dropped_events > 0) line += ", " + std::to_string(stats.dropped_events) + " dropped at the buffer bound";
-      Say(line + ")");
+      SayDone(st, line + ")");
       if (stats.events == 0)
-        Say("the program annotated nothing: the trace holds only what TraceAnnotation, StepTraceAnnotation "
+        SayDone(st, "the program annotated nothing: the trace holds only what TraceAnnotation, StepTraceAnnotation "
             "or the Python tracer record, and live-bytes counters under the heap hook (spyglass run --memory "
             "--trace DIR)");
     }

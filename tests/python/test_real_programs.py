@@ -266,15 +266,13 @@ def test_cpython_test_json(tmp_path):
 
 # SPYGLASS_TRACE_DIR (set by hand, or by `spyglass run --trace`) is inherited:
 # test_json's test_tool runs `python -m json.tool` children, each traced too,
-# each printing "spyglass: trace written to ..." on its stderr, which the tests
-# require empty: 12 failures, status 2. (`python -m spyglass run` passes flags
-# to its child, not the environment: above, it passes.)
-@pytest.mark.xfail(strict=True, reason="children started under SPYGLASS_TRACE_DIR print on their stderr")
+# and requires their stderr empty: a process started by the one that started
+# first records its run without a word (12 failures, status 2, when each
+# printed "spyglass: trace written to ...").
 def test_cpython_test_json_under_the_environment(tmp_path):
   check_test_json(tmp_path, ["env"], ["-m", "*TestTool*"])
 
 
-@pytest.mark.xfail(strict=True, reason="children started under SPYGLASS_TRACE_DIR print on their stderr")
 def test_cpython_test_json_under_spyglass_run(tmp_path):
   check_test_json(tmp_path, ["cli"], ["-m", "*TestTool*"])
 
