@@ -293,6 +293,9 @@ def test_every_call_recorded_across_chunks_and_sessions(tmp_path, xplane_pb2):
       assert all(around[2] <= e[2] <= e[3] <= around[3] for e in ev if e[1] == name_of(fib))
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12) and os.environ.get("SPYGLASS_PYTHON_TRACER") == "setprofile",
+                    reason="3.12+ with the profile-function hook forced: another tool's hooks are replaced during "
+                    "the trace (docs/python.md); the default there, sys.monitoring, leaves them alone")
 def test_another_profilers_hooks_keep_working_and_are_restored(tmp_path, xplane_pb2):
   # Another tool's sys.setprofile (this thread) and threading.setprofile (new
   # threads): during the trace both keep getting their calls, our events are
