@@ -4,9 +4,11 @@
 // here by the same parser and handed to the program's environment: libspyglass
 // (linked, or loaded by the hook) starts them at load. The program keeps its
 // arguments (SplitRunProgram), gets the signals sent to this process once
-// (Forward) and its death is this process's (DieLike).
+// (Forward; Job keeps group signals from reaching it twice) and its death is
+// this process's (DieLike).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,18 +46,158 @@ std::vector<int> ForwardedSignals() {
 }
 
 volatile sig_atomic_t g_child = 0;
-// Passes a signal on to the program unless it got it already: the terminal
-// (Ctrl-C, Ctrl-\, a hangup) signals the whole foreground process group,
-// program included, and says so with SI_KERNEL; a signal the program sent
-// itself (kill(0, ...) reaches us too) goes back to nobody.
+volatile sig_atomic_t g_tty = -1;    // Job::tty
+volatile sig_atomic_t g_group = 0;   // Job::group
+volatile sig_atomic_t g_continued = 0;
+// Passes a signal on to the program. Only signals sent to this process reach
+// here: the program never shares a process group with it (Job), so a kill of
+// a whole group, a terminal's Ctrl-C and `timeout`'s group kill reach the
+// program directly or through here, never both. The checks that remain: the
+// terminal's signals (SI_KERNEL) went to its foreground group, which is the
+// program's unless this job just came to the foreground and has not handed
+// the terminal on yet; a signal the program sent us goes back to nobody.
 void Forward(int sig, siginfo_t* info, void*) {
   pid_t child = g_child;
   if (child <= 0) return;
-  if (info && (info->si_code == SI_KERNEL || (info->si_code <= 0 && info->si_pid == child))) return;
   int saved = errno;
-  kill(child, sig);
+  bool ours = info == nullptr || info->si_code != SI_KERNEL || (g_tty >= 0 && tcgetpgrp(g_tty) == g_group);
+  if (ours && !(info && info->si_code <= 0 && info->si_pid == child)) kill(child, sig);
   errno = saved;
 }
+void Continued(int) { g_continued = 1; }
+
+// Where the program runs among the process groups, as a shell places a job,
+// so that no signal sent to a group reaches it twice.
+// - This process leads its group (a shell's job, setsid, a new session): the
+//   group is the job's, so the program gets a group of its own and, when the
+//   job is in the foreground of a terminal, the terminal (Ctrl-C and Ctrl-Z
+//   go to the program alone). A stop of the program stops this job too, and
+//   its continuation continues the program, in the foreground if the job is.
+//   A SIGKILL to the job's group cannot be passed on: the program gets it as
+//   its parent-death signal.
+// - Otherwise this process is one of another's group (`timeout`, make, a
+//   script, a parent's Popen): it steps out into a group of its own and
+//   leaves the program in that group, terminal and all, so that the group's
+//   signals (SIGKILL and SIGSTOP too) reach the program as they would without
+//   spyglass, and only those sent to this pid are passed on. It rejoins the
+//   group when the program is gone.
+struct Job {
+  pid_t self = 0;
+  pid_t group = 0;          // the group this process was started in
+  bool own_group = false;   // the program leads a new group (this process leads `group`)
+  int tty = -1;             // own_group: the controlling terminal, for job control
+  bool foreground = false;  // own_group: `group` was the terminal's foreground group
+  bool stepped_out = false; // !own_group: this process left `group` for one of its own
+
+  void Decide() {
+    self = getpid();
+    group = getpgrp();
+    own_group = group == self;
+    if (own_group) {
+      tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);  // fails without one
+      foreground = tty >= 0 && tcgetpgrp(tty) == group;
+      g_tty = tty;
+      g_group = group;
+    } else {
+      stepped_out = setpgid(0, 0) == 0;
+    }
+  }
+  // Both sides place the child (a shell's way: whichever runs first), before
+  // it can read the terminal or be signalled as the group's.
+  void Place(pid_t child) const {
+    if (own_group) {
+      setpgid(child, child);
+      if (foreground) tcsetpgrp(tty, child);  // SIGTTOU blocked: allowed from the background
+    } else if (stepped_out) {
+      setpgid(child, group);
+    }
+  }
+  // In the child, before exec.
+  void PlaceChild() const {
+    Place(getpid());
+    if (own_group) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != self) raise(SIGKILL);  // the parent died before the prctl
+    }
+  }
+  // Waits for the program's end; with a terminal, follows its stops and the
+  // job's continuations (SIGCONT), and hands the terminal on when the job
+  // comes to the foreground (`fg` of a running job sends no signal: looked
+  // at every 100 ms; until then Forward passes Ctrl-C on).
+  int Wait(pid_t child) const {
+    int status = 0;
+    if (tty < 0) {
+      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      return status;
+    }
+    struct sigaction cont {}, was {};
+    cont.sa_handler = Continued;
+    sigemptyset(&cont.sa_mask);
+    sigaction(SIGCONT, &cont, &was);
+    sigset_t chld, old;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &old);
+    for (;;) {
+      pid_t got = waitpid(child, &status, WNOHANG | WUNTRACED);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == child && WIFSTOPPED(status)) {
+        int sig = WSTOPSIG(status);
+        // A read or write of the terminal while it was still ours: hand it on.
+        // Otherwise (Ctrl-Z, SIGSTOP) the job stops as a whole.
+        if (tcgetpgrp(tty) != group || (sig != SIGTTIN && sig != SIGTTOU)) {
+          if (tcgetpgrp(tty) == child) tcsetpgrp(tty, group);
+          StopLike(sig);
+        }
+        Resume(child);
+        continue;
+      }
+      if (got != 0) break;
+      if (g_continued)
+        Resume(child);
+      else if (tcgetpgrp(tty) == group)
+        tcsetpgrp(tty, child);
+      struct timespec tick {0, 100 * 1000 * 1000};
+      sigtimedwait(&chld, nullptr, &tick);
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigaction(SIGCONT, &was, nullptr);
+    return status;
+  }
+  // The job was continued (fg, bg, or a stop that an orphaned group does not
+  // take): the program goes on, with the terminal if the job has it.
+  void Resume(pid_t child) const {
+    g_continued = 0;
+    if (tcgetpgrp(tty) == group) tcsetpgrp(tty, child);
+    kill(-child, SIGCONT);
+  }
+  // The program is gone: the terminal and the group go back as they were.
+  void Restore(pid_t child) {
+    if (tty >= 0) {
+      if (tcgetpgrp(tty) == child) tcsetpgrp(tty, group);
+      g_tty = -1;
+      close(tty);
+      tty = -1;
+    }
+    if (stepped_out) setpgid(0, group);
+  }
+  // Stops this process by `sig`'s default action (the shell reports the
+  // job's stop as the program's); returns once continued.
+  static void StopLike(int sig) {
+    struct sigaction dfl {}, was {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, &was);
+    sigset_t one, old;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, &old);
+    raise(sig);  // discarded in an orphaned group: nothing to return to then
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigaction(sig, &was, nullptr);
+  }
+};
 
 // Ends this process the way the program ended, so that its parent sees the
 // same death (a Python parent reads -6, a shell 134): the signal's default
@@ -184,18 +326,24 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   // The forwarded signals wait, blocked, until the handler knows the child;
   // the exec's errno comes back through a pipe that a successful exec closes.
+  // SIGTTOU stays blocked here (the program gets the mask back): handing the
+  // terminal over and back (tcsetpgrp) from the background is then allowed.
   sigset_t forwarded, old_mask;
   sigemptyset(&forwarded);
   for (int sig : ForwardedSignals()) sigaddset(&forwarded, sig);
+  sigaddset(&forwarded, SIGTTOU);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
     std::perror("spyglass run: pipe");
     return 2;
   }
   sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
+  Job job;
+  job.Decide();
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("spyglass run: fork");
+    job.Restore(-1);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     close(exec_pipe[0]), close(exec_pipe[1]);
     return 2;
@@ -206,6 +354,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   std::string prog = fs::path(command[0]).filename().string();
   bool python = prog.rfind("python", 0) == 0 && prog.find_first_not_of("python0123456789.") == std::string::npos;
   if (pid == 0) {
+    job.PlaceChild();
     if (memory || !python) setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("SPYGLASS_HEAP", memory ? "1" : "0", 1);
     if (memory) setenv("SPYGLASS_HEAP_PROFILE_DIR", dir.c_str(), 1);
@@ -235,6 +384,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     _exit(127);
   }
   close(exec_pipe[1]);
+  job.Place(pid);
   g_child = pid;
   struct sigaction sa {};
   sa.sa_sigaction = Forward;
@@ -248,19 +398,21 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     if (sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
     if (sigaction(sig, &sa, nullptr) == 0) installed.push_back(sig);
   }
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  sigset_t unblock = forwarded;
+  sigdelset(&unblock, SIGTTOU);
+  sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
   int exec_errno = 0;
   ssize_t got;
   while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
   }
   close(exec_pipe[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = job.Wait(pid);
   // The program is gone: a signal now is for this process (a Ctrl-C during a
   // long summary ends it), as before the program ran.
   g_child = 0;
   for (int sig : installed) signal(sig, SIG_DFL);
+  job.Restore(pid);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (got == sizeof exec_errno) {
     // Nothing ran: no profile to look for. A shell's statuses: 127 not found, 126 not runnable.
     std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(exec_errno) << "\n";
