@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/saturate.h"
+#include "common/utf8.h"
 #include "model/schema.h"
 
 namespace spyglass::report {
@@ -56,11 +57,7 @@ void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, i
 
 uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   if (detail.empty()) return 0;
-  if (detail.size() > kMaxDetailLength) {
-    size_t n = kMaxDetailLength;
-    while (n > 0 && (static_cast<unsigned char>(detail[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
-    detail = detail.substr(0, n);
-  }
+  detail = Utf8Prefix(detail, kMaxDetailLength);
   auto it = detail_ids_.find(detail);
   if (it != detail_ids_.end()) return it->second;
   if (tl_.details.size() >= kMaxDetails || detail_bytes_ + detail.size() > kMaxDetailBytes) {
@@ -78,9 +75,7 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   // nor drawn whole.
   std::string capped;
   if (name.size() > kMaxNameLength) {
-    size_t n = kMaxNameLength;
-    while (n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
-    capped = std::string(name.substr(0, n)) + "...(+" + std::to_string(name.size() - n) + " bytes)";
+    capped = Utf8Capped(name, kMaxNameLength);
     name = capped;
   }
   auto it = name_ids_.find(name);
