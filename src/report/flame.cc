@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "memory/call_site.h"
+
 namespace spyglass::report {
 namespace {
 
@@ -32,8 +34,6 @@ bool EndsWith(std::string_view s, std::string_view end) {
   return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
 }
 
-bool IsPythonFrame(const memory::PprofFrame& f) { return EndsWith(f.file, ".py") || f.file.rfind("<frozen ", 0) == 0; }
-
 }  // namespace
 
 bool IsInterpreterFrame(const memory::PprofFrame& f) {
@@ -43,7 +43,7 @@ bool IsInterpreterFrame(const memory::PprofFrame& f) {
     if (f.file == file) return true;
   for (std::string_view file : {"/runpy.py", "/importlib/_bootstrap.py", "/importlib/_bootstrap_external.py"})
     if (EndsWith(f.file, file)) return true;
-  if (IsPythonFrame(f)) return false;
+  if (memory::IsPythonFrame(f.file)) return false;
   // CPython's C: the eval loop and the calls that link one Python frame to
   // the next, and the startup below the first one.
   for (std::string_view prefix : {"_PyEval_", "PyEval_", "_PyFunction_Vectorcall", "PyObject_Vectorcall", "_PyObject_Vectorcall",
@@ -98,7 +98,9 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
       at = child;
     };
     if (by_label) step("[" + Label(s) + "]");
-    const bool fold = options.fold_interpreter && std::any_of(s.frames.begin(), s.frames.end(), IsPythonFrame);
+    const bool fold = options.fold_interpreter && std::any_of(s.frames.begin(), s.frames.end(), [](const auto& f) {
+                        return memory::IsPythonFrame(f.file);
+                      });
     for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f) {
       // The innermost frame stays: it is where the bytes were allocated.
       if (fold && f + 1 != s.frames.rend() && IsInterpreterFrame(*f)) {
