@@ -19,16 +19,15 @@ SIGRTMIN+1 sent to the wrapper's pid goes through it after anything it still
 had to pass on (real-time signals are taken in order).
 """
 import os
-import pty
-import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_run_test import child_pid, fail, no_core, read_lines, wait_for  # pylint: disable=g-import-not-at-top
+from cli_run_test import fail, no_core
+from run_signal_util import (Terminal, child_pid, counts, read_lines, signal_its_group, through_wrapper,
+                             wait_for)
 
 
 def proc_stat(pid):
@@ -41,21 +40,9 @@ def proc_stat(pid):
   return rest[0], int(rest[1]), int(rest[2]), int(rest[5])
 
 
-def counts(log):
-  lines = read_lines(log)
-  return {name: lines.count(name) for name in sorted(set(lines))}
-
-
 def expect(log, want, what):
   if counts(log) != want:
     fail(f"{what}: the program got {read_lines(log)}, not {want}")
-
-
-def through_wrapper(wrapper, log):
-  """Waits until what the wrapper had to pass on has reached the program."""
-  before = read_lines(log).count("RT1")
-  os.kill(wrapper, signal.SIGRTMIN + 1)
-  wait_for(lambda: read_lines(log).count("RT1") > before, "SIGRTMIN+1 through the wrapper")
 
 
 def group_kill_of_its_session(cli, child, tmp):
@@ -64,11 +51,7 @@ def group_kill_of_its_session(cli, child, tmp):
                        stderr=subprocess.PIPE, text=True, preexec_fn=no_core)
   try:
     wait_for(lambda: child_pid(ready), "the program under spyglass run")
-    for sig, name in ((signal.SIGINT, "INT"), (signal.SIGRTMIN, "RT")):
-      os.killpg(p.pid, sig)
-      wait_for(lambda: name in read_lines(log), f"kill -{name} of the group to reach the program")
-    through_wrapper(p.pid, log)
-    os.killpg(p.pid, signal.SIGTERM)
+    signal_its_group(p, log)
     _, err = p.communicate(timeout=30)
   finally:
     if p.poll() is None:
@@ -131,54 +114,10 @@ def under_timeout(cli, child, tmp):
   print(f"PASS: under timeout the program gets timeout's signal as without spyglass ({got['bare']} SIGRTMIN, 1 SIGTERM)")
 
 
-class Terminal:
-  """An interactive bash on a pseudo-terminal."""
-
-  def __init__(self, tmp):
-    self.printed = []
-    self.pid, self.fd = pty.fork()
-    if self.pid == 0:
-      try:
-        no_core()
-        os.chdir(tmp)
-        env = dict(os.environ, PS1="$ ", TERM="dumb", HISTFILE="/dev/null")
-        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
-      finally:
-        os._exit(127)
-
-  def drain(self, wait):
-    while select.select([self.fd], [], [], wait)[0]:
-      try:
-        data = os.read(self.fd, 4096)
-      except OSError:
-        return
-      if not data:
-        return
-      self.printed.append(data)
-      wait = 0
-
-  def type(self, text):
-    os.write(self.fd, text.encode())
-
-  def wait_for(self, pred, what):
-    try:
-      return wait_for(pred, what, drain=self.drain)
-    except SystemExit:
-      print(f"terminal: {b''.join(self.printed)[-1500:]!r}", file=sys.stderr)
-      raise
-
-  def close(self):
-    try:
-      os.kill(self.pid, signal.SIGKILL)
-      os.waitpid(self.pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-      pass
-    os.close(self.fd)
-
-
 def shell_job(cli, child, tmp):
   try:
-    term = Terminal(tmp)
+    term = Terminal(["bash", "--norc", "--noprofile", "-i"], cwd=tmp,
+                    env=dict(os.environ, PS1="$ ", TERM="dumb", HISTFILE="/dev/null"))
   except OSError as e:
     print(f"skip: shell_job: no pseudo-terminal here ({e})")
     return
@@ -251,7 +190,6 @@ def main():
   for part in (group_kill_of_its_session, under_timeout, shell_job):
     if not only or part.__name__ == only:
       part(cli, child, tmp)
-  import shutil  # pylint: disable=g-import-not-at-top
   shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -66,6 +66,24 @@ void Forward(int sig, siginfo_t* info, void*) {
 }
 void Continued(int) { g_continued = 1; }
 
+// The set of `sig` alone.
+sigset_t Only(int sig) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  return set;
+}
+
+// Gives `sig` the disposition `handler` (SIG_DFL, or a plain handler);
+// returns the one it had.
+struct sigaction Dispose(int sig, void (*handler)(int)) {
+  struct sigaction sa {}, was {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, &was);
+  return was;
+}
+
 // Where the program runs among the process groups, as a shell places a job,
 // so that no signal sent to a group reaches it twice.
 // - This process leads its group (a shell's job, setsid, a new session): the
@@ -131,13 +149,8 @@ struct Job {
       }
       return status;
     }
-    struct sigaction cont {}, was {};
-    cont.sa_handler = Continued;
-    sigemptyset(&cont.sa_mask);
-    sigaction(SIGCONT, &cont, &was);
-    sigset_t chld, old;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
+    struct sigaction was = Dispose(SIGCONT, Continued);
+    sigset_t chld = Only(SIGCHLD), old;
     sigprocmask(SIG_BLOCK, &chld, &old);
     for (;;) {
       pid_t got = waitpid(child, &status, WNOHANG | WUNTRACED);
@@ -185,13 +198,8 @@ struct Job {
   // Stops this process by `sig`'s default action (the shell reports the
   // job's stop as the program's); returns once continued.
   static void StopLike(int sig) {
-    struct sigaction dfl {}, was {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, &was);
-    sigset_t one, old;
-    sigemptyset(&one);
-    sigaddset(&one, sig);
+    struct sigaction was = Dispose(sig, SIG_DFL);
+    sigset_t one = Only(sig), old;
     sigprocmask(SIG_UNBLOCK, &one, &old);
     raise(sig);  // discarded in an orphaned group: nothing to return to then
     sigprocmask(SIG_SETMASK, &old, nullptr);
@@ -209,9 +217,7 @@ int DieLike(int sig) {
   struct rlimit no_core {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   signal(sig, SIG_DFL);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, sig);
+  sigset_t set = Only(sig);
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
   raise(sig);
   return 128 + sig;
