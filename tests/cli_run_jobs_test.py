@@ -81,6 +81,9 @@ def _comm(pid):
 def under_timeout(cli, child, tmp):
   """timeout's own handler (the one its timer runs) signals its child, then its
   group: the same sendings with and without spyglass in between."""
+  if shutil.which("timeout") is None:
+    print("skip: under_timeout: no timeout(1) here")
+    return
   got = {}
   for label, prefix in (("bare", []), ("spyglass run", [cli, "run", "-o", tmp])):
     log, ready = os.path.join(tmp, f"timeout-{len(got)}.log"), os.path.join(tmp, f"timeout-{len(got)}.ready")
@@ -115,6 +118,9 @@ def under_timeout(cli, child, tmp):
 
 
 def shell_job(cli, child, tmp):
+  if shutil.which("bash") is None:
+    print("skip: shell_job: no bash here")
+    return
   try:
     term = Terminal(["bash", "--norc", "--noprofile", "-i"], cwd=tmp,
                     env=dict(os.environ, PS1="$ ", TERM="dumb", HISTFILE="/dev/null"))
