@@ -56,8 +56,16 @@ json TimelineJson(const Timeline& tl) {
     counters.push_back({{"plane", c.plane}, {"name", c.name}, {"bytes", c.bytes}, {"at_ns", c.at_ns}, {"samples", c.samples},
                         {"min", c.min}, {"max", c.max}, {"levels", std::move(levels)}});
   }
+  // Flows flat: from track, lane, ns, to track, lane, ns.
+  json flows = json::array();
+  for (const TimelineFlow& f : tl.flows)
+    for (int64_t v : {int64_t{f.from_track}, int64_t{f.from_lane}, f.from_ns, int64_t{f.to_track}, int64_t{f.to_lane}, f.to_ns})
+      flows.push_back(v);
   return {{"start_ns", tl.start_ns}, {"duration_ns", tl.duration_ns}, {"events", tl.events},
-          {"names", tl.names},       {"details", tl.details},          {"hidden_details", tl.hidden_details},
+          {"names", tl.names}, {"name_events", tl.name_events}, {"hidden_names", tl.hidden_names},
+          {"flows", std::move(flows)}, {"hidden_flows", tl.hidden_flows},
+          {"coarsened_lanes", tl.coarsened_lanes}, {"coarsened_events", tl.coarsened_events},
+          {"coarsened_counters", tl.coarsened_counters}, {"coarsened_ns", tl.coarsened_ns},       {"details", tl.details},          {"hidden_details", tl.hidden_details},
           {"tracks", std::move(tracks)},    {"counters", std::move(counters)},
           {"blob_bytes", tl.blob.size()},
           {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events},
@@ -101,18 +109,29 @@ std::string HtmlEscape(std::string_view s) {
 
 }  // namespace
 
-std::string RenderReport(const ReportInput& in) {
-  const Timeline& tl = in.timeline;
-  json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
-               {"notes", in.notes}, {"timeline", TimelineJson(tl)}};
+std::string RenderReport(ReportInput& in) {
+  Timeline& tl = in.timeline;
   json summary = in.summary_json.empty() ? json(nullptr) : json::parse(in.summary_json, nullptr, false);
-  data["summary"] = summary.is_discarded() ? json(nullptr) : std::move(summary);
+  if (summary.is_discarded()) summary = nullptr;
   json flames = json::array();
   for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
-  data["flames"] = std::move(flames);
-  // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
-  std::string data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));
-  std::string blob = Base64(GzipCompress(tl.blob, 6));
+  const size_t code_bytes = embedded_report_html().size() + embedded_report_css().size() + embedded_report_js().size();
+  std::string data_text, blob;
+  // Over the budget: the finest levels go until it fits (the blob's
+  // compression ratio measured, a few rounds at most).
+  for (int round = 0;; ++round) {
+    json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
+                 {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames}};
+    // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
+    data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));
+    blob = Base64(GzipCompress(tl.blob, 6));
+    const uint64_t other = code_bytes + data_text.size() + in.title.size() * 6 + 1024;
+    if (other + blob.size() <= in.max_page_bytes || round == 4 || tl.blob.empty()) break;
+    const uint64_t room = in.max_page_bytes > other + (256 << 10) ? in.max_page_bytes - other : 256 << 10;
+    const double ratio = static_cast<double>(blob.size()) / static_cast<double>(tl.blob.size());
+    const uint64_t target = static_cast<uint64_t>(static_cast<double>(room) / ratio * 0.95);
+    CoarsenTimeline(&tl, std::min<uint64_t>(target, tl.blob.size() - 1));
+  }
 
   // The template's slots, each filled once, in order; what fills one is never rescanned.
   std::string page(embedded_report_html());

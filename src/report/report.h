@@ -12,16 +12,22 @@
 
 namespace spyglass::report {
 
+inline constexpr uint64_t kMaxPageBytes = 20'000'000;
+
 struct ReportInput {
   std::string title;          // what was read (shown as the heading)
   Timeline timeline;
   std::string summary_json;   // the analysis summary as JSON ("" if none)
   std::vector<FlameGraph> flames;
   std::vector<std::string> notes;  // shown under the heading (e.g. profiles that could not be read)
+  // The page's budget: past it the timeline's finest levels are left out
+  // (CoarsenTimeline) and the page says so.
+  uint64_t max_page_bytes = kMaxPageBytes;
 };
 
 // The HTML page. The timeline's levels (at most twice the events, a few
-// bytes each) are gzipped and base64-encoded into it.
-std::string RenderReport(const ReportInput& in);
+// bytes each) are gzipped and base64-encoded into it; when the page would
+// be larger than in.max_page_bytes, in.timeline is coarsened first.
+std::string RenderReport(ReportInput& in);
 
 }  // namespace spyglass::report

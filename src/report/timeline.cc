@@ -72,7 +72,8 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   return detail_ids_.emplace(std::string(detail), static_cast<uint32_t>(tl_.details.size())).first->second;
 }
 
-void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail) {
+void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
+                               uint64_t flow) {
   // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
   // more it had: a megabyte name on every event is neither hashed per event
   // nor drawn whole.
@@ -85,12 +86,25 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   }
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
-    it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
-    tl_.names.emplace_back(name);
+    // Past the names' budget, every new name is one (counted): a run of
+    // millions of distinct names keeps a page of bounded size.
+    static constexpr std::string_view kOther = "(names past the page's budget)";
+    if (name_bytes_ + name.size() > kMaxNameBytes) {
+      ++tl_.hidden_names;
+      name = kOther;
+      it = name_ids_.find(name);
+    }
+    if (it == name_ids_.end()) {
+      name_bytes_ += name.size();
+      it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
+      tl_.names.emplace_back(name);
+      tl_.name_events.push_back(0);
+    }
   }
+  ++tl_.name_events[it->second];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail)});
+  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow});
 }
 
 std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span>& spans, int64_t threshold_ps) {
@@ -177,6 +191,20 @@ void TimelineBuilder::EndLine() {
     }
     lanes[d].push_back(s);
     lane_end[d] = s.end;
+    if (s.flow != 0) {
+      // Two events of one id: an arrow from the earlier; a third continues from the second.
+      FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), static_cast<uint32_t>(d), Ns(s.start)};
+      auto [at, first] = open_flows_.try_emplace(s.flow, here);
+      if (!first) {
+        if (raw_flows_.size() < kMaxFlows) {
+          bool in_order = at->second.ns <= here.ns;
+          raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
+        } else {
+          ++tl_.hidden_flows;
+        }
+        at->second = here;
+      }
+    }
     open.emplace_back(s.end, d);
     end_ps_ = std::max(end_ps_, s.end);
   }
@@ -297,29 +325,110 @@ Timeline TimelineBuilder::Finish() {
     EncodeCounter(tl_.counters[i], counter_samples_[i]);
     counter_samples_[i] = {};
   }
-  if (tl_.tracks.size() > kMaxTracks) {
-    // The busiest threads; the page says how many others there were.
-    std::vector<size_t> order(tl_.tracks.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
+  // Which tracks are shown: the busiest kMaxTracks (the page says how
+  // many others there were).
+  const size_t n = tl_.tracks.size();
+  std::vector<bool> keep(n, true);
+  if (n > kMaxTracks) {
+    std::vector<size_t> by_events(n);
+    for (size_t i = 0; i < n; ++i) by_events[i] = i;
+    std::stable_sort(by_events.begin(), by_events.end(),
                      [&](size_t a, size_t b) { return tl_.tracks[a].events > tl_.tracks[b].events; });
-    std::vector<bool> keep(order.size(), false);
-    for (size_t i = 0; i < kMaxTracks; ++i) keep[order[i]] = true;
-    std::vector<TimelineTrack> kept;
-    for (size_t i = 0; i < tl_.tracks.size(); ++i) {
-      if (keep[i]) {
-        kept.push_back(std::move(tl_.tracks[i]));
-      } else {
-        ++tl_.hidden_tracks;
-        tl_.hidden_track_events += tl_.tracks[i].events;
-      }
+    for (size_t i = kMaxTracks; i < n; ++i) {
+      keep[by_events[i]] = false;
+      ++tl_.hidden_tracks;
+      tl_.hidden_track_events += tl_.tracks[by_events[i]].events;
     }
-    tl_.tracks = std::move(kept);
   }
-  std::stable_sort(tl_.tracks.begin(), tl_.tracks.end(), [](const TimelineTrack& a, const TimelineTrack& b) {
-    return PlaneOrder(a.plane) < PlaneOrder(b.plane);
+  // Host planes first, then devices; a plane's threads together (planes in
+  // the order first seen), the busiest first: what matters is on top.
+  std::unordered_map<std::string, size_t> plane_rank;
+  for (const TimelineTrack& t : tl_.tracks) plane_rank.try_emplace(t.plane, plane_rank.size());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const TimelineTrack &x = tl_.tracks[a], &y = tl_.tracks[b];
+    int px = PlaneOrder(x.plane), py = PlaneOrder(y.plane);
+    if (px != py) return px < py;
+    size_t rx = plane_rank[x.plane], ry = plane_rank[y.plane];
+    if (rx != ry) return rx < ry;
+    return x.events > y.events;
   });
+  std::vector<uint32_t> new_index(n, UINT32_MAX);
+  std::vector<TimelineTrack> sorted;
+  sorted.reserve(order.size());
+  for (size_t i : order) {
+    new_index[i] = static_cast<uint32_t>(sorted.size());
+    sorted.push_back(std::move(tl_.tracks[i]));
+  }
+  tl_.tracks = std::move(sorted);
+  for (const RawFlow& f : raw_flows_) {
+    if (new_index[f.from.track] == UINT32_MAX || new_index[f.to.track] == UINT32_MAX) {
+      ++tl_.hidden_flows;
+      continue;
+    }
+    tl_.flows.push_back({new_index[f.from.track], f.from.lane, f.from.ns - tl_.start_ns, new_index[f.to.track], f.to.lane,
+                         f.to.ns - tl_.start_ns});
+  }
+  raw_flows_.clear();
+  open_flows_.clear();
+  std::stable_sort(tl_.flows.begin(), tl_.flows.end(),
+                   [](const TimelineFlow& a, const TimelineFlow& b) { return a.from_ns < b.from_ns; });
   return std::move(tl_);
+}
+
+void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes) {
+  if (tl->blob.size() <= max_blob_bytes) return;
+  // Every lane's and counter's levels, finest first; the one whose finest
+  // level is the largest gives it up first.
+  struct Series {
+    std::vector<TimelineLevel>* levels;
+    size_t first = 0;  // finest level kept
+    bool counter;
+  };
+  std::vector<Series> all;
+  for (TimelineTrack& t : tl->tracks)
+    for (auto& lane : t.lanes) all.push_back({&lane, 0, false});
+  for (TimelineCounter& c : tl->counters) all.push_back({&c.levels, 0, true});
+  auto finest_bytes = [&](size_t i) { return (*all[i].levels)[all[i].first].bytes; };
+  auto larger = [&](size_t a, size_t b) { return finest_bytes(a) < finest_bytes(b); };
+  std::vector<size_t> heap;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].levels->size() > 1) heap.push_back(i);
+  std::make_heap(heap.begin(), heap.end(), larger);
+  uint64_t total = tl->blob.size();
+  while (total > max_blob_bytes && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), larger);
+    size_t i = heap.back();
+    heap.pop_back();
+    Series& s = all[i];
+    const TimelineLevel& dropped = (*s.levels)[s.first];
+    total -= dropped.bytes;
+    if (s.first == 0) {
+      if (s.counter) ++tl->coarsened_counters;
+      else ++tl->coarsened_lanes, tl->coarsened_events += dropped.spans;
+    }
+    ++s.first;
+    tl->coarsened_ns = std::max(tl->coarsened_ns, (*s.levels)[s.first].threshold_ns);
+    if (s.first + 1 < s.levels->size()) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), larger);
+    }
+  }
+  // The blob again, with the levels kept.
+  std::string blob;
+  blob.reserve(total);
+  for (Series& s : all) {
+    std::vector<TimelineLevel> kept(s.levels->begin() + static_cast<std::ptrdiff_t>(s.first), s.levels->end());
+    for (TimelineLevel& l : kept) {
+      size_t at = blob.size();
+      blob.append(tl->blob, l.offset, l.bytes);
+      l.offset = at;
+    }
+    *s.levels = std::move(kept);
+  }
+  tl->blob = std::move(blob);
 }
 
 }  // namespace spyglass::report

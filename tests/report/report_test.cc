@@ -234,11 +234,10 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   EXPECT_EQ(tl.tracks.size(), report::kMaxTracks);
   EXPECT_EQ(tl.hidden_tracks, 5u);
   EXPECT_EQ(tl.hidden_track_events, 5u);
-  EXPECT_EQ(tl.tracks[0].name, "t0");  // in the order given
-  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(n - 1));
-  size_t busiest = 0;
-  for (const auto& t : tl.tracks) busiest += t.events == 3;
-  EXPECT_EQ(busiest, 5u);
+  // The busiest first (in the order given), then the others in the order given.
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(tl.tracks[i].name, "t" + std::to_string(report::kMaxTracks + i));
+  EXPECT_EQ(tl.tracks[5].name, "t0");  // of one event each, the last five given are left out
+  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(report::kMaxTracks - 6));
 
   report::TimelineBuilder x;
   x.BeginLine("/host:CPU", "odd");
@@ -248,6 +247,99 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   ASSERT_EQ(odd.tracks.size(), 1u);
   EXPECT_EQ(odd.events, 2u);
   EXPECT_GE(odd.duration_ns, 0);
+}
+
+// What matters first: host planes, then each device, a plane's threads
+// together and the busiest first (40 one-event loaders after the trainer).
+TEST(TimelineTest, BusiestThreadsFirstGroupedByPlane) {
+  report::TimelineBuilder b;
+  auto line = [&](const char* plane, std::string name, int events) {
+    b.BeginLine(plane, name);
+    for (int i = 0; i < events; ++i) b.AddEvent("e", int64_t{i} * 1000, 500);
+    b.EndLine();
+  };
+  line("/device:GPU:0", "Stream #1", 2);
+  for (int i = 0; i < 40; ++i) line("/host:CPU", "loader" + std::to_string(i), 1);
+  line("/device:GPU:1", "Stream #9", 7);
+  line("/host:CPU", "trainer", 283);
+  line("/device:GPU:0", "Stream #2", 5);
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.tracks.size(), 44u);
+  EXPECT_EQ(tl.tracks[0].name, "trainer");
+  EXPECT_EQ(tl.tracks[1].name, "loader0");
+  EXPECT_EQ(tl.tracks[40].name, "loader39");
+  EXPECT_EQ(tl.tracks[41].name, "Stream #2");  // GPU 0's busiest stream
+  EXPECT_EQ(tl.tracks[42].name, "Stream #1");
+  EXPECT_EQ(tl.tracks[43].name, "Stream #9");  // GPU 1 after GPU 0, as given
+  EXPECT_EQ(tl.name_events, (std::vector<uint64_t>{2 + 40 + 7 + 283 + 5}));
+}
+
+// Events of one correlation id (a launch and its kernel) become an arrow
+// from the earlier one, its ends by track, lane and start; an id seen once
+// makes none.
+TEST(TimelineTest, FlowsJoinCorrelatedEvents) {
+  report::TimelineBuilder b;
+  b.BeginLine("/device:GPU:0", "Stream #7");
+  b.AddEvent("gemm", 5'000'000, 1'000'000, "", 42);
+  b.AddEvent("lonely", 9'000'000, 1'000'000, "", 77);
+  b.EndLine();
+  b.BeginLine("/host:CPU", "main");
+  b.AddEvent("step", 0, 20'000'000);
+  b.AddEvent("cudaLaunchKernel", 1'000'000, 500'000, "", 42);
+  b.EndLine();
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.tracks.size(), 2u);
+  ASSERT_EQ(tl.tracks[0].name, "main");
+  ASSERT_EQ(tl.flows.size(), 1u);
+  const report::TimelineFlow& f = tl.flows[0];
+  EXPECT_EQ(f.from_track, 0u);  // main, after the sort
+  EXPECT_EQ(f.from_lane, 1u);
+  EXPECT_EQ(f.from_ns, 1'000);
+  EXPECT_EQ(f.to_track, 1u);
+  EXPECT_EQ(f.to_lane, 0u);
+  EXPECT_EQ(f.to_ns, 5'000);
+}
+
+// A page over its budget drops the finest levels of its biggest lanes
+// until it fits, and says what it dropped; the coarser levels stay whole.
+TEST(ReportPageTest, BoundedSizeCoarsensAndSaysSo) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "busy");
+  // 400k events with varied gaps and durations (not all alike: they must not compress to nothing).
+  uint64_t x = 88172645463325252ull;
+  int64_t t = 0;
+  for (int i = 0; i < 400000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int64_t d = 1000 + static_cast<int64_t>(x % 5000) * 1000;
+    b.AddEvent(i % 2 ? "a" : "b", t, d);
+    t += d + static_cast<int64_t>((x >> 20) % 3000) * 1000;
+  }
+  b.EndLine();
+  b.BeginLine("/host:CPU", "quiet");
+  b.AddEvent("once", 0, 1'000'000);
+  b.EndLine();
+  report::ReportInput in;
+  in.title = "big";
+  in.timeline = b.Finish();
+  const size_t full = report::RenderReport(in).size();
+  ASSERT_EQ(in.timeline.coarsened_lanes, 0u);
+  report::ReportInput small;
+  small.title = "big";
+  small.timeline = in.timeline;
+  small.max_page_bytes = full / 3;
+  std::string html = report::RenderReport(small);
+  EXPECT_LE(html.size(), small.max_page_bytes);
+  EXPECT_EQ(small.timeline.coarsened_lanes, 1u);  // busy's, not quiet's
+  EXPECT_EQ(small.timeline.coarsened_events, 400000u);
+  EXPECT_GT(small.timeline.coarsened_ns, 0);
+  EXPECT_NE(html.find("\"coarsened_events\":400000"), std::string::npos);
+  // Every level kept decodes whole; quiet keeps its event.
+  for (const auto& t : small.timeline.tracks)
+    for (const auto& lane : t.lanes) {
+      ASSERT_FALSE(lane.empty());
+      for (const auto& level : lane) EXPECT_EQ(Decode(small.timeline, t, level).size(), level.spans);
+    }
+  EXPECT_EQ(small.timeline.tracks[1].lanes[0][0].threshold_ns, 0);
 }
 
 // The page's counter decoder (report.js, decodeCounter()), in C++.
