@@ -5,7 +5,9 @@
 //     1 ms apart, each holding "forward" (the first 40 %; batch=64, phase=warmup
 //     in steps 1-2, else train) and "backward"
 //     (the next 40 %) and, inside forward, "matmul" (half of forward);
-//   thread "loader": "load_batch" of 2 ms at the start of each step;
+//   thread "loader": "load_batch" of 2 ms at the start of each step, holding
+//     "cudaLaunchKernel" of 50 us at 0.9 ms (correlation_id 100 + step: the
+//     launch of the step's kernel);
 // and on /device:GPU:0, line "Stream #7": a kernel "gemm_kernel" of 3 ms in each step
 //   (correlation_id 100 + step, tf_op=train).
 // Counters ("_counters_" lines): on /host:CPU "memory cpu" (live_bytes) of
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
     add(main, host, "matmul", t, d * 2 / 10);
     add(main, host, "backward", t + d * 4 / 10, d * 4 / 10);
     add(loader, host, "load_batch", t, 2 * kMs);
+    model::Event& launch = add(loader, host, "cudaLaunchKernel", t + 9 * kMs / 10, kMs / 20);
+    loader.add_stats(launch, std::vector<model::Stat>{host.uint_stat(model::kCorrelationIdStat, 100 + step)});
     model::Event& kernel = add(stream, gpu, "gemm_kernel", t + kMs, 3 * kMs);
     stream.add_stats(kernel, std::vector<model::Stat>{gpu.uint_stat(model::kCorrelationIdStat, 100 + step),
                                                       gpu.ref_stat(model::kTfOpStat, "train")});

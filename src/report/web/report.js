@@ -14,18 +14,26 @@
   const report = (window.spyglassReport = { ready: false });
 
   // ---- formatting -------------------------------------------------------------
+  // At most 3 decimals, no trailing zeros: 500 ms, 1.25 s.
+  const trim = (v, digits) => String(Number(v.toFixed(digits)));
   function fmtNs(ns) {
     const a = Math.abs(ns);
-    if (a >= 1e9) return (ns / 1e9).toFixed(3) + ' s';
-    if (a >= 1e6) return (ns / 1e6).toFixed(3) + ' ms';
-    if (a >= 1e3) return (ns / 1e3).toFixed(3) + ' µs';
+    if (a >= 1e9) return trim(ns / 1e9, 3) + ' s';
+    if (a >= 1e6) return trim(ns / 1e6, 3) + ' ms';
+    if (a >= 1e3) return trim(ns / 1e3, 3) + ' µs';
     return Math.round(ns) + ' ns';
+  }
+  // An axis label: the unit of the tick step, and the digits the step needs.
+  function fmtTick(ns, step) {
+    const unit = step >= 1e9 ? [1e9, 's'] : step >= 1e6 ? [1e6, 'ms'] : step >= 1e3 ? [1e3, 'µs'] : [1, 'ns'];
+    const digits = Math.max(0, Math.min(3, -Math.floor(Math.log10(step / unit[0]) + 1e-9)));
+    return trim(ns / unit[0], digits) + ' ' + unit[1];
   }
   function fmtBytes(b) {
     const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
     let i = 0, v = Math.abs(b);
     while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (b < 0 ? '-' : '') + (i ? v.toFixed(1) : v) + ' ' + u[i];
+    return (b < 0 ? '-' : '') + (i ? trim(v, 1) : v) + ' ' + u[i];
   }
   function hue(s) {
     let h = 2166136261;
@@ -51,7 +59,7 @@
   const kMaxRows = 200;
   const kMaxThreadBlocks = 20;  // per-thread blocks of top annotations
   // A table of objects; `cols` picks and orders the columns (default: all keys).
-  function table(rows, cls, cols) {
+  function table(rows, cls, cols, onRow) {
     const keys = cols ? cols.slice() : [];
     if (!cols) for (const r of rows.slice(0, kMaxRows)) for (const k in r) if (!keys.includes(k)) keys.push(k);
     const t = el('table', cls ? { class: cls } : {});
@@ -61,15 +69,16 @@
     for (const r of rows.slice(0, kMaxRows)) {
       const tr = el('tr');
       for (const k of keys) tr.appendChild(el('td', { class: typeof r[k] === 'number' ? 'num' : '' }, fmtCell(k, r[k])));
+      if (onRow) { tr.className = 'jump'; tr.title = 'show it on the timeline'; tr.onclick = () => onRow(r); }
       t.appendChild(tr);
     }
     return t;
   }
-  function section(parent, title, rows, cols, note) {
+  function section(parent, title, rows, cols, note, onRow) {
     if (!Array.isArray(rows) || !rows.length) return;
     parent.appendChild(el('h3', {}, title));
     if (note) parent.appendChild(el('div', { class: 'more' }, note));
-    parent.appendChild(table(rows, '', cols));
+    parent.appendChild(table(rows, '', cols, onRow));
     if (rows.length > kMaxRows) parent.appendChild(el('div', { class: 'more' }, `${rows.length - kMaxRows} more rows`));
   }
 
@@ -92,15 +101,18 @@
     const st = take('steps');
     if (st && st.duration && st.duration.count) {
       section(box, `Steps ("${st.name}")`, [st.duration], ['count', 'mean_ns', 'stddev_ns', 'min_ns', 'p50_ns', 'p90_ns', 'p99_ns', 'max_ns']);
-      section(box, 'Slowest steps', (st.slowest || []).map((x) => ({ step: x.number, duration_ns: x.duration_ns, start_ns: x.start_ns })));
+      section(box, 'Slowest steps', (st.slowest || []).map((x) => ({ step: x.number, duration_ns: x.duration_ns, start_ns: x.start_ns })),
+        undefined, '', (r) => jumpTo(r.start_ns, r.duration_ns));
     }
     const ann = ['name', 'count', 'total_ns', 'self_ns', 'mean_ns', 'share', 'self_share'];
-    section(box, 'Top annotations by total time (all threads)', take('top_total'), ann);
-    section(box, 'Top annotations by self time (all threads)', take('top_self'), ann);
+    const findName = (r) => { if (!report.timeline) return; report.timeline.search(r.name); report.timeline.next(); showTimeline(); };
+    section(box, 'Top annotations by total time (all threads)', take('top_total'), ann, '', findName);
+    section(box, 'Top annotations by self time (all threads)', take('top_self'), ann, '', findName);
     const threads = take('threads');
     const leftOut = take('threads_left_out') || 0;
     section(box, 'Threads', threads, ['plane', 'name', 'id', 'events', 'busy_ns', 'busy_share'],
-      leftOut ? `the busiest ${(threads || []).length}; ${leftOut} more threads are left out` : '');
+      leftOut ? `the busiest ${(threads || []).length}; ${leftOut} more threads are left out` : '',
+      (r) => { if (report.timeline) { report.timeline.reveal(r.name); showTimeline(); } });
     // A block per thread for the busiest few only: a page with 100k of them
     // took half a minute to load.
     const blocks = (threads || []).filter((t) => (t.top_total || []).length);
@@ -110,13 +122,13 @@
     for (const t of blocks.slice(0, kMaxThreadBlocks)) {
       const d = el('details', { class: 'thread' });
       d.appendChild(el('summary', {}, `${t.plane} · ${t.name}: top annotations`));
-      section(d, 'by total time', t.top_total, ann);
-      section(d, 'by self time', t.top_self, ann);
+      section(d, 'by total time', t.top_total, ann, '', findName);
+      section(d, 'by self time', t.top_self, ann, '', findName);
       box.appendChild(d);
     }
     const ops = ['device', 'name', 'count', 'total_ns', 'mean_ns', 'share'];
-    section(box, 'GPU kernels', take('kernels'), ops);
-    section(box, 'GPU copies', take('copies'), ops);
+    section(box, 'GPU kernels', take('kernels'), ops, '', findName);
+    section(box, 'GPU copies', take('copies'), ops, '', findName);
     // Bytes shown as bytes (the keys alone do not say so).
     const counterRows = (take('counters') || []).map((c) => (c.unit === 'bytes' ? { ...c, peak: fmtBytes(c.peak), last: fmtBytes(c.last) } : c));
     section(box, 'Counter peaks', counterRows, ['plane', 'name', 'samples', 'peak', 'peak_at_ns', 'last']);
@@ -157,6 +169,15 @@
   }
 
   const stepOf = (o) => o.number, durOf = (o) => o.duration_ns;
+  const showTimeline = () => $('timeline').scrollIntoView({ block: 'start' });
+  // A step (summary times: absolute ns) on the timeline, with a margin.
+  function jumpTo(startNs, durNs) {
+    const t = report.timeline;
+    if (!t) return null;
+    const a = startNs - report.data.timeline.start_ns, m = durNs * 0.05;
+    showTimeline();
+    return t.setView(a - m, a + durNs + m);
+  }
 
   function renderSteps(steps) {
     const box = $('sg-steps');
@@ -180,6 +201,8 @@
       const r = mk('rect', { class: 'bar', x: L + c * bw + 0.5, y: H - B - h, width: Math.max(1, bw - 1), height: h,
                               'data-step': stepOf(steps[best]), 'data-ns': durs[best] });
       r.appendChild(mk('title', {}, `step ${stepOf(steps[best])}: ${fmtNs(durs[best])}`));
+      const s = steps[best];
+      r.addEventListener('click', () => jumpTo(s.start_ns, s.duration_ns));
       svg.appendChild(r);
     }
     for (let i = 0; i <= 4; i++) {
@@ -193,45 +216,116 @@
     box.appendChild(svg);
     const d = el('details');
     d.appendChild(el('summary', {}, 'every step'));
-    d.appendChild(table(steps.map((s) => ({ step: stepOf(s), duration_ns: durOf(s) })), 'steps-table'));
+    d.appendChild(table(steps.map((s) => ({ step: stepOf(s), duration_ns: durOf(s), start_ns: s.start_ns })), 'steps-table',
+      ['step', 'duration_ns'], (r) => jumpTo(r.start_ns, r.duration_ns)));
     if (n > kMaxRows) d.appendChild(el('div', { class: 'more' }, `${n - kMaxRows} more steps (the chart has them all)`));
     box.appendChild(d);
   }
 
   // ---- the timeline -------------------------------------------------------------
   const LANE = 16, GAP = 6, HEAD = 16, AXIS = 22, GUTTER = 170, COUNTER = 40;
+  const ICON = 14;  // head icons: collapse, pin, hide (x 2, 16, 30)
+  const kMaxMatches = 1000000, kMaxFlowsDrawn = 3000;
+
+  // Counters that share a unit share a scale: 216 B is not drawn as tall
+  // as 2 MiB. Units: bytes, percent (by name), else the counter's own.
+  function counterUnit(c) {
+    if (c.bytes) return 'bytes';
+    if (/(\.pct|_pct|percent|%)$/i.test(c.name)) return 'percent';
+    return null;
+  }
 
   function Timeline(tl, blob) {
     const canvas = $('tl-canvas'), scroll = $('tl-scroll'), spacer = $('tl-spacer'), tip = $('tl-tip');
     const ctx = canvas.getContext('2d');
     const tracks = tl.tracks, counters = tl.counters || [];
+    const names = tl.names, nameEvents = tl.name_events || [];
     const cache = new Map();
     const total = Math.max(tl.duration_ns, 1);
     let t0 = 0, t1 = total;
-    // Rows: each plane's counters above its threads or streams (memory and
-    // time on one timeline), then each track a heading and its lanes.
-    const rows = [];
-    let y = AXIS;
-    const placed = new Set();
-    const counterRows = (plane) => counters.forEach((c, ci) => {
-      if ((plane !== null && c.plane !== plane) || placed.has(ci)) return;
-      placed.add(ci);
-      rows.push({ kind: 'head', y, counter: c });
-      y += HEAD;
-      rows.push({ kind: 'counter', y, ci, levels: c.levels });
-      y += COUNTER + GAP;
-    });
-    tracks.forEach((t, ti) => {
-      if (ti === 0 || tracks[ti - 1].plane !== t.plane) counterRows(t.plane);
-      rows.push({ kind: 'head', y, track: t });
-      y += HEAD;
-      t.lanes.forEach((levels, li) => { rows.push({ kind: 'lane', y, ti, li, levels }); y += LANE; });
-      y += GAP;
-    });
-    counterRows(null);  // those of planes with no thread
-    const height = y;
-    spacer.style.height = height + 'px';
-    scroll.style.height = Math.min(height + 2, Math.round(window.innerHeight * 0.7)) + 'px';
+    const state = tracks.map(() => ({ collapsed: false, hidden: false, pinned: false }));
+    const planeCollapsed = new Set();
+    const planes = [];
+    for (const t of tracks) if (!planes.includes(t.plane)) planes.push(t.plane);
+    for (const c of counters) if (!planes.includes(c.plane)) planes.push(c.plane);
+    // Shared scales: per unit, the lowest and highest of its counters.
+    const scales = new Map();
+    for (const c of counters) {
+      const u = counterUnit(c);
+      if (!u) continue;
+      const s = scales.get(u) || { min: 0, max: -Infinity, n: 0 };
+      s.min = Math.min(s.min, c.min); s.max = Math.max(s.max, c.max); s.n++;
+      scales.set(u, s);
+    }
+    const scaleOf = (c) => {
+      const s = counterUnit(c) && scales.get(counterUnit(c));
+      return s && s.n > 1 ? { base: s.min, top: s.max, shared: s.n } : { base: Math.min(0, c.min), top: c.max, shared: 1 };
+    };
+    // Flows: ends looked up by track, lane and start.
+    const flows = tl.flows || [], nFlows = flows.length / 6;
+    const flowAt = new Map();
+    for (let f = 0; f < nFlows; f++) {
+      for (const e of [0, 3]) {
+        const key = flows[6 * f + e] + ':' + flows[6 * f + e + 1] + ':' + flows[6 * f + e + 2];
+        (flowAt.get(key) || flowAt.set(key, []).get(key)).push(f);
+      }
+    }
+
+    // Rows: pinned threads, then each plane (host first, then each device's
+    // streams): a heading, its counters, then its threads, busiest first.
+    let rows = [], height = 0, laneY = [];
+    function layout() {
+      rows = [];
+      laneY = tracks.map(() => []);
+      let y = AXIS;
+      const addTrack = (ti) => {
+        const t = tracks[ti];
+        rows.push({ kind: 'head', y, ti, track: t });
+        y += HEAD;
+        if (!state[ti].collapsed) {
+          t.lanes.forEach((levels, li) => { laneY[ti][li] = y; rows.push({ kind: 'lane', y, ti, li, levels }); y += LANE; });
+        }
+        y += GAP / 2;
+      };
+      const pinned = tracks.map((t, ti) => ti).filter((ti) => state[ti].pinned && !state[ti].hidden);
+      if (pinned.length) {
+        rows.push({ kind: 'group', y, plane: null, label: `Pinned (${pinned.length})` });
+        y += HEAD;
+        pinned.forEach(addTrack);
+      }
+      for (const p of planes) {
+        const its = tracks.map((t, ti) => ti).filter((ti) => tracks[ti].plane === p);
+        const cs = counters.map((c, ci) => ci).filter((ci) => counters[ci].plane === p);
+        const events = its.reduce((n, ti) => n + tracks[ti].events, 0);
+        const hidden = its.filter((ti) => state[ti].hidden).length;
+        rows.push({ kind: 'group', y, plane: p, label: `${p}  (${its.length} thread${its.length === 1 ? '' : 's'}, ${events} events` +
+          (cs.length ? `, ${cs.length} counter${cs.length === 1 ? '' : 's'}` : '') + (hidden ? `, ${hidden} hidden` : '') + ')' });
+        y += HEAD;
+        if (planeCollapsed.has(p)) continue;
+        for (const ci of cs) {
+          rows.push({ kind: 'chead', y, ci, counter: counters[ci] });
+          y += HEAD;
+          rows.push({ kind: 'counter', y, ci, levels: counters[ci].levels });
+          y += COUNTER + GAP;
+        }
+        for (const ti of its) if (!state[ti].pinned && !state[ti].hidden) addTrack(ti);
+      }
+      height = y + GAP;
+      spacer.style.height = height + 'px';
+      // The canvas as tall as its lanes, up to most of the window.
+      scroll.style.height = Math.min(height + 2, Math.round(window.innerHeight * 0.7)) + 'px';
+      const hiddenN = state.filter((s) => s.hidden).length;
+      $('tl-hidden').hidden = !hiddenN;
+      $('tl-hidden').textContent = `show ${hiddenN} hidden thread${hiddenN === 1 ? '' : 's'}`;
+      if (width) resize();
+    }
+    const rowHeight = (r) => (r.kind === 'counter' ? COUNTER : r.kind === 'lane' ? LANE : HEAD);
+    function rowAt(yy) {
+      let lo = 0, hi = rows.length;
+      while (lo < hi) { const m = (lo + hi) >> 1; if (rows[m].y <= yy) lo = m + 1; else hi = m; }
+      const r = rows[lo - 1];
+      return r && yy < r.y + rowHeight(r) ? r : null;
+    }
 
     // A level's bytes in the blob (varints, zigzag varints, float64s).
     const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
@@ -287,20 +381,26 @@
       cache.set(key, d);
       return d;
     }
-    const fmtValue = (c, v) => (c.bytes ? fmtBytes(v) : Number.isInteger(v) ? String(v) : v.toPrecision(4));
+    const fmtValue = (c, v) => (c.bytes ? fmtBytes(v) : Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4))));
     // The index of the last point at or before t (-1: none).
     function lastAtOrBefore(ts, t) {
       let lo = 0, hi = ts.length;
       while (lo < hi) { const m = (lo + hi) >> 1; if (ts[m] <= t) lo = m + 1; else hi = m; }
       return lo - 1;
     }
-    // A step line over a filled area, scaled from 0 (or the lowest value)
-    // to the highest; at coarser levels each point also draws its range.
+    function firstAtOrAfter(ts, t) {
+      let lo = 0, hi = ts.length;
+      while (lo < hi) { const m = (lo + hi) >> 1; if (ts[m] < t) lo = m + 1; else hi = m; }
+      return lo;
+    }
+    // A step line over a filled area, on its unit's shared scale; at coarser
+    // levels each point also draws its range.
     function drawCounter(r, ry, nsPerPx) {
       const c = counters[r.ci];
       const k = levelFor(r.levels, nsPerPx);
       const d = decodeCounter(r.ci, k);
-      const base = Math.min(0, c.min), span = c.max - base || 1;
+      const sc = scaleOf(c);
+      const base = sc.base, span = sc.top - base || 1;
       const yOf = (v) => ry + COUNTER - 1 - ((v - base) / span) * (COUNTER - 3);
       const xOf = (t) => Math.min(width, Math.max(GUTTER, GUTTER + (t - t0) / nsPerPx));
       let i = Math.max(0, lastAtOrBefore(d.t, t0));
@@ -332,6 +432,10 @@
       for (let j = 1; j < xs.length; j++) ctx.lineTo(xs[j], ys[j]);
       ctx.strokeStyle = `hsl(${color},60%,35%)`;
       ctx.stroke();
+      // The scale, in the gutter.
+      ctx.fillStyle = '#555';
+      ctx.fillText(fmtValue(c, sc.top), 4, ry + 6);
+      ctx.fillText(fmtValue(c, base), 4, ry + COUNTER - 6);
       return { points, level: k };
     }
     // The coarsest level that merges only what is under a pixel.
@@ -346,7 +450,12 @@
       return lo;
     }
 
-    const stats = { drawn: 0, maxLevel: 0, lanesDrawn: 0, draws: 0, countersDrawn: 0, counterPoints: 0 };
+    // ---- search, selection, range -------------------------------------------------
+    let query = '', matchName = null, matchCount = 0, matches = null, matchAt = -1;
+    let selected = null;  // { ti, li, start }: an event
+    let range = null;     // [a, b] ns
+
+    const stats = { drawn: 0, maxLevel: 0, lanesDrawn: 0, draws: 0, countersDrawn: 0, counterPoints: 0, flowsDrawn: 0 };
     let width = 0, viewH = 0, pending = false;
     function resize() {
       const dpr = window.devicePixelRatio || 1;
@@ -359,6 +468,39 @@
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       draw();
     }
+    function drawHead(r, ry) {
+      if (r.kind === 'group') {
+        ctx.fillStyle = '#d9e2ec';
+        ctx.fillRect(0, ry, width, HEAD);
+        ctx.fillStyle = '#102a43';
+        ctx.font = 'bold 11px system-ui, sans-serif';
+        ctx.fillText(`${r.plane !== null && planeCollapsed.has(r.plane) ? '▸' : '▾'} ${r.label}`, 4, ry + HEAD / 2);
+        ctx.font = '11px system-ui, sans-serif';
+        return;
+      }
+      if (r.kind === 'chead') {
+        const c = r.counter, sc = scaleOf(c);
+        ctx.fillStyle = '#eef3ee';
+        ctx.fillRect(0, ry, width, HEAD);
+        ctx.fillStyle = '#222';
+        ctx.fillText(`${c.name}  (counter: ${c.samples} samples, ` +
+          `${c.min < 0 ? `lowest ${fmtValue(c, c.min)}, ` : ''}highest ${fmtValue(c, c.max)}` +
+          (sc.shared > 1 ? `; scale shared by ${sc.shared} ${counterUnit(c)} counters, up to ${fmtValue(c, sc.top)}` : '') + ')', 18, ry + HEAD / 2);
+        return;
+      }
+      const t = r.track, st = state[r.ti];
+      ctx.fillStyle = st.pinned ? '#fff4d6' : '#f0f0f3';
+      ctx.fillRect(0, ry, width, HEAD);
+      ctx.fillStyle = '#444';
+      ctx.fillText(st.collapsed ? '▸' : '▾', 4, ry + HEAD / 2);
+      ctx.fillText(st.pinned ? '★' : '☆', 2 + ICON + 2, ry + HEAD / 2);
+      ctx.fillText('×', 2 + 2 * ICON + 4, ry + HEAD / 2);
+      ctx.fillStyle = '#222';
+      // Thread ids tell apart threads of one name (ids past 2^53 are approximate here).
+      const id = t.id && !t.name.includes(String(t.id)) ? ` [${t.id}]` : '';
+      ctx.fillText(`${t.name}${id}  (${t.events} events${t.hidden ? `, ${t.hidden} nested too deep, not drawn` : ''}` +
+        `${st.collapsed ? `, ${t.lanes.length} lanes collapsed` : ''})`, 2 + 3 * ICON + 6, ry + HEAD / 2);
+    }
     function draw() {
       pending = false;
       const top = scroll.scrollTop;
@@ -368,32 +510,18 @@
       ctx.font = '11px system-ui, sans-serif';
       ctx.textBaseline = 'middle';
       let drawn = 0, maxLevel = 0, lanesDrawn = 0, countersDrawn = 0, counterPoints = 0;
-      for (const r of rows) {
+      let first = 0;
+      { let lo = 0, hi = rows.length; while (lo < hi) { const m = (lo + hi) >> 1; if (rows[m].y + COUNTER < top) lo = m + 1; else hi = m; } first = lo; }
+      for (let ri = first; ri < rows.length; ri++) {
+        const r = rows[ri];
         const ry = r.y - top;
-        if (ry + (r.kind === 'counter' ? COUNTER : LANE) < AXIS || ry > viewH) continue;
-        if (r.kind === 'head' && r.counter) {
-          const c = r.counter;
-          ctx.fillStyle = '#eef3ee';
-          ctx.fillRect(0, ry, width, HEAD);
-          ctx.fillStyle = '#222';
-          ctx.fillText(`${c.plane}  ·  ${c.name}  (counter: ${c.samples} samples, ` +
-            `${c.min < 0 ? `lowest ${fmtValue(c, c.min)}, ` : ''}highest ${fmtValue(c, c.max)})`, 4, ry + HEAD / 2);
-          continue;
-        }
+        if (ry > viewH) break;
+        if (ry + rowHeight(r) < AXIS) continue;
+        if (r.kind === 'group' || r.kind === 'chead' || r.kind === 'head') { drawHead(r, ry); continue; }
         if (r.kind === 'counter') {
           const got = drawCounter(r, ry, nsPerPx);
           countersDrawn++;
           counterPoints += got.points;
-          continue;
-        }
-        if (r.kind === 'head') {
-          ctx.fillStyle = '#f0f0f3';
-          ctx.fillRect(0, ry, width, HEAD);
-          ctx.fillStyle = '#222';
-          const t = r.track;
-          // Thread ids tell apart threads of one name (ids past 2^53 are approximate here).
-          const id = t.id && !t.name.includes(String(t.id)) ? ` [${t.id}]` : '';
-          ctx.fillText(`${t.plane}  ·  ${t.name}${id}  (${t.events} events${t.hidden ? `, ${t.hidden} nested too deep, not drawn` : ''})`, 4, ry + HEAD / 2);
           continue;
         }
         const k = levelFor(r.levels, nsPerPx);
@@ -406,10 +534,14 @@
           const x = GUTTER + (d.start[i] - t0) / nsPerPx;
           const x2 = GUTTER + (d.end[i] - t0) / nsPerPx;
           const xa = Math.max(GUTTER, x), xb = Math.min(width, Math.max(x2, x + 1));
-          if (xb <= lastPx && xb - xa < 1) continue;  // a pixel already covered
-          const nm = tl.names[d.name[i]] || '';
-          ctx.fillStyle = `hsl(${hue(nm)},55%,${d.count[i] > 1 ? 72 : 62}%)`;
+          const hit = matchName && matchName[d.name[i]];
+          if (xb <= lastPx && xb - xa < 1 && !hit) continue;  // a pixel already covered
+          const nm = names[d.name[i]] || '';
+          const h = hue(nm);
+          // Searching: the matches in colour, the rest pale.
+          ctx.fillStyle = matchName && !hit ? `hsl(${h},15%,90%)` : `hsl(${h},55%,${d.count[i] > 1 ? 72 : 62}%)`;
           ctx.fillRect(xa, ry + 1, Math.max(1, xb - xa), LANE - 2);
+          if (hit) { ctx.strokeStyle = '#d00'; ctx.lineWidth = 1.5; ctx.strokeRect(xa, ry + 1, Math.max(1, xb - xa), LANE - 2); ctx.lineWidth = 1; }
           lastPx = xb;
           drawn++;
           if (xb - xa > 36) {
@@ -422,6 +554,24 @@
             ctx.restore();
           }
         }
+        if (selected && selected.ti === r.ti && selected.li === r.li) {
+          const x = GUTTER + (selected.start - t0) / nsPerPx, x2 = GUTTER + (selected.end - t0) / nsPerPx;
+          if (x2 >= GUTTER && x <= width) {
+            ctx.strokeStyle = '#000'; ctx.lineWidth = 2;
+            ctx.strokeRect(Math.max(GUTTER, x), ry + 1, Math.max(2, Math.min(width, x2) - Math.max(GUTTER, x)), LANE - 2);
+            ctx.lineWidth = 1;
+          }
+        }
+      }
+      stats.flowsDrawn = drawFlows(top, nsPerPx);
+      if (range) {
+        const xa = Math.max(GUTTER, GUTTER + (range[0] - t0) / nsPerPx), xb = Math.min(width, GUTTER + (range[1] - t0) / nsPerPx);
+        if (xb >= GUTTER && xa <= width) {
+          ctx.fillStyle = 'rgba(30,90,200,0.12)';
+          ctx.fillRect(xa, AXIS, Math.max(1, xb - xa), viewH - AXIS);
+          ctx.strokeStyle = 'rgba(30,90,200,0.8)';
+          ctx.beginPath(); ctx.moveTo(xa, AXIS); ctx.lineTo(xa, viewH); ctx.moveTo(xb, AXIS); ctx.lineTo(xb, viewH); ctx.stroke();
+        }
       }
       // Axis and gutter over the spans.
       ctx.fillStyle = '#fff';
@@ -432,7 +582,11 @@
       for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
         const x = GUTTER + (t - t0) / nsPerPx;
         ctx.beginPath(); ctx.moveTo(x, AXIS - 6); ctx.lineTo(x, AXIS); ctx.stroke();
-        ctx.fillText(fmtNs(t), x + 2, AXIS / 2 - 2);
+        ctx.fillText(fmtTick(t, step), x + 2, AXIS / 2 - 2);
+      }
+      if (range) {
+        ctx.fillStyle = '#1e5ac8';
+        ctx.fillText(`selected: ${fmtNs(range[1] - range[0])}`, 4, AXIS / 2 - 2);
       }
       ctx.beginPath(); ctx.moveTo(0, AXIS - 0.5); ctx.lineTo(width, AXIS - 0.5); ctx.stroke();
       stats.drawn = drawn; stats.maxLevel = maxLevel; stats.lanesDrawn = lanesDrawn; stats.draws++;
@@ -440,7 +594,33 @@
       canvas.dataset.drawn = drawn;
       canvas.dataset.level = maxLevel;
       $('tl-info').textContent = `${fmtNs(t0)} – ${fmtNs(t1)} of ${fmtNs(total)} · ${tl.events} events, ${drawn} spans drawn` +
-        (counters.length ? ` · ${counters.length} counter${counters.length > 1 ? 's' : ''}` : '');
+        (counters.length ? ` · ${counters.length} counter${counters.length > 1 ? 's' : ''}` : '') +
+        (nFlows ? ` · ${nFlows} flows` : '');
+    }
+    // Arrows from a launch to its kernel: those whose ends are both shown
+    // and which cross the view.
+    function drawFlows(top, nsPerPx) {
+      if (!nFlows) return 0;
+      let n = 0;
+      ctx.strokeStyle = 'rgba(120,40,160,0.75)';
+      ctx.fillStyle = 'rgba(120,40,160,0.9)';
+      for (let f = 0; f < nFlows && n < kMaxFlowsDrawn; f++) {
+        const a = flows[6 * f + 2], b = flows[6 * f + 5];
+        if (a > t1) break;  // by from_ns
+        if (Math.max(a, b) < t0) continue;
+        const ya = laneY[flows[6 * f]][flows[6 * f + 1]], yb = laneY[flows[6 * f + 3]][flows[6 * f + 4]];
+        if (ya === undefined || yb === undefined) continue;
+        const x1 = GUTTER + (a - t0) / nsPerPx, x2 = GUTTER + (b - t0) / nsPerPx;
+        const y1 = ya - top + LANE / 2, y2 = yb - top + LANE / 2;
+        if (Math.max(y1, y2) < AXIS || Math.min(y1, y2) > viewH) continue;
+        ctx.beginPath(); ctx.moveTo(x1, y1);
+        ctx.bezierCurveTo(x1 + 20, y1, x2 - 20, y2, x2, y2);
+        ctx.stroke();
+        const dir = y2 >= y1 ? -1 : 1;
+        ctx.beginPath(); ctx.moveTo(x2, y2); ctx.lineTo(x2 - 6, y2 + dir * 3); ctx.lineTo(x2 - 6, y2 - dir * 4); ctx.closePath(); ctx.fill();
+        n++;
+      }
+      return n;
     }
     function niceStep(x) {
       const p = Math.pow(10, Math.floor(Math.log10(Math.max(x, 1))));
@@ -464,56 +644,378 @@
       setView(at - f * span, at - f * span + span);
     }
     function pan(px) { const d = (px * (t1 - t0)) / (width - GUTTER); setView(t0 + d, t1 + d); }
+    const timeAt = (px) => t0 + ((px - GUTTER) * (t1 - t0)) / (width - GUTTER);
 
+    // The event under (px, py): its lane's finest level shown there.
+    function eventAt(px, py) {
+      if (px < GUTTER) return null;
+      const r = rowAt(py + scroll.scrollTop);
+      if (!r || r.kind !== 'lane') return null;
+      const nsPerPx = (t1 - t0) / (width - GUTTER);
+      const k = levelFor(r.levels, nsPerPx);
+      const d = decode(r.ti, r.li, k);
+      const t = timeAt(px);
+      const i = firstEndingAfter(d.end, t - nsPerPx);
+      if (i >= d.start.length || d.start[i] > t + nsPerPx) return null;
+      return { ti: r.ti, li: r.li, k, i, d };
+    }
+    function tipAt(px, py) {
+      if (px < GUTTER) return null;
+      const yy = py + scroll.scrollTop;
+      const r = rowAt(yy);
+      if (r && r.kind === 'counter') {
+        const nsPerPx = (t1 - t0) / (width - GUTTER);
+        const c = counters[r.ci], d = decodeCounter(r.ci, levelFor(r.levels, nsPerPx));
+        const i = lastAtOrBefore(d.t, timeAt(px));
+        if (i < 0) return null;
+        const rg = d.threshold > 0 && d.hi[i] > d.lo[i] ? `\n(${fmtValue(c, d.lo[i])} – ${fmtValue(c, d.hi[i])} within ${fmtNs(d.threshold)})` : '';
+        return `${c.name}: ${fmtValue(c, d.last[i])}${rg}\nat ${fmtNs(d.t[i])}`;
+      }
+      const e = eventAt(px, py);
+      if (!e) return null;
+      const { d, i } = e;
+      const nm = names[d.name[i]] || '';
+      const what = d.count[i] > 1 ? `${d.count[i]} events (longest: ${nm}) over` : nm + '\n';
+      const more = d.detail[i] ? '\n' + (tl.details[d.detail[i] - 1] || '') : '';
+      return `${what} ${fmtNs(d.end[i] - d.start[i])}\nat ${fmtNs(d.start[i])}${more}`;
+    }
+
+    // ---- the details panel ----------------------------------------------------------
+    const panel = $('tl-details');
+    function kv(rowsKv) {
+      const t = el('table', { class: 'kv' });
+      for (const [k, v, field] of rowsKv) {
+        const tr = el('tr');
+        tr.appendChild(el('th', {}, k));
+        const td = el('td', field ? { 'data-field': field } : {});
+        if (v instanceof Node) td.appendChild(v); else td.textContent = v;
+        tr.appendChild(td);
+        t.appendChild(tr);
+      }
+      return t;
+    }
+    // The span of lane `li` of track `ti` (finest level) that holds time t.
+    function spanHolding(ti, li, t) {
+      const d = decode(ti, li, 0);
+      const i = lastAtOrBefore(d.start, t);
+      return i >= 0 && d.end[i] >= t ? { d, i } : null;
+    }
+    function link(text, fn) {
+      const a = el('a', { href: '#', class: 'tl-link' }, text);
+      a.onclick = (ev) => { ev.preventDefault(); fn(); };
+      return a;
+    }
+    function eventLabel(ti, li, d, i) {
+      return `${names[d.name[i]]} (${fmtNs(d.end[i] - d.start[i])} at ${fmtNs(d.start[i])}, ${tracks[ti].name} lane ${li})`;
+    }
+    // Opens the panel on the event of lane `li` of `ti` starting at `start`
+    // (its finest level kept).
+    function select(ti, li, start, opts) {
+      const d = decode(ti, li, 0);
+      let i = firstAtOrAfter(d.start, start);
+      if (i >= d.start.length || d.start[i] !== start) i = Math.max(0, lastAtOrBefore(d.start, start));
+      if (!d.start.length) return null;
+      selected = { ti, li, start: d.start[i], end: d.end[i] };
+      const dur = d.end[i] - d.start[i];
+      // Self: less the next lane's spans inside it.
+      let child = 0;
+      if (li + 1 < tracks[ti].lanes.length) {
+        const c = decode(ti, li + 1, 0);
+        for (let j = firstAtOrAfter(c.start, d.start[i]); j < c.start.length && c.start[j] < d.end[i]; j++)
+          child += Math.min(c.end[j], d.end[i]) - c.start[j];
+      }
+      const nm = names[d.name[i]] || '';
+      panel.textContent = '';
+      panel.hidden = false;
+      panel.dataset.kind = 'event';
+      const head = el('div', { class: 'tl-panel-head' });
+      head.appendChild(el('b', {}, 'Event'));
+      head.appendChild(link('zoom to it', () => setView(d.start[i] - dur, d.end[i] + dur)));
+      head.appendChild(link('close', () => { panel.hidden = true; selected = null; redraw(); }));
+      panel.appendChild(head);
+      const items = [['name', nm, 'name'], ['thread', `${tracks[ti].plane} · ${tracks[ti].name}`, 'thread'],
+        ['start', fmtNs(d.start[i]), 'start'], ['duration', fmtNs(dur), 'duration']];
+      if (d.count[i] > 1) items.push(['merged', `${d.count[i]} events merged (the page was coarsened here: ${fmtNs(d.threshold)})`, 'merged']);
+      else items.push(['self time', fmtNs(Math.max(0, dur - child)), 'self']);
+      items.push(['arguments', d.detail[i] ? tl.details[d.detail[i] - 1] || '' : '(none)', 'args']);
+      items.push(['events of this name', `${nameEvents[d.name[i]] || 0} in the run`, 'name_events']);
+      // Its name on this thread: count, total, mean.
+      let n = 0, sum = 0;
+      tracks[ti].lanes.forEach((lv, l) => { const x = decode(ti, l, 0); for (let j = 0; j < x.name.length; j++) if (x.name[j] === d.name[i]) { n += x.count[j]; sum += x.end[j] - x.start[j]; } });
+      items.push(['on this thread', `${n} events, ${fmtNs(sum)} in all, ${fmtNs(n ? sum / n : 0)} mean`, 'thread_stats']);
+      // Enclosing events, innermost first.
+      const up = el('div', { 'data-field': 'enclosing' });
+      for (let l = li - 1; l >= 0; l--) {
+        const h = spanHolding(ti, l, d.start[i]);
+        if (!h) continue;
+        const row = el('div');
+        row.appendChild(link(eventLabel(ti, l, h.d, h.i), () => { select(ti, l, h.d.start[h.i]); }));
+        row.dataset.name = names[h.d.name[h.i]];
+        up.appendChild(row);
+      }
+      if (!up.childNodes.length) up.textContent = '(none)';
+      items.push(['enclosing', up]);
+      // Flow partners (a launch and its kernel).
+      const partners = el('div', { 'data-field': 'flows' });
+      for (const f of flowAt.get(ti + ':' + li + ':' + d.start[i]) || []) {
+        const isFrom = flows[6 * f] === ti && flows[6 * f + 1] === li && flows[6 * f + 2] === d.start[i];
+        const o = isFrom ? 3 : 0;
+        const pt = flows[6 * f + o], pl = flows[6 * f + o + 1], ps = flows[6 * f + o + 2];
+        const h = spanHolding(pt, pl, ps);
+        const row = el('div');
+        row.appendChild(document.createTextNode(isFrom ? 'to ' : 'from '));
+        row.appendChild(link(h ? eventLabel(pt, pl, h.d, h.i) : `${tracks[pt].name} at ${fmtNs(ps)}`, () => {
+          reveal(pt);
+          const pd = decode(pt, pl, 0), pi = Math.max(0, lastAtOrBefore(pd.start, ps));
+          const w = Math.max(pd.end[pi] - pd.start[pi], t1 - t0);
+          setView(ps - w / 2, ps + w / 2);
+          select(pt, pl, ps);
+        }));
+        row.dataset.name = h ? names[h.d.name[h.i]] : '';
+        row.dataset.track = tracks[pt].name;
+        row.dataset.ns = ps;
+        partners.appendChild(row);
+      }
+      if (!partners.childNodes.length) partners.textContent = '(none)';
+      items.push(['flow', partners]);
+      panel.appendChild(kv(items));
+      if (!(opts && opts.quiet)) redraw();
+      return selected;
+    }
+
+    // Aggregate of the events that start in [a, b), by name, as `spyglass
+    // summary` counts them: per thread, nesting by start (longest first),
+    // self = its time less its direct children's; a name's total counts
+    // only its outermost event (recursion).
+    function aggregate(a, b) {
+      const by = new Map();
+      let coarse = false;
+      const open = new Int32Array(names.length);
+      for (let ti = 0; ti < tracks.length; ti++) {
+        const L = tracks[ti].lanes.length;
+        const ds = [], pos = [], stop = [];
+        for (let li = 0; li < L; li++) {
+          const d = decode(ti, li, 0);
+          if (d.threshold > 0) coarse = true;
+          ds.push(d); pos.push(firstAtOrAfter(d.start, a)); stop.push(firstAtOrAfter(d.start, b));
+        }
+        const stack = [];  // { end, dur, child, name, count }
+        const pop = () => {
+          const o = stack.pop();
+          let g = by.get(o.name);
+          if (!g) by.set(o.name, (g = { count: 0, total: 0, self: 0, calls: 0 }));
+          g.count += o.count;
+          if (--open[o.name] === 0) g.total += o.dur;
+          g.calls += o.dur;
+          g.self += o.dur - Math.min(o.child, o.dur);
+        };
+        for (;;) {
+          let best = -1, bs = 0, bd = 0;
+          for (let li = 0; li < L; li++) {
+            if (pos[li] >= stop[li]) continue;
+            const d = ds[li], j = pos[li], s = d.start[j], du = d.end[j] - s;
+            if (best < 0 || s < bs || (s === bs && du > bd)) { best = li; bs = s; bd = du; }
+          }
+          if (best < 0) break;
+          const d = ds[best], j = pos[best]++;
+          const end = bs + bd;
+          while (stack.length && stack[stack.length - 1].end <= bs) pop();
+          if (stack.length) { const p = stack[stack.length - 1]; p.child += Math.min(end, p.end) - bs; }
+          stack.push({ end, dur: bd, child: 0, name: d.name[j], count: d.count[j] });
+          open[d.name[j]]++;
+        }
+        while (stack.length) pop();
+      }
+      const out = [...by.entries()].map(([n, g]) => ({ name: names[n], count: g.count, total_ns: g.total, self_ns: g.self,
+        mean_ns: g.count ? g.calls / g.count : 0 }));
+      out.sort((x, y) => y.total_ns - x.total_ns || (x.name < y.name ? -1 : 1));
+      return { rows: out, coarse };
+    }
+    // Counters over [a, b]: the value at each end, the change and the
+    // highest within (memory live and allocated in the range, per call
+    // site where the trace has per-site counters).
+    function counterRange(a, b) {
+      return counters.map((c, ci) => {
+        const d = decodeCounter(ci, 0);
+        const ia = lastAtOrBefore(d.t, a), ib = lastAtOrBefore(d.t, b);
+        const va = ia >= 0 ? d.last[ia] : 0, vb = ib >= 0 ? d.last[ib] : 0;
+        let hi = va;
+        for (let i = Math.max(ia, 0); i <= ib; i++) hi = Math.max(hi, d.hi[i]);
+        return { plane: c.plane, name: c.name, bytes: c.bytes, at_start: va, at_end: vb, change: vb - va, highest: hi, coarse: d.threshold > 0 };
+      });
+    }
+    function selectRange(a, b, opts) {
+      if (b < a) [a, b] = [b, a];
+      range = [a, b];
+      const t = performance.now();
+      const agg = aggregate(a, b);
+      const ms = performance.now() - t;
+      panel.textContent = '';
+      panel.hidden = false;
+      panel.dataset.kind = 'range';
+      const head = el('div', { class: 'tl-panel-head' });
+      head.appendChild(el('b', {}, `Range ${fmtNs(a)} – ${fmtNs(b)} (${fmtNs(b - a)})`));
+      head.appendChild(link('zoom to it', () => setView(a, b)));
+      head.appendChild(link('clear', () => { range = null; panel.hidden = true; redraw(); }));
+      panel.appendChild(head);
+      panel.appendChild(el('div', { class: 'more' }, `events that start in the range, by name, as spyglass summary counts them` +
+        (agg.coarse ? '; approximate: some lanes were coarsened in this page (merged spans count under their longest event\'s name)' : '')));
+      const t2 = table(agg.rows, 'range-agg', ['name', 'count', 'total_ns', 'self_ns', 'mean_ns']);
+      panel.appendChild(t2);
+      if (agg.rows.length > kMaxRows) panel.appendChild(el('div', { class: 'more' }, `${agg.rows.length - kMaxRows} more names`));
+      const cr = counterRange(a, b);
+      if (cr.length) {
+        panel.appendChild(el('h4', {}, 'Counters in the range (memory: live at each end, allocated net, highest)'));
+        panel.appendChild(table(cr.map((c) => {
+          const f = (v) => (c.bytes ? fmtBytes(v) : String(Number(v.toPrecision(6))));
+          return { plane: c.plane, counter: c.name, at_start: f(c.at_start), at_end: f(c.at_end), change: (c.change > 0 ? '+' : '') + f(c.change), highest: f(c.highest) };
+        }), 'range-counters'));
+      }
+      if (!(opts && opts.quiet)) redraw();
+      return { rows: agg.rows, coarse: agg.coarse, counters: cr, ms };
+    }
+
+    // Search by name: the count is exact (every event of the run), the
+    // list for next/previous holds the events of the page's finest levels.
+    function search(q) {
+      query = q;
+      matches = null; matchAt = -1;
+      if (!q) { matchName = null; matchCount = 0; $('tl-count').textContent = ''; redraw(); return 0; }
+      const lq = q.toLowerCase();
+      matchName = new Uint8Array(names.length);
+      matchCount = 0;
+      for (let n = 0; n < names.length; n++) if (names[n].toLowerCase().includes(lq)) { matchName[n] = 1; matchCount += nameEvents[n] || 0; }
+      $('tl-count').textContent = `${matchCount} match${matchCount === 1 ? '' : 'es'}`;
+      redraw();
+      return matchCount;
+    }
+    function matchList() {
+      if (matches) return matches;
+      const st = [], where = [];
+      outer: for (let ti = 0; ti < tracks.length; ti++) {
+        for (let li = 0; li < tracks[ti].lanes.length; li++) {
+          const d = decode(ti, li, 0);
+          for (let i = 0; i < d.name.length; i++) {
+            if (!matchName[d.name[i]]) continue;
+            if (st.length >= kMaxMatches) break outer;
+            st.push(d.start[i]); where.push(ti * 65536 + li);
+          }
+        }
+      }
+      const idx = Array.from(st.keys()).sort((x, y) => st[x] - st[y] || where[x] - where[y]);
+      matches = { start: idx.map((i) => st[i]), where: idx.map((i) => where[i]) };
+      return matches;
+    }
+    function step(dir) {
+      if (!matchName) return null;
+      const m = matchList();
+      if (!m.start.length) return null;
+      matchAt = matchAt < 0 ? (dir > 0 ? 0 : m.start.length - 1) : (matchAt + dir + m.start.length) % m.start.length;
+      const ti = Math.floor(m.where[matchAt] / 65536), li = m.where[matchAt] % 65536;
+      reveal(ti);
+      const s = select(ti, li, m.start[matchAt], { quiet: true });
+      const w = Math.max(t1 - t0 > 50 * (s.end - s.start) ? (s.end - s.start) * 20 : t1 - t0, 1000);
+      setView(s.start - w / 2 + (s.end - s.start) / 2, s.start + w / 2 + (s.end - s.start) / 2);
+      $('tl-count').textContent = `${matchAt + 1} of ${matchCount} match${matchCount === 1 ? '' : 'es'}` +
+        (m.start.length < matchCount ? ` (${m.start.length} in the page's finest levels)` : '');
+      scrollToTrack(ti);
+      return { index: matchAt, name: names[decode(ti, li, 0).name[lastAtOrBefore(decode(ti, li, 0).start, s.start)]], start: s.start };
+    }
+    // Makes a thread shown (its plane open, itself not hidden).
+    function reveal(ti) {
+      let changed = false;
+      if (state[ti].hidden) { state[ti].hidden = false; changed = true; }
+      if (planeCollapsed.has(tracks[ti].plane) && !state[ti].pinned) { planeCollapsed.delete(tracks[ti].plane); changed = true; }
+      if (state[ti].collapsed) { state[ti].collapsed = false; changed = true; }
+      if (changed) layout();
+    }
+    function scrollToTrack(ti) {
+      const r = rows.find((x) => x.kind === 'head' && x.ti === ti);
+      if (!r) return;
+      if (r.y < scroll.scrollTop + AXIS || r.y + HEAD * 3 > scroll.scrollTop + viewH) scroll.scrollTop = Math.max(0, r.y - AXIS - HEAD);
+      redraw();
+    }
+
+    // ---- the mouse ------------------------------------------------------------------
     canvas.addEventListener('wheel', (e) => {
       if (e.shiftKey) return;  // the scroll box scrolls the threads
       e.preventDefault();
       const r = canvas.getBoundingClientRect();
       zoom(Math.pow(1.0015, e.deltaY), e.clientX - r.left);
     }, { passive: false });
+    // A drag pans; shift+drag, or a drag on the time axis, selects a range;
+    // a click selects an event or works a heading.
     let drag = null;
-    canvas.addEventListener('mousedown', (e) => { drag = e.clientX; canvas.style.cursor = 'grabbing'; });
-    window.addEventListener('mouseup', () => { drag = null; canvas.style.cursor = 'grab'; });
+    canvas.addEventListener('mousedown', (e) => {
+      const r = canvas.getBoundingClientRect();
+      const x = e.clientX - r.left, y = e.clientY - r.top;
+      drag = { x0: e.clientX, x: e.clientX, px: x, py: y, mode: null, select: e.shiftKey || y < AXIS };
+    });
+    window.addEventListener('mouseup', (e) => {
+      if (!drag) return;
+      const d = drag;
+      drag = null;
+      canvas.style.cursor = 'grab';
+      if (d.mode === 'select') { selectRange(range[0], range[1]); return; }
+      if (d.mode === null && e.target === canvas) click(d.px, d.py);
+    });
     window.addEventListener('mousemove', (e) => {
-      if (drag !== null) { pan(drag - e.clientX); drag = e.clientX; tip.hidden = true; return; }
+      if (drag) {
+        if (drag.mode === null && Math.abs(e.clientX - drag.x0) > 3) {
+          drag.mode = drag.select ? 'select' : 'pan';
+          canvas.style.cursor = drag.mode === 'pan' ? 'grabbing' : 'col-resize';
+        }
+        if (drag.mode === 'pan') { pan(drag.x - e.clientX); drag.x = e.clientX; }
+        if (drag.mode === 'select') {
+          const r = canvas.getBoundingClientRect();
+          const a = timeAt(Math.max(GUTTER, drag.px)), b = timeAt(Math.max(GUTTER, e.clientX - r.left));
+          range = [Math.max(0, Math.min(a, b)), Math.min(total, Math.max(a, b))];
+          redraw();
+        }
+        tip.hidden = true;
+        return;
+      }
       if (e.target !== canvas) { tip.hidden = true; return; }
       const r = canvas.getBoundingClientRect();
-      const hit = spanAt(e.clientX - r.left, e.clientY - r.top);
+      const hit = tipAt(e.clientX - r.left, e.clientY - r.top);
       if (!hit) { tip.hidden = true; return; }
       tip.textContent = hit;
       tip.style.left = e.clientX + 12 + 'px';
       tip.style.top = e.clientY + 12 + 'px';
       tip.hidden = false;
     });
-    function spanAt(px, py) {
-      if (px < GUTTER) return null;
-      const yy = py + scroll.scrollTop;
-      const nsPerPx = (t1 - t0) / (width - GUTTER);
-      const crow = rows.find((r) => r.kind === 'counter' && yy >= r.y && yy < r.y + COUNTER);
-      if (crow) {
-        const c = counters[crow.ci], d = decodeCounter(crow.ci, levelFor(crow.levels, nsPerPx));
-        const t = t0 + (px - GUTTER) * nsPerPx;
-        const i = lastAtOrBefore(d.t, t);
-        if (i < 0) return null;
-        const range = d.threshold > 0 && d.hi[i] > d.lo[i] ? `\n(${fmtValue(c, d.lo[i])} – ${fmtValue(c, d.hi[i])} within ${fmtNs(d.threshold)})` : '';
-        return `${c.name}: ${fmtValue(c, d.last[i])}${range}\nat ${fmtNs(d.t[i])}`;
+    function click(px, py) {
+      const r = rowAt(py + scroll.scrollTop);
+      if (!r) return;
+      if (r.kind === 'group') {
+        if (r.plane === null) return;
+        if (planeCollapsed.has(r.plane)) planeCollapsed.delete(r.plane); else planeCollapsed.add(r.plane);
+        layout();
+        return;
       }
-      const row = rows.find((r) => r.kind === 'lane' && yy >= r.y && yy < r.y + LANE);
-      if (!row) return null;
-      const d = decode(row.ti, row.li, levelFor(row.levels, nsPerPx));
-      const t = t0 + (px - GUTTER) * nsPerPx;
-      const i = firstEndingAfter(d.end, t - nsPerPx);
-      if (i >= d.start.length || d.start[i] > t + nsPerPx) return null;
-      const nm = tl.names[d.name[i]] || '';
-      const what = d.count[i] > 1 ? `${d.count[i]} events (longest: ${nm}) over` : nm + '\n';
-      const more = d.detail[i] ? '\n' + (tl.details[d.detail[i] - 1] || '') : '';
-      return `${what} ${fmtNs(d.end[i] - d.start[i])}\nat ${fmtNs(d.start[i])}${more}`;
+      if (r.kind === 'head') {
+        const st = state[r.ti];
+        if (px < 2 + ICON) st.collapsed = !st.collapsed;
+        else if (px < 2 + 2 * ICON + 2) st.pinned = !st.pinned;
+        else if (px < 2 + 3 * ICON + 4) st.hidden = true;
+        else st.collapsed = !st.collapsed;
+        layout();
+        return;
+      }
+      const e = eventAt(px, py);
+      if (e) select(e.ti, e.li, e.d.start[e.i]);
     }
     scroll.addEventListener('scroll', redraw);
     window.addEventListener('resize', resize);
     $('tl-in').onclick = () => zoom(0.5, GUTTER + (width - GUTTER) / 2);
     $('tl-out').onclick = () => zoom(2, GUTTER + (width - GUTTER) / 2);
     $('tl-reset').onclick = () => setView(0, total);
+    $('tl-hidden').onclick = () => { state.forEach((s) => { s.hidden = false; }); layout(); };
+    const box = $('tl-search');
+    box.addEventListener('input', () => search(box.value));
+    box.addEventListener('keydown', (e) => { if (e.key === 'Enter') { step(e.shiftKey ? -1 : 1); e.preventDefault(); } });
+    $('tl-next').onclick = () => step(1);
+    $('tl-prev').onclick = () => step(-1);
     canvas.tabIndex = 0;
     canvas.addEventListener('keydown', (e) => {
       const c = GUTTER + (width - GUTTER) / 2;
@@ -522,10 +1024,14 @@
       else if (e.key === 'a') pan(-(width - GUTTER) / 10);
       else if (e.key === 'd') pan((width - GUTTER) / 10);
       else if (e.key === '0') setView(0, total);
+      else if (e.key === 'Escape') { range = null; selected = null; panel.hidden = true; redraw(); }
+      else if (e.key === '/') box.focus();
       else return;
       e.preventDefault();
     });
+    layout();
     resize();
+    const trackIndex = (name) => tracks.findIndex((t) => t.name === name);
     // For tests and the console: the view in ns from the first event.
     return {
       stats, setView: (a, b) => { setView(a, b); draw(); return { ...stats }; }, view: () => [t0, t1], gutter: GUTTER,
@@ -538,6 +1044,25 @@
         const r = rows.find((x) => x.kind === 'lane' && tracks[x.ti].name === name && x.li === lane);
         return r ? [r.y - scroll.scrollTop, LANE] : null;
       },
+      headBand: (name) => {
+        const r = rows.find((x) => x.kind === 'head' && tracks[x.ti].name === name);
+        return r ? [r.y - scroll.scrollTop, HEAD] : null;
+      },
+      groupBand: (plane) => {
+        const r = rows.find((x) => x.kind === 'group' && x.plane === plane);
+        return r ? [r.y - scroll.scrollTop, HEAD] : null;
+      },
+      // The rows top to bottom: headings and lanes, as drawn.
+      rows: () => rows.map((r) => ({ kind: r.kind, y: r.y, name: r.kind === 'head' || r.kind === 'lane' ? tracks[r.ti].name :
+        r.kind === 'group' ? r.label : r.kind === 'chead' || r.kind === 'counter' ? counters[r.ci].name : '', lane: r.li })),
+      height: () => height, canvasHeight: () => viewH, scrollTo: (y) => { scroll.scrollTop = y; draw(); },
+      state: (name) => ({ ...state[trackIndex(name)] }),
+      search: (q) => { $('tl-search').value = q; return search(q); }, next: () => step(1), prev: () => step(-1),
+      selectRange: (a, b) => selectRange(a, b), select: (name, lane, ns) => select(trackIndex(name), lane, ns),
+      reveal: (name) => { reveal(trackIndex(name)); scrollToTrack(trackIndex(name)); },
+      selected: () => (selected ? { ...selected, track: tracks[selected.ti].name } : null),
+      scales: () => counters.map((c) => ({ name: c.name, ...scaleOf(c) })),
+      flows: nFlows, draw,
     };
   }
 
@@ -629,6 +1154,20 @@
     if (data.timeline.hidden_tracks) {
       $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_tracks} more threads with ` +
         `${data.timeline.hidden_track_events} events in all are not shown (only the ${data.timeline.tracks.length} busiest)`));
+    }
+    const tlData = data.timeline;
+    if (tlData.coarsened_lanes || tlData.coarsened_counters) {
+      $('sg-notes').appendChild(el('li', { id: 'sg-coarsened' }, `timeline coarsened to keep this page small: ` +
+        `${tlData.coarsened_events} events of ${tlData.coarsened_lanes} lanes` +
+        (tlData.coarsened_counters ? ` and ${tlData.coarsened_counters} counters` : '') +
+        ` are shown merged into spans (down to ${fmtNs(tlData.coarsened_ns)}), not one by one; search counts stay exact, ` +
+        `details and range aggregates there are approximate`));
+    }
+    if (tlData.hidden_names) {
+      $('sg-notes').appendChild(el('li', {}, `timeline: ${tlData.hidden_names} events have names past the page's budget, shown as one name`));
+    }
+    if (tlData.hidden_flows) {
+      $('sg-notes').appendChild(el('li', {}, `timeline: ${tlData.hidden_flows} flows are not drawn (too many, or an end on a thread not shown)`));
     }
     if (data.timeline.hidden_details) {
       $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_details} events show no details in their ` +
