@@ -579,11 +579,14 @@
       ctx.fillStyle = '#333';
       ctx.strokeStyle = '#ccc';
       const step = niceStep((t1 - t0) / 8);
+      const ticks = [];
       for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
         const x = GUTTER + (t - t0) / nsPerPx;
         ctx.beginPath(); ctx.moveTo(x, AXIS - 6); ctx.lineTo(x, AXIS); ctx.stroke();
-        ctx.fillText(fmtTick(t, step), x + 2, AXIS / 2 - 2);
+        ticks.push(fmtTick(t, step));
+        ctx.fillText(ticks[ticks.length - 1], x + 2, AXIS / 2 - 2);
       }
+      stats.ticks = ticks;
       if (range) {
         ctx.fillStyle = '#1e5ac8';
         ctx.fillText(`selected: ${fmtNs(range[1] - range[0])}`, 4, AXIS / 2 - 2);
