@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unordered_map>
+
 #include "common/gzip.h"
 #include "report/timeline.h"
 #include "spyglass/profiler.h"
@@ -75,10 +77,27 @@ json TimelineJson(const Timeline& tl) {
 json FlameJson(const FlameGraph& g) {
   json sites = json::array();
   for (const FlameSite& s : g.top_sites) sites.push_back({{"site", s.site}, {"value", s.value}, {"count", s.count}});
-  return {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"names", g.names},
-          {"name", g.node_name}, {"depth", g.node_depth}, {"value", g.node_value},
-          {"sites", std::move(sites)}, {"negative_samples", g.negative_samples},
-          {"folded_frames", g.folded_frames}};
+  // Frames as columns; function and file names interned once.
+  std::vector<std::string> strings;
+  std::unordered_map<std::string, uint32_t> ids;
+  auto id = [&](const std::string& s) {
+    auto [it, added] = ids.emplace(s, static_cast<uint32_t>(strings.size()));
+    if (added) strings.push_back(s);
+    return it->second;
+  };
+  json fn = json::array(), file = json::array(), line = json::array(), kind = json::array();
+  for (const FlameFrame& f : g.frames) {
+    fn.push_back(id(f.function));
+    file.push_back(id(f.file));
+    line.push_back(f.line);
+    kind.push_back(f.label ? 3 : f.interpreter ? 2 : f.python ? 1 : 0);
+  }
+  return {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"strings", std::move(strings)},
+          {"frame_fn", std::move(fn)}, {"frame_file", std::move(file)}, {"frame_line", std::move(line)},
+          {"frame_kind", std::move(kind)}, {"stack_frames", g.stack_frames}, {"stack_sizes", g.stack_sizes},
+          {"stack_values", g.stack_values}, {"stack_counts", g.stack_counts}, {"hidden_stacks", g.hidden_stacks},
+          {"hidden_value", g.hidden_value}, {"fold", g.fold},
+          {"sites", std::move(sites)}, {"negative_samples", g.negative_samples}};
 }
 
 // JSON inside <script>: no '<' at all, so neither "</script>" nor "<!--"

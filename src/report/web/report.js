@@ -1070,60 +1070,239 @@
   }
 
   // ---- flame graphs ---------------------------------------------------------------
-  function renderFlame(box, g) {
-    const n = g.name.length;
+  // Views of one set of stacks (root first, each with a value): flame
+  // (left-heavy: the largest first), call order (by name), inverted (the
+  // allocating frames at the top) and sandwich (one function's callers above
+  // it, its callees below); the interpreter's and the import system's frames
+  // folded or not; search; a tooltip as soon as the mouse is on a frame.
+  const ROW = 18;
+  const KIND = ['native', 'python', 'interpreter', 'label'];
+  const kindColor = (k, name) => {
+    const h = hue(name);
+    if (k === 1) return `hsl(${95 + (h % 50)},55%,${62 + (h % 12)}%)`;   // Python: greens
+    if (k === 2) return `hsl(0,0%,${78 + (h % 10)}%)`;                   // interpreter: greys
+    if (k === 3) return '#c9d6e8';
+    return `hsl(${18 + (h % 32)},80%,${60 + (h % 14)}%)`;                // native: oranges
+  };
+  // A tree from stacks: node arrays, preorder, children in `order`.
+  function buildTree(stacks, order, frameKey) {
+    const kids = [new Map()], frame = [-1], value = [0], self = [0], parent = [-1], depth = [0];
+    for (const s of stacks) {
+      let at = 0;
+      value[0] += s.value;
+      for (const f of s.frames) {
+        let c = kids[at].get(f);
+        if (c === undefined) {
+          c = frame.length;
+          kids[at].set(f, c); kids.push(new Map()); frame.push(f); value.push(0); self.push(0); parent.push(at); depth.push(depth[at] + 1);
+        }
+        value[c] += s.value;
+        at = c;
+      }
+      self[at] += s.value;
+    }
+    // Preorder with x offsets (in value units), children ordered.
+    const n = frame.length, pre = [], x = new Float64Array(n), end = new Int32Array(n);
+    const stack = [0];
+    while (stack.length) {
+      const i = stack.pop();
+      if (i < 0) { end[~i] = pre.length; continue; }
+      pre.push(i);
+      stack.push(~i);
+      const cs = [...kids[i].values()];
+      order(cs, frame, value);
+      let cx = x[i];
+      for (const c of cs) { x[c] = cx; cx += value[c]; }
+      for (let k = cs.length - 1; k >= 0; k--) stack.push(cs[k]);
+    }
+    let maxDepth = 0;
+    for (let i = 0; i < n; i++) maxDepth = Math.max(maxDepth, depth[i]);
+    void frameKey;
+    return { frame, value, self, parent, depth, x, pre, end, maxDepth };
+  }
+
+  function renderFlame(box, g, index) {
+    const S = g.strings;
+    const fnOf = (f) => S[g.frame_fn[f]], fileOf = (f) => S[g.frame_file[f]];
+    const kindOf = (f) => g.frame_kind[f];
+    const loc = (f) => (fileOf(f) ? fileOf(f) + (g.frame_line[f] ? ':' + g.frame_line[f] : '') : '');
+    const all = [];
+    for (let i = 0, off = 0; i < g.stack_sizes.length; off += g.stack_sizes[i], i++)
+      all.push({ frames: g.stack_frames.slice(off, off + g.stack_sizes[i]), value: g.stack_values[i] });
     const fmt = g.unit === 'bytes' ? fmtBytes : (v) => String(v);
+    const pct = (v) => (g.total ? ((100 * v) / g.total).toFixed(1) : '0') + ' %';
     const sec = el('div', { class: 'profile', 'data-title': g.title });
     sec.appendChild(el('h3', {}, `${g.title} — ${fmt(g.total)} ${g.unit === 'bytes' ? 'live' : 'samples'}`));
     if (g.negative_samples) sec.appendChild(el('div', { class: 'more' }, `${g.negative_samples} samples with negative values counted as 0`));
-    if (g.folded_frames) sec.appendChild(el('div', { class: 'more' }, `${g.folded_frames} interpreter and import frames folded away (spyglass report --all-frames keeps them)`));
+    if (g.hidden_stacks) sec.appendChild(el('div', { class: 'more' }, `${g.hidden_stacks} smaller stacks (${fmt(g.hidden_value)}) are not in this page's flame graph`));
     if (g.sites.length) {
       sec.appendChild(el('div', {}, 'Top allocation sites (first frame past the allocator):'));
       sec.appendChild(table(g.sites.map((s) => ({ site: s.site, [g.unit === 'bytes' ? 'bytes' : 'value']: s.value, count: s.count,
         share: g.total ? s.value / g.total : 0 })), 'sites'));
     }
-    // Subtree ends and x offsets (in value units) from the preorder.
-    const endOf = new Int32Array(n), x = new Float64Array(n), parent = new Int32Array(n).fill(-1);
-    const stack = [];
-    const cursor = new Float64Array(n);
-    let maxDepth = 0;
-    for (let i = 0; i < n; i++) {
-      while (stack.length && g.depth[stack[stack.length - 1]] >= g.depth[i]) endOf[stack.pop()] = i;
-      if (stack.length) { const p = stack[stack.length - 1]; parent[i] = p; x[i] = x[p] + cursor[p]; cursor[p] += g.value[i]; }
-      stack.push(i);
-      maxDepth = Math.max(maxDepth, g.depth[i]);
-    }
-    while (stack.length) endOf[stack.pop()] = n;
+    const interp = g.frame_kind.filter((k) => k === 2).length;
+    const bar = el('div', { class: 'fl-bar' });
+    const viewSel = el('select', { class: 'fl-view' });
+    for (const [v, t] of [['flame', 'flame (left-heavy)'], ['order', 'call tree (by name)'], ['inverted', 'inverted (allocating frames on top)'], ['sandwich', 'sandwich']])
+      viewSel.appendChild(el('option', { value: v }, t));
+    const fold = el('input', { type: 'checkbox', class: 'fl-fold' });
+    fold.checked = g.fold;
+    const foldLabel = el('label', { title: 'the interpreter\'s eval loop and call plumbing, runpy and importlib' });
+    foldLabel.appendChild(fold);
+    foldLabel.appendChild(document.createTextNode(` fold interpreter and import frames (${interp} such frames)`));
+    const find = el('input', { type: 'search', class: 'fl-search', placeholder: 'search frames', size: 18 });
+    const found = el('span', { class: 'fl-found' });
+    bar.appendChild(viewSel); bar.appendChild(foldLabel); bar.appendChild(find); bar.appendChild(found);
+    const legend = el('span', { class: 'fl-legend' });
+    for (const k of [1, 0, 2]) { const sw = el('span', { class: 'fl-swatch' }); sw.style.background = kindColor(k, 'x'); legend.appendChild(sw); legend.appendChild(document.createTextNode(KIND[k] + ' ')); }
+    bar.appendChild(legend);
+    sec.appendChild(bar);
     const crumbs = el('div', { class: 'fl-crumbs' }, 'click a frame to zoom in, the top bar to zoom out');
     const flame = el('div', { class: 'flame' });
-    flame.style.height = (maxDepth + 1) * 18 + 'px';
+    const flame2 = el('div', { class: 'flame flame-callees' });
+    flame2.hidden = true;
     sec.appendChild(crumbs);
     sec.appendChild(flame);
+    sec.appendChild(flame2);
     box.appendChild(sec);
-    function show(root) {
-      flame.textContent = '';
-      const W = flame.clientWidth || 1000;
-      const scale = g.value[root] > 0 ? W / g.value[root] : 0;
-      const add = (i, left, w, above) => {
-        const nm = g.names[g.name[i]];
-        const d = el('div', { class: 'fl-node' + (above ? ' fl-above' : ''), 'data-name': nm, 'data-value': g.value[i],
-          title: `${nm}\n${fmt(g.value[i])} (${g.total ? ((100 * g.value[i]) / g.total).toFixed(1) : 0} % of all)` });
-        d.style.left = left + 'px'; d.style.width = w + 'px'; d.style.top = g.depth[i] * 18 + 'px';
-        d.style.background = i === 0 ? '#ddd' : `hsl(${20 + (hue(nm) % 40)},80%,${60 + (hue(nm) % 15)}%)`;
-        if (w > 30) d.textContent = nm;
-        d.onclick = () => show(above && i === root ? (parent[i] >= 0 ? parent[i] : 0) : i);
-        flame.appendChild(d);
-      };
-      for (let a = parent[root]; a >= 0; a = parent[a]) add(a, 0, W, true);
-      for (let i = root; i < endOf[root]; ) {
-        const w = g.value[i] * scale;
-        if (w < 1.5) { i = endOf[i]; continue; }  // its children are narrower still
-        add(i, (x[i] - x[root]) * scale, w, false);
-        i++;
+    const tip = $('fl-tip');
+
+    let view = 'flame', focusFn = null, query = '', tree = null, tree2 = null, root = 0;
+    const fnKey = (f) => fnOf(f) + '\u0000' + fileOf(f);
+    // Stacks as the view sees them: folded, inverted, or cut at a function.
+    function stacksFor() {
+      let st = all;
+      if (fold.checked) {
+        st = st.map((s) => ({ value: s.value, frames: s.frames.filter((f, i) => kindOf(f) !== 2 || i === s.frames.length - 1) }));
       }
-      crumbs.textContent = root === 0 ? 'click a frame to zoom in' : `zoomed to ${g.names[g.name[root]]} — click a faded frame above to zoom out`;
+      return st;
     }
-    show(0);
+    const byValue = (cs, frame, value) => cs.sort((a, b) => value[b] - value[a]);
+    const byName = (cs, frame) => cs.sort((a, b) => (fnOf(frame[a]) < fnOf(frame[b]) ? -1 : fnOf(frame[a]) > fnOf(frame[b]) ? 1 : 0));
+    function rebuild() {
+      const st = stacksFor();
+      flame2.hidden = view !== 'sandwich';
+      if (view === 'sandwich') {
+        if (focusFn === null) {
+          // The function with the most self value, until one is clicked.
+          const selfBy = new Map();
+          for (const s of st) { const f = s.frames[s.frames.length - 1]; if (f !== undefined && kindOf(f) !== 3) selfBy.set(fnKey(f), (selfBy.get(fnKey(f)) || 0) + s.value); }
+          let best = null, bv = -1;
+          for (const [k, v] of selfBy) if (v > bv) { best = k; bv = v; }
+          focusFn = best;
+        }
+        const callers = [], callees = [];
+        for (const s of st) {
+          const i = s.frames.findIndex((f) => fnKey(f) === focusFn);
+          if (i < 0) continue;
+          callers.push({ value: s.value, frames: s.frames.slice(0, i + 1).reverse() });
+          callees.push({ value: s.value, frames: s.frames.slice(i) });
+        }
+        tree = buildTree(callers, byValue);
+        tree2 = buildTree(callees, byValue);
+      } else {
+        const sts = view === 'inverted' ? st.map((s) => ({ value: s.value, frames: s.frames.slice().reverse() })) : st;
+        tree = buildTree(sts, view === 'order' ? byName : byValue);
+        tree2 = null;
+      }
+      root = 0;
+      draw();
+    }
+    const matches = (f) => query && (fnOf(f).toLowerCase().includes(query) || fileOf(f).toLowerCase().includes(query));
+    function drawTree(div, t, r) {
+      div.textContent = '';
+      if (!t) return;
+      div.style.height = (t.maxDepth + 1) * ROW + 'px';
+      const W = div.clientWidth || 1000;
+      const scale = t.value[r] > 0 ? W / t.value[r] : 0;
+      const add = (i, left, w, above) => {
+        const f = t.frame[i];
+        const nm = i === 0 ? (view === 'sandwich' ? (div === flame ? 'callers (inverted)' : 'callees') : 'all') : fnOf(f);
+        const attrs = { class: 'fl-node' + (above ? ' fl-above' : ''), 'data-name': nm, 'data-value': t.value[i], 'data-self': t.self[i],
+          'data-node': i, 'data-kind': i === 0 ? 'root' : KIND[kindOf(f)], 'data-loc': i === 0 ? '' : loc(f) };
+        if (query && i) attrs.class += matches(f) ? ' fl-match' : ' fl-dim';
+        const d = el('div', attrs);
+        d.style.left = left + 'px'; d.style.width = w + 'px'; d.style.top = t.depth[i] * ROW + 'px';
+        d.style.background = i === 0 ? '#ddd' : kindColor(kindOf(f), nm);
+        if (w > 30) {
+          d.textContent = nm;
+          if (i && loc(f) && w > 90) d.appendChild(el('span', { class: 'fl-loc' }, ' ' + loc(f)));
+        }
+        div.appendChild(d);
+      };
+      for (let a = t.parent[r]; a >= 0; a = t.parent[a]) add(a, 0, W, true);
+      for (let k = t.pre.indexOf(r), stop = t.end[r]; k < stop;) {
+        const i = t.pre[k];
+        const w = t.value[i] * scale;
+        if (w < 1.5) { k = skip(t, k); continue; }  // its children are narrower still
+        add(i, (t.x[i] - t.x[r]) * scale, w, false);
+        k++;
+      }
+    }
+    // The preorder index past node pre[k]'s subtree.
+    function skip(t, k) { return t.end[t.pre[k]]; }
+    function draw() {
+      drawTree(flame, tree, root);
+      if (tree2) drawTree(flame2, tree2, 0);
+      if (view === 'sandwich') {
+        const nm = focusFn ? focusFn.split('\u0000')[0] : '(none)';
+        crumbs.textContent = `sandwich of ${nm}: its callers above (inverted), its callees below — click a frame to center on its function`;
+      } else {
+        crumbs.textContent = root === 0 ? 'click a frame to zoom in' : `zoomed to ${fnOf(tree.frame[root])} — click a faded frame above to zoom out`;
+      }
+      if (query) {
+        // What the matching frames hold (each stack once).
+        let v = 0;
+        for (const s of stacksFor()) if (s.frames.some(matches)) v += s.value;
+        found.textContent = `${fmt(v)} (${pct(v)}) under frames matching '${query}'`;
+      } else {
+        found.textContent = '';
+      }
+    }
+    const nodeOf = (e) => { const d = e.target.closest && e.target.closest('.fl-node'); return d ? { d, t: d.parentNode === flame2 ? tree2 : tree, i: Number(d.dataset.node) } : null; };
+    for (const div of [flame, flame2]) {
+      div.addEventListener('click', (e) => {
+        const n = nodeOf(e);
+        if (!n) return;
+        if (view === 'sandwich') {
+          if (n.i) { focusFn = fnKey(n.t.frame[n.i]); rebuild(); }
+          return;
+        }
+        root = n.i;  // a frame zooms in; a faded one above zooms out to it
+        draw();
+      });
+      // The tooltip at once: no title attribute's delay.
+      div.addEventListener('mousemove', (e) => {
+        const n = nodeOf(e);
+        if (!n) { tip.hidden = true; return; }
+        const f = n.t.frame[n.i];
+        tip.textContent = n.i === 0 ? `all: ${fmt(n.t.value[0])}` :
+          `${fnOf(f)}\n${loc(f) || '(no file)'} · ${KIND[kindOf(f)]}\n${fmt(n.t.value[n.i])} (${pct(n.t.value[n.i])} of all)` +
+          (n.t.self[n.i] ? `\nself: ${fmt(n.t.self[n.i])}` : '');
+        tip.style.left = e.clientX + 12 + 'px';
+        tip.style.top = e.clientY + 12 + 'px';
+        tip.hidden = false;
+      });
+      div.addEventListener('mouseleave', () => { tip.hidden = true; });
+    }
+    viewSel.addEventListener('change', () => { view = viewSel.value; rebuild(); });
+    fold.addEventListener('change', rebuild);
+    find.addEventListener('input', () => { query = find.value.toLowerCase(); draw(); });
+    rebuild();
+    // For tests and the console.
+    return {
+      setView: (v) => { viewSel.value = v; view = v; rebuild(); },
+      setFold: (on) => { fold.checked = on; rebuild(); },
+      search: (q) => { find.value = q; query = q.toLowerCase(); draw(); return found.textContent; },
+      sandwich: (fn) => { viewSel.value = 'sandwich'; view = 'sandwich'; focusFn = null; for (let f = 0; f < g.frame_fn.length; f++) if (fnOf(f) === fn) focusFn = fnKey(f); rebuild(); },
+      // Each node as drawn: name, file:line, kind, depth, value, self.
+      nodes: (which) => {
+        const t = which === 2 ? tree2 : tree;
+        return t ? t.pre.map((i) => ({ name: i ? fnOf(t.frame[i]) : 'all', loc: i ? loc(t.frame[i]) : '', kind: i ? KIND[kindOf(t.frame[i])] : 'root',
+          depth: t.depth[i], value: t.value[i], self: t.self[i] })) : [];
+      },
+      index,
+    };
   }
 
   // ---- the page -------------------------------------------------------------------
@@ -1150,7 +1329,7 @@
     if (data.flames.length) {
       const box = $('sg-memory');
       box.textContent = '';
-      for (const g of data.flames) renderFlame(box, g);
+      report.flames = data.flames.map((g, i) => renderFlame(box, g, i));
     }
     const blob = await inflate($('sg-blob').textContent);
     if (blob.length !== data.timeline.blob_bytes) throw new Error('timeline data is damaged');
