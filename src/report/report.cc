@@ -100,6 +100,30 @@ json FlameJson(const FlameGraph& g) {
           {"sites", std::move(sites)}, {"negative_samples", g.negative_samples}};
 }
 
+json MemoryTimelineJson(const std::string& title, const memory::Timeline& m) {
+  json sites = json::array();
+  std::unordered_map<uint32_t, size_t> index;
+  for (const memory::TimelineSite& s : m.sites) {
+    index.emplace(s.id, sites.size());
+    sites.push_back({{"device", s.device}, {"stack", s.stack}});
+  }
+  json t = json::array(), live = json::array(), max = json::array(), top = json::array();
+  for (const memory::TimelinePoint& p : m.points) {
+    t.push_back(p.t_ns);
+    live.push_back(p.live);
+    max.push_back(p.max);
+    json at = json::array();
+    for (auto [id, bytes] : p.sites) {
+      auto it = index.find(id);
+      if (it != index.end()) at.push_back({it->second, bytes});
+    }
+    top.push_back(std::move(at));
+  }
+  return {{"title", title}, {"interval_ns", m.interval_ns}, {"devices", m.devices}, {"peak", m.peak_bytes},
+          {"sites", std::move(sites)}, {"t", std::move(t)}, {"live", std::move(live)}, {"max", std::move(max)},
+          {"top", std::move(top)}, {"top_per_point", memory::kTimelineTopSites}};
+}
+
 // JSON inside <script>: no '<' at all, so neither "</script>" nor "<!--"
 // can end or change the element ('<' only occurs inside JSON strings).
 std::string ScriptSafe(std::string s) {
@@ -134,13 +158,16 @@ std::string RenderReport(ReportInput& in) {
   if (summary.is_discarded()) summary = nullptr;
   json flames = json::array();
   for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
+  json memory_timelines = json::array();
+  for (const auto& [title, m] : in.memory_timelines) memory_timelines.push_back(MemoryTimelineJson(title, m));
   const size_t code_bytes = embedded_report_html().size() + embedded_report_css().size() + embedded_report_js().size();
   std::string data_text, blob;
   // Over the budget: the finest levels go until it fits (the blob's
   // compression ratio measured, a few rounds at most).
   for (int round = 0;; ++round) {
     json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
-                 {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames}};
+                 {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames},
+                 {"memory_timelines", memory_timelines}};
     // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
     data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));
     blob = Base64(GzipCompress(tl.blob, 6));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/timeline.h"
 #include "report/flame.h"
 #include "report/timeline.h"
 
@@ -19,6 +20,9 @@ struct ReportInput {
   Timeline timeline;
   std::string summary_json;   // the analysis summary as JSON ("" if none)
   std::vector<FlameGraph> flames;
+  // Live bytes over time per device and top call site (memory.*.timeline.tsv):
+  // a chart whose range selection shows what was live and allocated in it.
+  std::vector<std::pair<std::string, memory::Timeline>> memory_timelines;  // (file name, series)
   std::vector<std::string> notes;  // shown under the heading (e.g. profiles that could not be read)
   // The page's budget: past it the timeline's finest levels are left out
   // (CoarsenTimeline) and the page says so.

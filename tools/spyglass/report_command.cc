@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "export/output_file.h"
 #include "memory/pprof.h"
+#include "memory/timeline.h"
 #include "analysis/summary.h"
 #include "report/report.h"
 #include "spyglass/profile_reader.h"
@@ -59,8 +60,9 @@ class Progress {
   std::thread thread_;
 };
 
-// memory.*.prof in the run folder, in the log dir above it, and in RUN.
-std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file) {
+// memory.*<suffix> (.prof, .timeline.tsv) in the run folder, in the log dir above it, and in RUN.
+std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file,
+                                              const std::string& suffix = ".prof") {
   std::error_code ec;
   std::vector<fs::path> dirs;
   fs::path run_dir = fs::path(first_file).parent_path();
@@ -74,7 +76,7 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
     if (!seen.insert(fs::weakly_canonical(d, ec).string()).second) continue;
     for (const auto& e : fs::directory_iterator(d, ec)) {
       std::string name = e.path().filename().string();
-      if (name.starts_with("memory.") && name.ends_with(".prof") && e.is_regular_file(ec))
+      if (name.starts_with("memory.") && name.ends_with(suffix) && e.is_regular_file(ec))
         found.insert(e.path().string());
     }
   }
@@ -141,6 +143,20 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
       continue;
     }
     in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), flame_options));
+  }
+
+  // Memory over time beside the profiles (what a range of it held).
+  if (memory_files.empty()) {
+    std::vector<std::string> series = NearbyMemoryProfiles(run, files.front(), ".timeline.tsv");
+    if (series.size() > kMaxNearbyProfiles) series.erase(series.begin(), series.end() - kMaxNearbyProfiles);
+    for (const std::string& path : series) {
+      memory::Timeline m;
+      if (Status s = memory::ReadTimelineFile(path, &m); !s.ok()) {
+        in.notes.push_back("memory timeline left out: " + s.message());
+        continue;
+      }
+      in.memory_timelines.emplace_back(fs::path(path).filename().string(), std::move(m));
+    }
   }
 
   progress.Set("writing " + output);

@@ -1121,7 +1121,7 @@
     return { frame, value, self, parent, depth, x, pre, end, maxDepth };
   }
 
-  function renderFlame(box, g, index) {
+  function renderFlame(box, g, index, cls) {
     const S = g.strings;
     const fnOf = (f) => S[g.frame_fn[f]], fileOf = (f) => S[g.frame_file[f]];
     const kindOf = (f) => g.frame_kind[f];
@@ -1131,8 +1131,8 @@
       all.push({ frames: g.stack_frames.slice(off, off + g.stack_sizes[i]), value: g.stack_values[i] });
     const fmt = g.unit === 'bytes' ? fmtBytes : (v) => String(v);
     const pct = (v) => (g.total ? ((100 * v) / g.total).toFixed(1) : '0') + ' %';
-    const sec = el('div', { class: 'profile', 'data-title': g.title });
-    sec.appendChild(el('h3', {}, `${g.title} — ${fmt(g.total)} ${g.unit === 'bytes' ? 'live' : 'samples'}`));
+    const sec = el('div', { class: cls || 'profile', 'data-title': g.title });
+    sec.appendChild(el(cls ? 'h4' : 'h3', {}, `${g.title} — ${fmt(g.total)}${cls ? '' : g.unit === 'bytes' ? ' live' : ' samples'}`));
     if (g.negative_samples) sec.appendChild(el('div', { class: 'more' }, `${g.negative_samples} samples with negative values counted as 0`));
     if (g.hidden_stacks) sec.appendChild(el('div', { class: 'more' }, `${g.hidden_stacks} smaller stacks (${fmt(g.hidden_value)}) are not in this page's flame graph`));
     if (g.sites.length) {
@@ -1305,6 +1305,131 @@
     };
   }
 
+
+  // ---- memory over time ---------------------------------------------------------
+  // A memory.*.timeline.tsv: live bytes per device over time; a range
+  // dragged on it shows, per call site, what was live at its ends, what
+  // was allocated in it (net) and the highest, and a flame graph of either.
+  function renderMemoryTimeline(box, m) {
+    const sec = el('div', { class: 'memtl', 'data-title': m.title });
+    sec.appendChild(el('h3', {}, `${m.title}: live bytes over time`));
+    const n = m.t.length;
+    const every = m.interval_ns ? fmtNs(m.interval_ns) : '?';
+    sec.appendChild(el('div', { class: 'more' }, `${n} points, one every ${every} at the end (merged as the run grew); ` +
+      `each point names only its top ${m.top_per_point} call sites (a site outside them there shows as —), with stacks of at ` +
+      `most 6 frames and no file:line; what was allocated and freed between two points is not recorded, so "allocated" ` +
+      `is the net growth of live bytes. Drag on the chart to pick a range.`));
+    const W = Math.max(600, Math.min(1300, box.clientWidth || 1000)), H = 150, L = 80, T = 8, B = 20;
+    const canvas = el('canvas', { class: 'memtl-chart' });
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = W * dpr; canvas.height = H * dpr; canvas.style.width = W + 'px'; canvas.style.height = H + 'px';
+    sec.appendChild(canvas);
+    const ctx = canvas.getContext('2d');
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    const tEnd = n ? Math.max(m.t[n - 1], 1) : 1;
+    let top = 1;
+    for (let i = 0; i < n; i++) for (const v of m.max[i].concat(m.live[i])) top = Math.max(top, v);
+    const xOf = (t) => L + ((W - L - 4) * t) / tEnd, tOf = (x) => Math.min(tEnd, Math.max(0, ((x - L) * tEnd) / (W - L - 4)));
+    const yOf = (v) => H - B - ((H - B - T) * v) / top;
+    let range = [0, tEnd];
+    function chart() {
+      ctx.clearRect(0, 0, W, H);
+      ctx.font = '10px system-ui, sans-serif';
+      ctx.fillStyle = '#555';
+      ctx.textBaseline = 'middle';
+      ctx.fillText(fmtBytes(top), 4, T + 4);
+      ctx.fillText('0 B', 4, H - B);
+      ctx.fillText(fmtNs(0), L, H - 6);
+      ctx.fillText(fmtNs(tEnd), W - 60, H - 6);
+      m.devices.forEach((dev, d) => {
+        ctx.beginPath();
+        for (let i = 0; i < n; i++) {
+          const x = xOf(m.t[i]);
+          if (i === 0) ctx.moveTo(x, yOf(m.live[i][d])); else { ctx.lineTo(x, yOf(m.live[i - 1][d])); ctx.lineTo(x, yOf(m.live[i][d])); }
+        }
+        ctx.strokeStyle = `hsl(${hue(dev)},60%,40%)`;
+        ctx.stroke();
+        ctx.fillStyle = `hsl(${hue(dev)},60%,40%)`;
+        ctx.fillText(`${dev} (peak ${fmtBytes(m.peak[d] || 0)})`, L + 6 + d * 180, T + 4);
+      });
+      const xa = xOf(range[0]), xb = xOf(range[1]);
+      ctx.fillStyle = 'rgba(30,90,200,0.12)';
+      ctx.fillRect(xa, T, Math.max(1, xb - xa), H - B - T);
+    }
+    const weight = el('select', { class: 'memtl-weight' });
+    weight.appendChild(el('option', { value: 'end' }, 'flame graph: live at the end of the range'));
+    weight.appendChild(el('option', { value: 'grown' }, 'flame graph: allocated in the range (net growth)'));
+    const what = el('div', { class: 'memtl-range' });
+    sec.appendChild(what);
+    sec.appendChild(weight);
+    const flameBox = el('div');
+    sec.appendChild(flameBox);
+    box.appendChild(sec);
+    const at = (t) => { let i = -1; while (i + 1 < n && m.t[i + 1] <= t) i++; return i; };
+    const siteAt = (i, s) => {
+      if (i < 0) return 0;  // before the first point: nothing live
+      const e = m.top[i].find((x) => x[0] === s);
+      return e ? e[1] : null;
+    };
+    function select(a, b) {
+      if (b < a) [a, b] = [b, a];
+      range = [a, b];
+      chart();
+      const ia = at(a), ib = at(b);
+      const rows = m.sites.map((site, s) => {
+        const va = siteAt(ia, s), vb = siteAt(ib, s);
+        let hi = null;
+        for (let i = Math.max(ia, 0); i <= ib; i++) { const v = siteAt(i, s); if (v !== null) hi = Math.max(hi === null ? 0 : hi, v); }
+        return { s, site: site.stack.split(' <- ')[0] || '(no stack)', device: site.device, at_start: va, at_end: vb,
+          allocated: va !== null && vb !== null ? vb - va : null, highest: hi };
+      }).filter((r) => r.at_end || r.highest || r.at_start);
+      rows.sort((x, y) => (y.at_end || 0) - (x.at_end || 0));
+      const f = (v) => (v === null ? '—' : fmtBytes(v));
+      what.textContent = '';
+      what.appendChild(el('div', {}, `range ${fmtNs(a)} – ${fmtNs(b)}: ` + m.devices.map((d, k) =>
+        `${d} ${fmtBytes(ia >= 0 ? m.live[ia][k] : 0)} → ${fmtBytes(ib >= 0 ? m.live[ib][k] : 0)}`).join(', ')));
+      what.appendChild(table(rows.map((r) => ({ site: r.site, device: r.device, live_at_start: f(r.at_start), live_at_end: f(r.at_end),
+        allocated: r.allocated === null ? '—' : (r.allocated > 0 ? '+' : '') + fmtBytes(r.allocated), highest: f(r.highest) })), 'memtl-sites'));
+      // The flame graph of the sites' stacks, root first.
+      const strings = [], ids = new Map(), g = { title: weight.value === 'end' ? 'live at the end of the range' : 'allocated in the range (net)',
+        unit: 'bytes', total: 0, strings, frame_fn: [], frame_file: [], frame_line: [], frame_kind: [], stack_frames: [], stack_sizes: [],
+        stack_values: [], sites: [], fold: false };
+      const frameOf = (name) => {
+        if (!ids.has(name)) { ids.set(name, g.frame_fn.length); strings.push(name); g.frame_fn.push(strings.length - 1); g.frame_file.push(0); g.frame_line.push(0); g.frame_kind.push(/\.py\b/.test(name) ? 1 : 0); }
+        return ids.get(name);
+      };
+      strings.push('');
+      for (const r of rows) {
+        const v = weight.value === 'end' ? r.at_end : r.allocated;
+        if (!v || v <= 0) continue;
+        const fr = (m.sites[r.s].stack || '(no stack)').split(' <- ').reverse().map(frameOf);
+        g.stack_frames.push(...fr); g.stack_sizes.push(fr.length); g.stack_values.push(v); g.total += v;
+      }
+      flameBox.textContent = '';
+      renderFlame(flameBox, g, -1, 'memtl-flame');
+      return rows.map((r) => ({ site: r.site, at_start: r.at_start, at_end: r.at_end, allocated: r.allocated, highest: r.highest }));
+    }
+    let drag = null;
+    canvas.addEventListener('mousedown', (e) => { const r = canvas.getBoundingClientRect(); drag = tOf(e.clientX - r.left); });
+    canvas.addEventListener('mousemove', (e) => {
+      if (drag === null) return;
+      const r = canvas.getBoundingClientRect();
+      range = [Math.min(drag, tOf(e.clientX - r.left)), Math.max(drag, tOf(e.clientX - r.left))];
+      chart();
+    });
+    window.addEventListener('mouseup', (e) => {
+      if (drag === null) return;
+      const r = canvas.getBoundingClientRect();
+      const b = tOf(e.clientX - r.left);
+      const a = drag;
+      drag = null;
+      if (Math.abs(xOf(b) - xOf(a)) > 2) select(a, b);
+    });
+    weight.addEventListener('change', () => select(range[0], range[1]));
+    select(0, tEnd);
+    return { select, end: tEnd, chartBox: () => ({ L, W, T, H, B }) };
+  }
+
   // ---- the page -------------------------------------------------------------------
   async function inflate(b64) {
     const bin = atob(b64.trim());
@@ -1326,10 +1451,11 @@
       box.textContent = '';
       if (isObj(data.summary)) renderSummary(box, data.summary);
     }
-    if (data.flames.length) {
+    if (data.flames.length || (data.memory_timelines || []).length) {
       const box = $('sg-memory');
       box.textContent = '';
       report.flames = data.flames.map((g, i) => renderFlame(box, g, i));
+      report.memoryTimelines = (data.memory_timelines || []).map((m) => renderMemoryTimeline(box, m));
     }
     const blob = await inflate($('sg-blob').textContent);
     if (blob.length !== data.timeline.blob_bytes) throw new Error('timeline data is damaged');
