@@ -8,6 +8,7 @@
 //        [--click TRACK/LANE@MS=NAME|DURATION|SELF]... [--enclosing TRACK/LANE@MS=NAME,NAME...]...
 //        [--flow TRACK/LANE@MS=TRACK2/NAME2@MS2]... [--range-vs-summary SUMMARY.json]
 //        [--thread-controls TRACK] [--step-jump N] [--shared-scale UNIT]
+//        [--python-flame] [--memory-range A_MS:B_MS=SITE|START|END|ALLOCATED|HIGHEST]...
 // Fails (exit 1) unless the page loads with no request but its own file and
 // no script error, and shows what is asked: N steps with exactly these
 // durations (in the chart and the table), a drawn timeline with these
@@ -32,6 +33,10 @@
 // --step-jump: clicking bar N of the step chart shows that step on the
 // timeline; --shared-scale: counters of UNIT share one scale. The time
 // axis never shows a trailing zero (500 ms, not 500.000 ms).
+// --python-flame: the flame graph of make_known_run --python's profile, in
+// each view (folded or not, inverted, sandwich, search, tooltip) through
+// the page's controls; --memory-range: a range dragged on the memory-over-
+// time chart lists SITE with these bytes.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -69,6 +74,8 @@ while (argv.length) {
   else if (a === '--thread-controls') opt.threadControls = argv.shift();
   else if (a === '--step-jump') opt.stepJump = Number(argv.shift());
   else if (a === '--shared-scale') opt.sharedScale = argv.shift();
+  else if (a === '--python-flame') opt.pythonFlame = true;
+  else if (a === '--memory-range') { const m = /^([0-9.]+):([0-9.]+)=(.*)$/.exec(argv.shift() || ''); (opt.memRange = opt.memRange || []).push({ a: Number(m[1]), b: Number(m[2]), want: m[3].split('|') }); }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
   else if (a === '--timing') opt.timing = true;
@@ -417,6 +424,71 @@ try {
     await label.click();  // zooms to it
     const crumbs = await page.locator('.fl-crumbs').first().textContent();
     check(crumbs.includes(opt.flame), `clicking ${opt.flame} did not zoom to it: '${crumbs}'`);
+  }
+
+  if (opt.pythonFlame) {
+    const prof = page.locator('.profile').first();
+    await prof.scrollIntoViewIfNeeded();
+    const nodes = () => page.evaluate(() => window.spyglassReport.flames[0].nodes());
+    const sig = (ns) => ns.map((n) => `${'.'.repeat(n.depth)}${n.name}${n.loc ? '@' + n.loc : ''}:${n.kind}:${n.value}`).join(' ');
+    // Folded (the default): the program's frames only, Python ones with file:line.
+    let ns = await nodes();
+    const folded = 'all:root:12288 .main@/usr/lib/python3.11/json/tool.py:67:python:12288 ..load_rows@/srv/app.py:12:python:8192 ' +
+      '...PyList_Append:native:8192 ....malloc:native:8192 ..raw_decode@/usr/lib/python3.11/json/decoder.py:353:python:4096 ' +
+      '...PyUnicode_New:native:4096 ....malloc:native:4096';
+    check(sig(ns) === folded, `folded flame graph:\n    ${sig(ns)}\n  expected\n    ${folded}`);
+    const foldText = await prof.locator('label').first().innerText();
+    check(foldText.includes('(7 such frames)'), `fold label '${foldText}'`);
+    // Drawn: the Python frames in the Python colours, each with its file:line.
+    const drawn = await prof.locator('.flame .fl-node[data-kind="python"]').evaluateAll((ds) => ds.map((d) => d.dataset.loc));
+    check(drawn.length === 3 && drawn.every((l) => /\.py:\d+$/.test(l)), `python frames drawn: ${drawn}`);
+    await prof.locator('input.fl-fold').uncheck();
+    ns = await nodes();
+    check(ns.length === 15 && ns[1].name === '_start' && ns[1].kind === 'interpreter' && ns.filter((n) => n.kind === 'interpreter').length === 7,
+      `unfolded: ${sig(ns)}`);
+    await prof.locator('input.fl-fold').check();
+    // Inverted: the allocating frame on top, its callers below.
+    await prof.locator('select.fl-view').selectOption('inverted');
+    ns = await nodes();
+    check(ns[1] && ns[1].name === 'malloc' && ns[1].depth === 1 && ns[1].value === 12288 && ns[2].name === 'PyList_Append' && ns[2].value === 8192,
+      `inverted: ${sig(ns)}`);
+    // Sandwich: raw_decode's callers above, its callees below.
+    await page.evaluate(() => window.spyglassReport.flames[0].sandwich('raw_decode'));
+    const callers = sig(await nodes()), callees = sig(await page.evaluate(() => window.spyglassReport.flames[0].nodes(2)));
+    check(callers === 'all:root:4096 .raw_decode@/usr/lib/python3.11/json/decoder.py:353:python:4096 ..main@/usr/lib/python3.11/json/tool.py:67:python:4096',
+      `sandwich callers: ${callers}`);
+    check(callees === 'all:root:4096 .raw_decode@/usr/lib/python3.11/json/decoder.py:353:python:4096 ..PyUnicode_New:native:4096 ...malloc:native:4096',
+      `sandwich callees: ${callees}`);
+    check(await prof.locator('.flame-callees').isVisible(), 'the callees are not shown');
+    await prof.locator('select.fl-view').selectOption('flame');
+    // Search: the share under matching frames, the matches outlined.
+    await prof.locator('input.fl-search').fill('decoder');
+    const found = await prof.locator('.fl-found').innerText();
+    check(found.startsWith('4 KiB (33.3 %)'), `search 'decoder': '${found}'`);
+    const hl = await prof.locator('.flame .fl-node.fl-match').evaluateAll((ds) => ds.map((d) => d.dataset.name));
+    check(hl.join(',') === 'raw_decode', `matches outlined: ${hl}`);
+    await prof.locator('input.fl-search').fill('');
+    // The tooltip, at once.
+    await prof.locator('.flame .fl-node[data-name="raw_decode"]').hover();
+    const tipText = await page.locator('#fl-tip').evaluate((t) => (t.hidden ? '' : t.textContent));
+    check(tipText.includes('/usr/lib/python3.11/json/decoder.py:353 · python') && tipText.includes('4 KiB'), `flame tooltip: '${tipText}'`);
+  }
+  for (const r of opt.memRange || []) {
+    const chart = page.locator('canvas.memtl-chart').first();
+    await chart.scrollIntoViewIfNeeded();
+    const geo = await page.evaluate(() => { const m = window.spyglassReport.memoryTimelines[0]; return { end: m.end, ...m.chartBox() }; });
+    const bb = await chart.boundingBox();
+    const xOf = (ms) => bb.x + geo.L + ((geo.W - geo.L - 4) * ms * 1e6) / geo.end;
+    await page.mouse.move(xOf(r.a), bb.y + 60);
+    await page.mouse.down();
+    await page.mouse.move(xOf(r.b), bb.y + 60, { steps: 6 });
+    await page.mouse.up();
+    const rows = await page.locator('.memtl table.memtl-sites tr').evaluateAll((trs) => trs.slice(1).map((tr) => [...tr.children].map((td) => td.textContent)));
+    const row = rows.find((x) => x[0] === r.want[0]);
+    const got = row ? [row[0], row[2], row[3], row[4], row[5]].join('|') : '(none)';
+    check(got === r.want.join('|'), `memory range ${r.a}-${r.b} ms: ${got}, expected ${r.want.join('|')}`);
+    const fl = await page.locator('.memtl .memtl-flame .fl-node').evaluateAll((ds) => ds.map((d) => `${d.dataset.name}:${d.dataset.value}`));
+    check(fl.length > 1, `no flame graph of the range (${fl})`);
   }
   if (opt.noFlame) check(await page.locator('.profile').count() === 0, 'a memory profile is shown');
   check(requests.length === 0, `requests were attempted: ${requests.slice(0, 5).join(', ')}`);

@@ -44,6 +44,15 @@ node "$here/report_check.mjs" "$T/one.html" --steps 5 --step-ms 10,20,30,40,50 -
 "$cli" report "$T/memtrace" -o "$T/memtrace.html"
 node "$here/report_check.mjs" "$T/memtrace.html" --counter "memory cpu:0" --flame "build_table()" --shared-scale bytes
 
+# 2c. The known run with a Python program's memory profile and a memory
+#     timeline of known values beside it: the flame graph's views, and what
+#     ranges of the memory chart held.
+"$known" "$T/py" --python 1 >/dev/null
+"$cli" report "$T/py" -o "$T/py.html"
+node "$here/report_check.mjs" "$T/py.html" --steps 5 --python-flame \
+  --memory-range "5:25=load|0 B|1 MiB|+1 MiB|1 MiB" --memory-range "5:25=parse|0 B|2 MiB|+2 MiB|2 MiB" \
+  --memory-range "15:35=load|1 MiB|0 B|-1 MiB|1 MiB"
+
 # 3. A run JAX wrote (jax.profiler, 3 steps), with no memory profile.
 python3 - "$T/jaxlog" <<'PY'
 import sys

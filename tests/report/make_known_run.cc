@@ -16,6 +16,15 @@
 //   10.5 * i during step i's kernel, 0 after it.
 // --busy N adds thread "busy" with N more events (about), back to back from
 // 0: "outer" of 4 us holding "inner" of 2 us holding "leaf" of 1 us, 0.5 us apart.
+// --python 1 writes beside the run (LOG_DIR) memory.4242.known.exit.prof, a
+// Python program's heap profile (json.tool's stacks, leaf first):
+//   malloc <- PyUnicode_New <- raw_decode (json/decoder.py:353) <- EVAL <- main (json/tool.py:67) <- START: 4096 B
+//   malloc <- PyList_Append <- load_rows (app.py:12) <- EVAL <- main (json/tool.py:67) <- START: 8192 B
+//   with EVAL = _PyEval_EvalFrameDefault and START = _run_code (<frozen runpy>:88) <-
+//   _run_module_as_main (<frozen runpy>:198) <- Py_RunMain <- main <- __libc_start_main <- _start
+//   (7 interpreter frames a stack); and memory.4242.known.timeline.tsv, cpu:0
+//   live bytes at 0, 10, 20, 30 ms: 0, 1 MiB, 3 MiB, 2 MiB; site "load <- main"
+//   1 MiB at 10 and 20 ms (not in the top at 30 ms), "parse <- main" 2 MiB at 20 and 30 ms.
 // --counters N adds N samples of "sm__throughput.avg.pct" on /device:GPU:0,
 // one a microsecond from 0 (a sawtooth; for bench/report_bench.sh).
 #include <cstdio>
@@ -23,6 +32,8 @@
 #include <string>
 
 #include "export/log_dir.h"
+#include "memory/pprof.h"
+#include "memory/timeline.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
@@ -30,18 +41,19 @@
 namespace model = spyglass::model;
 
 int main(int argc, char** argv) {
-  long busy = 0, counters = 0;
+  long busy = 0, counters = 0, python = 0;
   bool ok = argc % 2 == 0;
   for (int i = 2; ok && i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     long n = std::atol(argv[i + 1]);
     if (flag == "--busy") busy = n;
     else if (flag == "--counters") counters = n;
+    else if (flag == "--python") python = n;
     else ok = false;
     ok = ok && n >= 0;
   }
   if (!ok) {
-    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N]\n");
+    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N] [--python 1]\n");
     return 2;
   }
   constexpr int64_t kMs = 1'000'000'000;  // ps
@@ -115,6 +127,38 @@ int main(int argc, char** argv) {
   if (auto s = spyglass::exporter::WriteXSpaceFile(space, run_dir + "/known.xplane.pb"); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 1;
+  }
+  if (python) {
+    namespace memory = spyglass::memory;
+    memory::ProfileData d;
+    d.functions = {{"_start", "", "", 0},          {"__libc_start_main", "", "", 0},
+                   {"main", "", "", 0},            {"Py_RunMain", "", "", 0},
+                   {"_run_module_as_main", "", "<frozen runpy>", 198}, {"_run_code", "", "<frozen runpy>", 88},
+                   {"main", "", "/usr/lib/python3.11/json/tool.py", 60}, {"_PyEval_EvalFrameDefault", "", "", 0},
+                   {"raw_decode", "", "/usr/lib/python3.11/json/decoder.py", 340}, {"PyUnicode_New", "", "", 0},
+                   {"malloc", "", "", 0},          {"load_rows", "", "/srv/app.py", 10},
+                   {"PyList_Append", "", "", 0}};
+    const int64_t lines[] = {0, 0, 0, 0, 198, 88, 67, 0, 353, 0, 0, 12, 0};
+    for (uint64_t i = 1; i <= d.functions.size(); ++i) d.locations.push_back({0x10 * i, {{i, lines[i - 1]}}});
+    d.samples = {{{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, 1, 4096, "heap", "cpu:0"},
+                 {{11, 13, 12, 8, 7, 6, 5, 4, 3, 2, 1}, 2, 8192, "heap", "cpu:0"}};
+    std::string log_dir = argv[1];
+    std::FILE* f = std::fopen((log_dir + "/memory.4242.known.exit.prof").c_str(), "wb");
+    std::string bytes = memory::EncodePprofGz(d);
+    if (!f || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size() || std::fclose(f) != 0) return 1;
+    memory::Timeline t;
+    t.interval_ns = 10'000'000;
+    t.devices = {"cpu:0"};
+    t.peak_bytes = {3 << 20};
+    t.sites = {{1, "cpu:0", "load <- main"}, {2, "cpu:0", "parse <- main"}};
+    constexpr int64_t kMiB = 1 << 20;
+    t.points = {{0, {0}, {0}, {}},
+                {10'000'000, {kMiB}, {kMiB}, {{1, kMiB}}},
+                {20'000'000, {3 * kMiB}, {3 * kMiB}, {{2, 2 * kMiB}, {1, kMiB}}},
+                {30'000'000, {2 * kMiB}, {3 * kMiB}, {{2, 2 * kMiB}}}};
+    f = std::fopen((log_dir + "/memory.4242.known.timeline.tsv").c_str(), "wb");
+    std::string text = memory::FormatTimeline(t);
+    if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) return 1;
   }
   std::printf("%s/known.xplane.pb\n", run_dir.c_str());
   return 0;

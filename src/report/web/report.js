@@ -1244,6 +1244,7 @@
     function draw() {
       drawTree(flame, tree, root);
       if (tree2) drawTree(flame2, tree2, 0);
+      else flame2.textContent = '';
       if (view === 'sandwich') {
         const nm = focusFn ? focusFn.split('\u0000')[0] : '(none)';
         crumbs.textContent = `sandwich of ${nm}: its callers above (inverted), its callees below — click a frame to center on its function`;
@@ -1369,7 +1370,8 @@
     const siteAt = (i, s) => {
       if (i < 0) return 0;  // before the first point: nothing live
       const e = m.top[i].find((x) => x[0] === s);
-      return e ? e[1] : null;
+      // A point that names fewer sites than it could names every live one.
+      return e ? e[1] : m.top[i].length < m.top_per_point ? 0 : null;
     };
     function select(a, b) {
       if (b < a) [a, b] = [b, a];
