@@ -162,8 +162,15 @@ std::string RenderReport(ReportInput& in) {
   for (const auto& [title, m] : in.memory_timelines) memory_timelines.push_back(MemoryTimelineJson(title, m));
   const size_t code_bytes = embedded_report_html().size() + embedded_report_css().size() + embedded_report_js().size();
   std::string data_text, blob;
-  // Over the budget: the finest levels go until it fits (the blob's
-  // compression ratio measured, a few rounds at most).
+  // Over the budget: the finest levels go, those that weigh the most in the
+  // page first (each level's size gzipped alone), until it fits.
+  std::unordered_map<uint64_t, uint64_t> weight;  // by offset in the blob
+  auto cost = [&](const TimelineLevel& l) {
+    auto [it, added] = weight.try_emplace(l.offset, 0);
+    if (added) it->second = (GzipCompress(std::string_view(tl.blob).substr(l.offset, l.bytes), 1).size() * 4 + 2) / 3;
+    return it->second;
+  };
+  double scale = 1.0;
   for (int round = 0;; ++round) {
     json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
                  {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames},
@@ -173,10 +180,12 @@ std::string RenderReport(ReportInput& in) {
     blob = Base64(GzipCompress(tl.blob, 6));
     const uint64_t other = code_bytes + data_text.size() + in.title.size() * 6 + 1024;
     if (other + blob.size() <= in.max_page_bytes || round == 4 || tl.blob.empty()) break;
-    const uint64_t room = in.max_page_bytes > other + (256 << 10) ? in.max_page_bytes - other : 256 << 10;
-    const double ratio = static_cast<double>(blob.size()) / static_cast<double>(tl.blob.size());
-    const uint64_t target = static_cast<uint64_t>(static_cast<double>(room) / ratio * 0.95);
-    CoarsenTimeline(&tl, std::min<uint64_t>(target, tl.blob.size() - 1));
+    const uint64_t room = in.max_page_bytes > other ? in.max_page_bytes - other : 0;
+    // The levels compressed alone weigh more than together: aim lower each round.
+    const uint64_t before = tl.blob.size();
+    CoarsenTimeline(&tl, static_cast<uint64_t>(static_cast<double>(room) * scale), cost);
+    weight.clear();  // offsets moved
+    if (tl.blob.size() == before) scale *= 0.5;
   }
 
   // The template's slots, each filled once, in order; what fills one is never rescanned.

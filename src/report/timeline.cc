@@ -378,8 +378,8 @@ Timeline TimelineBuilder::Finish() {
   return std::move(tl_);
 }
 
-void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes) {
-  if (tl->blob.size() <= max_blob_bytes) return;
+void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes, const std::function<uint64_t(const TimelineLevel&)>& cost) {
+  auto weigh = [&](const TimelineLevel& l) { return cost ? cost(l) : l.bytes; };
   // Every lane's and counter's levels, finest first; the one whose finest
   // level is the largest gives it up first.
   struct Series {
@@ -391,20 +391,24 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes) {
   for (TimelineTrack& t : tl->tracks)
     for (auto& lane : t.lanes) all.push_back({&lane, 0, false});
   for (TimelineCounter& c : tl->counters) all.push_back({&c.levels, 0, true});
-  auto finest_bytes = [&](size_t i) { return (*all[i].levels)[all[i].first].bytes; };
+  std::vector<std::vector<uint64_t>> weights(all.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < all.size(); ++i)
+    for (const TimelineLevel& l : *all[i].levels) total += weights[i].emplace_back(weigh(l));
+  if (total <= max_blob_bytes) return;
+  auto finest_bytes = [&](size_t i) { return weights[i][all[i].first]; };
   auto larger = [&](size_t a, size_t b) { return finest_bytes(a) < finest_bytes(b); };
   std::vector<size_t> heap;
   for (size_t i = 0; i < all.size(); ++i)
     if (all[i].levels->size() > 1) heap.push_back(i);
   std::make_heap(heap.begin(), heap.end(), larger);
-  uint64_t total = tl->blob.size();
   while (total > max_blob_bytes && !heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), larger);
     size_t i = heap.back();
     heap.pop_back();
     Series& s = all[i];
     const TimelineLevel& dropped = (*s.levels)[s.first];
-    total -= dropped.bytes;
+    total -= weights[i][s.first];
     if (s.first == 0) {
       if (s.counter) ++tl->coarsened_counters;
       else ++tl->coarsened_lanes, tl->coarsened_events += dropped.spans;
@@ -418,7 +422,6 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes) {
   }
   // The blob again, with the levels kept.
   std::string blob;
-  blob.reserve(total);
   for (Series& s : all) {
     std::vector<TimelineLevel> kept(s.levels->begin() + static_cast<std::ptrdiff_t>(s.first), s.levels->end());
     for (TimelineLevel& l : kept) {

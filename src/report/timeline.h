@@ -167,9 +167,12 @@ class TimelineBuilder {
 };
 
 // Leaves out the finest levels of the lanes (and counters) that take the
-// most bytes until the blob is at most `max_blob_bytes` (each keeps at
+// most bytes until the blob weighs at most `max_blob_bytes` (each keeps at
 // least its coarsest level), and says so in the Timeline's coarsened_*.
-void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes);
+// `cost`: what a level weighs (default: its bytes in the blob), e.g. its
+// compressed size.
+void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
+                     const std::function<uint64_t(const TimelineLevel&)>& cost = {});
 
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several

@@ -8,7 +8,7 @@
 //        [--click TRACK/LANE@MS=NAME|DURATION|SELF]... [--enclosing TRACK/LANE@MS=NAME,NAME...]...
 //        [--flow TRACK/LANE@MS=TRACK2/NAME2@MS2]... [--range-vs-summary SUMMARY.json]
 //        [--thread-controls TRACK] [--step-jump N] [--shared-scale UNIT]
-//        [--python-flame] [--memory-range A_MS:B_MS=SITE|START|END|ALLOCATED|HIGHEST]...
+//        [--coarsened] [--python-flame] [--memory-range A_MS:B_MS=SITE|START|END|ALLOCATED|HIGHEST]...
 // Fails (exit 1) unless the page loads with no request but its own file and
 // no script error, and shows what is asked: N steps with exactly these
 // durations (in the chart and the table), a drawn timeline with these
@@ -33,6 +33,8 @@
 // --step-jump: clicking bar N of the step chart shows that step on the
 // timeline; --shared-scale: counters of UNIT share one scale. The time
 // axis never shows a trailing zero (500 ms, not 500.000 ms).
+// --coarsened: the page says it coarsened its timeline (and the range
+// aggregate says it is approximate);
 // --python-flame: the flame graph of make_known_run --python's profile, in
 // each view (folded or not, inverted, sandwich, search, tooltip) through
 // the page's controls; --memory-range: a range dragged on the memory-over-
@@ -75,6 +77,7 @@ while (argv.length) {
   else if (a === '--step-jump') opt.stepJump = Number(argv.shift());
   else if (a === '--shared-scale') opt.sharedScale = argv.shift();
   else if (a === '--python-flame') opt.pythonFlame = true;
+  else if (a === '--coarsened') opt.coarsened = true;
   else if (a === '--memory-range') { const m = /^([0-9.]+):([0-9.]+)=(.*)$/.exec(argv.shift() || ''); (opt.memRange = opt.memRange || []).push({ a: Number(m[1]), b: Number(m[2]), want: m[3].split('|') }); }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
@@ -164,7 +167,7 @@ try {
     // (A run of counters alone, e.g. a memory-only trace, has no span.)
     check(tl.whole.drawn > 0 || (tl.events === 0 && opt.counters.length > 0), 'no span drawn');
     check(tl.whole.drawn <= tl.events, `${tl.whole.drawn} spans drawn for ${tl.events} events`);
-    if (tl.events > 100000) check(tl.whole.drawn < tl.events / 10 && tl.whole.maxLevel > 0,
+    if (tl.events > 100000) check(tl.whole.drawn < tl.events / 10 && (tl.whole.maxLevel > 0 || opt.coarsened),
       `all at once: ${tl.whole.drawn} spans drawn of ${tl.events} events (level ${tl.whole.maxLevel})`);
     check(tl.zoomed.drawn + tl.zoomed.countersDrawn > 0, 'nothing drawn when zoomed in');
     for (const t of opt.tracks) check(tl.tracks.includes(t), `no timeline track '${t}' (${tl.tracks.join(', ')})`);
@@ -292,6 +295,8 @@ try {
       const count = await page.locator('#tl-count').innerText();
       check(count === `${sq.count} match${sq.count === 1 ? '' : 'es'}`, `search '${sq.text}': '${count}', expected ${sq.count}`);
       const names = [];
+      // (A coarsened page lists fewer events than it counts: next and previous walk those.)
+      if (opt.coarsened) { await page.locator('#tl-search').fill(''); continue; }
       for (let i = 0; i < Math.min(sq.count, 3); i++) {
         await page.locator('#tl-next').click();
         names.push(await panelField('name'));
@@ -337,6 +342,14 @@ try {
       check(sum.top_total.length > 0, 'the summary has no annotation in the window');
       const shown = await page.locator('#tl-details table.range-agg tr').evaluateAll((trs) => trs.slice(1).map((tr) => tr.children[0].textContent));
       check(shown.includes(sum.top_total[0].name), `the range table lacks ${sum.top_total[0].name}`);
+    }
+    if (opt.coarsened) {
+      const note = await page.locator('#sg-coarsened').innerText().catch(() => '');
+      check(/timeline coarsened to keep this page small: \d+ events of \d+ lanes/.test(note), `no note of the coarsening: '${note}'`);
+      const agg = await T(() => { const r = window.spyglassReport; r.timeline.selectRange(0, r.data.timeline.duration_ns); return document.getElementById('tl-details').innerText; });
+      check(agg.includes('approximate'), 'the range aggregate of a coarsened page does not say it is approximate');
+    } else {
+      check(await page.locator('#sg-coarsened').count() === 0, 'a page within its budget says it was coarsened');
     }
     if (opt.threadControls) {
       const name = opt.threadControls;

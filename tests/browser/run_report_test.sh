@@ -32,6 +32,16 @@ node "$here/report_check.mjs" "$T/report.html" --steps 5 --step-ms 10,20,30,40,5
   --tip-at "main/1@2=batch=64, phase=warmup" --tip-at "main/1@70=batch=64, phase=train" \
   --tip-at "main/0@5=step_num=1" --tip-at "Stream #7/0@2.5=tf_op=train"
 
+# 1b. The same run in a page 4000 bytes under its full size: its finest
+#     detail merged where it takes the most bytes; it says so, and its
+#     search counts stay exact.
+"$cli" report "$T/log/plugins/profile/run1/known.xplane.pb" -o "$T/full.html" >/dev/null
+budget=$(( $(stat -c %s "$T/full.html") - 4000 ))
+"$cli" report "$T/log/plugins/profile/run1/known.xplane.pb" --max-bytes "$budget" -o "$T/small.html"
+size=$(stat -c %s "$T/small.html")
+[ "$size" -le "$budget" ] || { echo "FAIL: small.html is $size bytes, over its budget of $budget"; exit 1; }
+node "$here/report_check.mjs" "$T/small.html" --coarsened --search leaf=100000 --search outer=100000 --search gemm=5
+
 # 2. One .xplane.pb, its memory profile named with --memory (the early one:
 #    build_table's 640 KiB against grow_cache's 100 KiB).
 early=$(ls "$T"/log/memory.*.1.prof)

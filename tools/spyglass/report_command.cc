@@ -85,6 +85,8 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
 
 constexpr size_t kMaxNearbyProfiles = 16;
 
+uint64_t max_page_bytes = report::kMaxPageBytes;
+
 int RunReport(const std::string& run, const std::string& output, const std::vector<std::string>& memory_files) {
   Progress progress;
   std::vector<std::string> files;
@@ -160,6 +162,7 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
   }
 
   progress.Set("writing " + output);
+  in.max_page_bytes = max_page_bytes;
   std::string html = report::RenderReport(in);
   if (Status s = exporter::WriteOutputBytes(output, html); !s.ok()) {
     std::cerr << "spyglass report: " << s.message() << "\n";
@@ -169,6 +172,10 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
             << in.timeline.events << " events on " << in.timeline.tracks.size() << " threads, "
             << in.timeline.counters.size() << " counter" << (in.timeline.counters.size() == 1 ? "" : "s") << ", "
             << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << "\n";
+  if (in.timeline.coarsened_lanes || in.timeline.coarsened_counters)
+    std::cout << "  coarsened to fit " << memory::HumanBytes(static_cast<int64_t>(max_page_bytes)) << ": "
+              << in.timeline.coarsened_events << " events of " << in.timeline.coarsened_lanes
+              << " lanes shown merged (the page says so; spyglass summary has them all)\n";
   return 0;
 }
 
@@ -185,6 +192,11 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--memory", memory_files,
                   "memory profile(s) (.prof, pprof) to show as flame graphs; default: memory.*.prof in the run "
                   "folder and its log dir");
+  cmd->add_option("--max-bytes", max_page_bytes,
+                  "the page's budget: past it, the timeline's finest detail is merged where it takes the most bytes "
+                  "(the page says what)")
+      ->default_val(report::kMaxPageBytes)
+      ->check(CLI::Range(uint64_t{10000}, uint64_t{1} << 40));
   static bool all_frames = false;
   cmd->add_flag("--all-frames", all_frames,
                 "keep the interpreter's and the import system's frames in a Python program's flame graphs "
