@@ -482,6 +482,61 @@ TEST(FlameTest, KnownProfile) {
   EXPECT_EQ(g.top_sites[1].value, 500 << 10);
 }
 
+// The page's stacks: each distinct one once, root first, largest first,
+// with file:line and the frame's kind; beyond kMaxFlameStacks, counted.
+TEST(FlameTest, StacksForThePage) {
+  report::FlameGraph g = report::BuildFlameGraph(KnownProfile(), "memory.1.exit.prof");
+  ASSERT_EQ(g.stack_sizes, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(g.stack_values, (std::vector<int64_t>{640 << 10, 500 << 10}));
+  EXPECT_EQ(g.stack_counts, (std::vector<int64_t>{10, 500}));
+  auto frame = [&](size_t i) {
+    const report::FlameFrame& f = g.frames[g.stack_frames[i]];
+    return f.function + "@" + f.file + ":" + std::to_string(f.line) + (f.python ? " py" : "") + (f.interpreter ? " interp" : "");
+  };
+  EXPECT_EQ(frame(0), "main@w.cc:5");
+  EXPECT_EQ(frame(1), "build_table()@w.cc:12");
+  EXPECT_EQ(frame(2), "main@w.cc:5");  // the same frame, one id
+  EXPECT_EQ(g.stack_frames[2], g.stack_frames[0]);
+  EXPECT_EQ(frame(4), "operator new(unsigned long)@new.cc:2");
+  EXPECT_EQ(g.hidden_stacks, 0u);
+
+  // A Python program: Python frames marked, the interpreter's marked (not
+  // left out: the page folds them), the same C name outside Python kept native.
+  spyglass::memory::ProfileData d;
+  d.functions = {{"_PyEval_EvalFrameDefault", "", "", 0}, {"load", "", "/srv/app.py", 3}, {"malloc", "", "", 0}};
+  d.locations = {{0x10, {{1, 0}}}, {0x20, {{2, 7}}}, {0x30, {{3, 0}}}};
+  d.samples = {{{3, 2, 1}, 1, 64, "heap", "cpu:0"}, {{3, 1}, 1, 32, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::FlameGraph py = report::BuildFlameGraph(p, "py.prof");
+  ASSERT_EQ(py.stack_sizes, (std::vector<uint32_t>{3, 2}));
+  auto kind = [&](size_t i) {
+    const report::FlameFrame& f = py.frames[py.stack_frames[i]];
+    return f.function + (f.python ? " py" : "") + (f.interpreter ? " interp" : "");
+  };
+  EXPECT_EQ(kind(0), "_PyEval_EvalFrameDefault interp");
+  EXPECT_EQ(kind(1), "load py");
+  EXPECT_EQ(kind(2), "malloc");
+  EXPECT_EQ(kind(3), "_PyEval_EvalFrameDefault");  // no Python frame in that stack
+  EXPECT_TRUE(py.fold);
+  EXPECT_FALSE(report::BuildFlameGraph(p, "py.prof", {.fold_interpreter = false}).fold);
+
+  // Past kMaxFlameStacks distinct stacks: the smallest counted, not kept.
+  spyglass::memory::ProfileData many;
+  const size_t n = report::kMaxFlameStacks + 3;
+  for (size_t i = 0; i < n; ++i) {
+    many.functions.push_back({"f" + std::to_string(i), "", "m.cc", 1});
+    many.locations.push_back({0x10 * (i + 1), {{i + 1, 1}}});
+    many.samples.push_back({{i + 1}, 1, static_cast<int64_t>(i + 1), "heap", "cpu:0"});
+  }
+  spyglass::memory::PprofProfile mp;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(many), &mp).ok());
+  report::FlameGraph mg = report::BuildFlameGraph(mp, "many.prof");
+  EXPECT_EQ(mg.stack_sizes.size(), report::kMaxFlameStacks);
+  EXPECT_EQ(mg.hidden_stacks, 3u);
+  EXPECT_EQ(mg.hidden_value, 1 + 2 + 3);
+}
+
 // Several devices: a subtree each; negative values (not a live-memory
 // profile) weigh nothing and are counted.
 TEST(FlameTest, DevicesAndNegativeValues) {
