@@ -45,7 +45,11 @@ json TimelineJson(const Timeline& tl) {
     json lanes = json::array();
     for (const auto& levels : t.lanes) {
       json lane = json::array();
-      for (const TimelineLevel& l : levels) lane.push_back({l.threshold_ns, l.spans, l.offset, l.bytes});
+      for (const TimelineLevel& l : levels) {
+        json level = {l.threshold_ns, l.spans, l.offset, l.bytes};
+        if (!l.marks.empty()) level.push_back(l.marks);
+        lane.push_back(std::move(level));
+      }
       lanes.push_back(std::move(lane));
     }
     tracks.push_back({{"plane", t.plane}, {"name", t.name}, {"id", t.id}, {"at_ns", t.at_ns}, {"events", t.events}, {"hidden", t.hidden},
@@ -67,7 +71,7 @@ json TimelineJson(const Timeline& tl) {
           {"names", tl.names}, {"name_events", tl.name_events}, {"hidden_names", tl.hidden_names},
           {"flows", std::move(flows)}, {"hidden_flows", tl.hidden_flows},
           {"coarsened_lanes", tl.coarsened_lanes}, {"coarsened_events", tl.coarsened_events},
-          {"coarsened_counters", tl.coarsened_counters}, {"coarsened_ns", tl.coarsened_ns},       {"details", tl.details},          {"hidden_details", tl.hidden_details},
+          {"coarsened_counters", tl.coarsened_counters}, {"coarsened_ns", tl.coarsened_ns}, {"chunk_spans", kChunkSpans},       {"details", tl.details},          {"hidden_details", tl.hidden_details},
           {"tracks", std::move(tracks)},    {"counters", std::move(counters)},
           {"blob_bytes", tl.blob.size()},
           {"hidden_tracks", tl.hidden_tracks}, {"hidden_track_events", tl.hidden_track_events},

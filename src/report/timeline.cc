@@ -133,7 +133,12 @@ TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t th
   std::string* blob = &tl_.blob;
   TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0};
   int64_t prev_end = base_ns;
-  for (const Span& s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    if (spans.size() > kChunkSpans && i % kChunkSpans == 0) {
+      level.marks.push_back(static_cast<int64_t>(blob->size() - level.offset));
+      level.marks.push_back(prev_end - base_ns);
+    }
     int64_t start = Ns(s.start), end = Ns(s.end);
     PutZigzag(blob, start - prev_end);  // may round to -1
     PutVarint(blob, static_cast<uint64_t>(end - start));

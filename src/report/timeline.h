@@ -27,7 +27,12 @@ struct TimelineLevel {
   int64_t threshold_ns = 0;  // 0: the events themselves
   uint64_t spans = 0;
   uint64_t offset = 0, bytes = 0;  // of its encoding in Timeline::blob
+  // Lane levels of more than kChunkSpans spans: where span c * kChunkSpans
+  // starts decoding, as pairs (byte from offset, the previous span's end in
+  // ns from its track's at_ns): the page decodes only what is in view.
+  std::vector<int64_t> marks;
 };
+inline constexpr uint64_t kChunkSpans = 8192;
 
 struct TimelineTrack {
   std::string plane, name;

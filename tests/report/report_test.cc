@@ -249,6 +249,39 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   EXPECT_GE(odd.duration_ns, 0);
 }
 
+// A level of more than kChunkSpans spans marks where each chunk starts:
+// decoding from a mark gives the spans the whole decode gives there.
+TEST(TimelineTest, ChunkMarksStartDecodingMidLevel) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "busy");
+  const int n = 3 * static_cast<int>(report::kChunkSpans) + 100;
+  for (int i = 0; i < n; ++i) b.AddEvent(i % 3 ? "a" : "b", 7'000'000 + int64_t{i} * 3'000'000, 1'000'000 + (i % 5) * 1000);
+  b.EndLine();
+  b.BeginLine("/host:CPU", "small");
+  b.AddEvent("x", 0, 1000);
+  b.EndLine();
+  report::Timeline tl = b.Finish();
+  const report::TimelineTrack& t = tl.tracks[0];
+  const report::TimelineLevel& l = t.lanes[0][0];
+  ASSERT_EQ(l.marks.size(), 2u * 4);  // chunks of 8192, 8192, 8192, 100
+  auto all = Decode(tl, t, l);
+  for (size_t c = 0; c < 4; ++c) {
+    report::TimelineLevel from = l;
+    from.offset = l.offset + static_cast<uint64_t>(l.marks[2 * c]);
+    from.spans = std::min<uint64_t>(report::kChunkSpans, l.spans - c * report::kChunkSpans);
+    from.bytes = (c + 1 < 4 ? static_cast<uint64_t>(l.marks[2 * c + 2]) : l.bytes) - static_cast<uint64_t>(l.marks[2 * c]);
+    report::TimelineTrack at = t;
+    at.at_ns = t.at_ns + l.marks[2 * c + 1];
+    auto part = Decode(tl, at, from);
+    ASSERT_EQ(part.size(), from.spans);
+    const Span& want = all[c * report::kChunkSpans];
+    EXPECT_EQ(part[0].start, want.start) << "chunk " << c;
+    EXPECT_EQ(part.back().end, all[c * report::kChunkSpans + part.size() - 1].end) << "chunk " << c;
+    EXPECT_EQ(part[0].name, want.name);
+  }
+  EXPECT_TRUE(tl.tracks[1].lanes[0][0].marks.empty());
+}
+
 // What matters first: host planes, then each device, a plane's threads
 // together and the busiest first (40 one-event loaders after the trainer).
 TEST(TimelineTest, BusiestThreadsFirstGroupedByPlane) {

@@ -363,6 +363,47 @@
       cache.set(key, d);
       return d;
     }
+    // A big level decodes by chunks of chunk_spans spans, from its marks:
+    // a view of a few events decodes a chunk, not the lane.
+    const K = tl.chunk_spans || 8192;
+    function decodeChunk(ti, li, k, c) {
+      const key = ti + ':' + li + ':' + k + ':' + c;
+      let d = cache.get(key);
+      if (d) return d;
+      const [th, n, off, len, marks] = tracks[ti].lanes[li][k];
+      const chunks = Math.ceil(n / K);
+      const from = off + marks[2 * c], to = c + 1 < chunks ? off + marks[2 * c + 2] : off + len;
+      const m = Math.min(K, n - c * K);
+      const start = new Float64Array(m), end = new Float64Array(m), name = new Uint32Array(m), detail = new Uint32Array(m),
+        count = new Uint32Array(m);
+      const { varint, zigzag } = reader(from, to - from);
+      let prev = tracks[ti].at_ns + marks[2 * c + 1];
+      for (let i = 0; i < m; i++) {
+        start[i] = prev + zigzag();
+        end[i] = start[i] + varint();
+        name[i] = varint();
+        detail[i] = varint();
+        count[i] = th > 0 ? varint() : 1;
+        prev = end[i];
+      }
+      d = { start, end, name, detail, count, threshold: th };
+      cache.set(key, d);
+      return d;
+    }
+    // The decoded pieces of a level that hold [a, b]: the chunk of the last
+    // mark at or before a (a span that covers a starts in it) to that of b.
+    function pieces(ti, li, k, a, b) {
+      const level = tracks[ti].lanes[li][k];
+      const marks = level[4];
+      if (!marks) return [decode(ti, li, k)];
+      if (cache.has(ti + ':' + li + ':' + k)) return [cache.get(ti + ':' + li + ':' + k)];
+      const chunks = marks.length / 2, at = tracks[ti].at_ns;
+      const find = (t) => { let lo = 0, hi = chunks; while (lo < hi) { const m = (lo + hi) >> 1; if (at + marks[2 * m + 1] <= t) lo = m + 1; else hi = m; } return Math.max(0, lo - 1); };
+      const out = [];
+      for (let c = Math.max(0, find(a) - 1), e = find(b); c <= e; c++) out.push(decodeChunk(ti, li, k, c));
+      return out;
+    }
+
     // A counter level: point times, and values (lowest, highest, last).
     function decodeCounter(ci, k) {
       const key = 'c' + ci + ':' + k;
@@ -526,11 +567,9 @@
         }
         const k = levelFor(r.levels, nsPerPx);
         maxLevel = Math.max(maxLevel, k);
-        const d = decode(r.ti, r.li, k);
         lanesDrawn++;
-        let i = firstEndingAfter(d.end, t0);
         let lastPx = -1;
-        for (; i < d.start.length && d.start[i] <= t1; i++) {
+        for (const d of pieces(r.ti, r.li, k, t0, t1)) for (let i = firstEndingAfter(d.end, t0); i < d.start.length && d.start[i] <= t1; i++) {
           const x = GUTTER + (d.start[i] - t0) / nsPerPx;
           const x2 = GUTTER + (d.end[i] - t0) / nsPerPx;
           const xa = Math.max(GUTTER, x), xb = Math.min(width, Math.max(x2, x + 1));
@@ -656,11 +695,12 @@
       if (!r || r.kind !== 'lane') return null;
       const nsPerPx = (t1 - t0) / (width - GUTTER);
       const k = levelFor(r.levels, nsPerPx);
-      const d = decode(r.ti, r.li, k);
       const t = timeAt(px);
-      const i = firstEndingAfter(d.end, t - nsPerPx);
-      if (i >= d.start.length || d.start[i] > t + nsPerPx) return null;
-      return { ti: r.ti, li: r.li, k, i, d };
+      for (const d of pieces(r.ti, r.li, k, t - nsPerPx, t + nsPerPx)) {
+        const i = firstEndingAfter(d.end, t - nsPerPx);
+        if (i < d.start.length && d.start[i] <= t + nsPerPx) return { ti: r.ti, li: r.li, k, i, d };
+      }
+      return null;
     }
     function tipAt(px, py) {
       if (px < GUTTER) return null;
@@ -699,9 +739,20 @@
     }
     // The span of lane `li` of track `ti` (finest level) that holds time t.
     function spanHolding(ti, li, t) {
-      const d = decode(ti, li, 0);
-      const i = lastAtOrBefore(d.start, t);
-      return i >= 0 && d.end[i] >= t ? { d, i } : null;
+      for (const d of pieces(ti, li, 0, t, t)) {
+        const i = lastAtOrBefore(d.start, t);
+        if (i >= 0 && d.end[i] >= t) return { d, i };
+      }
+      return null;
+    }
+    // The span of lane li starting at `start` (else the last before it).
+    function spanStarting(ti, li, start) {
+      let best = null;
+      for (const d of pieces(ti, li, 0, start, start)) {
+        const i = lastAtOrBefore(d.start, start);
+        if (i >= 0) best = { d, i };
+      }
+      return best;
     }
     function link(text, fn) {
       const a = el('a', { href: '#', class: 'tl-link' }, text);
@@ -714,18 +765,17 @@
     // Opens the panel on the event of lane `li` of `ti` starting at `start`
     // (its finest level kept).
     function select(ti, li, start, opts) {
-      const d = decode(ti, li, 0);
-      let i = firstAtOrAfter(d.start, start);
-      if (i >= d.start.length || d.start[i] !== start) i = Math.max(0, lastAtOrBefore(d.start, start));
-      if (!d.start.length) return null;
+      const sp = spanStarting(ti, li, start) || (() => { const d = pieces(ti, li, 0, start, start)[0]; return d && d.start.length ? { d, i: 0 } : null; })();
+      if (!sp) return null;
+      const { d, i } = sp;
       selected = { ti, li, start: d.start[i], end: d.end[i] };
       const dur = d.end[i] - d.start[i];
       // Self: less the next lane's spans inside it.
       let child = 0;
       if (li + 1 < tracks[ti].lanes.length) {
-        const c = decode(ti, li + 1, 0);
-        for (let j = firstAtOrAfter(c.start, d.start[i]); j < c.start.length && c.start[j] < d.end[i]; j++)
-          child += Math.min(c.end[j], d.end[i]) - c.start[j];
+        for (const c of pieces(ti, li + 1, 0, d.start[i], d.end[i]))
+          for (let j = firstAtOrAfter(c.start, d.start[i]); j < c.start.length && c.start[j] < d.end[i]; j++)
+            child += Math.min(c.end[j], d.end[i]) - c.start[j];
       }
       const nm = names[d.name[i]] || '';
       panel.textContent = '';
@@ -743,9 +793,14 @@
       items.push(['arguments', d.detail[i] ? tl.details[d.detail[i] - 1] || '' : '(none)', 'args']);
       items.push(['events of this name', `${nameEvents[d.name[i]] || 0} in the run`, 'name_events']);
       // Its name on this thread: count, total, mean.
-      let n = 0, sum = 0;
-      tracks[ti].lanes.forEach((lv, l) => { const x = decode(ti, l, 0); for (let j = 0; j < x.name.length; j++) if (x.name[j] === d.name[i]) { n += x.count[j]; sum += x.end[j] - x.start[j]; } });
-      items.push(['on this thread', `${n} events, ${fmtNs(sum)} in all, ${fmtNs(n ? sum / n : 0)} mean`, 'thread_stats']);
+      // (Read from the whole thread: left to the range aggregate past 1M spans.)
+      if (tracks[ti].lanes.reduce((x, lv) => x + lv[0][1], 0) <= 1000000) {
+        let n = 0, sum = 0;
+        tracks[ti].lanes.forEach((lv, l) => { const x = decode(ti, l, 0); for (let j = 0; j < x.name.length; j++) if (x.name[j] === d.name[i]) { n += x.count[j]; sum += x.end[j] - x.start[j]; } });
+        items.push(['on this thread', `${n} events, ${fmtNs(sum)} in all, ${fmtNs(n ? sum / n : 0)} mean`, 'thread_stats']);
+      } else {
+        items.push(['on this thread', 'a busy thread: select a range for its aggregate', 'thread_stats']);
+      }
       // Enclosing events, innermost first.
       const up = el('div', { 'data-field': 'enclosing' });
       for (let l = li - 1; l >= 0; l--) {
@@ -769,8 +824,8 @@
         row.appendChild(document.createTextNode(isFrom ? 'to ' : 'from '));
         row.appendChild(link(h ? eventLabel(pt, pl, h.d, h.i) : `${tracks[pt].name} at ${fmtNs(ps)}`, () => {
           reveal(pt);
-          const pd = decode(pt, pl, 0), pi = Math.max(0, lastAtOrBefore(pd.start, ps));
-          const w = Math.max(pd.end[pi] - pd.start[pi], t1 - t0);
+          const ph = spanStarting(pt, pl, ps);
+          const w = Math.max(ph ? ph.d.end[ph.i] - ph.d.start[ph.i] : 0, t1 - t0);
           setView(ps - w / 2, ps + w / 2);
           select(pt, pl, ps);
         }));
@@ -922,7 +977,8 @@
       $('tl-count').textContent = `${matchAt + 1} of ${matchCount} match${matchCount === 1 ? '' : 'es'}` +
         (m.start.length < matchCount ? ` (${m.start.length} in the page's finest levels)` : '');
       scrollToTrack(ti);
-      return { index: matchAt, name: names[decode(ti, li, 0).name[lastAtOrBefore(decode(ti, li, 0).start, s.start)]], start: s.start };
+      const sp = spanStarting(ti, li, s.start);
+      return { index: matchAt, name: sp ? names[sp.d.name[sp.i]] : '', start: s.start };
     }
     // Makes a thread shown (its plane open, itself not hidden).
     function reveal(ti) {
