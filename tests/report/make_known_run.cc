@@ -25,6 +25,9 @@
 //   (7 interpreter frames a stack); and memory.4242.known.timeline.tsv, cpu:0
 //   live bytes at 0, 10, 20, 30 ms: 0, 1 MiB, 3 MiB, 2 MiB; site "load <- main"
 //   1 MiB at 10 and 20 ms (not in the top at 30 ms), "parse <- main" 2 MiB at 20 and 30 ms.
+// --random N adds thread "random" with N events of irregular gaps and
+// durations (0.1-50 us, xorshift) under 1000 names: data that compresses
+// little (bench/report_bench.sh, the page's size bound).
 // --counters N adds N samples of "sm__throughput.avg.pct" on /device:GPU:0,
 // one a microsecond from 0 (a sawtooth; for bench/report_bench.sh).
 #include <cstdio>
@@ -41,7 +44,7 @@
 namespace model = spyglass::model;
 
 int main(int argc, char** argv) {
-  long busy = 0, counters = 0, python = 0;
+  long busy = 0, counters = 0, python = 0, random = 0;
   bool ok = argc % 2 == 0;
   for (int i = 2; ok && i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -49,11 +52,12 @@ int main(int argc, char** argv) {
     if (flag == "--busy") busy = n;
     else if (flag == "--counters") counters = n;
     else if (flag == "--python") python = n;
+    else if (flag == "--random") random = n;
     else ok = false;
     ok = ok && n >= 0;
   }
   if (!ok) {
-    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N] [--python 1]\n");
+    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N] [--python 1] [--random N]\n");
     return 2;
   }
   constexpr int64_t kMs = 1'000'000'000;  // ps
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   host.line_with_id(1).name = "main";
   host.line_with_id(2).name = "loader";
   if (busy) host.line_with_id(3).name = "busy";
+  if (random) host.line_with_id(4).name = "random";
   gpu.line_with_id(7).name = "Stream #7";
   host.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
   gpu.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
@@ -114,6 +119,21 @@ int main(int argc, char** argv) {
       add(line, host, "outer", at, 4 * kUs);
       add(line, host, "inner", at + kUs, 2 * kUs);
       add(line, host, "leaf", at + kUs, kUs);
+    }
+  }
+  if (random) {
+    model::Line* line = nullptr;
+    for (model::Line& l : host.lines)
+      if (l.name == "random") line = &l;
+    std::vector<uint32_t> names;
+    for (int k = 0; k < 1000; ++k) names.push_back(host.intern_event("op_" + std::to_string(k * 7919 % 1000)));
+    uint64_t x = 88172645463325252ull;
+    int64_t at = 0;
+    for (long i = 0; i < random; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      int64_t d = 100'000 + static_cast<int64_t>(x % 50'000) * 1000;  // ps
+      line->events.push_back({at, d, names[(x >> 24) % names.size()]});
+      at += d + static_cast<int64_t>((x >> 40) % 20'000) * 1000;
     }
   }
   for (long i = 0; i < counters; ++i)

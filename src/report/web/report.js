@@ -422,7 +422,8 @@
       cache.set(key, d);
       return d;
     }
-    const fmtValue = (c, v) => (c.bytes ? fmtBytes(v) : Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4))));
+    const fmtValue = (c, v) => (c.bytes ? fmtBytes(v) : (Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)))) +
+      (counterUnit(c) === 'percent' ? ' %' : ''));
     // The index of the last point at or before t (-1: none).
     function lastAtOrBefore(ts, t) {
       let lo = 0, hi = ts.length;
