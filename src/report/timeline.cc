@@ -199,7 +199,11 @@ void TimelineBuilder::EndLine() {
     if (s.flow != 0) {
       // Two events of one id: an arrow from the earlier; a third continues from the second.
       FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), static_cast<uint32_t>(d), Ns(s.start)};
-      auto [at, first] = open_flows_.try_emplace(s.flow, here);
+      // Ids seen once are held until their partner comes: bounded, so that
+      // millions of kernels without their launches hold little.
+      auto at = open_flows_.find(s.flow);
+      bool first = at == open_flows_.end();
+      if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(s.flow, here);
       if (!first) {
         if (raw_flows_.size() < kMaxFlows) {
           bool in_order = at->second.ns <= here.ns;

@@ -103,7 +103,8 @@ inline constexpr size_t kMaxCounters = 64;
 inline constexpr size_t kMaxDetails = 65536, kMaxDetailBytes = 4 << 20, kMaxDetailLength = 256;
 inline constexpr size_t kMaxNameLength = 1024;
 inline constexpr size_t kMaxNameBytes = 4 << 20;  // all names together
-inline constexpr size_t kMaxFlows = 50000;  // bytes of an event's name kept (cut at a character)
+inline constexpr size_t kMaxFlows = 50000;
+inline constexpr size_t kMaxOpenFlows = 200000;  // ids waiting for their other end  // bytes of an event's name kept (cut at a character)
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.
