@@ -8,7 +8,7 @@
 //        [--click TRACK/LANE@MS=NAME|DURATION|SELF]... [--enclosing TRACK/LANE@MS=NAME,NAME...]...
 //        [--flow TRACK/LANE@MS=TRACK2/NAME2@MS2]... [--range-vs-summary SUMMARY.json]
 //        [--thread-controls TRACK] [--step-jump N] [--shared-scale UNIT]
-//        [--coarsened] [--python-flame] [--memory-range A_MS:B_MS=SITE|START|END|ALLOCATED|HIGHEST]...
+//        [--summary-jump NAME=COUNT] [--coarsened] [--python-flame] [--memory-range A_MS:B_MS=SITE|START|END|ALLOCATED|HIGHEST]...
 // Fails (exit 1) unless the page loads with no request but its own file and
 // no script error, and shows what is asked: N steps with exactly these
 // durations (in the chart and the table), a drawn timeline with these
@@ -33,6 +33,8 @@
 // --step-jump: clicking bar N of the step chart shows that step on the
 // timeline; --shared-scale: counters of UNIT share one scale. The time
 // axis never shows a trailing zero (500 ms, not 500.000 ms).
+// --summary-jump: clicking NAME's row of the top annotations selects its
+// first event on the timeline ("1 of COUNT");
 // --coarsened: the page says it coarsened its timeline (and the range
 // aggregate says it is approximate);
 // --python-flame: the flame graph of make_known_run --python's profile, in
@@ -78,6 +80,7 @@ while (argv.length) {
   else if (a === '--shared-scale') opt.sharedScale = argv.shift();
   else if (a === '--python-flame') opt.pythonFlame = true;
   else if (a === '--coarsened') opt.coarsened = true;
+  else if (a === '--summary-jump') { const m = /^(.*)=([0-9]+)$/.exec(argv.shift() || ''); (opt.summaryJump = opt.summaryJump || []).push({ name: m[1], count: Number(m[2]) }); }
   else if (a === '--memory-range') { const m = /^([0-9.]+):([0-9.]+)=(.*)$/.exec(argv.shift() || ''); (opt.memRange = opt.memRange || []).push({ a: Number(m[1]), b: Number(m[2]), want: m[3].split('|') }); }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
@@ -387,6 +390,18 @@ try {
       const tops = new Set(sc.filter((s) => of.some((c) => c.name === s.name)).map((s) => s.top));
       check(of.length > 1 && tops.size === 1 && [...tops][0] === Math.max(...of.map((c) => c.max)),
         `${of.length} ${opt.sharedScale} counters on scales ${[...tops].join(', ')}`);
+    }
+    for (const sj of opt.summaryJump || []) {
+      const row = page.locator('#sg-summary table tr.jump', { has: page.locator(`td:text-is("${sj.name}")`) }).first();
+      await row.click();
+      await page.waitForTimeout(50);
+      const count = await page.locator('#tl-count').innerText();
+      const name = await panelField('name');
+      check(count.startsWith(`1 of ${sj.count} match`) && name === sj.name,
+        `clicking the summary row of ${sj.name}: '${count}', panel '${name}'`);
+      const inView = await T(() => { const b = document.getElementById('timeline').getBoundingClientRect(); return b.top < window.innerHeight && b.bottom > 0; });
+      check(inView, 'the timeline is not in view after a summary row click');
+      await page.locator('#tl-search').fill('');
     }
     if (opt.stepJump !== undefined) {
       const st = await T(() => window.spyglassReport.data.summary.steps.all);

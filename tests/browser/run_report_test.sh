@@ -25,7 +25,7 @@ node "$here/report_check.mjs" "$T/report.html" --steps 5 --step-ms 10,20,30,40,5
   --order busy,main,loader,"Stream #7" --search gemm=5 --search forward=5 --search nothing_named_so=0 \
   --click "main/1@3=forward|4 ms|2 ms" --click "main/0@9=train|10 ms|2 ms" --enclosing "main/2@1=forward,train" \
   --flow "Stream #7/0@2=loader/cudaLaunchKernel@0.9" --range-vs-summary "$T/step3.json" \
-  --thread-controls loader --step-jump 2 \
+  --thread-controls loader --step-jump 2 --summary-jump gemm_kernel=5 --summary-jump matmul=5 \
   --track main --track loader --track busy --track "Stream #7" --flame "build_table()" \
   --counter-at "memory cpu@90=memory cpu: 4.5 MiB" --counter-at "memory cpu@140=memory cpu: 5.5 MiB" \
   --counter-at "sm__cycles_active.avg@106=sm__cycles_active.avg: 52.5" \
