@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/gzip.h"
@@ -168,9 +170,10 @@ std::string RenderReport(ReportInput& in) {
   std::string data_text, blob;
   // Over the budget: the finest levels go, those that weigh the most in the
   // page first (each level's size gzipped alone), until it fits.
-  std::unordered_map<uint64_t, uint64_t> weight;  // by offset in the blob
+  // By place in the blob and threshold (the coarsening writes levels of its own).
+  std::map<std::tuple<uint64_t, uint64_t, int64_t>, uint64_t> weight;
   auto cost = [&](const TimelineLevel& l) {
-    auto [it, added] = weight.try_emplace(l.offset, 0);
+    auto [it, added] = weight.try_emplace({l.offset, l.bytes, l.threshold_ns}, 0);
     if (added) it->second = (GzipCompress(std::string_view(tl.blob).substr(l.offset, l.bytes), 1).size() * 4 + 2) / 3;
     return it->second;
   };

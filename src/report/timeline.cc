@@ -39,6 +39,83 @@ int64_t Ns(int64_t ps) {
   return q + (r >= 500) - (r <= -500);
 }
 
+int PlaneOrder(std::string_view name);
+
+// A lane's level decoded (times in ns from its track's at_ns), merged at
+// another threshold and encoded again: the coarsening's level in between.
+struct PlainSpan {
+  int64_t start, end;
+  uint64_t name, detail, count;
+  int64_t longest;
+};
+
+uint64_t GetVarint(const std::string& b, size_t* p) {
+  uint64_t v = 0;
+  for (int shift = 0; *p < b.size() && shift < 64; shift += 7) {
+    uint8_t c = static_cast<uint8_t>(b[(*p)++]);
+    v |= uint64_t{c & 127u} << shift;
+    if (!(c & 128)) break;
+  }
+  return v;
+}
+
+std::vector<PlainSpan> DecodeLevel(const std::string& blob, const TimelineLevel& l) {
+  std::vector<PlainSpan> out;
+  out.reserve(l.spans);
+  size_t p = l.offset;
+  int64_t prev = 0;
+  for (uint64_t i = 0; i < l.spans; ++i) {
+    uint64_t z = GetVarint(blob, &p);
+    PlainSpan s;
+    s.start = prev + static_cast<int64_t>(z >> 1 ^ (~(z & 1) + 1));
+    s.end = s.start + static_cast<int64_t>(GetVarint(blob, &p));
+    s.name = GetVarint(blob, &p);
+    s.detail = GetVarint(blob, &p);
+    s.count = l.threshold_ns > 0 ? GetVarint(blob, &p) : 1;
+    s.longest = s.end - s.start;
+    prev = s.end;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<PlainSpan> MergePlain(const std::vector<PlainSpan>& spans, int64_t t) {
+  std::vector<PlainSpan> out;
+  for (const PlainSpan& s : spans) {
+    if (!out.empty() && s.start - out.back().end < t && (s.end - s.start < t || out.back().end - out.back().start < t)) {
+      PlainSpan& m = out.back();
+      m.end = std::max(m.end, s.end);
+      m.count += s.count;
+      m.detail = 0;
+      if (s.longest > m.longest) m.longest = s.longest, m.name = s.name;
+    } else {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+TimelineLevel EncodePlain(const std::vector<PlainSpan>& spans, int64_t threshold_ns, std::string* blob) {
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  int64_t prev = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const PlainSpan& s = spans[i];
+    if (spans.size() > kChunkSpans && i % kChunkSpans == 0) {
+      level.marks.push_back(static_cast<int64_t>(blob->size() - level.offset));
+      level.marks.push_back(prev);
+    }
+    PutZigzag(blob, s.start - prev);
+    PutVarint(blob, static_cast<uint64_t>(s.end - s.start));
+    PutVarint(blob, s.name);
+    PutVarint(blob, s.detail);
+    PutVarint(blob, s.count);
+    prev = s.end;
+  }
+  level.bytes = blob->size() - level.offset;
+  return level;
+}
+
+
 int PlaneOrder(std::string_view name) {
   if (name.substr(0, model::kHostPlaneName.size()) == model::kHostPlaneName) return 0;
   if (name.substr(0, 8) == "/device:") return 1;
@@ -131,7 +208,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
 
 TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns) {
   std::string* blob = &tl_.blob;
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
   int64_t prev_end = base_ns;
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
@@ -268,7 +345,7 @@ void TimelineBuilder::EncodeCounter(TimelineCounter& c, std::vector<Sample>& sam
   c.min = c.max = points.front().last;
   for (const Point& p : points) c.min = std::min(c.min, p.lo), c.max = std::max(c.max, p.hi);
   auto encode = [&](int64_t threshold_ns) {
-    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0};
+    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}};
     int64_t prev = points.front().ns;
     for (const Point& p : points) {
       PutZigzag(&tl_.blob, p.ns - prev);
@@ -417,6 +494,58 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes, const std::function<
     heap.pop_back();
     Series& s = all[i];
     const TimelineLevel& dropped = (*s.levels)[s.first];
+    // Dropping this level would free more than needed and its next level is
+    // far smaller: merge it at a threshold in between instead, the finest
+    // one that fits, so that the page keeps what detail it can.
+    const uint64_t deficit = total - max_blob_bytes, w = weights[i][s.first];
+    const int64_t next_t = (*s.levels)[s.first + 1].threshold_ns;
+    const uint64_t next_w = weights[i][s.first + 1];
+    if (!s.counter && next_w < w / 4 && deficit + next_w < w && next_t >= 64) {
+      std::vector<PlainSpan> spans = DecodeLevel(tl->blob, dropped);
+      std::vector<int64_t> candidates;
+      for (int64_t t = std::max<int64_t>(16, dropped.threshold_ns * 2); t * 2 <= next_t; t *= 2) candidates.push_back(t);
+      // The smallest threshold that frees enough (bytes fall as it grows).
+      size_t lo = 0, hi = candidates.size();
+      TimelineLevel best;
+      uint64_t best_w = 0;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const size_t at = tl->blob.size();
+        TimelineLevel l = EncodePlain(MergePlain(spans, candidates[mid]), candidates[mid], &tl->blob);
+        uint64_t lw = weigh(l);
+        if (lw + deficit <= w) {
+          best = l, best_w = lw, hi = mid;
+        } else {
+          tl->blob.resize(at);
+          lo = mid + 1;
+        }
+      }
+      // Merging runs away past some threshold (chains of short spans):
+      // narrow it between the last that did not fit and the first that did.
+      if (best_w > 0 && hi > 0) {
+        int64_t bad = candidates[hi - 1], good = candidates[hi];
+        for (int step = 0; step < 6 && good - bad > 1; ++step) {
+          const int64_t t = bad + (good - bad) / 2;
+          const size_t at = tl->blob.size();
+          TimelineLevel l = EncodePlain(MergePlain(spans, t), t, &tl->blob);
+          uint64_t lw = weigh(l);
+          if (lw + deficit <= w) {
+            best = l, best_w = lw, good = t;
+          } else {
+            tl->blob.resize(at);
+            bad = t;
+          }
+        }
+      }
+      if (best_w > 0) {
+        if (dropped.threshold_ns == 0) ++tl->coarsened_lanes, tl->coarsened_events += dropped.spans;
+        tl->coarsened_ns = std::max(tl->coarsened_ns, best.threshold_ns);
+        (*s.levels)[s.first] = best;
+        weights[i][s.first] = best_w;
+        total = total - w + best_w;
+        continue;
+      }
+    }
     total -= weights[i][s.first];
     if (s.first == 0) {
       if (s.counter) ++tl->coarsened_counters;
