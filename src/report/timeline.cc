@@ -522,8 +522,9 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes, const std::function<
       }
       // Merging runs away past some threshold (chains of short spans):
       // narrow it between the last that did not fit and the first that did.
-      if (best_w > 0 && hi > 0) {
-        int64_t bad = candidates[hi - 1], good = candidates[hi];
+      // (None fits: between the last and the next level's threshold.)
+      if (!candidates.empty() && (best_w == 0 || hi > 0)) {
+        int64_t bad = best_w > 0 ? candidates[hi - 1] : candidates.back(), good = best_w > 0 ? candidates[hi] : next_t;
         for (int step = 0; step < 6 && good - bad > 1; ++step) {
           const int64_t t = bad + (good - bad) / 2;
           const size_t at = tl->blob.size();

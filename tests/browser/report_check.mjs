@@ -134,6 +134,8 @@ try {
     check(count === `${opt.steps} steps`, `step count: '${count}', expected '${opt.steps} steps'`);
     const bars = await page.locator('#sg-step-chart rect.bar').evaluateAll((rs) => rs.map((r) => [Number(r.dataset.step), Number(r.dataset.ns), r.textContent]));
     check(bars.length === opt.steps, `${bars.length} bars in the step chart, expected ${opt.steps}`);
+    const stepTicks = await page.locator('#sg-step-chart text.sg-step-tick').allTextContents();
+    for (const t of stepTicks) check(/^-?\d+(\.\d*[1-9])? (s|ms|µs|ns)$/.test(t), `step chart label '${t}' has spurious digits`);
     if (opt.stepMs) {
       opt.stepMs.forEach((ms, i) => {
         const bar = bars[i] || [];

@@ -205,10 +205,13 @@
       r.addEventListener('click', () => jumpTo(s.start_ns, s.duration_ns));
       svg.appendChild(r);
     }
-    for (let i = 0; i <= 4; i++) {
-      const v = (max * i) / 4, y = H - B - ((H - B - T) * i) / 4;
+    // Round ticks (0, 20 ms, 40 ms...), labelled with the digits they need.
+    const p10 = Math.pow(10, Math.floor(Math.log10(Math.max(max / 4, 1))));
+    const tick = [1, 2, 5, 10].map((m) => m * p10).find((x) => x >= max / 4);
+    for (let v = 0; v <= max + 1e-9; v += tick) {
+      const y = H - B - ((H - B - T) * v) / max;
       svg.appendChild(mk('line', { x1: L - 4, x2: W, y1: y, y2: y, stroke: '#e3e3e3' }));
-      svg.appendChild(mk('text', { class: 'axis', x: L - 6, y: y + 3, 'text-anchor': 'end' }, fmtNs(v)));
+      svg.appendChild(mk('text', { class: 'axis sg-step-tick', x: L - 6, y: y + 3, 'text-anchor': 'end' }, fmtTick(v, tick)));
     }
     svg.appendChild(mk('text', { class: 'axis', x: L, y: H - 8 }, `step ${stepOf(steps[0])}`));
     svg.appendChild(mk('text', { class: 'axis', x: W - 4, y: H - 8, 'text-anchor': 'end' }, `step ${stepOf(steps[n - 1])}`));
