@@ -1,0 +1,162 @@
+"""The bridge between Spyglass's sessions and XLA's (imported by ``import
+spyglass``): the callbacks through which the C++ core drives XLA's
+ProfilerSession inside a Spyglass session, and the hook that runs code when
+the program imports jax. The user-facing module is spyglass.jax.
+"""
+import importlib.abc
+import importlib.util
+import os
+import sys
+import threading
+
+from . import _spyglass
+
+_lock = threading.Lock()
+
+# --- When jax gets imported ---------------------------------------------------
+
+_on_jax_import = []  # callbacks run once, right after `jax` is imported
+
+
+class _JaxImportWatcher(importlib.abc.MetaPathFinder):
+  """Runs the callbacks after the module ``jax`` has executed, then leaves."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname != "jax":
+      return None
+    _remove_watcher()
+    spec = importlib.util.find_spec(fullname)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+      return spec
+    loader = spec.loader
+    exec_module = loader.exec_module
+
+    def exec_then_notify(module):
+      exec_module(module)
+      _run_on_jax_import()
+
+    loader.exec_module = exec_then_notify
+    return spec
+
+
+_watcher = _JaxImportWatcher()
+
+
+def _remove_watcher():
+  try:
+    sys.meta_path.remove(_watcher)
+  except ValueError:
+    pass
+
+
+def _run_on_jax_import():
+  with _lock:
+    callbacks = list(_on_jax_import)
+    _on_jax_import.clear()
+  for cb in callbacks:
+    try:
+      cb()
+    except Exception as e:  # pylint: disable=broad-except
+      _say(f"jax: {e}")
+
+
+def _when_jax_imported(callback) -> None:
+  """Runs ``callback`` now if jax is imported, else right after its import."""
+  if "jax" in sys.modules:
+    callback()
+    return
+  with _lock:
+    _on_jax_import.append(callback)
+  if _watcher not in sys.meta_path:
+    sys.meta_path.insert(0, _watcher)
+
+
+def _say(line):
+  try:
+    os.write(2, f"spyglass: {line}\n".encode("utf-8", "replace"))
+  except OSError:
+    pass
+
+
+# --- XLA's session inside a Spyglass session ------------------------------------
+# The C++ core calls these (python/src/xla_plugin.cc, the "xla_session" tracer)
+# at the start and stop of every Spyglass session, under the GIL.
+
+
+class _XlaSession:
+  """XLA's ProfilerSession for one Spyglass session; started when jax is
+  imported (now, or later during the session)."""
+
+  def __init__(self, options: dict):
+    self.options = options
+    self.session = None
+    self.stopped = False
+    self.lock = threading.Lock()
+
+  @_spyglass._untraced
+  def start(self):
+    from jax._src.lib import _profiler  # pylint: disable=g-import-not-at-top
+    with self.lock:
+      if self.stopped or self.session is not None:
+        return
+      o = _profiler.ProfileOptions()
+      o.host_tracer_level = int(self.options["host_tracer_level"])
+      o.python_tracer_level = 0  # Spyglass's Python tracer records the calls
+      o.enable_hlo_proto = bool(self.options["enable_hlo_proto"])
+      o.include_dataset_ops = bool(self.options["include_dataset_ops"])
+      try:
+        import jax  # pylint: disable=g-import-not-at-top
+        _profiler.set_metadata("jax_version", jax.__version__)
+      except Exception:  # pylint: disable=broad-except
+        pass
+      self.session = _profiler.ProfilerSession(o)
+
+  @_spyglass._untraced
+  def stop(self):
+    with self.lock:
+      self.stopped = True
+      session, self.session = self.session, None
+    if session is None:
+      return None
+    return session.stop()
+
+
+@_spyglass._untraced
+def _xla_session_start(options: dict):
+  if os.environ.get("SPYGLASS_JAX_SESSION", "1") == "0":
+    return None
+  xs = _XlaSession(options)
+  if "jax" in sys.modules:
+    _init_backends()
+    xs.start()
+  else:
+    _when_jax_imported(xs.start)
+  return xs
+
+
+@_spyglass._untraced
+def _xla_session_stop(xs):
+  return xs.stop()
+
+
+def _init_backends():
+  # As jax.profiler.start_trace: backends first, or a device's tracer would
+  # find no device to trace.
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+    xla_bridge.get_backend()
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
+def xla_session_active() -> bool:
+  """Whether this process can drive XLA's profiler (jax imported)."""
+  return "jax" in sys.modules
+
+
+def _install(enable_plugin):
+  """At ``import spyglass``: the core's XLA-session tracer gets its callbacks;
+  SPYGLASS_JAX_PLUGIN=1 registers the plugin when jax is imported."""
+  _spyglass._set_xla_session_driver(_xla_session_start, _xla_session_stop)
+  if os.environ.get("SPYGLASS_JAX_PLUGIN", "") not in ("", "0"):
+    _when_jax_imported(enable_plugin)
