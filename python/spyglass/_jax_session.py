@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 
 from . import _spyglass
 
@@ -91,6 +92,7 @@ class _XlaSession:
     self.options = options
     self.session = None
     self.stopped = False
+    self.created_wall_ns = 0  # about XLA's zero: its start time, taken as it is created
     self.lock = threading.Lock()
 
   @_spyglass._untraced
@@ -109,6 +111,7 @@ class _XlaSession:
         _profiler.set_metadata("jax_version", jax.__version__)
       except Exception:  # pylint: disable=broad-except
         pass
+      self.created_wall_ns = time.time_ns()
       self.session = _profiler.ProfilerSession(o)
 
   @_spyglass._untraced

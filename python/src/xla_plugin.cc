@@ -8,14 +8,20 @@
 #include <cstring>
 #include <memory>
 #include <algorithm>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_import.h"
+#include "server/merge.h"
 #include "session/session.h"
 #include "session/tracer.h"
 
@@ -128,8 +134,70 @@ std::atomic<uint64_t> g_owned_sessions{0}, g_passive_sessions{0}, g_bytes_suppli
 // data is in (as it does for its own Python tracer's plane).
 constexpr char kPluginHostPlaneName[] = "/host:python-tracer";
 
+// XLA names a host line by std::hash<std::thread::id> of its thread (jaxlib
+// 0.10: TraceMe's thread id), we by the kernel's tid. Python's threads tell
+// both (threading's ident is the pthread_t, native_id the tid): the map
+// below, filled at every start and stop, joins the two.
+std::mutex& thread_map_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::unordered_map<int64_t, int64_t>& tid_to_xla_id() {
+  static auto* m = new std::unordered_map<int64_t, int64_t>;
+  return *m;
+}
+
+int64_t XlaThreadId(uint64_t pthread) {
+  std::thread::id id;
+  static_assert(sizeof(id) == sizeof(pthread_t));
+  pthread_t p = static_cast<pthread_t>(pthread);
+  std::memcpy(static_cast<void*>(&id), &p, sizeof p);
+  return static_cast<int64_t>(std::hash<std::thread::id>{}(id));
+}
+
+// Learns the Python threads alive now (takes the GIL; never while a caller
+// of ours may hold a lock the GIL's holder waits for).
+void LearnPythonThreads() {
+  if (!Py_IsInitialized()) return;
+  nb::gil_scoped_acquire gil;
+  try {
+    nb::object threads = nb::module_::import_("threading").attr("enumerate")();
+    std::lock_guard<std::mutex> lock(thread_map_mu());
+    for (nb::handle t : threads) {
+      nb::object native = t.attr("native_id"), ident = t.attr("ident");
+      if (native.is_none() || ident.is_none()) continue;
+      tid_to_xla_id()[nb::cast<int64_t>(native)] = XlaThreadId(nb::cast<uint64_t>(ident));
+    }
+  } catch (nb::python_error&) {
+    // A thread map is a nicety: lines stay apart without it.
+  }
+}
+
+// Our host plane's lines renamed to XLA's ids (direction: ours into XLA's).
+void ToXlaLineIds(model::Plane* plane) {
+  std::lock_guard<std::mutex> lock(thread_map_mu());
+  for (model::Line& l : plane->lines) {
+    auto it = tid_to_xla_id().find(l.id);
+    if (it != tid_to_xla_id().end()) l.id = it->second;
+  }
+}
+
+// XLA's host lines renamed to our tids (direction: XLA's into ours).
+void FromXlaLineIds(model::Plane* plane) {
+  std::unordered_map<int64_t, int64_t> back;
+  {
+    std::lock_guard<std::mutex> lock(thread_map_mu());
+    for (const auto& [tid, xla] : tid_to_xla_id()) back[xla] = tid;
+  }
+  for (model::Line& l : plane->lines) {
+    auto it = back.find(l.id);
+    if (it != back.end()) l.id = it->second;
+  }
+}
+
 struct PluginProfiler {
   std::unique_ptr<session::Session> session;  // null when passive or disabled
+
   std::string bytes;  // the serialized XSpace we supply, kept until destroy
 };
 
@@ -178,6 +246,7 @@ extern "C" SgPluginError* PluginStart(SgProfilerArgs* args) {
     g_passive_sessions.fetch_add(1);
     return nullptr;
   }
+  LearnPythonThreads();
   g_plugin_starting.store(true);
   Status s = session::Session::Create(PluginSessionOptions(), "Profile has already been started.", &p->session);
   g_plugin_starting.store(false);
@@ -192,8 +261,10 @@ extern "C" SgPluginError* PluginStart(SgProfilerArgs* args) {
 extern "C" SgPluginError* PluginStop(SgProfilerArgs* args) {
   PluginProfiler* p = Of(args->profiler);
   if (p == nullptr || p->session == nullptr) return nullptr;
+  LearnPythonThreads();
   model::Space space;
   session::SessionSummary summary;
+  const uint64_t our_start = p->session->start_wall_ns();
   Status s = p->session->Stop(&space, &summary);
   p->session.reset();
   if (!s.ok() && space.planes.empty()) return MakeError("spyglass: " + s.ToString());
@@ -204,7 +275,11 @@ extern "C" SgPluginError* PluginStop(SgProfilerArgs* args) {
     if (plane.name == model::kHostPlaneName) {
       if (plane.lines.empty()) continue;
       plane.name = kPluginHostPlaneName;
+      ToXlaLineIds(&plane);
     }
+    // Ours count from our start; XLA's are Unix ns (CLOCK_REALTIME) until
+    // its post-processing makes all of them relative to its own start.
+    for (model::Line& l : plane.lines) l.timestamp_ns += static_cast<int64_t>(our_start);
     out.planes.push_back(std::move(plane));
   }
   out.errors = std::move(space.errors);
@@ -316,6 +391,24 @@ XlaDriver& driver() {
   return *d;
 }
 
+// After the memory timeline: the host plane has our lines when XLA's join them.
+constexpr int kRankXlaSession = 900;
+// First of a session's tracers (the subprocesses' own rank is 50): its start
+// is our session's zero, within a microsecond (Session::Create takes its
+// start time, then starts the tracers in rank order).
+constexpr int kRankZeroStamp = 51;
+std::atomic<uint64_t> g_session_zero_wall_ns{0};
+
+class ZeroStampTracer : public session::Tracer {
+ public:
+  Status Start() override {
+    g_session_zero_wall_ns.store(internal::wall_ns());
+    return Status::Ok();
+  }
+  Status Stop() override { return Status::Ok(); }
+  Status CollectData(model::Space*) override { return Status::Ok(); }
+};
+
 class XlaSessionTracer : public session::Tracer {
  public:
   explicit XlaSessionTracer(const profiler::ProfileOptions& o) : options_(o) {}
@@ -328,7 +421,9 @@ class XlaSessionTracer : public session::Tracer {
     }
   }
   Status Start() override {
+    start_wall_ns_ = g_session_zero_wall_ns.load();
     if (!Py_IsInitialized()) return Status::Ok();
+    LearnPythonThreads();
     nb::gil_scoped_acquire gil;
     try {
       nb::object start = driver().start;
@@ -340,6 +435,7 @@ class XlaSessionTracer : public session::Tracer {
       o["include_dataset_ops"] = options_.include_dataset_ops;
       nb::object h = start(o);
       if (!h.is_none()) handle_ = std::move(h);
+      if (handle_.is_valid()) xla_created_wall_ns_ = nb::cast<uint64_t>(handle_.attr("created_wall_ns"));
     } catch (nb::python_error& e) {
       std::string what = e.what();
       return InternalError("cannot start XLA's profiler session: " + what);
@@ -348,9 +444,11 @@ class XlaSessionTracer : public session::Tracer {
   }
   Status Stop() override {
     if (!handle_.is_valid() || !Py_IsInitialized()) return Status::Ok();
+    LearnPythonThreads();
     nb::gil_scoped_acquire gil;
     try {
       nb::object r = driver().stop(handle_);
+      xla_created_wall_ns_ = nb::cast<uint64_t>(handle_.attr("created_wall_ns"));
       if (nb::isinstance<nb::bytes>(r)) {
         nb::bytes b = nb::borrow<nb::bytes>(r);
         xla_bytes_.assign(b.c_str(), b.size());
@@ -369,6 +467,14 @@ class XlaSessionTracer : public session::Tracer {
     Status s = model::ImportXSpaceBytes(xla_bytes_, &xla);
     xla_bytes_ = {};
     if (!s.ok()) return s;
+    if (model::Plane* host = xla.find_plane(model::kHostPlaneName)) FromXlaLineIds(host);
+    // XLA's times count from XLA's start (its Task Environment says when),
+    // ours from ours.
+    uint64_t xla_start = server::ProfileStartTime(xla);
+    if (xla_start == 0) xla_start = xla_created_wall_ns_;
+    const int64_t shift = static_cast<int64_t>(xla_start) - static_cast<int64_t>(start_wall_ns_);
+    for (model::Plane& plane : xla.planes)
+      for (model::Line& l : plane.lines) l.timestamp_ns += shift;
     MergeXlaSpace(std::move(xla), space);
     return Status::Ok();
   }
@@ -377,10 +483,9 @@ class XlaSessionTracer : public session::Tracer {
   profiler::ProfileOptions options_;
   nb::object handle_;
   std::string xla_bytes_;
+  uint64_t start_wall_ns_ = 0;        // our session's zero (about: this tracer's start)
+  uint64_t xla_created_wall_ns_ = 0;  // XLA's session's zero (about: its creation)
 };
-
-// After the memory timeline: the host plane has our lines when XLA's join them.
-constexpr int kRankXlaSession = 900;
 
 std::unique_ptr<session::Tracer> MakeXlaSessionTracer(const profiler::ProfileOptions& options) {
   if (g_plugin_starting.load()) return nullptr;  // the plugin's session is XLA's own
@@ -411,6 +516,9 @@ void BindXlaPlugin(nb::module_& m) {
       d.stop = std::move(stop);
     }
     session::RegisterTracer("xla_session", kRankXlaSession, MakeXlaSessionTracer);
+    session::RegisterTracer("xla_session_zero", kRankZeroStamp, [](const profiler::ProfileOptions&) {
+      return g_plugin_starting.load() ? nullptr : std::unique_ptr<session::Tracer>(new ZeroStampTracer);
+    });
   });
 }
 
