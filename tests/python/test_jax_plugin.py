@@ -1,0 +1,249 @@
+"""Spyglass and XLA's profiler in one trace, both ways, with real jax on CPU.
+
+- ``import spyglass.jax`` (or SPYGLASS_JAX_PLUGIN=1): jax.profiler's trace holds
+  Spyglass's annotations, on XLA's /host:CPU threads (the plugin of
+  python/src/xla_plugin.cc, through XLA's PLUGIN_Profiler_Api).
+- spyglass.profiler's trace of a JAX program (start_trace, `spyglass run
+  --trace`, a remote capture by `spyglass collect`) holds XLA's events.
+Each program runs in a fresh interpreter: XLA's plugin registry is per process.
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, read_xspace
+
+pytest.importorskip("jax")
+
+# The same JAX program for both profilers; PROFILER is jax.profiler or spyglass.profiler.
+PROGRAM = textwrap.dedent("""\
+    import sys
+    import jax, jax.numpy as jnp
+    import spyglass.profiler as sp
+    {setup}
+    @jax.jit
+    def f(x):
+        return jnp.sin(x) @ x
+    x = jnp.ones((512, 512))  # long enough that block_until_ready always waits (CommonPjRtBuffer::Await)
+    f(x).block_until_ready()
+    PROFILER.start_trace(sys.argv[1])
+    for i in range(4):
+        with PROFILER.StepTraceAnnotation("train", step_num=i):
+            with sp.TraceAnnotation("sg_outer", i=i):
+                with jax.profiler.TraceAnnotation("jax_inner"):
+                    f(x).block_until_ready()
+    jax.jit(lambda a: a * 2 + 1)(x).block_until_ready()
+    PROFILER.stop_trace()
+    print("OK")
+    """)
+
+XLA_EVENTS = ("PjitFunction(f)", "ThunkExecutor::Execute (wait for completion)", "jax_inner")
+OUR_EVENTS = ("sg_outer",)
+
+
+def env(**kv):
+  e = {k: v for k, v in os.environ.items() if not k.startswith("SPYGLASS_")}
+  e["JAX_PLATFORMS"] = "cpu"
+  e.update(kv)
+  return e
+
+
+def run_program(tmp_path, setup, name="run", extra_env=None):
+  # The same file name in every run: Python frames are named by it.
+  (tmp_path / name).mkdir()
+  script = tmp_path / name / "prog.py"
+  script.write_text(PROGRAM.format(setup=setup))
+  log_dir = str(tmp_path / name / "logs")
+  cmd = [sys.executable, str(script), log_dir]
+  p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(**(extra_env or {})))
+  assert p.returncode == 0, p.stdout + p.stderr
+  files = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.xplane.pb"))
+  assert len(files) == 1, (files, p.stderr)
+  return files[0]
+
+
+def planes_and_lines(xplane_pb2, path):
+  """{plane name: {line id: [event names]}}, and the plane names in order."""
+  space = read_xspace(xplane_pb2, path)
+  out, order = {}, []
+  for p in space.planes:
+    order.append(p.name)
+    lines = out.setdefault(p.name, {})
+    for line in p.lines:
+      lines.setdefault(line.id, []).extend(p.event_metadata[e.metadata_id].name for e in line.events)
+  return out, order
+
+
+def all_names(xplane_pb2, path):
+  planes, _ = planes_and_lines(xplane_pb2, path)
+  return {n for lines in planes.values() for names in lines.values() for n in names}
+
+
+def line_of(host, name):
+  ids = [i for i, names in host.items() if name in names]
+  assert len(ids) == 1, (name, ids)
+  return ids[0]
+
+
+def check_one_trace(xplane_pb2, path):
+  planes, order = planes_and_lines(xplane_pb2, path)
+  assert order.count("/host:CPU") == 1, order
+  assert "/host:python-tracer" not in order, order  # merged into /host:CPU
+  assert order.count("Task Environment") == 1 and order.count("/host:metadata") == 1, order
+  host = planes["/host:CPU"]
+  names = [n for evs in host.values() for n in evs]
+  for name in XLA_EVENTS + OUR_EVENTS:
+    assert name in names, (name, sorted(set(names))[:50])
+  # Ours on XLA's thread: the annotations of one thread are on one line.
+  assert line_of(host, "sg_outer") == line_of(host, "jax_inner")
+  # Nothing twice: each annotation once per step, one Python tracer's frames.
+  assert names.count("sg_outer") == 4 and names.count("jax_inner") == 4, (names.count("sg_outer"),
+                                                                          names.count("jax_inner"))
+  assert names.count("train") == 4
+  return names
+
+
+def test_plugin_puts_spyglass_annotations_in_jax_profiler_trace(tmp_path, xplane_pb2):
+  path = run_program(tmp_path, "import spyglass.jax\nPROFILER = jax.profiler")
+  names = check_one_trace(xplane_pb2, path)
+  # XLA's Python tracer recorded the calls (ours stays off under XLA's session).
+  assert [n for n in names if n.startswith("$") and n.endswith(" <lambda>")], sorted(set(names))[:40]
+
+
+def test_plugin_from_the_environment_without_the_line(tmp_path, xplane_pb2):
+  # The program never names spyglass.jax: SPYGLASS_JAX_PLUGIN=1 (read at `import spyglass`, which the
+  # installed package's .pth does at start for a program that does not import it).
+  path = run_program(tmp_path, "PROFILER = jax.profiler", extra_env={"SPYGLASS_JAX_PLUGIN": "1"})
+  check_one_trace(xplane_pb2, path)
+
+
+def test_plugin_off_without_the_line(tmp_path, xplane_pb2):
+  path = run_program(tmp_path, "PROFILER = jax.profiler")
+  assert "sg_outer" not in all_names(xplane_pb2, path)
+
+
+def test_spyglass_trace_holds_what_jax_profiler_records(tmp_path, xplane_pb2):
+  ours = run_program(tmp_path, "PROFILER = sp", name="sg_prog")
+  names = check_one_trace(xplane_pb2, ours)
+  theirs = run_program(tmp_path, "PROFILER = jax.profiler", name="jax_prog")
+  ours_all, theirs_all = all_names(xplane_pb2, ours), all_names(xplane_pb2, theirs)
+
+  # Python frames: XLA names a C method "$<unknown> m", ours "$<type> m" (docs/jax.md);
+  # jax.profiler's own frames (profiler.py) are only in the run that called it.
+  def comparable(n):
+    return re.sub(r"^\$[^ ]+ ", "$<unknown> ", n) if n.startswith("$") and ".py:" not in n else n
+
+  missing = {n for n in theirs_all if not n.startswith("$profiler.py:")}
+  missing = {comparable(n) for n in missing} - {comparable(n) for n in ours_all}
+  assert not missing, sorted(missing)
+  # Python frames once: ours, not XLA's too.
+  assert names.count("$prog.py:12 <module>") <= 1
+
+
+def test_spyglass_run_trace_records_xla_of_a_program_importing_jax_later(tmp_path, xplane_pb2):
+  # The trace starts before the program imports jax: XLA's session joins at the import.
+  script = tmp_path / "later.py"
+  script.write_text(textwrap.dedent("""\
+      import spyglass.profiler as sp
+      import jax, jax.numpy as jnp
+      f = jax.jit(lambda x: jnp.sin(x) @ x)
+      x = jnp.ones((64, 64))
+      for i in range(3):
+          with sp.TraceAnnotation("sg_outer"):
+              with jax.profiler.TraceAnnotation("jax_inner"):
+                  f(x).block_until_ready()
+      """))
+  log_dir = str(tmp_path / "logs")
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--trace", log_dir, str(script)],
+                     capture_output=True, text=True, timeout=300, env=env())
+  assert p.returncode == 0, p.stdout + p.stderr
+  files = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.xplane.pb"))
+  assert len(files) == 1, files
+  planes, _ = planes_and_lines(xplane_pb2, files[0])
+  host = planes["/host:CPU"]
+  assert line_of(host, "sg_outer") == line_of(host, "jax_inner") == line_of(host, "PjitFunction(<lambda>)")
+  names = [n for evs in host.values() for n in evs]
+  assert "ThunkExecutor::Execute (wait for completion)" in names
+
+
+def served_program(tmp_path, setup):
+  script = tmp_path / "served.py"
+  script.write_text(textwrap.dedent("""\
+      import sys, time
+      import jax, jax.numpy as jnp
+      import spyglass.profiler as sp
+      {setup}
+      @jax.jit
+      def f(x):
+          return jnp.sin(x) @ x
+      x = jnp.ones((64, 64))
+      f(x).block_until_ready()
+      print("PORT", port, flush=True)
+      end = time.time() + 20
+      while time.time() < end and not sys.stdin.closed:
+          with sp.TraceAnnotation("sg_outer"):
+              with jax.profiler.TraceAnnotation("jax_inner"):
+                  f(x).block_until_ready()
+          time.sleep(0.002)
+          import select
+          if select.select([sys.stdin], [], [], 0)[0]:
+              break
+      print("OK")
+      """).format(setup=setup))
+  return str(script)
+
+
+def capture(tmp_path, setup, client):
+  script = served_program(tmp_path, setup)
+  p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env())
+  try:
+    line = p.stdout.readline()
+    m = re.match(r"PORT (\d+)", line)
+    assert m, (line, p.stderr.read() if p.poll() is not None else "")
+    logs = str(tmp_path / "capture")
+    r = subprocess.run(client(int(m.group(1)), logs), capture_output=True, text=True, timeout=180, env=env())
+    assert r.returncode == 0, r.stdout + r.stderr
+  finally:
+    out, err = p.communicate(input="stop\n", timeout=120)
+  assert p.returncode == 0, err
+  assert "OK" in out, out + err
+  files = glob.glob(os.path.join(logs, "plugins", "profile", "*", "*.xplane.pb"))
+  assert len(files) == 1, files
+  return files[0]
+
+
+def test_spyglass_collect_of_a_jax_program_holds_xla_events(tmp_path, xplane_pb2):
+  path = capture(tmp_path, "port = sp.start_server(0)",
+                 lambda port, logs: [sys.executable, "-m", "spyglass", "collect", str(port), "800",
+                                     "--log_dir", logs, "--no_perfetto_link"])
+  names = all_names(xplane_pb2, path)
+  for name in ("PjitFunction(f)", "jax_inner", "sg_outer"):
+    assert name in names, (name, sorted(names)[:40])
+
+
+def test_jax_collect_profile_of_a_jax_program_holds_spyglass_annotations(tmp_path, xplane_pb2):
+  path = capture(tmp_path, "import socket, spyglass.jax\ns = socket.socket(); s.bind(('127.0.0.1', 0))\n"
+                 "port = s.getsockname()[1]; s.close()\njax.profiler.start_server(port)",
+                 lambda port, logs: [sys.executable, "-m", "jax.collect_profile", str(port), "800",
+                                     "--log_dir", logs, "--no_perfetto_link"])
+  planes, _ = planes_and_lines(xplane_pb2, path)
+  host = planes["/host:CPU"]
+  assert line_of(host, "sg_outer") == line_of(host, "PjitFunction(f)")
+
+
+def test_xprof_converts_the_merged_traces(tmp_path):
+  pytest.importorskip("xprof")
+  for setup, name in (("import spyglass.jax\nPROFILER = jax.profiler", "plugin"), ("PROFILER = sp", "spyglass")):
+    path = run_program(tmp_path, setup, name=name)
+    p = subprocess.run([sys.executable, os.path.join(REPO, "tests", "xprof", "xprof_check.py"), path,
+                        "--expect-event", "sg_outer", "--expect-event", "PjitFunction(f)",
+                        "--expect-event", "jax_inner"], capture_output=True, text=True, timeout=600)
+    if p.returncode == 77:
+      pytest.skip("xprof not importable")
+    assert p.returncode == 0, (name, p.stdout + p.stderr)
