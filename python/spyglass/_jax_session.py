@@ -106,11 +106,7 @@ class _XlaSession:
       o.python_tracer_level = 0  # Spyglass's Python tracer records the calls
       o.enable_hlo_proto = bool(self.options["enable_hlo_proto"])
       o.include_dataset_ops = bool(self.options["include_dataset_ops"])
-      try:
-        import jax  # pylint: disable=g-import-not-at-top
-        _profiler.set_metadata("jax_version", jax.__version__)
-      except Exception:  # pylint: disable=broad-except
-        pass
+      _set_jax_metadata(_profiler)
       self.created_wall_ns = time.time_ns()
       self.session = _profiler.ProfilerSession(o)
 
@@ -142,6 +138,21 @@ def _xla_session_stop(xs):
   return xs.stop()
 
 
+def _set_jax_metadata(_profiler):
+  # What jax.profiler.start_trace puts on XLA's /host:metadata plane.
+  try:
+    import jax  # pylint: disable=g-import-not-at-top
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+    from jax._src.lib import version as jaxlib_version  # pylint: disable=g-import-not-at-top
+    _profiler.set_metadata("jax_version", jax.__version__)
+    _profiler.set_metadata("jaxlib_version", ".".join(map(str, jaxlib_version)))
+    for name in xla_bridge.backends():
+      backend = xla_bridge.get_backend(name)
+      _profiler.set_metadata(f"{backend.platform}_version", backend.platform_version)
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
 def _init_backends():
   # As jax.profiler.start_trace: backends first, or a device's tracer would
   # find no device to trace.
@@ -150,6 +161,18 @@ def _init_backends():
     xla_bridge.get_backend()
   except Exception:  # pylint: disable=broad-except
     pass
+
+
+def options_for_this_process(options):
+  """The options Spyglass's own session gets: in a JAX process, XLA's device
+  tracer traces the device (CUPTI takes one subscriber, and XLA's knows the
+  HLO op of each kernel), so ours is off there."""
+  if ("jax" not in sys.modules or options.device_tracer_level == 0
+      or os.environ.get("SPYGLASS_JAX_SESSION", "1") == "0"):
+    return options
+  ours = _spyglass._profile_options_copy(options)
+  ours.device_tracer_level = 0
+  return ours
 
 
 def xla_session_active() -> bool:

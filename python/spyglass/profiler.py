@@ -43,7 +43,7 @@ import platform
 import threading
 from typing import Any, Callable, Optional, Union
 
-from . import _spyglass
+from . import _jax_session, _spyglass
 from ._spyglass import (InvalidArgumentError, ProfileData, ProfileEvent, ProfileLine, ProfilePlane,
                         StepTraceAnnotation, TraceAnnotation)
 from .memory import record_allocation, record_free, track_numpy
@@ -146,7 +146,7 @@ class ProfileSession:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
       _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
-                            bool(self.create_perfetto_trace), options,
+                            bool(self.create_perfetto_trace), _jax_session.options_for_this_process(options),
                             int(self.perfetto_link_timeout_s))
       # Recorded in the /host:metadata plane (the core clears it at every start).
       _spyglass.set_metadata("python_version", platform.python_version())

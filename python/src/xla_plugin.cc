@@ -499,6 +499,7 @@ void BindXlaPlugin(nb::module_& m) {
     // What jaxlib's register_plugin_profiler takes: a PJRT_Api in a "pjrt_c_api" capsule.
     return nb::capsule(&g_pjrt_api_head, "pjrt_c_api");
   });
+  m.def("_profile_options_copy", [](const profiler::ProfileOptions& o) { return o; });
   m.def("_xla_plugin_set_enabled", [](bool on) { g_enabled.store(on); });
   m.def("_xla_plugin_enabled", []() { return g_enabled.load(); });
   m.def("_xla_plugin_stats", []() {

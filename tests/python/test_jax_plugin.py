@@ -151,6 +151,13 @@ def test_spyglass_trace_holds_what_jax_profiler_records(tmp_path, xplane_pb2):
   names = check_one_trace(xplane_pb2, ours)
   # Python frames once: ours, not XLA's too.
   assert names.count("$prog.py:12 <module>") <= 1
+  # XLA's metadata: the HLO of each module (enable_hlo_proto), the versions.
+  meta = next(p for p in read_xspace(xplane_pb2, ours).planes if p.name == "/host:metadata")
+  hlo = {m.name for m in meta.event_metadata.values()
+         if "Hlo Proto" in {meta.stat_metadata[s.metadata_id].name for s in m.stats}}
+  assert any(n.startswith("jit_f(") for n in hlo), hlo
+  keys = {meta.stat_metadata[s.metadata_id].name for s in meta.stats}
+  assert {"jax_version", "jaxlib_version", "cpu_version", "spyglass_version"} <= keys, keys
 
   # XLA's runtime events depend on timing (a thread pool waits or not): the
   # names of two jax.profiler runs must be in one of two of ours.
