@@ -93,14 +93,16 @@ class _XlaSession:
     self.session = None
     self.stopped = False
     self.created_wall_ns = 0  # about XLA's zero: its start time, taken as it is created
+    self.yielded = None  # the XSpace of a session that made way for the program's
     self.lock = threading.Lock()
 
   @_spyglass._untraced
   def start(self):
     from jax._src.lib import _profiler  # pylint: disable=g-import-not-at-top
     with self.lock:
-      if self.stopped or self.session is not None:
+      if self.stopped or self.session is not None or self.yielded is not None:
         return
+      session_class = _make_way_for_the_program(_profiler)
       o = _profiler.ProfileOptions()
       o.host_tracer_level = int(self.options["host_tracer_level"])
       o.python_tracer_level = 0  # Spyglass's Python tracer records the calls
@@ -108,16 +110,60 @@ class _XlaSession:
       o.include_dataset_ops = bool(self.options["include_dataset_ops"])
       _set_jax_metadata(_profiler)
       self.created_wall_ns = time.time_ns()
-      self.session = _profiler.ProfilerSession(o)
+      self.session = session_class(o)
+      _running.add(self)
+
+  @_spyglass._untraced
+  def make_way(self):
+    """The program starts an XLA session of its own: ours stops now (XLA runs
+    one at a time), what it recorded so far kept for the merge."""
+    with self.lock:
+      session, self.session = self.session, None
+      _running.discard(self)
+      if session is not None:
+        self.yielded = session.stop()
 
   @_spyglass._untraced
   def stop(self):
     with self.lock:
       self.stopped = True
       session, self.session = self.session, None
+      _running.discard(self)
     if session is None:
-      return None
+      return self.yielded
     return session.stop()
+
+
+# XLA's sessions that ours started and that run now.
+_running = set()
+_original_session_class = None
+
+
+def _make_way_for_the_program(_profiler):
+  """Returns XLA's ProfilerSession class, and from the first call on puts a
+  stand-in for it on jaxlib's module: a session the program starts itself
+  (jax.profiler.start_trace, trace, ProfileSession) first stops the one ours
+  drives, instead of failing with "Another profiling session active"."""
+  global _original_session_class
+  if _original_session_class is not None:
+    return _original_session_class
+  original = _profiler.ProfilerSession
+  _original_session_class = original
+
+  class _Meta(type):
+    def __instancecheck__(cls, obj):
+      return isinstance(obj, original)
+
+  class ProfilerSession(metaclass=_Meta):  # pylint: disable=redefined-outer-name
+    __doc__ = original.__doc__
+
+    def __new__(cls, *args, **kwargs):
+      for xs in list(_running):
+        xs.make_way()
+      return original(*args, **kwargs)
+
+  _profiler.ProfilerSession = ProfilerSession
+  return original
 
 
 @_spyglass._untraced

@@ -201,6 +201,33 @@ def test_spyglass_run_trace_records_xla_of_a_program_importing_jax_later(tmp_pat
   assert "ThunkExecutor::Execute (wait for completion)" in names
 
 
+def test_a_program_tracing_with_jax_profiler_under_spyglass_run_trace(tmp_path, xplane_pb2):
+  # XLA runs one session at a time: the one Spyglass drives makes way for the program's own.
+  script = tmp_path / "own.py"
+  own = str(tmp_path / "own_logs")
+  script.write_text(textwrap.dedent(f"""\
+      import jax, jax.numpy as jnp
+      f = jax.jit(lambda x: jnp.sin(x) @ x)
+      x = jnp.ones((64, 64))
+      f(x).block_until_ready()
+      with jax.profiler.trace({own!r}):
+          with jax.profiler.TraceAnnotation("in_programs_trace"):
+              f(x).block_until_ready()
+      print("program ok")
+      """))
+  log_dir = str(tmp_path / "logs")
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--trace", log_dir, str(script)],
+                     capture_output=True, text=True, timeout=300, env=env())
+  assert p.returncode == 0, p.stdout + p.stderr
+  assert p.stdout == "program ok\n", p.stdout
+  theirs = glob.glob(os.path.join(own, "plugins", "profile", "*", "*.xplane.pb"))
+  assert len(theirs) == 1 and "in_programs_trace" in all_names(xplane_pb2, theirs[0])
+  ours = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.xplane.pb"))
+  assert len(ours) == 1
+  # XLA's events until the program's session began (the first call of f).
+  assert "PjitFunction(<lambda>)" in all_names(xplane_pb2, ours[0])
+
+
 def served_program(tmp_path, setup):
   script = tmp_path / "served.py"
   script.write_text(textwrap.dedent("""\
