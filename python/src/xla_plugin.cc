@@ -22,6 +22,7 @@
 #include "model/xspace.h"
 #include "model/xspace_import.h"
 #include "server/merge.h"
+#include "session/flight_recorder.h"
 #include "session/session.h"
 #include "session/tracer.h"
 
@@ -489,6 +490,10 @@ class XlaSessionTracer : public session::Tracer {
 
 std::unique_ptr<session::Tracer> MakeXlaSessionTracer(const profiler::ProfileOptions& options) {
   if (g_plugin_starting.load()) return nullptr;  // the plugin's session is XLA's own
+  // A flight recorder runs for hours in a bounded ring; XLA's session keeps
+  // every event until its stop: not one for the other.
+  session::FlightRecorderConfig ring;
+  if (session::ResolveFlightRecorder(options, &ring).ok() && ring.seconds > 0) return nullptr;
   return std::make_unique<XlaSessionTracer>(options);
 }
 
