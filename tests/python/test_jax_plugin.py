@@ -285,6 +285,7 @@ def test_spyglass_collect_of_a_jax_program_holds_xla_events(tmp_path, xplane_pb2
 
 
 def test_jax_collect_profile_of_a_jax_program_holds_spyglass_annotations(tmp_path, xplane_pb2):
+  pytest.importorskip("xprof")  # jax.collect_profile needs it
   path = capture(tmp_path, "import socket, spyglass.jax\ns = socket.socket(); s.bind(('127.0.0.1', 0))\n"
                  "port = s.getsockname()[1]; s.close()\njax.profiler.start_server(port)",
                  lambda port, logs: [sys.executable, "-m", "jax.collect_profile", str(port), "800",
