@@ -22,6 +22,7 @@ _on_jax_import = []  # callbacks run once, right after `jax` is imported
 class _JaxImportWatcher(importlib.abc.MetaPathFinder):
   """Runs the callbacks after the module ``jax`` has executed, then leaves."""
 
+  @_spyglass._untraced  # runs at every import: not in the program's trace
   def find_spec(self, fullname, path=None, target=None):
     if fullname != "jax":
       return None
@@ -70,6 +71,18 @@ def _when_jax_imported(callback) -> None:
     _on_jax_import.append(callback)
   if _watcher not in sys.meta_path:
     sys.meta_path.insert(0, _watcher)
+
+
+def _forget_jax_import(callback) -> None:
+  """Drops a callback _when_jax_imported kept; the watcher goes with the last."""
+  with _lock:
+    try:
+      _on_jax_import.remove(callback)
+    except ValueError:
+      return
+    empty = not _on_jax_import
+  if empty:
+    _remove_watcher()
 
 
 def _say(line):
@@ -125,6 +138,7 @@ class _XlaSession:
 
   @_spyglass._untraced
   def stop(self):
+    _forget_jax_import(self.start)
     with self.lock:
       self.stopped = True
       session, self.session = self.session, None

@@ -157,10 +157,20 @@ int64_t XlaThreadId(uint64_t pthread) {
 }
 
 // Learns the Python threads alive now (takes the GIL; never while a caller
-// of ours may hold a lock the GIL's holder waits for).
+// of ours may hold a lock the GIL's holder waits for). From the interpreter's
+// thread states where they hold both ids (3.11+): no Python code runs, so
+// nothing of it shows in the trace being recorded.
 void LearnPythonThreads() {
   if (!Py_IsInitialized()) return;
   nb::gil_scoped_acquire gil;
+#if PY_VERSION_HEX >= 0x030B0000
+  std::lock_guard<std::mutex> lock(thread_map_mu());
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Main()); t != nullptr;
+       t = PyThreadState_Next(t)) {
+    if (t->native_thread_id != 0 && t->thread_id != 0)
+      tid_to_xla_id()[static_cast<int64_t>(t->native_thread_id)] = XlaThreadId(t->thread_id);
+  }
+#else
   try {
     nb::object threads = nb::module_::import_("threading").attr("enumerate")();
     std::lock_guard<std::mutex> lock(thread_map_mu());
@@ -172,6 +182,7 @@ void LearnPythonThreads() {
   } catch (nb::python_error&) {
     // A thread map is a nicety: lines stay apart without it.
   }
+#endif
 }
 
 // Our host plane's lines renamed to XLA's ids (direction: ours into XLA's).

@@ -305,3 +305,23 @@ def test_xprof_converts_the_merged_traces(tmp_path):
     if p.returncode == 77:
       pytest.skip("xprof not importable")
     assert p.returncode == 0, (name, p.stdout + p.stderr)
+
+
+def test_a_trace_without_jax_holds_nothing_of_the_bridge(tmp_path):
+  # The XLA-session tracer runs in every session: without jax it adds no frame
+  # to the trace and leaves the program's import machinery as it was.
+  p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""\
+      import sys
+      import spyglass.profiler as sp
+      before = list(sys.meta_path)
+      with sp.trace({str(tmp_path / "logs")!r}) as s:
+          sum(range(10))
+      names = {{e.name for p in s.profile_data.planes for l in p.lines for e in l.events}}
+      assert "jax" not in sys.modules
+      assert sys.meta_path == before, (sys.meta_path, before)
+      bad = sorted(n for n in names if "threading" in n or "_jax_session" in n or "RLock" in n)
+      assert not bad, bad
+      assert "$builtins sum" in names, sorted(names)
+      print("OK")
+      """)], capture_output=True, text=True, timeout=120, env=env())
+  assert p.returncode == 0 and p.stdout == "OK\n", p.stdout + p.stderr
