@@ -27,7 +27,10 @@ class _JaxImportWatcher(importlib.abc.MetaPathFinder):
     if fullname != "jax":
       return None
     _remove_watcher()
-    spec = importlib.util.find_spec(fullname)
+    try:
+      spec = importlib.util.find_spec(fullname)
+    except Exception:  # pylint: disable=broad-except
+      return None  # the program's import goes on as without us, and fails as it would
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
       return spec
     loader = spec.loader
