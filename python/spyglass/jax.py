@@ -1,4 +1,4 @@
-"""Spyglass and XLA's profiler in one trace, in both directions (docs/jax.md).
+"""Spyglass and XLA's profiler in one trace, in both directions (docs/jax-plugin.md).
 
     import spyglass.jax        # one line
 

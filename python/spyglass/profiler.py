@@ -43,10 +43,11 @@ import platform
 import threading
 from typing import Any, Callable, Optional, Union
 
-from . import _jax_session, _spyglass
+from . import _spyglass
 from ._spyglass import (InvalidArgumentError, ProfileData, ProfileEvent, ProfileLine, ProfilePlane,
                         StepTraceAnnotation, TraceAnnotation)
 from .memory import record_allocation, record_free, track_numpy
+from . import _jax_session  # a JAX process: XLA's session joins ours (docs/jax-plugin.md)
 
 __all__ = [
     "ProfileData",
@@ -142,11 +143,13 @@ class ProfileSession:
     options = ProfileOptions() if self.profiler_options is None else self.profiler_options
     if not isinstance(options, _spyglass.ProfileOptions):
       raise TypeError(f"profiler_options must be a ProfileOptions, not {type(options).__name__}")
+    # In a JAX process XLA's device tracer traces the device, not ours (CUPTI takes one).
+    options = _jax_session.options_for_this_process(options)
     with _state.lock:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
       _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
-                            bool(self.create_perfetto_trace), _jax_session.options_for_this_process(options),
+                            bool(self.create_perfetto_trace), options,
                             int(self.perfetto_link_timeout_s))
       # Recorded in the /host:metadata plane (the core clears it at every start).
       _spyglass.set_metadata("python_version", platform.python_version())

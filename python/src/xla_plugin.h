@@ -1,4 +1,4 @@
-// Spyglass and XLA's profiler in one trace (docs/jax.md).
+// Spyglass and XLA's profiler in one trace (docs/jax-plugin.md).
 //
 // One way: an XLA profiler plugin, through XLA's public C API
 // (PLUGIN_Profiler_Api, handed to jaxlib's register_plugin_profiler inside a
