@@ -170,7 +170,7 @@ def test_spyglass_trace_holds_what_jax_profiler_records(tmp_path, xplane_pb2):
   # names of two jax.profiler runs must be in one of two of ours.
   theirs = [all_names(xplane_pb2, run_program(tmp_path, "PROFILER = jax.profiler", name=f"jax{i}"))
             for i in range(2)]
-  # Python frames: XLA names a C method "$<unknown> m", ours "$<type> m" (docs/jax.md);
+  # Python frames: XLA names a C method "$<unknown> m", ours "$<type> m" (docs/jax-plugin.md);
   # jax.profiler's own frames (profiler.py) are only in the run that called it.
   def comparable(n):
     return re.sub(r"^\$[^ ]+ ", "$<unknown> ", n) if n.startswith("$") and ".py:" not in n else n
