@@ -1,5 +1,7 @@
 #include "export/export.h"
 
+#include "sampling/cpu_model.h"
+
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 
@@ -61,6 +63,9 @@ Status Export(const model::Space& space, const OutputDir& dir, const ExportReque
     const std::string name = FileNameOf(format, request.host);
     if (Status s = f.write(space, dir, name, request); !s.ok()) return s;
     files->*f.path = dir.PathOf(name);
+    // Beside the run's XSpace: each process's CPU samples as a pprof profile.
+    if (format == Format::kXPlane)
+      if (Status s = sampling::WriteCpuProfiles(space, dir, &files->cpu_profiles); !s.ok()) return s;
   }
   return Status::Ok();
 }

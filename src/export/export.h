@@ -36,6 +36,9 @@ struct ExportedFiles {
   std::string xplane;
   std::string trace_json;
   std::string perfetto_trace;
+  // With kXPlane: cpu.<pid>.<comm>.prof of each process with CPU samples
+  // (src/sampling/cpu_model.h).
+  std::vector<std::string> cpu_profiles;
 };
 
 // The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.json.gz").

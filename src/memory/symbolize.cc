@@ -202,7 +202,17 @@ class DwarfSymbolizer {
     }
     Dwarf_Addr bias = 0;
     Dwarf_Die* cu = dw.dwfl_module_addrdie(mod, addr, &bias);
-    if (!cu) return false;
+    if (!cu) {
+      // No DWARF (a binary built without -g): the symbol table's name, which
+      // sees the static functions dladdr's dynamic table does not.
+      const char* sym = dw.dwfl_module_addrname(mod, addr);
+      if (!sym) return false;
+      SymFrame f;
+      f.system_name = sym;
+      f.function = Demangle(sym);
+      loc->frames.push_back(std::move(f));
+      return true;
+    }
     Dwarf_Die* scopes = nullptr;
     int n = Scopes(cu, addr - bias, &scopes);
     if (n <= 0) return false;

@@ -1,0 +1,77 @@
+// A known CPU workload for the sampler's tests and benchmark: burn_a, burn_b
+// and burn_c burn 50%, 30% and 20% of the process's CPU time, on two
+// threads; the second thread sleeps between its rounds. Built without frame
+// pointers (the sampler unwinds with .eh_frame CFI). It prints the CPU time
+// each function took, measured with the thread's CPU clock: the truth.
+//   cpu_workload [SECONDS_OF_CPU]   (default 2)
+#include <pthread.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace {
+
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+volatile uint64_t g_sink;
+
+// Arithmetic for about 20 us between clock reads (a read is a system call,
+// whose time user-space sampling does not see). Inlined: the time is the
+// burn_* function's own.
+__attribute__((always_inline)) inline uint64_t Spin(uint64_t x) {
+  for (int i = 0; i < 20000; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return x;
+}
+
+std::atomic<uint64_t> g_ns[3];
+
+// Each burns `ns` of its thread's CPU time in its own frame.
+#define SPYGLASS_BURN(name, which)                             \
+  extern "C" __attribute__((noinline)) void name(uint64_t ns) { \
+    const uint64_t start = ThreadCpuNs();                      \
+    uint64_t x = start, now = start;                           \
+    while ((now = ThreadCpuNs()) - start < ns) x = Spin(x);    \
+    g_sink = x;                                                \
+    g_ns[which] += now - start;                                \
+    asm volatile("" ::: "memory"); /* no tail call */          \
+  }
+SPYGLASS_BURN(burn_a, 0)
+SPYGLASS_BURN(burn_b, 1)
+SPYGLASS_BURN(burn_c, 2)
+
+// Per round (ms of CPU): worker 2 a + 1 b + 2 c, then 2 ms asleep; main 3 a +
+// 2 b. In all: a 50%, b 30%, c 20%.
+void Worker(int rounds) {
+  pthread_setname_np(pthread_self(), "worker");
+  for (int r = 0; r < rounds; ++r) {
+    burn_a(2000000);
+    burn_b(1000000);
+    burn_c(2000000);
+    timespec ts{0, 2000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  const int rounds = static_cast<int>(seconds * 1e9 / 10e6);  // 10 ms of CPU per round, both threads
+  std::thread worker(Worker, rounds);
+  for (int r = 0; r < rounds; ++r) {
+    burn_a(3000000);
+    burn_b(2000000);
+  }
+  worker.join();
+  const double total = static_cast<double>(g_ns[0] + g_ns[1] + g_ns[2]);
+  std::printf("burn_a %.4f\nburn_b %.4f\nburn_c %.4f\ncpu_seconds %.6f\n", g_ns[0] / total, g_ns[1] / total,
+              g_ns[2] / total, total / 1e9);
+  return 0;
+}
