@@ -26,11 +26,12 @@
 namespace spyglass::sampling {
 namespace {
 
-// A ring of 16 data pages (64 KiB): about 7 samples of an 8 KiB stack copy,
-// the reader woken at half. The kernel lets a user lock
-// perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: a
-// small ring per thread leaves room for a hundred threads or more.
-constexpr size_t kDataPages = 16;
+// A ring of 32 data pages (128 KiB): 15 samples of an 8 KiB stack copy, the
+// reader woken at a quarter, with room for 3 ms more at 4 kHz before the
+// kernel drops (and counts) samples. The kernel lets a user lock
+// perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: when
+// that is used up, later threads get smaller rings (8, then 4 pages).
+constexpr size_t kRingPages[] = {32, 8, 4};
 
 uint64_t MonotonicNs() {
   timespec ts;
@@ -86,7 +87,7 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   a.clockid = CLOCK_MONOTONIC;
   a.watermark = 1;
   const long page = sysconf(_SC_PAGESIZE);
-  a.wakeup_watermark = static_cast<uint32_t>(kDataPages * page / 2);
+  a.wakeup_watermark = static_cast<uint32_t>(kRingPages[0] * page / 4);
   int fd = static_cast<int>(syscall(SYS_perf_event_open, &a, static_cast<pid_t>(tid), -1, -1, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0) {
     *err = errno;
@@ -101,8 +102,14 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   auto r = std::make_unique<Ring>();
   r->fd = fd;
   r->tid = tid;
-  r->map_bytes = (1 + kDataPages) * static_cast<size_t>(page);
-  r->base = mmap(nullptr, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  r->base = MAP_FAILED;
+  size_t pages = 0;
+  for (size_t p : kRingPages) {
+    pages = p;
+    r->map_bytes = (1 + pages) * static_cast<size_t>(page);
+    r->base = mmap(nullptr, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r->base != MAP_FAILED || errno != EPERM) break;
+  }
   if (r->base == MAP_FAILED) {
     *err = errno;
     close(fd);
@@ -110,7 +117,9 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   }
   r->meta = static_cast<perf_event_mmap_page*>(r->base);
   r->data = static_cast<uint8_t*>(r->base) + page;
-  r->data_bytes = kDataPages * static_cast<size_t>(page);
+  r->data_bytes = pages * static_cast<size_t>(page);
+  // (A smaller ring keeps the watermark set at open, past its size: the
+  // reader drains it at its rescan interval; what does not fit is counted lost.)
   cap_.thread_names.emplace(tid, ThreadName(tid));
   rings_.push_back(std::move(r));
   return true;
