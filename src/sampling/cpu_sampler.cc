@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -199,7 +200,8 @@ void CpuSampler::Rescan() {
 void CpuSampler::ReaderLoop() {
   known_tids_[static_cast<uint32_t>(syscall(SYS_gettid))] = true;  // never sample the reader
   std::vector<pollfd> fds;
-  uint64_t last_scan = MonotonicNs();
+  uint64_t last_scan = MonotonicNs(), last_full = last_scan;
+  nlink_t last_nlink = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
@@ -220,9 +222,19 @@ void CpuSampler::ReaderLoop() {
         ++i;
       }
     }
+    // New threads: /proc/self/task's link count is 2 + the number of
+    // threads (one stat, a microsecond); the directory is listed when it
+    // changes, and every kFullRescanMs anyway (one thread ended, another
+    // started in between).
     uint64_t now = MonotonicNs();
     if (now - last_scan >= kRescanIntervalMs * 1000000ull) {
-      Rescan();
+      struct stat st {};
+      const bool changed = stat("/proc/self/task", &st) != 0 || st.st_nlink != last_nlink;
+      if (changed || now - last_full >= kFullRescanMs * 1000000ull) {
+        Rescan();
+        last_full = now;
+        last_nlink = st.st_nlink;
+      }
       last_scan = now;
     }
   }
