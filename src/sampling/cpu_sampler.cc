@@ -27,12 +27,14 @@
 namespace spyglass::sampling {
 namespace {
 
-// A ring of 32 data pages (128 KiB): 15 samples of an 8 KiB stack copy, the
-// reader woken at a quarter, with room for 3 ms more at 4 kHz before the
-// kernel drops (and counts) samples. The kernel lets a user lock
+// A ring of 64 data pages (256 KiB): 31 samples of an 8 KiB stack copy, the
+// reader woken at 4, with room for 27 more (7 ms at 4 kHz, 27 at 999 Hz: a
+// reader kept off the CPU that long on a busy machine) before the kernel
+// drops (and counts) samples. The kernel lets a user lock
 // perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: when
-// that is used up, later threads get smaller rings (8, then 4 pages).
-constexpr size_t kRingPages[] = {32, 8, 4};
+// that is used up, later threads get smaller rings (16, then 4 pages).
+constexpr size_t kRingPages[] = {64, 16, 4};
+constexpr size_t kWakeBytes = 32 * 1024;
 
 uint64_t MonotonicNs() {
   timespec ts;
@@ -88,7 +90,7 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   a.clockid = CLOCK_MONOTONIC;
   a.watermark = 1;
   const long page = sysconf(_SC_PAGESIZE);
-  a.wakeup_watermark = static_cast<uint32_t>(kRingPages[0] * page / 4);
+  a.wakeup_watermark = kWakeBytes;
   int fd = static_cast<int>(syscall(SYS_perf_event_open, &a, static_cast<pid_t>(tid), -1, -1, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0) {
     *err = errno;
@@ -119,8 +121,8 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   r->meta = static_cast<perf_event_mmap_page*>(r->base);
   r->data = static_cast<uint8_t*>(r->base) + page;
   r->data_bytes = pages * static_cast<size_t>(page);
-  // (A smaller ring keeps the watermark set at open, past its size: the
-  // reader drains it at its rescan interval; what does not fit is counted lost.)
+  // (A 4-page ring is smaller than the wake-up mark: the reader drains it at
+  // its rescan interval; what does not fit is counted lost.)
   cap_.thread_names.emplace(tid, ThreadName(tid));
   rings_.push_back(std::move(r));
   return true;
