@@ -166,8 +166,8 @@ Status CpuSampler::Start() {
   cap_.mechanism = "perf_event_open task-clock per thread, user stacks copied by the kernel (no signal in the "
                    "program), unwound with .eh_frame CFI off the sampled threads";
   if (mode_ == SampleMode::kWall)
-    cap_.mechanism += "; wall mode samples on-CPU time only: perf's clock events do not fire while a thread "
-                      "sleeps, and sampling a sleeping thread would need a signal that interrupts its system calls";
+    cap_.mechanism += "; wall mode: on-CPU time only (a sleeping thread's user stack needs kernel-level profiling "
+                      "or a signal that would interrupt its system calls)";
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // The reader takes none of the program's signals.
   sigset_t all, old;
