@@ -28,6 +28,7 @@
 #include "export/output_file.h"
 #include "memory/run_summary.h"
 #include "memory/tracker.h"
+#include "sampling/sampler_options.h"
 #include "session/env_start.h"
 
 namespace spyglass::cli {
@@ -435,8 +436,17 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::set_difference(runs.begin(), runs.end(), runs_before.begin(), runs_before.end(), std::back_inserter(written));
     if (written.empty())
       std::cerr << "spyglass run: no trace was written under " << trace_dir << "/plugins/profile/\n";
-    for (const std::string& run : written)
+    for (const std::string& run : written) {
       std::cerr << "spyglass run: trace in " << trace_dir << "/plugins/profile/" << run << "/\n";
+      std::error_code dir_ec;
+      for (fs::directory_iterator it(fs::path(trace_dir) / "plugins" / "profile" / run, dir_ec), end;
+           !dir_ec && it != end; it.increment(dir_ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind("cpu.", 0) == 0 && name.size() > 9 && name.compare(name.size() - 5, 5, ".prof") == 0)
+          std::cerr << "spyglass run: CPU profile " << it->path().string() << " (go tool pprof -top "
+                    << it->path().string() << ")\n";
+      }
+    }
     if (!written.empty())
       std::cerr << "Read it with: spyglass summary " << trace_dir << "   or   spyglass report " << trace_dir
                 << (memory && dir == trace_dir ? "   (the memory profiles are beside it)" : "") << "\n";
@@ -486,6 +496,16 @@ void AddRunCommand(CLI::App& app) {
                   "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
                       std::to_string(memory::internal::kMaxSampleBytes) + ")")
       ->default_val("0");
+  static std::string sample_hz, sample_mode = "cpu";
+  run->add_option("--sample", sample_hz,
+                  "sample every thread's CPU time at HZ per second (default " +
+                      std::to_string(sampling::kDefaultSampleHz) +
+                      "): the samples go on the trace's threads and into cpu.<pid>.<program>.prof (pprof) beside it; "
+                      "a trace is recorded into -o's folder unless --trace says where; SPYGLASS_OPTIONS="
+                      "spyglass_cpu_sample_hz=HZ")
+      ->expected(0, 1);
+  run->add_option("--sample-mode", sample_mode, "cpu (default) or wall (spyglass_cpu_sample_mode)")
+      ->check(CLI::IsMember({"cpu", "wall"}));
   static std::string python_allocator = "pymalloc";
   run->add_option("--python-allocator", python_allocator,
                   "Python programs: 'pymalloc' (default) records Python's objects as Python allocates them; "
@@ -506,10 +526,34 @@ void AddRunCommand(CLI::App& app) {
       std::exit(2);
     }
     Settings settings;
+    std::string all_options = options;
+    if (g_run->count("--sample") > 0) {
+      uint64_t hz = sampling::kDefaultSampleHz;
+      if (!sample_hz.empty()) {
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long v = std::strtoull(sample_hz.c_str(), &end, 10);
+        if (sample_hz[0] < '0' || sample_hz[0] > '9' || *end != '\0' || errno != 0 || v == 0 ||
+            v > sampling::MaxSampleRate()) {
+          std::cerr << "spyglass run: --sample takes a rate from 1 to " << sampling::MaxSampleRate()
+                    << " per second (the kernel's perf_event_max_sample_rate), got '" << sample_hz.substr(0, 32)
+                    << "'\n";
+          std::exit(2);
+        }
+        hz = v;
+      }
+      all_options += std::string(all_options.empty() ? "" : ",") + "spyglass_cpu_sample_hz=" + std::to_string(hz);
+      if (g_run->count("--sample-mode") > 0) all_options += ",spyglass_cpu_sample_mode=" + sample_mode;
+      // Samples live in a trace: one is recorded into -o's folder when --trace does not say where.
+      if (trace_dir.empty() && server.empty() && flight_recorder.empty()) trace_dir = out_dir;
+    } else if (g_run->count("--sample-mode") > 0) {
+      std::cerr << "spyglass run: --sample-mode needs --sample\n";
+      std::exit(2);
+    }
     if (!trace_dir.empty()) settings.emplace_back(session::kEnvTraceDir, trace_dir);
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
-    if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
+    if (!all_options.empty()) settings.emplace_back(session::kEnvOptions, all_options);
     // One folder for everything a run writes: with --trace and no -o, the
     // memory profiles go beside the trace (spyglass report DIR finds both).
     const std::string out = !trace_dir.empty() && g_run->count("--out") == 0 ? trace_dir : out_dir;
@@ -543,6 +587,8 @@ std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv) {
     bool attached = long_name ? name.size() < a.size() : a.size() > 2;
     const CLI::Option* opt = run->get_option_no_throw(name);
     if (opt && opt->get_expected_min() > 0 && !attached) ++i;
+    // --sample's rate is optional: the next word is it when it is a number.
+    if (name == "--sample" && !attached && i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') ++i;
   }
   return mine;
 }
