@@ -368,6 +368,12 @@ struct LastCfiWalks {
 };
 static_assert(kHeapFrames <= kCfiTrailFrames);
 constinit thread_local LastCfiWalks t_cfi __attribute__((tls_model("initial-exec"))) = {};
+// The same for CaptureNative (Python programs, whose stacks are spliced
+// afterwards): a walk from json's encoder crossed ~30 eval-loop and
+// generator frames that the previous walk had just unwound (the native
+// walk was 18% of json.tool's profiled time). Its own pair: the site cached
+// in t_cfi belongs to t_cfi's walks.
+constinit thread_local LastCfiWalks t_native_cfi __attribute__((tls_model("initial-exec"))) = {};
 
 __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
   if (Guard::Enter()) {
@@ -457,7 +463,16 @@ namespace spyglass::memory::heap {
 __attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
   int depth;
   switch (CurrentUnwinder()) {
-    case Unwinder::kCfi: depth = CaptureCfi(frame, out, max); break;
+    case Unwinder::kCfi: {
+      bool same;
+      uint64_t hash;
+      const CfiTrail& prev = t_native_cfi.walks[t_native_cfi.latest];
+      CfiTrail& cur = t_native_cfi.walks[t_native_cfi.latest ^ 1];
+      depth = CaptureCfiTrail(frame, &cur, &prev, max < kCfiTrailFrames ? max : kCfiTrailFrames, &same, &hash);
+      t_native_cfi.latest ^= 1;
+      std::memcpy(out, cur.ra, sizeof(uintptr_t) * static_cast<size_t>(depth));
+      break;
+    }
     case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
     case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
     default: depth = CaptureGlibc(out, max, 4); break;
@@ -837,11 +852,11 @@ __attribute__((constructor)) void HeapInit() {
   g_followed = FollowedProcess();
   if (!g_followed) return;
   HeapOn();
-  // A Python program: CPython is built without frame pointers, the
-  // frame-pointer walk would stop (or stray) in libpython. Unless asked
-  // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
+  // A Python program: CPython is built without frame pointers; the default
+  // unwinder (cfi, DWARF rules cached per return address) walks libpython
+  // completely, as libunwind did at 1.2x its cost (BENCHMARKS.md, "Python
+  // programs": the same stacks). A lookup: nothing of Python is loaded.
   bool python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
-  if (!getenv("SPYGLASS_UNWINDER") && python) SetUnwinder(Unwinder::kLibunwind);
   pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
