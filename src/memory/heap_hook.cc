@@ -375,7 +375,7 @@ constinit thread_local LastCfiWalks t_cfi __attribute__((tls_model("initial-exec
 // in t_cfi belongs to t_cfi's walks.
 constinit thread_local LastCfiWalks t_native_cfi __attribute__((tls_model("initial-exec"))) = {};
 
-__attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
+__attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame, bool moving = false) {
   if (Guard::Enter()) {
     const uint32_t cls = HeapClass();
     uint32_t site;
@@ -412,9 +412,16 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
         t_last.generation = generation;
       }
     } else {
+      namespace heap = spyglass::memory::heap;
       uintptr_t frames[kMaxFrames];
-      int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
-      if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      // Light mode: the Python frames alone; a thread without them (no GIL) its native stack.
+      int depth = python && heap::g_python_light.load(std::memory_order_relaxed)
+                      ? heap::PythonFramesOnly(frames, kMaxFrames, moving)
+                      : 0;
+      if (depth == 0) {
+        depth = heap::CaptureNative(frame, frames, kHeapFrames);
+        if (python) depth = heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      }
       site = InternStack(cls, frames, depth, 0);
     }
     RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
@@ -548,7 +555,7 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
     AllocFailed(n, frame);
     return p;
   }
-  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
+  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame, /*moving=*/true);
   return p;
 }
 

@@ -34,5 +34,11 @@ extern std::atomic<bool> g_python_on;
 // thread's Python frames (see heap_python.cc); returns the new depth (<= max).
 // Only when the thread holds the GIL; else the stack is left as it is.
 int SplicePythonFrames(uintptr_t* frames, int depth, int max);
+// The light mode (SPYGLASS_PYTHON_MODE=light): the hook's blocks get the
+// thread's Python frames only, no native walk, as memray's default mode.
+extern std::atomic<bool> g_python_light;
+// The calling thread's Python frames, innermost first (0 without the GIL).
+// `moving`: a reallocation's (code-object extras read only, see heap_python.cc).
+int PythonFramesOnly(uintptr_t* frames, int max, bool moving);
 
 }  // namespace spyglass::memory::heap

@@ -54,6 +54,7 @@
 namespace spyglass::memory::heap {
 
 std::atomic<bool> g_python_on{false};
+std::atomic<bool> g_python_light{false};
 
 namespace {
 
@@ -70,6 +71,12 @@ struct PyAllocator {
   void (*free)(void* ctx, void* ptr);
 };
 constexpr int kDomains = 3;  // PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ
+// PyObjectArenaAllocator (stable since 3.4): pymalloc's arenas (mmap'd).
+struct ArenaAllocator {
+  void* ctx;
+  void* (*alloc)(void* ctx, size_t size);
+  void (*free)(void* ctx, void* ptr, size_t size);
+};
 
 // libpython's functions used here (all exported by 3.10-3.13).
 struct Api {
@@ -93,12 +100,15 @@ struct Api {
   ssize_t (*request_extra)(void (*)(void*));
   void (*get_allocator)(int, PyAllocator*);
   void (*set_allocator)(int, PyAllocator*);
+  void (*get_arena_allocator)(struct ArenaAllocator*);  // light mode only
+  void (*set_arena_allocator)(struct ArenaAllocator*);
   int (*addr2line)(void*, int);  // PyCode_Addr2Line
 };
 Api g_api{};
 ssize_t g_extra = -1;  // code-object extra slot: the interned function id
 uintptr_t g_eval_lo = 0, g_eval_hi = 0;  // _PyEval_EvalFrameDefault's code
 PyAllocator g_orig[kDomains];             // the wrapped allocators (ctx of ours)
+ArenaAllocator g_orig_arena;              // the wrapped arena allocator (light mode)
 bool g_started = false;
 
 template <typename F>
@@ -510,6 +520,36 @@ __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
   Guard::Leave();
 }
 
+// Light mode: pymalloc's arenas are blocks of the profile (what memray's
+// default mode shows of pymalloc: its mmaps), with the Python frames of the
+// allocation that needed a new arena. The objects in them are not recorded
+// one by one. The allocation itself is the profiler's own work: an arena
+// allocator built on malloc (no mmap) is not recorded twice.
+__attribute__((noinline)) void* WrapArenaAlloc(void* ctx, size_t n) {
+  auto* a = static_cast<ArenaAllocator*>(ctx);
+  if (!Guard::EnterOwn()) return a->alloc(a->ctx, n);
+  void* p = a->alloc(a->ctx, n);
+  Guard::Leave();
+  if (p != nullptr && ShouldTrack(n) && Guard::Enter()) {
+    PrefetchInsert(reinterpret_cast<uintptr_t>(p));
+    uintptr_t frames[kMaxFrames];
+    int depth = PythonFramesOnly(frames, kMaxFrames, /*moving=*/false);
+    if (depth == 0) depth = CaptureNative(__builtin_frame_address(0), frames, kMaxFrames / 2);
+    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    Guard::Leave();
+  }
+  return p;
+}
+
+__attribute__((noinline)) void WrapArenaFree(void* ctx, void* p, size_t n) {
+  auto* a = static_cast<ArenaAllocator*>(ctx);
+  if (Guard::Inside()) return a->free(a->ctx, p, n);
+  Forget(p);
+  Guard::EnterOwn();
+  a->free(a->ctx, p, n);
+  Guard::Leave();
+}
+
 int Splice(uintptr_t* frames, int depth, int max, Extras extras) {
   if (!g_python_on.load(std::memory_order_acquire)) return depth;
   // What the walk allocates (a frame object, the extra slot) is the
@@ -551,6 +591,15 @@ int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
   return Splice(frames, depth, max, Extras::kReadWrite);
 }
 
+int PythonFramesOnly(uintptr_t* frames, int max, bool moving) {
+  if (!g_python_on.load(std::memory_order_acquire)) return 0;
+  const int guard = Guard::BeginOwn();  // what the walk allocates is the profiler's (see Splice)
+  const int n = WalkPython(frames, max < kMaxPythonFrames ? max : kMaxPythonFrames,
+                           moving ? Extras::kReadOnly : Extras::kReadWrite);
+  Guard::Restore(guard);
+  return n;
+}
+
 }  // namespace spyglass::memory::heap
 
 namespace heap = spyglass::memory::heap;
@@ -558,9 +607,11 @@ namespace heap = spyglass::memory::heap;
 // Called by the startup module through ctypes, GIL held. Returns 0 when Python
 // frames are on, else a reason: 1 the hook does not track (SPYGLASS_HEAP=0),
 // 2 a libpython function is missing, 3 no code-object extra slot.
-// `wrap_allocators`: wrap the three PyMem domains (else only the hook's malloc
-// gets Python frames).
-extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start(int wrap_allocators) {
+// `mode`: 1 (full) wraps the three PyMem domains: every object, Python frames
+// spliced into native stacks; 0: only the hook's malloc gets Python frames;
+// 2 (light, memray's default mode): the hook's malloc and pymalloc's arenas,
+// with the Python frames alone (no native walk).
+extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start(int mode) {
   using namespace heap;  // NOLINT
   namespace mi = spyglass::memory::internal;
   if (g_started) return 0;
@@ -579,7 +630,16 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
   FindEvalLoop();  // without it, Python frames go above the native stack
   // SPYGLASS_PYTHON_FRAME_WALK=api: the public API's walk only (for comparisons).
   if (const char* w = getenv("SPYGLASS_PYTHON_FRAME_WALK"); w == nullptr || strcmp(w, "api") != 0) ChooseWalk();
-  if (wrap_allocators) {
+  if (mode == 2) {
+    if (Find(&g_api.get_arena_allocator, "PyObject_GetArenaAllocator") &&
+        Find(&g_api.set_arena_allocator, "PyObject_SetArenaAllocator")) {
+      g_api.get_arena_allocator(&g_orig_arena);
+      ArenaAllocator ours{&g_orig_arena, WrapArenaAlloc, WrapArenaFree};
+      g_api.set_arena_allocator(&ours);
+    }
+    g_python_light.store(true, std::memory_order_relaxed);
+  }
+  if (mode == 1) {
     for (int d = 0; d < kDomains; ++d) {
       g_api.get_allocator(d, &g_orig[d]);
       PyAllocator ours{&g_orig[d], WrapMalloc, WrapCalloc, WrapRealloc, WrapFree};

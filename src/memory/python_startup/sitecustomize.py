@@ -39,7 +39,10 @@ def _spyglass_start():
     except (ImportError, OSError, AttributeError):
       start = None  # the hook is not loaded: nothing to do
     if start is not None:
-      rc = start(1)
+      # full (the default): every object of Python's allocators, Python frames
+      # spliced into native stacks; light: malloc-level blocks and pymalloc's
+      # arenas with Python frames only (memray's default mode), cheaper.
+      rc = start(2 if _os.environ.get("SPYGLASS_PYTHON_MODE") == "light" else 1)
       if rc == 0:
         import atexit
         atexit.register(end)  # registered first, so it runs last: the main program has ended
