@@ -415,9 +415,13 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame, bool mo
       namespace heap = spyglass::memory::heap;
       uintptr_t frames[kMaxFrames];
       // Light mode: the Python frames alone; a thread without them (no GIL) its native stack.
-      int depth = python && heap::g_python_light.load(std::memory_order_relaxed)
-                      ? heap::PythonFramesOnly(frames, kMaxFrames, moving)
-                      : 0;
+      // Inside pymalloc the block is recorded once pymalloc has returned (heap_python.cc).
+      const bool light = python && heap::g_python_light.load(std::memory_order_relaxed);
+      if (light && heap::StashLightBlock(p, n)) {
+        Guard::Leave();
+        return;
+      }
+      int depth = light ? heap::PythonFramesOnly(frames, kMaxFrames, moving) : 0;
       if (depth == 0) {
         depth = heap::CaptureNative(frame, frames, kHeapFrames);
         if (python) depth = heap::SplicePythonFrames(frames, depth, kMaxFrames);
@@ -541,12 +545,22 @@ __attribute__((noinline)) void RestoreSlow(const LiveRecord& r) {
   Guard::Leave();
 }
 
+// Light mode: a block put aside inside pymalloc and freed before pymalloc
+// returned (heap_python.cc) was never recorded.
+__attribute__((noinline)) bool FreedUnrecorded(void* p) {
+  if (!spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed) || !Guard::Enter()) return false;
+  const bool was = spyglass::memory::heap::UnstashLightBlock(p);
+  Guard::Leave();
+  return was;
+}
 // realloc: the old record is taken out before the call (once the call
 // returns, the old address may already be another thread's new block) and
 // put back unchanged if the call fails: the block is still held, with its
 // size and stack. `frame`: the hooked function's frame (see TrackSlow).
 __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* frame) {
   LiveRecord rec{};
+  if (__builtin_expect(spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed), 0) && old)
+    FreedUnrecorded(old);  // put aside in this pymalloc call (light mode): not in the table
   bool taken = old && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(old))) &&
                TakeSlow(old, &rec);
   void* p = __libc_realloc(old, n);
@@ -1093,6 +1107,9 @@ __attribute__((noinline)) void* CallocFailed(size_t n, size_t m) {
   return nullptr;
 }
 __attribute__((noinline)) void FreeTracked(void* p) {
+  if (__builtin_expect(spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed), 0) &&
+      FreedUnrecorded(p))
+    return __libc_free(p);
   if (!g_interval && Guard::Enter()) {
     // Complete stacks: the block may wait a few frees before glibc gets it
     // (RemoveSoon), so that the table slot and the chunk header it needs are

@@ -231,9 +231,13 @@ uint32_t InternCode(void* code) {
 // which may be _PyCode_SetExtra growing that very array (another user of
 // extras: the Python tracer, a debugger): the caller stores its new array
 // after the call returns, over ours, or reallocates a block ours just freed.
-enum class Extras { kReadWrite, kReadOnly };
+// kNone: extras not even read (light mode, after a reallocation that may
+// have been _PyCode_SetExtra's: the array the code object points at may be
+// the freed one until its caller stores the new one).
+enum class Extras { kReadWrite, kReadOnly, kNone };
 
 CodeInfo* CodeInfoOf(void* code, Extras extras) {
+  if (extras == Extras::kNone) return nullptr;
   void* extra = nullptr;
   if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr) return static_cast<CodeInfo*>(extra);
   if (extras == Extras::kReadOnly || g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
@@ -520,22 +524,80 @@ __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
   Guard::Leave();
 }
 
-// Light mode: pymalloc's arenas are blocks of the profile (what memray's
-// default mode shows of pymalloc: its mmaps), with the Python frames of the
-// allocation that needed a new arena. The objects in them are not recorded
-// one by one. The allocation itself is the profiler's own work: an arena
-// allocator built on malloc (no mmap) is not recorded twice.
+// ---- light mode -----------------------------------------------------------------
+// The blocks malloc sees and pymalloc's arenas (what memray's default mode
+// shows of pymalloc: its mmaps), each with the Python frames alone; the
+// objects pymalloc serves from its pools are not recorded one by one.
+// A block made inside pymalloc (a new arena, the realloc of its arena
+// table, a large object's malloc) cannot have its frames read there: reading
+// them may allocate (a code object's names and extra slot) and pymalloc is
+// in the middle of changing its own state. So the MEM and OBJ domains are
+// wrapped by pass-throughs that mark the call (t_light_defer); a block made
+// inside one is put aside (t_stash) and recorded, with the frames, once
+// pymalloc has returned, as full mode's wrappers record theirs.
+constexpr int kStash = 8;
+struct Stashed {
+  uintptr_t ptr;
+  uint64_t size;
+};
+constinit thread_local int t_light_defer __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local int t_stash_n __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local Stashed t_stash[kStash] __attribute__((tls_model("initial-exec"))) = {};
+
+// Records the blocks put aside, all with the stack of now. Guard not held.
+__attribute__((noinline)) void FlushStash(void* frame, Extras extras) {
+  if (!Guard::Enter()) return;  // t_stash_n > 0 implies tracking was wanted
+  uintptr_t frames[kMaxFrames];
+  const int guard = Guard::BeginOwn();
+  int depth = WalkPython(frames, kMaxPythonFrames, extras);
+  Guard::Restore(guard);
+  if (depth == 0) depth = CaptureNative(frame, frames, kMaxFrames / 2);
+  for (int i = 0; i < t_stash_n; ++i) Record(t_stash[i].ptr, t_stash[i].size, HeapClass(), frames, depth);
+  t_stash_n = 0;
+  Guard::Leave();
+}
+
+__attribute__((noinline)) void* LightMalloc(void* ctx, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->malloc(a->ctx, n);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kReadWrite);
+  return p;
+}
+__attribute__((noinline)) void* LightCalloc(void* ctx, size_t nelem, size_t elsize) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->calloc(a->ctx, nelem, elsize);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kReadWrite);
+  return p;
+}
+// The caller may be _PyCode_SetExtra growing a code object's extras (see
+// the full mode's WrapRealloc): the frames are read without the extras.
+__attribute__((noinline)) void* LightRealloc(void* ctx, void* old, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->realloc(a->ctx, old, n);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kNone);
+  return p;
+}
+__attribute__((noinline)) void LightFree(void* ctx, void* p) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  a->free(a->ctx, p);
+}
+
 __attribute__((noinline)) void* WrapArenaAlloc(void* ctx, size_t n) {
   auto* a = static_cast<ArenaAllocator*>(ctx);
+  // Our own work: an arena allocator built on malloc (no mmap) is not recorded twice.
   if (!Guard::EnterOwn()) return a->alloc(a->ctx, n);
   void* p = a->alloc(a->ctx, n);
   Guard::Leave();
   if (p != nullptr && ShouldTrack(n) && Guard::Enter()) {
-    PrefetchInsert(reinterpret_cast<uintptr_t>(p));
-    uintptr_t frames[kMaxFrames];
-    int depth = PythonFramesOnly(frames, kMaxFrames, /*moving=*/false);
-    if (depth == 0) depth = CaptureNative(__builtin_frame_address(0), frames, kMaxFrames / 2);
-    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    if (!StashLightBlock(p, n)) {
+      // Outside the domains (a direct call): recorded now, native frames only (nothing of Python is read).
+      uintptr_t frames[kMaxFrames];
+      const int depth = CaptureNative(__builtin_frame_address(0), frames, kMaxFrames / 2);
+      Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    }
     Guard::Leave();
   }
   return p;
@@ -544,7 +606,7 @@ __attribute__((noinline)) void* WrapArenaAlloc(void* ctx, size_t n) {
 __attribute__((noinline)) void WrapArenaFree(void* ctx, void* p, size_t n) {
   auto* a = static_cast<ArenaAllocator*>(ctx);
   if (Guard::Inside()) return a->free(a->ctx, p, n);
-  Forget(p);
+  if (!UnstashLightBlock(p)) Forget(p);  // put aside and freed in the same call: never recorded
   Guard::EnterOwn();
   a->free(a->ctx, p, n);
   Guard::Leave();
@@ -589,6 +651,26 @@ int Splice(uintptr_t* frames, int depth, int max, Extras extras) {
 
 int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
   return Splice(frames, depth, max, Extras::kReadWrite);
+}
+
+bool StashLightBlock(void* p, size_t n) {
+  if (t_light_defer == 0) return false;
+  if (__builtin_expect(t_stash_n == kStash, 0)) {
+    // Never seen (a call makes a few): recorded now, without a stack (nothing may be read here).
+    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), nullptr, 0);
+    return true;
+  }
+  t_stash[t_stash_n++] = {reinterpret_cast<uintptr_t>(p), n};
+  return true;
+}
+
+bool UnstashLightBlock(void* p) {
+  for (int i = 0; i < t_stash_n; ++i) {
+    if (t_stash[i].ptr != reinterpret_cast<uintptr_t>(p)) continue;
+    t_stash[i] = t_stash[--t_stash_n];
+    return true;
+  }
+  return false;
 }
 
 int PythonFramesOnly(uintptr_t* frames, int max, bool moving) {
@@ -636,6 +718,11 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
       g_api.get_arena_allocator(&g_orig_arena);
       ArenaAllocator ours{&g_orig_arena, WrapArenaAlloc, WrapArenaFree};
       g_api.set_arena_allocator(&ours);
+    }
+    for (int d = 1; d < kDomains; ++d) {  // MEM and OBJ: pymalloc's (the raw domain is malloc)
+      g_api.get_allocator(d, &g_orig[d]);
+      PyAllocator ours{&g_orig[d], LightMalloc, LightCalloc, LightRealloc, LightFree};
+      g_api.set_allocator(d, &ours);
     }
     g_python_light.store(true, std::memory_order_relaxed);
   }
