@@ -515,10 +515,18 @@ __attribute__((noinline)) void* WrapRealloc(void* ctx, void* old, size_t n) {
   return p;
 }
 
+// The block goes back to its allocator at once; its erase waits a few frees
+// with its table slot prefetched (RemoveLater, entered before the block is
+// given back: another thread that gets the address from malloc then finds
+// it waiting): the erase of a long-lived object was a cache miss on every
+// free (16% of a program's profiled time).
 __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
   auto* a = static_cast<PyAllocator*>(ctx);
   if (Guard::Inside()) return a->free(a->ctx, p);
-  Forget(p);
+  if (p != nullptr && MaybeTrackedFree(p) && Guard::Enter()) {
+    RemoveLater(reinterpret_cast<uintptr_t>(p));  // blocks from before the start are not unknown frees
+    Guard::Leave();
+  }
   Guard::EnterOwn();
   a->free(a->ctx, p);
   Guard::Leave();
