@@ -211,6 +211,23 @@ def test_python_mode_light(tmp_path):
   assert all(python_only(s) for s in small), small
 
 
+def test_address_reused_while_its_erase_waits(tmp_path):
+  """A freed object's erase waits a few frees (its table slot prefetched); pymalloc hands the
+  address out again at once, and the new object there must stay recorded (exit profile exact).
+  The live bytes stay flat (each kept object replaces one), so no new peak settles the wait."""
+  script = tmp_path / "reuse.py"
+  script.write_text("N, M = 50_000, 1_000\nkeep = [None] * M\n\ndef reuse():\n  for i in range(N):\n"
+                    "    t, u = bytes(300), bytes(300)\n"
+                    "    del t  # back to pymalloc (not the latest allocation): the next object of its size gets its address\n"
+                    "    keep[i % M] = bytes(300)  # SITE\n    del u\n\nreuse()\n")
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path / "out"), str(script)],
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  samples = exit_profile(str(tmp_path / "out"))[1]
+  kept = [s for s in samples if s["frames"] and any(f[1:] == (str(script), 8) for f in s["frames"][:8])]
+  assert sum(s["count"] for s in kept) == 1_000 and sum(s["bytes"] for s in kept) == 1_000 * (300 + 33), kept
+
+
 def test_bad_arguments():
   p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--python-allocator", "jemalloc", SCRIPT],
                      capture_output=True, text=True, timeout=60)
