@@ -59,6 +59,9 @@
 //                                    shows a live-bytes counter track. In Python,
 //                                    only if the spyglass package did not start
 //                                    them (python_startup/sitecustomize.py)
+//   SPYGLASS_PYTHON_MODE=light       a Python program (python_startup/): malloc's
+//                                    blocks and pymalloc's arenas with Python
+//                                    frames alone, not every object (heap_python.cc)
 //   SPYGLASS_UNWINDER=cfi|fp|libunwind|glibc
 //                                    how stacks are unwound (unwind.h). Default
 //                                    cfi: .eh_frame, complete without frame

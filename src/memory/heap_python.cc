@@ -11,6 +11,9 @@
 //     extensions), gets the allocating thread's Python frames (function,
 //     file, line) spliced into its native stack in place of the interpreter's
 //     eval-loop frames (_PyEval_EvalFrameDefault), as memray shows them.
+// Light mode (SPYGLASS_PYTHON_MODE=light, `--python-mode light`): instead, the
+// hook's malloc blocks and pymalloc's arenas, each with the Python frames
+// alone (memray's default mode; see "light mode" below).
 // When the main program ends (the startup module's atexit handler, which runs
 // last), Python frames stop and the exit snapshot is written: the live set of
 // the program, not what the interpreter's teardown leaves.

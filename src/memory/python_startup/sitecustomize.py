@@ -3,7 +3,9 @@
 `spyglass run` (and `python -m spyglass run`) put this directory on PYTHONPATH
 next to the preloaded heap hook (libspyglass_heap.so). At start-up it turns on
 the hook's Python part (src/memory/heap_python.cc): CPython's allocators are
-wrapped and every allocation gets the Python frames of its thread. Then it
+wrapped and every allocation gets the Python frames of its thread
+(SPYGLASS_PYTHON_MODE=light: malloc's blocks and pymalloc's arenas only, with
+Python frames alone). Then it
 takes itself off sys.path and runs the sitecustomize it hides, if there is one.
 Pure Python: the same file serves every CPython version.
 """
