@@ -199,10 +199,12 @@ inline uint64_t Find(const Shard& s, uint64_t ptr, uint64_t h, bool* found) {
 // table of tens of MiB: with 4 KiB pages nearly every insert and erase also
 // missed the TLB, and the page walk (two-dimensional under a hypervisor) cost
 // more than the cache miss (the prefetch of the slot stalled on it: 13% of
-// a Python program's profiled time). Arrays are never reused: a shard's old
-// array gives back its whole 2 MiB pages (the rest, at most 2 MiB a shard,
-// stays). Where the region cannot be reserved (strict overcommit), each
-// array is its own mapping as before.
+// a Python program's profiled time). Arrays are bump-allocated, never
+// reused: a shard's old array gives its pages back (MADV_DONTNEED on its
+// whole 4 KiB pages; the kernel splits a huge page it shares with other
+// arrays, older ones mostly: the current arrays were allocated after it).
+// Where the region cannot be reserved (strict overcommit), each array is its
+// own mapping as before.
 constexpr size_t kSlotRegionBytes = size_t{16} << 30;  // address space; the largest table is ~2 GiB
 constexpr size_t kHugePage = size_t{2} << 20;
 std::atomic<char*> g_slot_region{nullptr};
@@ -253,9 +255,10 @@ void FreeSlots(Slot* slots, uint64_t n) {
     munmap(slots, n * sizeof(Slot));
     return;
   }
-  // Only the huge pages wholly inside this array (its neighbours keep theirs whole).
-  const uintptr_t lo = (p + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t hi = (p + n * sizeof(Slot)) & ~(kHugePage - 1);
+  // The pages wholly inside this array (its neighbours' are theirs).
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t lo = (p + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (p + n * sizeof(Slot)) & ~(kPage - 1);
   if (lo < hi) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
