@@ -1,7 +1,7 @@
 """python -m spyglass run [--trace DIR] [--server [ADDR:]PORT] [--flight-recorder SECONDS]
                          [--options key=value,...] (script.py | -m module) [args...]
-python -m spyglass run [-o DIR] [--python-allocator pymalloc|malloc] [--sample-bytes N]
-                         (script.py | -m module) [args...]
+python -m spyglass run [-o DIR] [--python-mode full|light] [--python-allocator pymalloc|malloc]
+                         [--sample-bytes N] (script.py | -m module) [args...]
 
 Without --trace, --server or --flight-recorder: memory. The program runs in a
 new interpreter (this one) under the heap hook shipped in this package, as
@@ -40,10 +40,14 @@ _FLAGS = {"--trace": "SPYGLASS_TRACE_DIR", "--server": "SPYGLASS_SERVER_PORT",
           "--flight-recorder": "SPYGLASS_FLIGHT_RECORDER", "--options": "SPYGLASS_OPTIONS"}
 
 # Memory mode's flags (no SPYGLASS_* setting: they shape the child's environment).
-_MEMORY_FLAGS = ("-o", "--out", "--python-allocator", "--sample-bytes")
+_MEMORY_FLAGS = ("-o", "--out", "--python-mode", "--python-allocator", "--sample-bytes")
 
 _HELP = """
   -o, --out DIR              memory: where the profiles go (default .)
+  --python-mode M            memory: full (default): every object of Python's allocators and every malloc,
+                             Python frames interleaved with native ones (memray --native
+                             --trace-python-allocators); light: malloc-level blocks and pymalloc's arenas
+                             with Python frames only (memray's default mode), close to the program's speed
   --python-allocator A       memory: pymalloc (default) or malloc (PYTHONMALLOC=malloc: every object a
                              malloc block; slower, more memory, the heap as malloc sees it)
   --sample-bytes N           memory: one sample per N bytes on average (0, the default: every allocation)
@@ -100,6 +104,8 @@ def run(argv):
     settings, module, program = _parse(argv, memory)
     if module is None and not program:
       raise _Usage("no script given (script.py [args...] or -m module [args...])")
+    if memory.get("--python-mode", "full") not in ("full", "light"):
+      raise _Usage(f"--python-mode must be full or light, not {memory['--python-mode'][:64]!r}")
     if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
       raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
     sample = memory.get("--sample-bytes", "0")
@@ -121,7 +127,8 @@ def run(argv):
       return 2
   if (memory and settings) or (not settings and _autostart.started is None):
     return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
-                       int(memory.get("--sample-bytes", "0")), module, program, settings)
+                       int(memory.get("--sample-bytes", "0")), module, program, settings,
+                       memory.get("--python-mode", "full"))
   if settings:
     try:
       _autostart.start(settings)
@@ -140,7 +147,7 @@ def run(argv):
   return 0
 
 
-def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
+def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None, python_mode="full"):
   """The environment that runs a Python program under the heap hook shipped
   in this package (what `spyglass run` sets up): LD_PRELOAD, the profile
   directory, and the startup module that turns on Python frames."""
@@ -158,10 +165,14 @@ def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
     env["SPYGLASS_HEAP_SAMPLE_BYTES"] = str(sample_bytes)
   if python_allocator == "malloc":
     env["PYTHONMALLOC"] = "malloc"
+  if python_mode == "light":
+    env["SPYGLASS_PYTHON_MODE"] = "light"
+  else:
+    env.pop("SPYGLASS_PYTHON_MODE", None)
   return env
 
 
-def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None):
+def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None, python_mode="full"):
   """Memory mode: the program in a child interpreter under the heap hook; the
   child's status, and a summary of the profiles it wrote. With `settings`
   (--trace & co. given with memory flags) the child is `python -m spyglass run`
@@ -171,7 +182,7 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settin
   this package's.)"""
   try:
     os.makedirs(out_dir, exist_ok=True)
-    env = memory_env(out_dir, python_allocator, sample_bytes)
+    env = memory_env(out_dir, python_allocator, sample_bytes, python_mode=python_mode)
   except OSError as e:
     print(f"python -m spyglass run: {e}", file=sys.stderr)
     return 2

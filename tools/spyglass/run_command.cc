@@ -513,6 +513,14 @@ void AddRunCommand(CLI::App& app) {
                   "but the profile is the process's heap as malloc sees it)")
       ->check(CLI::IsMember({"pymalloc", "malloc"}))
       ->default_val("pymalloc");
+  static std::string python_mode = "full";
+  run->add_option("--python-mode", python_mode,
+                  "Python programs: 'full' (default) records every object of Python's allocators and every malloc, "
+                  "Python frames interleaved with native ones (memray --native --trace-python-allocators); 'light' "
+                  "records malloc's blocks and pymalloc's arenas with the Python frames only (memray's default "
+                  "mode), close to the program's own speed (SPYGLASS_PYTHON_MODE)")
+      ->check(CLI::IsMember({"full", "light"}))
+      ->default_val("full");
   run->footer("usage: spyglass run [OPTIONS] [--] PROGRAM [ARGS...]\n"
               "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.\n"
               "Stacks are unwound with DWARF CFI (.eh_frame): complete without frame pointers, as distributions build. "
@@ -557,6 +565,11 @@ void AddRunCommand(CLI::App& app) {
     // One folder for everything a run writes: with --trace and no -o, the
     // memory profiles go beside the trace (spyglass report DIR finds both).
     const std::string out = !trace_dir.empty() && g_run->count("--out") == 0 ? trace_dir : out_dir;
+    // Read by the Python startup module (src/memory/python_startup/sitecustomize.py).
+    if (python_mode == "light")
+      setenv("SPYGLASS_PYTHON_MODE", "light", 1);
+    else
+      unsetenv("SPYGLASS_PYTHON_MODE");
     std::exit(Run(memory, settings, out, bytes, python_allocator, follow_children, timeline, g_program));
   });
 }
