@@ -1,5 +1,6 @@
 #include "export/export.h"
 
+#include "export/perfetto/perfetto_writer.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 
@@ -33,11 +34,16 @@ Status WritePerfettoTraceJson(const model::Space& space, const OutputDir& dir, c
   return WriteTraceJsonGz(space, dir, name, json);
 }
 
+Status WritePerfetto(const model::Space& space, const OutputDir& dir, const std::string& name, const ExportRequest&) {
+  return WritePerfettoTrace(space, dir, name);
+}
+
 constexpr FormatSpec kFormats[] = {
     {Format::kXPlane, ".xplane.pb", true, WriteXPlane, &ExportedFiles::xplane},
     {Format::kTraceJson, ".trace.json.gz", true, WriteTraceJson, &ExportedFiles::trace_json},
     {Format::kPerfettoTraceJson, "perfetto_trace.json.gz", false, WritePerfettoTraceJson,
-     &ExportedFiles::perfetto_trace},
+     &ExportedFiles::perfetto_trace_json},
+    {Format::kPerfettoTrace, "perfetto_trace.pb", false, WritePerfetto, &ExportedFiles::perfetto_trace},
 };
 
 const FormatSpec& SpecOf(Format format) {

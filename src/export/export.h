@@ -20,6 +20,7 @@ enum class Format {
   kXPlane,              // <host>.xplane.pb: the XSpace, for XProf / TensorBoard
   kTraceJson,           // <host>.trace.json.gz: trace-event JSON, as JAX writes it
   kPerfettoTraceJson,   // perfetto_trace.json.gz: the same without "metadata" (Perfetto rejects it)
+  kPerfettoTrace,       // perfetto_trace.pb: native Perfetto protobuf, the Perfetto artifact
 };
 
 struct ExportRequest {
@@ -35,10 +36,11 @@ struct ExportRequest {
 struct ExportedFiles {
   std::string xplane;
   std::string trace_json;
-  std::string perfetto_trace;
+  std::string perfetto_trace;       // perfetto_trace.pb
+  std::string perfetto_trace_json;  // perfetto_trace.json.gz
 };
 
-// The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.json.gz").
+// The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.pb").
 std::string FileNameOf(Format format, const std::string& host);
 
 // Writes each format of `request` into `dir`, in order; stops at the first

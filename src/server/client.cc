@@ -403,7 +403,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   for (auto& t : threads) t.join();
 
   // Our own outputs: no tool file may take their names.
-  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTraceJson, "")};
+  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTrace, "")};
   for (const HostCall& c : calls)
     taken.insert({exporter::FileNameOf(exporter::Format::kXPlane, c.stem),
                   exporter::FileNameOf(exporter::Format::kTraceJson, c.stem)});
@@ -475,7 +475,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
         exporter::ExportRequest json{{exporter::Format::kTraceJson}, c.stem, {}};
         if (Status w = exporter::Export(space, dir, json, &files); !w.ok()) return w;
         host.trace_json_path = files.trace_json;
-        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.json.gz
+        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.pb
       }
       if (!host.empty) ++captured;
     }
@@ -514,7 +514,7 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       }
     }
     exporter::ExportedFiles files;
-    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTraceJson}, "", {}};
+    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTrace}, "", {}};
     if (Status s = exporter::Export(spaces.size() == 1 ? spaces[0] : merged, dir, perfetto, &files); !s.ok()) return s;
     result->perfetto_trace_path = files.perfetto_trace;
   }

@@ -56,8 +56,10 @@ Status Export(const model::Space& space, const std::string& log_dir, const Trace
   exporter::ExportRequest request{{exporter::Format::kXPlane, exporter::Format::kTraceJson},
                                   exporter::SanitizeHostForFile(session::Hostname()),
                                   {}};
+  // The Perfetto artifact is the native trace (perfetto_trace.pb): the trace
+  // JSON is formatted and compressed once per stop, for <host>.trace.json.gz.
   if (options.create_perfetto_trace || options.create_perfetto_link)
-    request.formats.push_back(exporter::Format::kPerfettoTraceJson);
+    request.formats.push_back(exporter::Format::kPerfettoTrace);
   exporter::ExportedFiles written;
   if (Status s = exporter::Export(space, run.dir, request, &written); !s.ok()) {
     exporter::RemoveIfEmpty(run);  // a failed dump leaves no empty run behind
