@@ -179,10 +179,32 @@ TEST(Session, PerfettoTraceOnRequest) {
   { prof::TraceAnnotation a("for_perfetto"); }
   ASSERT_TRUE(prof::stop_trace().ok());
   auto files = prof::last_trace_files();
-  EXPECT_EQ(files.perfetto_trace_path, files.run_dir + "/perfetto_trace.json.gz");
-  std::string json = ReadGzip(files.perfetto_trace_path);
-  EXPECT_EQ(json.find("\"metadata\""), std::string::npos);
-  EXPECT_NE(json.find("for_perfetto"), std::string::npos);
+  EXPECT_EQ(files.perfetto_trace_path, files.run_dir + "/perfetto_trace.pb");
+  std::string pb = spyglass::testing::ReadFile(files.perfetto_trace_path);
+  ASSERT_FALSE(pb.empty());
+  EXPECT_EQ(pb[0], '\x0a');  // Trace.packet: how Perfetto recognizes a proto trace
+  EXPECT_NE(pb.find("for_perfetto"), std::string::npos);  // an interned event name
+}
+
+// The trace JSON is formatted and written once per stop: the Perfetto
+// artifact is the native trace, not a second copy of the JSON.
+TEST(Session, PerfettoTraceWritesTheJsonOnce) {
+  std::string dir = MakeTempDir();
+  prof::TraceOptions t;
+  t.create_perfetto_trace = true;
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("once"); }
+  ASSERT_TRUE(prof::stop_trace().ok());
+  auto files = prof::last_trace_files();
+  std::set<std::string> names, json;
+  for (const auto& entry : fs::directory_iterator(files.run_dir)) {
+    const std::string name = entry.path().filename().string();
+    names.insert(name);
+    if (name.find(".json") != std::string::npos) json.insert(name);
+  }
+  EXPECT_EQ(json.size(), 1u) << ::testing::PrintToString(names);
+  EXPECT_EQ(names.size(), 3u) << ::testing::PrintToString(names);  // .xplane.pb, .trace.json.gz, perfetto_trace.pb
+  EXPECT_TRUE(names.count("perfetto_trace.pb")) << ::testing::PrintToString(names);
 }
 
 // HTTP GET against the Perfetto link server; returns the whole response.
@@ -220,7 +242,7 @@ TEST(Session, PerfettoLinkServesTheTraceOnceThenReturns) {
   std::thread stopper([&] { stopped = prof::stop_trace(); });
   std::string other = HttpGet(9001, "/../../etc/passwd");
   EXPECT_NE(other.find(" 404 "), std::string::npos);
-  std::string resp = HttpGet(9001, "/perfetto_trace.json.gz");
+  std::string resp = HttpGet(9001, "/perfetto_trace.pb");
   stopper.join();
   EXPECT_TRUE(stopped.ok()) << stopped.ToString();
   EXPECT_NE(resp.find(" 200 "), std::string::npos);
