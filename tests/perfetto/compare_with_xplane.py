@@ -142,6 +142,7 @@ def actual_from_perfetto(path):
   tracks, processes = {}, {}
   open_slices = collections.defaultdict(list)
   slices, counters, flows = [], collections.Counter(), collections.defaultdict(list)
+  timeline = []  # (ts, packet index, track uuid, the slice a BEGIN opens or None for an END)
   lost = 0
   for i, p in enumerate(trace.packet):
     where = f"packet {i}"
@@ -202,12 +203,7 @@ def actual_from_perfetto(path):
     if te.type == TE.TYPE_SLICE_END:
       if te.HasField("name_iid") or te.HasField("name") or te.category_iids or te.categories:
         fail(f"{where}: an END with a name or category (trace_processor would not match it)")
-      if not open_slices[te.track_uuid]:
-        fail(f"{where}: an END with no open slice on its track")
-      s = open_slices[te.track_uuid].pop()
-      if ts < s["ts"]:
-        fail(f"{where}: an END before its BEGIN")
-      s["dur"] = ts - s["ts"]
+      timeline.append((ts, i, te.track_uuid, None))
       continue
     if te.type not in (TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT):
       fail(f"{where}: unexpected event type {te.type}")
@@ -228,10 +224,22 @@ def actual_from_perfetto(path):
     for fid in te.flow_ids:
       flows[fid].append(s)
     if te.type == TE.TYPE_SLICE_BEGIN:
-      stack = open_slices[te.track_uuid]
+      timeline.append((ts, i, te.track_uuid, s))
+  # Then, as trace_processor does, the events in time order (the sort is
+  # stable: file order at equal times), each END closing its track's
+  # innermost open slice.
+  timeline.sort(key=lambda e: (e[0], e[1]))
+  for ts, i, uuid, s in timeline:
+    stack = open_slices[uuid]
+    if s is not None:
       stack.append(s)
       if len(stack) > 512:
-        fail(f"{where}: deeper than 512 slices on a track")
+        fail(f"packet {i}: deeper than 512 slices on a track")
+      continue
+    if not stack:
+      fail(f"packet {i}: an END with no open slice on its track")
+    s = stack.pop()
+    s["dur"] = ts - s["ts"]
   for uuid, stack in open_slices.items():
     if stack:
       fail(f"track {uuid}: {len(stack)} slice(s) never ended")
