@@ -623,8 +623,8 @@ int main(int argc, char** argv) {
     }
   }
   // perfetto_trace.pb on the same model, in rounds of its own next to its
-  // floors: encoding alone (no file), and writing its bytes from memory (the
-  // file system's share).
+  // floors: encoding alone (one thread, no file), and writing its bytes from
+  // memory (the file system's share).
   const std::string pb_path = dir + "/perfetto_trace.pb";
   const std::string pb_what = "WritePerfettoTrace (perfetto_trace.pb)";
   for (int round = 0; round < rounds; ++round) {
@@ -645,8 +645,16 @@ int main(int argc, char** argv) {
     }
     std::error_code ec;
     fs::remove(pb_path, ec);
+    exporter::PerfettoTraceOptions one_thread;
+    one_thread.threads = 1;
+    record(measure("WritePerfettoTrace, 1 thread", n, pb_path,
+                   [&] {
+                     if (!exporter::WritePerfettoTrace(space, pb_path, one_thread).ok()) ok = false;
+                   }),
+           -1);
+    fs::remove(pb_path, ec);
     size_t pb_size = 0;
-    record(measure("floor: encode .pb only, no file", n, "",
+    record(measure("floor: encode .pb only, 1 thread", n, "",
                    [&] {
                      exporter::StreamPerfettoTrace(space, [&](std::string_view b) {
                        pb_size += b.size();

@@ -1,8 +1,11 @@
 #include "export/perfetto/perfetto_writer.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -28,11 +31,11 @@ constexpr uint32_t kTracePacket = 1;
 constexpr uint32_t kPacketTimestamp = 8, kPacketSequenceId = 10, kPacketTrackEvent = 11, kPacketInternedData = 12,
                    kPacketSequenceFlags = 13, kPacketTraceStats = 35, kPacketTrackDescriptor = 60,
                    kPacketFirstOnSequence = 87;
-constexpr uint32_t kSeqIncrementalStateCleared = 1, kSeqNeedsIncrementalState = 2;
+constexpr uint32_t kSeqIncrementalStateCleared = 1;
 // TrackEvent
 constexpr uint32_t kEventDebugAnnotations = 4, kEventType = 9, kEventNameIid = 10, kEventTrackUuid = 11,
                    kEventCounterValue = 30, kEventDoubleCounterValue = 44, kEventFlowIds = 47;
-constexpr uint32_t kTypeSliceBegin = 1, kTypeSliceEnd = 2, kTypeInstant = 3, kTypeCounter = 4;
+constexpr uint8_t kTypeSliceBegin = 1, kTypeSliceEnd = 2, kTypeInstant = 3, kTypeCounter = 4;
 // InternedData and its entries (EventName, DebugAnnotationName: iid 1, name 2)
 constexpr uint32_t kInternedEventNames = 2, kInternedDebugAnnotationNames = 3, kEntryIid = 1, kEntryName = 2;
 // DebugAnnotation
@@ -51,31 +54,48 @@ constexpr uint32_t kStatsBufferStats = 1, kBufferPacketLoss = 19;
 // (one generation, cleared at the first packet only, as a writer that never
 // loses data may do). Small and non-zero: one byte a packet.
 constexpr uint32_t kSequenceId = 1;
-// Device planes have no process of their own: their pids start above any
-// real one (Linux's pid_max is at most 2^22), so that a profiled pid 1 (a
-// container's) never shares its process with GPU 0.
 constexpr int64_t kDevicePidBase = 0x40000000;
 constexpr int64_t kHostPidFallback = 701;  // the host plane's pid in the trace JSON
 
-// The output: a block of bytes handed to the sink once past kBlock, at a
-// packet's end. Nested messages get a one-byte length when opened, widened
-// in place when they close longer (rare: a long name or many args), so a
-// packet is written once, front to back.
+// Lines whose events overlap without nesting get at most this many tracks;
+// past it (hostile input) the rest share the last one.
+constexpr size_t kMaxLanes = 64;
+// Events per slice of work: about 1 MiB of output.
+constexpr size_t kSliceEvents = 1 << 15;
+// Interned names per packet of the head.
+constexpr size_t kNamesPerPacket = 1024;
+
+inline size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+inline uint8_t* PutVarint(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+// A growing buffer of packets. Nested messages get a one-byte length when
+// opened, widened in place when they close longer (rare: a long name or many
+// args), so a packet is written once, front to back.
 class Out {
  public:
-  static constexpr size_t kBlock = 1 << 20;
-  explicit Out(const std::function<bool(std::string_view)>& sink) : sink_(sink), buf_(kBlock + 4096) {}
-
-  void Varint(uint64_t v) {
-    Reserve(10);
-    uint8_t* p = buf_.data() + n_;
-    while (v >= 0x80) {
-      *p++ = static_cast<uint8_t>(v | 0x80);
-      v >>= 7;
-    }
-    *p++ = static_cast<uint8_t>(v);
-    n_ = static_cast<size_t>(p - buf_.data());
+  // Room for `k` more bytes; the caller writes there and calls Commit.
+  uint8_t* Room(size_t k) {
+    if (buf_.size() - n_ < k) buf_.resize(std::max(buf_.size() * 2, n_ + k + 4096));
+    return buf_.data() + n_;
   }
+  void Commit(uint8_t* end) { n_ = static_cast<size_t>(end - buf_.data()); }
+
+  void Varint(uint64_t v) { Commit(PutVarint(Room(10), v)); }
   void Key(uint32_t number, uint32_t type) { Varint((uint64_t{number} << 3) | type); }
   void VarintField(uint32_t number, uint64_t v) {
     Key(number, kVarint);
@@ -83,8 +103,9 @@ class Out {
   }
   void Fixed64Field(uint32_t number, uint64_t v) {
     Key(number, kFixed64);
-    Reserve(8);
-    for (int i = 0; i < 8; ++i) buf_[n_++] = static_cast<uint8_t>(v >> (8 * i));  // little-endian on the wire
+    uint8_t* p = Room(8);
+    for (int i = 0; i < 8; ++i) *p++ = static_cast<uint8_t>(v >> (8 * i));  // little-endian on the wire
+    Commit(p);
   }
   void DoubleField(uint32_t number, double d) {
     uint64_t bits;
@@ -94,16 +115,17 @@ class Out {
   void BytesField(uint32_t number, std::string_view s) {
     Key(number, kBytes);
     Varint(s.size());
-    Reserve(s.size());
-    if (!s.empty()) std::memcpy(buf_.data() + n_, s.data(), s.size());
-    n_ += s.size();
+    uint8_t* p = Room(s.size());
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());
+    Commit(p + s.size());
   }
   // Opens a length-delimited field; returns what Close takes.
   size_t Open(uint32_t number) {
     Key(number, kBytes);
-    Reserve(1);
-    buf_[n_] = 0;
-    return n_++;
+    uint8_t* p = Room(1);
+    *p = 0;
+    Commit(p + 1);
+    return n_ - 1;
   }
   void Close(size_t at) {
     const size_t len = n_ - at - 1;
@@ -111,32 +133,20 @@ class Out {
       buf_[at] = static_cast<uint8_t>(len);
       return;
     }
-    size_t width = 1;
-    for (uint64_t v = len; v >= 0x80; v >>= 7) ++width;
-    Reserve(width - 1);
+    const size_t width = VarintSize(len);
+    Room(width - 1);
     std::memmove(buf_.data() + at + width, buf_.data() + at + 1, len);
-    uint8_t* p = buf_.data() + at;
-    for (uint64_t v = len; v >= 0x80; v >>= 7) *p++ = static_cast<uint8_t>(v | 0x80);
-    *p = static_cast<uint8_t>(len >> (7 * (width - 1)));
+    PutVarint(buf_.data() + at, len);
     n_ += width - 1;
   }
-  // Between packets: a full block goes out.
-  bool EndPacket() { return n_ >= kBlock ? Flush() : ok_; }
-  bool Flush() {
-    if (n_ > 0 && ok_) ok_ = sink_(std::string_view(reinterpret_cast<const char*>(buf_.data()), n_));
-    n_ = 0;
-    return ok_;
-  }
-  bool ok() const { return ok_; }
+
+  std::string_view view() const { return {reinterpret_cast<const char*>(buf_.data()), n_}; }
+  size_t size() const { return n_; }
+  void clear() { n_ = 0; }
 
  private:
-  void Reserve(size_t k) {
-    if (buf_.size() - n_ < k) buf_.resize(std::max(buf_.size() * 2, n_ + k));  // one packet bigger than a block
-  }
-  const std::function<bool(std::string_view)>& sink_;
-  std::vector<uint8_t> buf_;
+  std::vector<uint8_t> buf_ = std::vector<uint8_t>(kSliceEvents * 48);
   size_t n_ = 0;
-  bool ok_ = true;
 };
 
 // Stats the trace JSON hides too (tsl's exporter treats them as internal);
@@ -155,16 +165,13 @@ uint64_t FlowId(uint64_t a, uint64_t b, uint64_t c) {
   return h == 0 ? 1 : h;
 }
 
-int64_t IntOf(const model::Stat& s) {
-  return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64;
-}
+bool IsInt(const model::Stat& s) { return s.kind == model::StatKind::kInt64 || s.kind == model::StatKind::kUint64; }
+int64_t IntOf(const model::Stat& s) { return s.kind == model::StatKind::kUint64 ? static_cast<int64_t>(s.u64) : s.i64; }
 
 // The process a plane was recorded in (its process_id stat), 0 if none.
 int64_t ProcessIdOf(const model::Plane& p) {
   for (const model::Stat& s : p.stats)
-    if ((s.kind == model::StatKind::kInt64 || s.kind == model::StatKind::kUint64) &&
-        p.stat_name(s) == model::kProcessIdStat)
-      return IntOf(s);
+    if (IsInt(s) && p.stat_name(s) == model::kProcessIdStat) return IntOf(s);
   return 0;
 }
 
@@ -189,65 +196,25 @@ int64_t EndPs(const model::Event& e) {
   return end;
 }
 
-class Writer {
- public:
-  Writer(const model::Space& space, Out& out) : space_(space), o_(out) {}
-
-  bool Write() {
-    uint64_t names = 0, stats = 0;
-    for (const model::Plane& p : space_.planes) {
-      bool any = false;
-      for (const model::Line& l : p.lines) any = any || !l.events.empty();
-      if (!any) continue;  // /host:metadata, Task Environment, empty devices
-      PlaneInfo& info = planes_.emplace_back();
-      info.plane = &p;
-      info.name_base = names;
-      info.stat_base = stats;
-      names += p.event_metadata().size();
-      stats += p.stat_metadata().size();
-      info.internal.resize(p.stat_metadata().size());
-      for (size_t i = 0; i < p.stat_metadata().size(); ++i) {
-        const std::string& n = p.stat_metadata()[i].name;
-        info.internal[i] = IsInternalStat(n);
-        if (n == model::kCorrelationIdStat) info.correlation = static_cast<uint32_t>(i);
-        else if (n == "_p") info.producer = static_cast<uint32_t>(i);
-        else if (n == "_pt") info.producer_type = static_cast<uint32_t>(i);
-        else if (n == "_c") info.consumer = static_cast<uint32_t>(i);
-        else if (n == "_ct") info.consumer_type = static_cast<uint32_t>(i);
-      }
-      info.has_flow_stats = info.correlation | info.producer | info.consumer;
-    }
-    name_sent_.assign(names, 0);
-    stat_name_sent_.assign(stats, 0);
-    AssignPids();
-    start_ns_ = FirstNs();
-
-    // The sequence starts with its state cleared: only then does
-    // trace_processor accept the interned data that follows.
-    size_t pk = BeginPacket(start_ns_, kSeqIncrementalStateCleared);
-    o_.VarintField(kPacketFirstOnSequence, 1);
-    EndPacket(pk);
-    for (PlaneInfo& info : planes_) {
-      WriteProcess(info);
-      for (const model::Line& l : info.plane->lines) {
-        if (l.events.empty()) continue;
-        if (l.name == model::kCounterLineName) WriteCounters(info, l);
-        else WriteSlices(info, l);
-        if (!o_.ok()) return false;
-      }
-    }
-    WriteLoss();
-    // CPU samples (the sampler) would go here, on a sequence of their own:
-    // InternedData.function_names/frames/callstacks (+ mappings, build ids)
-    // and one StreamingProfilePacket (callstack_iid + timestamp_delta_us per
-    // sample, keyed to the thread by its pid/tid through a ThreadDescriptor
-    // packet on that sequence) or PerfSample packet per sample; or, for
-    // samples taken inside slices, TrackEvent.callstack_iid on an instant of
-    // the thread's track. Nothing above needs to change for it.
-    return o_.Flush();
-  }
-
- private:
+// What every slice of the trace reads, computed once, before any byte is
+// written: pids, track uuids, where names are interned, and per line the
+// order of its events and the track each one goes on.
+//
+// Each event is written as its BEGIN packet directly followed by its END
+// packet (a complete event), with no stack of open slices: trace_processor
+// sorts all events by time before it nests them, keeping file order at equal
+// times, and an END carries no name, so ENDs at one time are interchangeable.
+// With events in (start, longest first) order, every END(t) precedes in the
+// file each later-starting BEGIN(t), which is what nesting needs. This makes
+// slices of a line independent of each other: they are encoded in parallel.
+struct Doc {
+  struct LineInfo {
+    const model::Line* line = nullptr;
+    bool counters = false;
+    std::vector<uint32_t> order;        // the events in (start, longest first) order; empty: already so
+    std::vector<uint8_t> lane;          // by position in that order; empty: all on the thread's track
+    std::vector<uint64_t> lane_uuids;   // [0]: the thread's track; then tracks beside it
+  };
   struct PlaneInfo {
     const model::Plane* plane = nullptr;
     int64_t pid = 0;
@@ -257,21 +224,119 @@ class Writer {
     std::vector<uint8_t> internal;          // by stat metadata id
     uint32_t correlation = 0, producer = 0, producer_type = 0, consumer = 0, consumer_type = 0;
     bool has_flow_stats = false;
-    std::unordered_map<uint64_t, uint64_t> counter_tracks;  // (event, stat metadata id) -> uuid
+    std::vector<LineInfo> lines;
+    // (event, stat metadata id) of the counter line's values -> track uuid, in first-seen order.
+    std::vector<std::pair<uint64_t, uint64_t>> counter_tracks;
+    std::unordered_map<uint64_t, uint64_t> counter_uuid;
   };
-  struct Open {
-    int64_t end_ps;
-    uint64_t end_ns;
-  };
-  struct Lane {
-    uint64_t uuid;
-    std::vector<Open> open;
-  };
+  std::vector<PlaneInfo> planes;
+  uint64_t start_ns = 0;  // the earliest event: the descriptors' time
+  uint64_t lost = 0;      // events the recorder dropped or overwrote
 
+  explicit Doc(const model::Space& space) {
+    uint64_t names = 1, stats = 1;  // iids start at 1: 0 never resolves
+    uint64_t next_uuid = 1;  // small uuids cost one or two bytes an event; unique in the file
+    for (const model::Plane& p : space.planes) {
+      bool any = false;
+      for (const model::Line& l : p.lines) any = any || !l.events.empty();
+      if (!any) continue;  // /host:metadata, Task Environment, empty devices
+      PlaneInfo& info = planes.emplace_back();
+      info.plane = &p;
+      info.uuid = next_uuid++;
+      info.name_base = names;
+      info.stat_base = stats;
+      names += p.event_metadata().size();
+      stats += p.stat_metadata().size();
+      info.internal.resize(p.stat_metadata().size());
+      for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
+        const std::string& n = p.stat_metadata()[i].name;
+        const auto id = static_cast<uint32_t>(i);
+        info.internal[i] = IsInternalStat(n);
+        if (n == model::kCorrelationIdStat) info.correlation = id;
+        else if (n == "_p") info.producer = id;
+        else if (n == "_pt") info.producer_type = id;
+        else if (n == "_c") info.consumer = id;
+        else if (n == "_ct") info.consumer_type = id;
+      }
+      info.has_flow_stats = (info.correlation | info.producer | info.consumer) != 0;
+      for (const model::Stat& s : p.stats) {
+        const std::string& n = p.stat_name(s);
+        if ((n == model::kDroppedEventsStat || n == model::kOverwrittenEventsStat ||
+             n == model::kDroppedOverSizeLimitStat) && IsInt(s) && IntOf(s) > 0)
+          lost += static_cast<uint64_t>(IntOf(s));
+      }
+      for (const model::Line& l : p.lines) {
+        if (l.events.empty()) continue;
+        LineInfo& li = info.lines.emplace_back();
+        li.line = &l;
+        li.counters = l.name == model::kCounterLineName;
+        if (li.counters) {
+          for (const model::Event& e : l.events)
+            for (const model::Stat& s : l.stats_of(e)) {
+              if (!IsInt(s) && s.kind != model::StatKind::kDouble) continue;
+              const uint64_t key = (uint64_t{e.metadata_id} << 32) | s.metadata_id;
+              if (info.counter_uuid.emplace(key, next_uuid).second) info.counter_tracks.emplace_back(key, next_uuid++);
+            }
+        } else {
+          Lanes(li);
+          for (size_t k = 0; k < li.lane_uuids.size(); ++k) li.lane_uuids[k] = next_uuid++;
+        }
+        int64_t min_ps = INT64_MAX;
+        for (const model::Event& e : l.events) min_ps = std::min(min_ps, e.offset_ps);
+        first_ = std::min(first_, NsAt(l.timestamp_ns, min_ps));
+      }
+    }
+    start_ns = first_ == UINT64_MAX ? 0 : first_;
+    AssignPids();
+  }
+
+ private:
+  // The order of a line's events and the track of each: the thread's, or
+  // for one that overlaps an open slice without nesting in it, the first
+  // track beside it where it nests.
+  static void Lanes(LineInfo& li) {
+    const std::vector<model::Event>& events = li.line->events;
+    const auto before = [](const model::Event& a, const model::Event& b) {
+      return a.offset_ps != b.offset_ps ? a.offset_ps < b.offset_ps : a.duration_ps > b.duration_ps;
+    };
+    if (!std::is_sorted(events.begin(), events.end(), before)) {
+      li.order.resize(events.size());
+      std::iota(li.order.begin(), li.order.end(), 0u);
+      std::stable_sort(li.order.begin(), li.order.end(),
+                       [&](uint32_t a, uint32_t b) { return before(events[a], events[b]); });
+    }
+    std::vector<std::vector<int64_t>> open(1);  // per track: the ends of its open slices
+    for (size_t i = 0; i < events.size(); ++i) {
+      const model::Event& e = events[li.order.empty() ? i : li.order[i]];
+      const int64_t end = EndPs(e);
+      size_t k = 0;
+      for (;; ++k) {
+        if (k == open.size()) {
+          if (k == kMaxLanes) {
+            k = kMaxLanes - 1;
+            break;
+          }
+          open.emplace_back();
+        }
+        std::vector<int64_t>& ends = open[k];
+        while (!ends.empty() && ends.back() <= e.offset_ps) ends.pop_back();
+        if (ends.empty() || ends.back() >= end) break;
+      }
+      open[k].push_back(end);
+      if (k > 0 && li.lane.empty()) li.lane.assign(events.size(), 0);
+      if (!li.lane.empty()) li.lane[i] = static_cast<uint8_t>(k);
+    }
+    li.lane_uuids.resize(open.size());
+  }
+
+  // Host planes: the recorded pid. Device planes have no process of their
+  // own: their pids start above any real one (Linux's pid_max is at most
+  // 2^22), so that a profiled pid 1 (a container's) never shares its process
+  // with GPU 0.
   void AssignPids() {
     std::vector<int64_t> used;
     int64_t device = 0;
-    for (PlaneInfo& info : planes_) {
+    for (PlaneInfo& info : planes) {
       info.os_pid = ProcessIdOf(*info.plane);
       int64_t pid = 0;
       if (IsHostPlane(*info.plane)) pid = info.os_pid > 0 ? info.os_pid : kHostPidFallback;
@@ -282,36 +347,122 @@ class Writer {
     }
   }
 
-  // The earliest event: the descriptors' time (trace_processor orders a
-  // track's creation by it; 0 would stretch the trace back to the epoch).
-  uint64_t FirstNs() const {
-    uint64_t first = UINT64_MAX;
-    for (const PlaneInfo& info : planes_)
-      for (const model::Line& l : info.plane->lines) {
-        if (l.events.empty()) continue;
-        int64_t min_ps = INT64_MAX;
-        for (const model::Event& e : l.events) min_ps = std::min(min_ps, e.offset_ps);
-        first = std::min(first, NsAt(l.timestamp_ns, min_ps));
+  uint64_t first_ = UINT64_MAX;
+};
+
+// A slice of the trace that encodes on its own: the head (state, names,
+// tracks), events [begin, end) of one line (in its order), or the tail.
+struct Slice {
+  enum Kind : uint8_t { kHead, kEvents, kTail };
+  Kind kind = kHead;
+  uint32_t plane = 0, line = 0;
+  size_t begin = 0, end = 0;
+};
+
+template <class Emit>
+void ForEachSlice(const Doc& doc, Emit&& emit) {
+  if (!emit(Slice{Slice::kHead})) return;
+  for (uint32_t pi = 0; pi < doc.planes.size(); ++pi)
+    for (uint32_t li = 0; li < doc.planes[pi].lines.size(); ++li) {
+      const size_t n = doc.planes[pi].lines[li].line->events.size();
+      for (size_t b = 0; b < n; b += kSliceEvents)
+        if (!emit(Slice{Slice::kEvents, pi, li, b, std::min(n, b + kSliceEvents)})) return;
+    }
+  emit(Slice{Slice::kTail});
+}
+
+class Encoder {
+ public:
+  Encoder(const Doc& doc, Out& out) : doc_(doc), o_(out) {}
+
+  void Encode(const Slice& slice) {
+    switch (slice.kind) {
+      case Slice::kHead: Head(); break;
+      case Slice::kEvents: {
+        const Doc::PlaneInfo& info = doc_.planes[slice.plane];
+        const Doc::LineInfo& li = info.lines[slice.line];
+        if (li.counters) Counters(info, *li.line, slice.begin, slice.end);
+        else Events(info, li, slice.begin, slice.end);
+        break;
       }
-    return first == UINT64_MAX ? 0 : first;
+      case Slice::kTail: Tail(); break;
+    }
   }
 
-  size_t BeginPacket(uint64_t ts, uint32_t flags) {
+ private:
+  size_t BeginPacket(uint64_t ts) {
     size_t pk = o_.Open(kTracePacket);
     o_.VarintField(kPacketTimestamp, ts);
     o_.VarintField(kPacketSequenceId, kSequenceId);
-    if (flags != 0) o_.VarintField(kPacketSequenceFlags, flags);
     return pk;
   }
-  void EndPacket(size_t pk) {
+
+  // The sequence's state, cleared at its first packet (only then does
+  // trace_processor accept interned data), every name, every track.
+  void Head() {
+    size_t pk = BeginPacket(doc_.start_ns);
+    o_.VarintField(kPacketSequenceFlags, kSeqIncrementalStateCleared);
+    o_.VarintField(kPacketFirstOnSequence, 1);
     o_.Close(pk);
-    o_.EndPacket();
+    // Names once, up front (one generation for the whole file, as a writer
+    // that never loses data may keep): no event needs to check whether its
+    // names were sent, so slices of events are independent.
+    size_t in_packet = 0, pk_names = 0, id = 0;
+    auto entry = [&](uint32_t table, uint64_t iid, std::string_view name) {
+      if (in_packet == 0) {
+        pk_names = BeginPacket(doc_.start_ns);
+        id = o_.Open(kPacketInternedData);
+      }
+      size_t en = o_.Open(table);
+      o_.VarintField(kEntryIid, iid);
+      o_.BytesField(kEntryName, name);
+      o_.Close(en);
+      if (++in_packet == kNamesPerPacket) {
+        o_.Close(id);
+        o_.Close(pk_names);
+        in_packet = 0;
+      }
+    };
+    for (const Doc::PlaneInfo& info : doc_.planes) {
+      const model::Plane& p = *info.plane;
+      for (size_t i = 1; i < p.event_metadata().size(); ++i) {
+        const model::EventMetadata& md = p.event_metadata()[i];
+        entry(kInternedEventNames, info.name_base + i, md.display_name.empty() ? md.name : md.display_name);
+      }
+      for (size_t i = 1; i < p.stat_metadata().size(); ++i)
+        if (!info.internal[i]) entry(kInternedDebugAnnotationNames, info.stat_base + i, p.stat_metadata()[i].name);
+    }
+    if (in_packet != 0) {
+      o_.Close(id);
+      o_.Close(pk_names);
+    }
+    for (const Doc::PlaneInfo& info : doc_.planes) {
+      Process(info);
+      for (const Doc::LineInfo& li : info.lines) {
+        if (li.counters) continue;
+        const model::Line& l = *li.line;
+        const std::string& name = l.display_name.empty() ? l.name : l.display_name;
+        Track(Kind::kThread, li.lane_uuids[0], 0, &l, info.pid, name);
+        for (size_t k = 1; k < li.lane_uuids.size(); ++k)
+          Track(Kind::kLane, li.lane_uuids[k], li.lane_uuids[0], &l, info.pid, name);
+      }
+      for (const auto& [key, uuid] : info.counter_tracks) {
+        const model::Plane& p = *info.plane;
+        const model::EventMetadata& md = p.event_metadata()[key >> 32];
+        const std::string& event_name = md.display_name.empty() ? md.name : md.display_name;
+        const std::string& stat_name = p.stat_metadata()[key & 0xffffffff].name;
+        const bool bytes = stat_name == model::kLiveBytesStat;
+        // "memory cpu" (its one value: live bytes), a PM metric (named as
+        // its stat); otherwise "<event> <stat>" as Perfetto names JSON counters.
+        const std::string track = bytes || stat_name == event_name ? event_name : event_name + " " + stat_name;
+        Track(bytes ? Kind::kBytesCounter : Kind::kCounter, uuid, info.uuid, nullptr, 0, track);
+      }
+    }
   }
 
-  void WriteProcess(PlaneInfo& info) {
+  void Process(const Doc::PlaneInfo& info) {
     const model::Plane& p = *info.plane;
-    info.uuid = next_uuid_++;
-    size_t pk = BeginPacket(start_ns_, 0);
+    size_t pk = BeginPacket(doc_.start_ns);
     size_t td = o_.Open(kPacketTrackDescriptor);
     o_.VarintField(kTrackUuid, info.uuid);
     size_t pd = o_.Open(kTrackProcess);
@@ -325,75 +476,38 @@ class Writer {
       }
     o_.Close(pd);
     o_.Close(td);
-    EndPacket(pk);
+    o_.Close(pk);
   }
 
   enum class Kind { kThread, kLane, kCounter, kBytesCounter };
-  // A thread's track (`line` and `pid`), a lane beside it or a counter track
+  // A thread's track (`line` of `pid`), a track beside it or a counter track
   // (both under `parent`).
-  uint64_t TrackDescriptor(Kind kind, uint64_t parent, const model::Line* line, int64_t pid, std::string_view name) {
-    const uint64_t uuid = next_uuid_++;
-    size_t pk = BeginPacket(start_ns_, 0);
+  void Track(Kind kind, uint64_t uuid, uint64_t parent, const model::Line* line, int64_t pid,
+             std::string_view name) {
+    size_t pk = BeginPacket(doc_.start_ns);
     size_t td = o_.Open(kPacketTrackDescriptor);
     o_.VarintField(kTrackUuid, uuid);
     if (kind == Kind::kThread) {
       size_t th = o_.Open(kTrackThread);
       o_.VarintField(kThreadPid, static_cast<uint64_t>(pid));
       // As the trace JSON: the display id if set, narrowed to 32 bits.
-      const auto tid = static_cast<uint32_t>(line->display_id ? line->display_id : line->id);
-      o_.VarintField(kThreadTid, tid);
+      o_.VarintField(kThreadTid, static_cast<uint32_t>(line->display_id ? line->display_id : line->id));
       if (!name.empty()) o_.BytesField(kThreadName, name);
       o_.Close(th);
     } else {
       o_.VarintField(kTrackParentUuid, parent);
       o_.BytesField(kTrackName, name);
-      if (kind == Kind::kCounter || kind == Kind::kBytesCounter) {
+      if (kind != Kind::kLane) {
         size_t c = o_.Open(kTrackCounter);
         if (kind == Kind::kBytesCounter) o_.VarintField(kCounterUnit, kUnitSizeBytes);
         o_.Close(c);
       }
     }
     o_.Close(td);
-    EndPacket(pk);
-    return uuid;
+    o_.Close(pk);
   }
 
-  // Defines, in the packet being written, the names its event uses first.
-  void InternNames(const PlaneInfo& info, uint32_t name_id, std::span<const model::Stat> stats,
-                   std::span<const model::Stat> md_stats) {
-    const model::Plane& p = *info.plane;
-    size_t id = 0;
-    bool open = false;
-    auto ensure_open = [&] {
-      if (!open) id = o_.Open(kPacketInternedData);
-      open = true;
-    };
-    const uint64_t iid = info.name_base + name_id;
-    if (!name_sent_[iid]) {
-      name_sent_[iid] = 1;
-      ensure_open();
-      const model::EventMetadata& md = p.event_metadata()[name_id];
-      size_t en = o_.Open(kInternedEventNames);
-      o_.VarintField(kEntryIid, iid);
-      o_.BytesField(kEntryName, md.display_name.empty() ? md.name : md.display_name);
-      o_.Close(en);
-    }
-    for (std::span<const model::Stat> list : {stats, md_stats})
-      for (const model::Stat& s : list) {
-        if (s.metadata_id >= info.internal.size() || info.internal[s.metadata_id]) continue;
-        const uint64_t sid = info.stat_base + s.metadata_id;
-        if (stat_name_sent_[sid]) continue;
-        stat_name_sent_[sid] = 1;
-        ensure_open();
-        size_t en = o_.Open(kInternedDebugAnnotationNames);
-        o_.VarintField(kEntryIid, sid);
-        o_.BytesField(kEntryName, p.stat_name(s));
-        o_.Close(en);
-      }
-    if (open) o_.Close(id);
-  }
-
-  void Annotation(const PlaneInfo& info, const model::Stat& s) {
+  void Annotation(const Doc::PlaneInfo& info, const model::Stat& s) {
     const model::Plane& p = *info.plane;
     size_t a = o_.Open(kEventDebugAnnotations);
     o_.VarintField(kAnnotationNameIid, info.stat_base + s.metadata_id);
@@ -411,185 +525,242 @@ class Writer {
     o_.Close(a);
   }
 
-  void Flows(const PlaneInfo& info, std::span<const model::Stat> stats) {
+  void Flows(const Doc::PlaneInfo& info, std::span<const model::Stat> stats) {
     uint64_t producer = 0, producer_type = 0, consumer = 0, consumer_type = 0;
     bool has_producer = false, has_consumer = false;
     for (const model::Stat& s : stats) {
-      if (s.kind != model::StatKind::kUint64 && s.kind != model::StatKind::kInt64) continue;
+      if (!IsInt(s) || s.metadata_id == 0) continue;
       const uint32_t id = s.metadata_id;
-      if (id == info.correlation && info.correlation != 0)
-        o_.Fixed64Field(kEventFlowIds, FlowId(static_cast<uint64_t>(info.os_pid), 1, static_cast<uint64_t>(IntOf(s))));
-      else if (id == info.producer && id != 0) producer = static_cast<uint64_t>(IntOf(s)), has_producer = true;
-      else if (id == info.producer_type && id != 0) producer_type = static_cast<uint64_t>(IntOf(s));
-      else if (id == info.consumer && id != 0) consumer = static_cast<uint64_t>(IntOf(s)), has_consumer = true;
-      else if (id == info.consumer_type && id != 0) consumer_type = static_cast<uint64_t>(IntOf(s));
+      const auto v = static_cast<uint64_t>(IntOf(s));
+      if (id == info.correlation) o_.Fixed64Field(kEventFlowIds, FlowId(static_cast<uint64_t>(info.os_pid), 1, v));
+      else if (id == info.producer) producer = v, has_producer = true;
+      else if (id == info.producer_type) producer_type = v;
+      else if (id == info.consumer) consumer = v, has_consumer = true;
+      else if (id == info.consumer_type) consumer_type = v;
     }
     // A producer and its consumers share (type, id); the earliest is the source.
     if (has_producer) o_.Fixed64Field(kEventFlowIds, FlowId(2, producer_type, producer));
     if (has_consumer) o_.Fixed64Field(kEventFlowIds, FlowId(2, consumer_type, consumer));
   }
 
-  void Begin(const PlaneInfo& info, const model::Line& l, const model::Event& e, uint64_t ts, uint32_t type,
+  // A BEGIN or INSTANT with args or flows.
+  void Begin(const Doc::PlaneInfo& info, const model::Line& l, const model::Event& e, uint64_t ts, uint32_t type,
              uint64_t track) {
-    const model::Plane& p = *info.plane;
-    const model::EventMetadata& md = p.event_metadata()[e.metadata_id];
+    const model::EventMetadata& md = info.plane->event_metadata()[e.metadata_id];
     const std::span<const model::Stat> stats = l.stats_of(e);
-    const std::span<const model::Stat> md_stats = md.stats;
-    size_t pk = BeginPacket(ts, kSeqNeedsIncrementalState);
-    InternNames(info, e.metadata_id, stats, md_stats);
+    size_t pk = BeginPacket(ts);
     size_t te = o_.Open(kPacketTrackEvent);
     o_.VarintField(kEventType, type);
     o_.VarintField(kEventTrackUuid, track);
     o_.VarintField(kEventNameIid, info.name_base + e.metadata_id);
+    const auto shown = [&](const model::Stat& s) {
+      return s.metadata_id < info.internal.size() && !info.internal[s.metadata_id];
+    };
     for (const model::Stat& s : stats)
-      if (s.metadata_id < info.internal.size() && !info.internal[s.metadata_id]) Annotation(info, s);
+      if (shown(s)) Annotation(info, s);
     // The event's own value of a key wins over its name's (as in the JSON).
-    for (const model::Stat& s : md_stats) {
-      if (s.metadata_id >= info.internal.size() || info.internal[s.metadata_id]) continue;
+    for (const model::Stat& s : md.stats) {
+      if (!shown(s)) continue;
       bool overridden = false;
       for (const model::Stat& t : stats) overridden = overridden || t.metadata_id == s.metadata_id;
       if (!overridden) Annotation(info, s);
     }
-    if (info.has_flow_stats && !stats.empty()) Flows(info, stats);
+    if (info.has_flow_stats) Flows(info, stats);
     o_.Close(te);
-    EndPacket(pk);
+    o_.Close(pk);
   }
 
+  // The common packets, written in one go: every length is known before.
+  // (No SEQ_NEEDS_INCREMENTAL_STATE flag: the names are defined in the head,
+  // after the one clear, so the state is always valid; 2 bytes saved a packet.)
+  void PlainBegin(uint64_t ts, uint32_t type, uint64_t track, uint64_t iid) {
+    const size_t event_len = 2 + 1 + VarintSize(track) + 1 + VarintSize(iid);
+    const size_t packet_len = 1 + VarintSize(ts) + 2 + 2 + event_len;  // < 128: one length byte
+    uint8_t* p = o_.Room(2 + packet_len);
+    *p++ = (kTracePacket << 3) | kBytes;
+    *p++ = static_cast<uint8_t>(packet_len);
+    *p++ = (kPacketTimestamp << 3) | kVarint;
+    p = PutVarint(p, ts);
+    *p++ = (kPacketSequenceId << 3) | kVarint;
+    *p++ = kSequenceId;
+    *p++ = (kPacketTrackEvent << 3) | kBytes;
+    *p++ = static_cast<uint8_t>(event_len);
+    *p++ = (kEventType << 3) | kVarint;
+    *p++ = static_cast<uint8_t>(type);
+    *p++ = (kEventTrackUuid << 3) | kVarint;
+    p = PutVarint(p, track);
+    *p++ = (kEventNameIid << 3) | kVarint;
+    p = PutVarint(p, iid);
+    o_.Commit(p);
+  }
   void End(uint64_t ts, uint64_t track) {
-    size_t pk = BeginPacket(ts, 0);
-    size_t te = o_.Open(kPacketTrackEvent);
-    o_.VarintField(kEventType, kTypeSliceEnd);
-    o_.VarintField(kEventTrackUuid, track);
-    o_.Close(te);
-    EndPacket(pk);
+    const size_t event_len = 2 + 1 + VarintSize(track);
+    const size_t packet_len = 1 + VarintSize(ts) + 2 + 2 + event_len;
+    uint8_t* p = o_.Room(2 + packet_len);
+    *p++ = (kTracePacket << 3) | kBytes;
+    *p++ = static_cast<uint8_t>(packet_len);
+    *p++ = (kPacketTimestamp << 3) | kVarint;
+    p = PutVarint(p, ts);
+    *p++ = (kPacketSequenceId << 3) | kVarint;
+    *p++ = kSequenceId;
+    *p++ = (kPacketTrackEvent << 3) | kBytes;
+    *p++ = static_cast<uint8_t>(event_len);
+    *p++ = (kEventType << 3) | kVarint;
+    *p++ = kTypeSliceEnd;
+    *p++ = (kEventTrackUuid << 3) | kVarint;
+    p = PutVarint(p, track);
+    o_.Commit(p);
   }
 
-  void CloseUntil(Lane& lane, int64_t ps) {
-    while (!lane.open.empty() && lane.open.back().end_ps <= ps) {
-      End(lane.open.back().end_ns, lane.uuid);
-      lane.open.pop_back();
-    }
-  }
-
-  // The line's events as slices of its thread track, parents before
-  // children; one that overlaps an open slice without nesting in it goes to
-  // the first extra track where it nests.
-  void WriteSlices(const PlaneInfo& info, const model::Line& l) {
-    const std::string& name = l.display_name.empty() ? l.name : l.display_name;
-    std::vector<Lane> lanes;
-    lanes.push_back({TrackDescriptor(Kind::kThread, 0, &l, info.pid, name), {}});
-    const auto before = [](const model::Event& a, const model::Event& b) {
-      return a.offset_ps != b.offset_ps ? a.offset_ps < b.offset_ps : a.duration_ps > b.duration_ps;
-    };
-    std::vector<uint32_t> order;
-    if (!std::is_sorted(l.events.begin(), l.events.end(), before)) {
-      order.resize(l.events.size());
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](uint32_t a, uint32_t b) { return before(l.events[a], l.events[b]); });
-    }
-    for (size_t i = 0; i < l.events.size() && o_.ok(); ++i) {
-      const model::Event& e = l.events[order.empty() ? i : order[i]];
-      const int64_t end_ps = EndPs(e);
-      size_t k = 0;
-      for (;; ++k) {
-        if (k == lanes.size()) lanes.push_back({TrackDescriptor(Kind::kLane, lanes[0].uuid, &l, 0, name), {}});
-        CloseUntil(lanes[k], e.offset_ps);
-        if (lanes[k].open.empty() || lanes[k].open.back().end_ps >= end_ps) break;
-      }
+  void Events(const Doc::PlaneInfo& info, const Doc::LineInfo& li, size_t begin, size_t end) {
+    const model::Line& l = *li.line;
+    const std::vector<model::EventMetadata>& metadata = info.plane->event_metadata();
+    for (size_t i = begin; i < end; ++i) {
+      const model::Event& e = l.events[li.order.empty() ? i : li.order[i]];
+      const uint64_t track = li.lane_uuids[li.lane.empty() ? 0 : li.lane[i]];
       const uint64_t ts = NsAt(l.timestamp_ns, e.offset_ps);
-      const uint64_t end_ns = NsAt(l.timestamp_ns, end_ps);
-      if (end_ns == ts) {
-        Begin(info, l, e, ts, kTypeInstant, lanes[k].uuid);
-      } else {
-        Begin(info, l, e, ts, kTypeSliceBegin, lanes[k].uuid);
-        lanes[k].open.push_back({end_ps, end_ns});
-      }
+      const uint64_t end_ns = NsAt(l.timestamp_ns, EndPs(e));
+      const uint32_t type = end_ns == ts ? kTypeInstant : kTypeSliceBegin;
+      if (e.stats == model::kNoStats && metadata[e.metadata_id].stats.empty())
+        PlainBegin(ts, type, track, info.name_base + e.metadata_id);
+      else
+        Begin(info, l, e, ts, type, track);
+      if (type == kTypeSliceBegin) End(end_ns, track);
     }
-    for (Lane& lane : lanes) CloseUntil(lane, INT64_MAX);
   }
 
   // Each numeric stat of a counter event is a sample of the counter track
   // (event name, stat): live bytes of memory, a GPU's PM metrics.
-  void WriteCounters(PlaneInfo& info, const model::Line& l) {
-    const model::Plane& p = *info.plane;
-    for (const model::Event& e : l.events) {
+  void Counters(const Doc::PlaneInfo& info, const model::Line& l, size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const model::Event& e = l.events[i];
       for (const model::Stat& s : l.stats_of(e)) {
-        if (s.kind != model::StatKind::kInt64 && s.kind != model::StatKind::kUint64 &&
-            s.kind != model::StatKind::kDouble)
-          continue;
-        const uint64_t key = (uint64_t{e.metadata_id} << 32) | s.metadata_id;
-        auto it = info.counter_tracks.find(key);
-        if (it == info.counter_tracks.end()) {
-          const model::EventMetadata& md = p.event_metadata()[e.metadata_id];
-          const std::string& event_name = md.display_name.empty() ? md.name : md.display_name;
-          const std::string& stat_name = p.stat_name(s);
-          const bool bytes = stat_name == model::kLiveBytesStat;
-          // "memory cpu" (its one value: live bytes), a PM metric (named as
-          // its stat); otherwise "<event> <stat>" as Perfetto names JSON counters.
-          std::string track_name = bytes || stat_name == event_name ? event_name : event_name + " " + stat_name;
-          it = info.counter_tracks.emplace(key, TrackDescriptor(bytes ? Kind::kBytesCounter : Kind::kCounter, info.uuid, nullptr, 0, track_name)).first;
-        }
-        size_t pk = BeginPacket(NsAt(l.timestamp_ns, e.offset_ps), 0);
+        if (!IsInt(s) && s.kind != model::StatKind::kDouble) continue;
+        auto it = info.counter_uuid.find((uint64_t{e.metadata_id} << 32) | s.metadata_id);
+        size_t pk = BeginPacket(NsAt(l.timestamp_ns, e.offset_ps));
         size_t te = o_.Open(kPacketTrackEvent);
         o_.VarintField(kEventType, kTypeCounter);
         o_.VarintField(kEventTrackUuid, it->second);
         if (s.kind == model::StatKind::kDouble) o_.DoubleField(kEventDoubleCounterValue, s.f64);
         else o_.VarintField(kEventCounterValue, static_cast<uint64_t>(IntOf(s)));
         o_.Close(te);
-        EndPacket(pk);
+        o_.Close(pk);
       }
-      if (!o_.ok()) return;
     }
   }
 
   // What the recorder dropped or overwrote: TraceStats' packet loss, which
-  // the UI flags as data loss.
-  void WriteLoss() {
-    uint64_t lost = 0;
-    for (const PlaneInfo& info : planes_)
-      for (const model::Stat& s : info.plane->stats) {
-        const std::string& n = info.plane->stat_name(s);
-        if ((n == model::kDroppedEventsStat || n == model::kOverwrittenEventsStat ||
-             n == model::kDroppedOverSizeLimitStat) &&
-            (s.kind == model::StatKind::kUint64 || s.kind == model::StatKind::kInt64) && IntOf(s) > 0)
-          lost += static_cast<uint64_t>(IntOf(s));
-      }
-    if (lost == 0) return;
+  // the UI flags as data loss. Then where CPU samples (the sampler) would
+  // go, on a sequence of their own: InternedData.function_names, frames,
+  // callstacks (with mappings and build ids) and one StreamingProfilePacket
+  // (callstack_iid + timestamp_delta_us per sample, the thread named by a
+  // ThreadDescriptor packet on that sequence) or PerfSample packet per
+  // sample; or, for samples taken inside slices, TrackEvent.callstack_iid on
+  // an instant of the thread's track. Nothing above needs to change for it.
+  void Tail() {
+    if (doc_.lost == 0) return;
     size_t pk = o_.Open(kTracePacket);
     o_.VarintField(kPacketSequenceId, kSequenceId);
     size_t ts = o_.Open(kPacketTraceStats);
     size_t bs = o_.Open(kStatsBufferStats);
-    o_.VarintField(kBufferPacketLoss, lost);
+    o_.VarintField(kBufferPacketLoss, doc_.lost);
     o_.Close(bs);
     o_.Close(ts);
-    EndPacket(pk);
+    o_.Close(pk);
   }
 
-  const model::Space& space_;
+  const Doc& doc_;
   Out& o_;
-  std::vector<PlaneInfo> planes_;
-  std::vector<uint8_t> name_sent_, stat_name_sent_;  // by iid
-  // Track uuids: small numbers (one or two bytes an event); unique in the
-  // file, which is all a single-file trace needs.
-  uint64_t next_uuid_ = 1;
-  uint64_t start_ns_ = 0;
 };
 
-}  // namespace
+// Workers encode slices; the calling thread hands them out and writes the
+// finished ones in order. 2 slots per worker are in flight at most, so
+// memory stays bounded whatever the model's size. 0 or the errno of the failure.
+int WriteSlices(const Doc& doc, int fd, int threads) {
+  struct Slot {
+    Slice slice;
+    Out out;
+    bool done = false;
+  };
+  const size_t n_slots = 2 * static_cast<size_t>(threads);
+  std::vector<Slot> slots(n_slots);
+  std::mutex mu;
+  std::condition_variable work_cv, done_cv;
+  uint64_t queued = 0, taken = 0;
+  bool stop = false;
+  auto work = [&] {
+    for (;;) {
+      Slot* slot;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        work_cv.wait(lock, [&] { return stop || taken < queued; });
+        if (taken == queued) return;
+        slot = &slots[taken++ % n_slots];
+      }
+      slot->out.clear();
+      Encoder(doc, slot->out).Encode(slot->slice);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        slot->done = true;
+      }
+      done_cv.notify_one();
+    }
+  };
+  std::vector<std::thread> pool;
+  struct Join {  // also when encoding throws (bad_alloc)
+    std::vector<std::thread>& pool;
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Join() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      for (std::thread& t : pool) t.join();
+    }
+  } join{pool, mu, work_cv, stop};
+  for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
-bool StreamPerfettoTrace(const model::Space& space, const std::function<bool(std::string_view)>& sink) {
-  Out out(sink);
-  Writer writer(space, out);
-  return writer.Write();
+  int err = 0;
+  uint64_t written = 0;
+  auto write_oldest = [&] {
+    Slot& s = slots[written % n_slots];
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      done_cv.wait(lock, [&] { return s.done; });
+    }
+    ++written;
+    return WriteAll(fd, s.out.view());
+  };
+  ForEachSlice(doc, [&](const Slice& slice) {
+    if (queued - written == n_slots && (err = write_oldest()) != 0) return false;
+    Slot& s = slots[queued % n_slots];
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      s.slice = slice;
+      s.done = false;
+      ++queued;
+    }
+    work_cv.notify_one();
+    return true;
+  });
+  while (err == 0 && written < queued) err = write_oldest();
+  return err;
 }
 
-namespace {
-
-int WritePerfettoTraceFd(const model::Space& space, int fd) {
+int WritePerfettoTraceFd(const model::Space& space, const PerfettoTraceOptions& options, int fd) {
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::clamp(threads, 1, kMaxPerfettoTraceThreads);
+  const Doc doc(space);
+  if (threads > 1) return WriteSlices(doc, fd, threads);
+  Out out;
   int err = 0;
-  StreamPerfettoTrace(space, [&](std::string_view block) {
-    err = WriteAll(fd, block);
+  ForEachSlice(doc, [&](const Slice& slice) {
+    out.clear();
+    Encoder(doc, out).Encode(slice);
+    err = WriteAll(fd, out.view());
     return err == 0;
   });
   return err;
@@ -597,12 +768,26 @@ int WritePerfettoTraceFd(const model::Space& space, int fd) {
 
 }  // namespace
 
-Status WritePerfettoTrace(const model::Space& space, const std::string& path) {
-  return WriteOutputFile(path, [&](int fd) { return WritePerfettoTraceFd(space, fd); });
+bool StreamPerfettoTrace(const model::Space& space, const std::function<bool(std::string_view)>& sink) {
+  const Doc doc(space);
+  Out out;
+  bool ok = true;
+  ForEachSlice(doc, [&](const Slice& slice) {
+    out.clear();
+    Encoder(doc, out).Encode(slice);
+    ok = sink(out.view());
+    return ok;
+  });
+  return ok;
 }
 
-Status WritePerfettoTrace(const model::Space& space, const OutputDir& dir, const std::string& name) {
-  return dir.Write(name, [&](int fd) { return WritePerfettoTraceFd(space, fd); });
+Status WritePerfettoTrace(const model::Space& space, const std::string& path, const PerfettoTraceOptions& options) {
+  return WriteOutputFile(path, [&](int fd) { return WritePerfettoTraceFd(space, options, fd); });
+}
+
+Status WritePerfettoTrace(const model::Space& space, const OutputDir& dir, const std::string& name,
+                          const PerfettoTraceOptions& options) {
+  return dir.Write(name, [&](int fd) { return WritePerfettoTraceFd(space, options, fd); });
 }
 
 std::string PerfettoTraceString(const model::Space& space) {

@@ -11,7 +11,8 @@
 //     nest on a track);
 //   - each event as a slice (TYPE_SLICE_BEGIN/END, TYPE_INSTANT when it lasts
 //     less than a nanosecond), its name interned (InternedData.event_names),
-//     its stats as debug annotations (names interned);
+//     its stats as debug annotations (names interned), all names defined
+//     once at the start;
 //   - flows: a GPU launch and its device events (same correlation_id in one
 //     process), producer/consumer pairs (_pt/_p with _ct/_c);
 //   - the counter line ("_counters_") as counter tracks under the process,
@@ -32,14 +33,24 @@
 
 namespace spyglass::exporter {
 
-// Streams the trace to `sink` in blocks of about 1 MiB (memory stays at one
-// block whatever the model's size); stops when `sink` returns false and
-// returns false then.
+struct PerfettoTraceOptions {
+  // Threads that encode slices of the trace in parallel (written in order);
+  // 0: one per core, at most kMaxPerfettoTraceThreads.
+  int threads = 0;
+};
+inline constexpr int kMaxPerfettoTraceThreads = 4;
+
+// Streams the trace to `sink` in blocks of about 1 MiB, on the calling
+// thread (memory stays at one block whatever the model's size); stops when
+// `sink` returns false and returns false then.
 bool StreamPerfettoTrace(const model::Space& space, const std::function<bool(std::string_view)>& sink);
 
-// Writes <path> (or `name` in `dir`) as every output is written (output_file.h).
-Status WritePerfettoTrace(const model::Space& space, const std::string& path);
-Status WritePerfettoTrace(const model::Space& space, const OutputDir& dir, const std::string& name);
+// Writes <path> (or `name` in `dir`) as every output is written
+// (output_file.h). Memory: 2 blocks per thread in flight.
+Status WritePerfettoTrace(const model::Space& space, const std::string& path,
+                          const PerfettoTraceOptions& options = {});
+Status WritePerfettoTrace(const model::Space& space, const OutputDir& dir, const std::string& name,
+                          const PerfettoTraceOptions& options = {});
 
 // In memory, for tests.
 std::string PerfettoTraceString(const model::Space& space);
