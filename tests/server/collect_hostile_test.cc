@@ -228,7 +228,7 @@ CliRun RunCli(const std::vector<std::string>& args) {
 // Item 7: a link planted at any output name is refused, its target untouched.
 TEST(CollectHostile, LinksPlantedInTheRunDirAreNotFollowed) {
   HostileServer server([] { return ReplyWith(SmallXSpace()); });
-  for (const char* name : {"h.xplane.pb", "h.trace.json.gz", "perfetto_trace.json.gz"}) {
+  for (const char* name : {"h.xplane.pb", "h.trace.json.gz", "perfetto_trace.pb"}) {
     std::string log = MakeTempDir(), outside = MakeTempDir("spyglass-outside");
     fs::create_directories(log + "/plugins/profile/run");
     std::string target = outside + "/precious";
