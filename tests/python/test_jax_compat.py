@@ -88,9 +88,11 @@ assert f.__name__ == "f"
     "perfetto_link": ("""
 import threading, time, urllib.request
 def fetch():
-    for _ in range(200):
+    # JAX serves perfetto_trace.json.gz, Spyglass the native perfetto_trace.pb.
+    for i in range(400):
         try:
-            urllib.request.urlopen("http://127.0.0.1:9001/perfetto_trace.json.gz", timeout=5).read()
+            name = ("perfetto_trace.json.gz", "perfetto_trace.pb")[i % 2]
+            urllib.request.urlopen("http://127.0.0.1:9001/" + name, timeout=5).read()
             return
         except Exception:
             time.sleep(0.05)
@@ -148,4 +150,5 @@ def test_program_runs_unchanged(program, impl, tmp_path, xplane_pb2):
   for name in expected:
     assert name in names, (impl, name)
   if program == "perfetto_link":
-    assert glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "perfetto_trace.json.gz"))
+    assert glob.glob(os.path.join(log_dir, "plugins", "profile", "*",
+                                  "perfetto_trace.pb" if impl == "spyglass" else "perfetto_trace.json.gz"))
