@@ -20,7 +20,9 @@ namespace {
 // perfetto_trace.proto is 680 KB of someone else's schema to vendor and
 // compile for some thirty fields, and generated classes would build each
 // packet as an object before serializing it. Writing the bytes directly is
-// what keeps this writer ahead of trace.json.gz (BENCHMARKS.md). The tests
+// what keeps this writer ahead of trace.json.gz (BENCHMARKS.md); the varints
+// are model/wire.h's encoding, written through a pointer into a reused
+// buffer rather than appended to a std::string byte by byte. The tests
 // decode the output with the Perfetto project's own classes (PyPI perfetto),
 // so a wrong number or wire type here shows there.
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kBytes = 2;
