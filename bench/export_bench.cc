@@ -647,11 +647,10 @@ int main(int argc, char** argv) {
     fs::remove(pb_path, ec);
     exporter::PerfettoTraceOptions one_thread;
     one_thread.threads = 1;
-    record(measure("WritePerfettoTrace, 1 thread", n, pb_path,
-                   [&] {
-                     if (!exporter::WritePerfettoTrace(space, pb_path, one_thread).ok()) ok = false;
-                   }),
-           -1);
+    Row r1 = measure("WritePerfettoTrace, 1 thread", n, pb_path, [&] {
+      if (!exporter::WritePerfettoTrace(space, pb_path, one_thread).ok()) ok = false;
+    });
+    record(r1, r1.out_bytes);
     fs::remove(pb_path, ec);
     size_t pb_size = 0;
     record(measure("floor: encode .pb only, 1 thread", n, "",
