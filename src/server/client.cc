@@ -470,13 +470,14 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       if (json_bytes > json_limit) {
         result->warnings.push_back(c.address + ": its trace JSON would be over " + std::to_string(json_limit >> 20) +
                                    " MiB from a " + std::to_string(reply_bytes >> 10) +
-                                   " KiB reply (names repeated by many events); wrote only " + xplane);
+                                   " KiB reply (names repeated by many events); wrote no trace JSON for it");
       } else {
         exporter::ExportRequest json{{exporter::Format::kTraceJson}, c.stem, {}};
         if (Status w = exporter::Export(space, dir, json, &files); !w.ok()) return w;
         host.trace_json_path = files.trace_json;
-        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.pb
       }
+      // perfetto_trace.pb names each name once: no such growth.
+      if (!host.empty && options.create_perfetto_trace) spaces.push_back(std::move(space));
       if (!host.empty) ++captured;
     }
     c.response.Clear();

@@ -404,8 +404,9 @@ TEST(CollectHostile, RepliesOverTheLimitFailClearly) {
 }
 
 // A small reply whose trace JSON would be huge (a 1 MiB name repeated by
-// 20,000 events: 20 GiB of JSON from a ~1.2 MB reply): only the .xplane.pb
-// is written, with a warning, and the capture still succeeds.
+// 20,000 events: 20 GiB of JSON from a ~1.2 MB reply): no trace JSON is
+// written, with a warning (the .xplane.pb and the native Perfetto trace,
+// which name the name once, are), and the capture still succeeds.
 TEST(CollectHostile, AmplifyingRepliesGetNoTraceJson) {
   tp::XSpace space = SmallXSpace(20000);
   (*space.mutable_planes(0)->mutable_event_metadata())[1].set_name(std::string(1 << 20, 'n'));
@@ -428,6 +429,9 @@ TEST(CollectHostile, AmplifyingRepliesGetNoTraceJson) {
   bool warned = false;
   for (const std::string& w : r.warnings) warned |= w.find("trace JSON would be over") != std::string::npos;
   EXPECT_TRUE(warned);
+  // The native Perfetto trace interns the long name once: written, and small.
+  ASSERT_FALSE(r.perfetto_trace_path.empty());
+  EXPECT_LT(fs::file_size(r.perfetto_trace_path), 4u << 20);
 }
 
 // Item 10: garbage is reported as what it is, and leaves nothing behind.
