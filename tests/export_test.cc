@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include <map>
+#include <filesystem>
 #include <set>
 
 #include "export/export.h"
@@ -424,9 +425,19 @@ TEST(ExportStep, WritesTheRequestedFormatsIntoOneDirectory) {
   EXPECT_EQ(files.perfetto_trace_json, dir.path() + "/perfetto_trace.json.gz");
   EXPECT_EQ(files.perfetto_trace, dir.path() + "/perfetto_trace.pb");
   EXPECT_EQ(ReadXSpace(files.xplane).planes_size(), 3);
-  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.perfetto_trace_json)).count("metadata"), 0u);
   EXPECT_EQ(spyglass::testing::ReadFile(files.perfetto_trace), exporter::PerfettoTraceString(space));
   EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.trace_json)).count("metadata"), 1u);
+  // perfetto_trace.json.gz is the host's trace JSON under a second name:
+  // one file (its bytes written once), "metadata" kept (Perfetto skips it).
+  EXPECT_TRUE(std::filesystem::equivalent(files.perfetto_trace_json, files.trace_json));
+  EXPECT_EQ(std::filesystem::hard_link_count(files.trace_json), 2u);
+  // Without a host: the trace JSON of the model (collect's hosts merged).
+  exporter::OutputDir merged_dir;
+  ASSERT_TRUE(exporter::OutputDir::Open(MakeTempDir(), &merged_dir).ok());
+  exporter::ExportedFiles merged;
+  ASSERT_TRUE(
+      exporter::Export(space, merged_dir, {{exporter::Format::kPerfettoTraceJson}, "", {}}, &merged).ok());
+  EXPECT_EQ(spyglass::testing::ReadGzip(merged.perfetto_trace_json), spyglass::testing::ReadGzip(files.trace_json));
 
   exporter::ExportedFiles again;
   exporter::ExportRequest as_received{{exporter::Format::kXPlane}, "h_2", "received bytes"};

@@ -184,10 +184,13 @@ TEST(Session, PerfettoTraceOnRequest) {
   ASSERT_FALSE(pb.empty());
   EXPECT_EQ(pb[0], '\x0a');  // Trace.packet: how Perfetto recognizes a proto trace
   EXPECT_NE(pb.find("for_perfetto"), std::string::npos);  // an interned event name
+  EXPECT_EQ(files.perfetto_trace_json_path, files.run_dir + "/perfetto_trace.json.gz");  // JAX's name
+  EXPECT_NE(ReadGzip(files.perfetto_trace_json_path).find("for_perfetto"), std::string::npos);
 }
 
-// The trace JSON is formatted and written once per stop: the Perfetto
-// artifact is the native trace, not a second copy of the JSON.
+// The trace JSON is formatted and written once per stop: JAX's
+// perfetto_trace.json.gz is a hard link to <host>.trace.json.gz (one inode),
+// beside the native perfetto_trace.pb.
 TEST(Session, PerfettoTraceWritesTheJsonOnce) {
   std::string dir = MakeTempDir();
   prof::TraceOptions t;
@@ -202,9 +205,36 @@ TEST(Session, PerfettoTraceWritesTheJsonOnce) {
     names.insert(name);
     if (name.find(".json") != std::string::npos) json.insert(name);
   }
-  EXPECT_EQ(json.size(), 1u) << ::testing::PrintToString(names);
-  EXPECT_EQ(names.size(), 3u) << ::testing::PrintToString(names);  // .xplane.pb, .trace.json.gz, perfetto_trace.pb
+  // .xplane.pb, .trace.json.gz, perfetto_trace.json.gz, perfetto_trace.pb
+  EXPECT_EQ(names.size(), 4u) << ::testing::PrintToString(names);
+  EXPECT_EQ(json.size(), 2u) << ::testing::PrintToString(names);
   EXPECT_TRUE(names.count("perfetto_trace.pb")) << ::testing::PrintToString(names);
+  EXPECT_EQ(files.perfetto_trace_json_path, files.run_dir + "/perfetto_trace.json.gz");
+  struct stat host_json {}, perfetto_json {};
+  ASSERT_EQ(::stat(files.trace_json_path.c_str(), &host_json), 0);
+  ASSERT_EQ(::lstat(files.perfetto_trace_json_path.c_str(), &perfetto_json), 0);
+  EXPECT_TRUE(S_ISREG(perfetto_json.st_mode));
+  EXPECT_EQ(perfetto_json.st_ino, host_json.st_ino);  // the same file: its bytes written once
+  EXPECT_EQ(host_json.st_nlink, 2u);
+}
+
+// A symbolic link planted at perfetto_trace.json.gz in the run directory is
+// refused, its target untouched.
+TEST(Session, PerfettoTraceJsonRefusesAPlantedLink) {
+  std::string dir = MakeTempDir(), outside = MakeTempDir("spyglass-outside");
+  fs::create_directories(dir + "/plugins/profile/planted");
+  std::ofstream(outside + "/precious") << "precious";
+  fs::create_symlink(outside + "/precious", dir + "/plugins/profile/planted/perfetto_trace.json.gz");
+  prof::TraceOptions t;
+  t.create_perfetto_trace = true;
+  t.profiler_options.session_id = "planted";
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("planted"); }
+  spyglass::Status s = prof::stop_trace();
+  EXPECT_EQ(s.code(), spyglass::StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.ToString();
+  EXPECT_EQ(spyglass::testing::ReadFile(outside + "/precious"), "precious");
+  EXPECT_TRUE(fs::is_symlink(dir + "/plugins/profile/planted/perfetto_trace.json.gz"));
 }
 
 // HTTP GET against the Perfetto link server; returns the whole response.
@@ -242,13 +272,14 @@ TEST(Session, PerfettoLinkServesTheTraceOnceThenReturns) {
   std::thread stopper([&] { stopped = prof::stop_trace(); });
   std::string other = HttpGet(9001, "/../../etc/passwd");
   EXPECT_NE(other.find(" 404 "), std::string::npos);
-  std::string resp = HttpGet(9001, "/perfetto_trace.pb");
+  std::string resp = HttpGet(9001, "/perfetto_trace.json.gz");  // JAX's URL
   stopper.join();
   EXPECT_TRUE(stopped.ok()) << stopped.ToString();
   EXPECT_NE(resp.find(" 200 "), std::string::npos);
   EXPECT_NE(resp.find("Access-Control-Allow-Origin: *"), std::string::npos);
   std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
-  EXPECT_EQ(body, spyglass::testing::ReadFile(prof::last_trace_files().perfetto_trace_path));
+  EXPECT_EQ(body, spyglass::testing::ReadFile(prof::last_trace_files().perfetto_trace_json_path));
+  EXPECT_TRUE(fs::exists(prof::last_trace_files().perfetto_trace_path));  // the native trace beside it
 }
 
 TEST(Session, UnwritableLogDirFailsAndDataCanBeExportedAgain) {

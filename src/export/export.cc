@@ -28,10 +28,11 @@ Status WriteTraceJson(const model::Space& space, const OutputDir& dir, const std
 }
 
 Status WritePerfettoTraceJson(const model::Space& space, const OutputDir& dir, const std::string& name,
-                              const ExportRequest&) {
-  TraceJsonOptions json;
-  json.perfetto = true;
-  return WriteTraceJsonGz(space, dir, name, json);
+                              const ExportRequest& request) {
+  if (request.host.empty()) return WriteTraceJsonGz(space, dir, name);
+  if (!IsPlainComponent(request.host))
+    return InvalidArgumentError("cannot name the output of host '" + request.host + "'");
+  return dir.LinkOrCopy(FileNameOf(Format::kTraceJson, request.host), name);
 }
 
 Status WritePerfetto(const model::Space& space, const OutputDir& dir, const std::string& name, const ExportRequest&) {

@@ -403,13 +403,15 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   for (auto& t : threads) t.join();
 
   // Our own outputs: no tool file may take their names.
-  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTrace, "")};
+  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTrace, ""),
+                                 exporter::FileNameOf(exporter::Format::kPerfettoTraceJson, "")};
   for (const HostCall& c : calls)
     taken.insert({exporter::FileNameOf(exporter::Format::kXPlane, c.stem),
                   exporter::FileNameOf(exporter::Format::kTraceJson, c.stem)});
 
   // Write what came back, host by host.
   std::vector<model::Space> spaces;
+  std::vector<std::string> json_stems;  // by space: the stem of its trace JSON, empty when none was written
   int captured = 0;  // hosts that sent a non-empty trace
   std::vector<std::string> failures;
   for (HostCall& c : calls) {
@@ -477,7 +479,10 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
         host.trace_json_path = files.trace_json;
       }
       // perfetto_trace.pb names each name once: no such growth.
-      if (!host.empty && options.create_perfetto_trace) spaces.push_back(std::move(space));
+      if (!host.empty && options.create_perfetto_trace) {
+        spaces.push_back(std::move(space));
+        json_stems.push_back(host.trace_json_path.empty() ? std::string() : c.stem);
+      }
       if (!host.empty) ++captured;
     }
     c.response.Clear();
@@ -514,10 +519,16 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
                         /*require_process_id=*/false, &merged);
       }
     }
+    // perfetto_trace.json.gz as JAX names it: one host's is a hard link to
+    // its trace JSON (written once); several hosts' is their merged JSON.
+    // None where a host's trace JSON was too large to write.
     exporter::ExportedFiles files;
-    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTrace}, "", {}};
+    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTrace}, spaces.size() == 1 ? json_stems[0] : "", {}};
+    if (std::find(json_stems.begin(), json_stems.end(), "") == json_stems.end())
+      perfetto.formats.push_back(exporter::Format::kPerfettoTraceJson);
     if (Status s = exporter::Export(spaces.size() == 1 ? spaces[0] : merged, dir, perfetto, &files); !s.ok()) return s;
     result->perfetto_trace_path = files.perfetto_trace;
+    result->perfetto_trace_json_path = files.perfetto_trace_json;
   }
   return Status::Ok();
 }

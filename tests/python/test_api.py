@@ -151,10 +151,15 @@ def test_create_perfetto_trace(tmp_path):
     data = f.read()
   assert data[:1] == b"\x0a"  # Trace.packet records
   assert b"\x12\x01p" in data  # the event's name, interned (EventName.name = "p")
-  # The trace JSON once: no second copy for Perfetto.
+  # JAX's perfetto_trace.json.gz too, the trace JSON written once: a hard
+  # link to <host>.trace.json.gz.
+  json_path = files["perfetto_trace_json_path"]
+  assert json_path == os.path.join(files["run_dir"], "perfetto_trace.json.gz")
+  assert os.stat(json_path).st_ino == os.stat(files["trace_json_path"]).st_ino
+  assert "p" in [e["name"] for e in json_events(json_path)]
   assert sorted(os.listdir(files["run_dir"])) == sorted([os.path.basename(files["xplane_path"]),
                                                           os.path.basename(files["trace_json_path"]),
-                                                          "perfetto_trace.pb"])
+                                                          "perfetto_trace.json.gz", "perfetto_trace.pb"])
 
 
 def test_session_id_names_the_run_dir(tmp_path):
