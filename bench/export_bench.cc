@@ -50,8 +50,11 @@
 #include <zlib.h>
 
 #include "process_memory.h"
+#include "export/output_file.h"
+#include "export/perfetto/perfetto_writer.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
+#include "model/wire.h"
 #include "model/xspace.h"
 #include "xplane.pb.h"
 
@@ -447,6 +450,32 @@ size_t deflate_igzip(const std::string& json, int level) {
 
 }  // namespace
 
+// Walks a perfetto_trace.pb packet by packet: how many slices it opens
+// (TrackEvent type BEGIN or INSTANT); false if a record does not parse.
+bool count_perfetto_slices(const std::string& path, uint64_t* slices) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  namespace wire = spyglass::model::wire;
+  *slices = 0;
+  size_t pos = 0;
+  uint32_t number, type;
+  std::string_view packet, field;
+  uint64_t v;
+  for (;;) {
+    wire::Next r = wire::NextField(bytes, &pos, &number, &type, &packet, &v);
+    if (r == wire::Next::kEnd) return true;
+    if (r != wire::Next::kField || number != 1 || type != wire::kLengthDelimited) return false;
+    size_t p = 0;
+    while (wire::NextField(packet, &p, &number, &type, &field, &v) == wire::Next::kField) {
+      if (number != 11 || type != wire::kLengthDelimited) continue;  // TracePacket.track_event
+      size_t q = 0;
+      std::string_view unused;
+      while (wire::NextField(field, &q, &number, &type, &unused, &v) == wire::Next::kField)
+        if (number == 9 && (v == 1 || v == 3)) ++*slices;  // TrackEvent.type
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   uint64_t n = 10'000'000;
   std::string dir;
@@ -593,6 +622,55 @@ int main(int argc, char** argv) {
                   Mib(static_cast<int64_t>(out)));
     }
   }
+  // perfetto_trace.pb on the same model, in rounds of its own next to its
+  // floors: encoding alone (one thread, no file), and writing its bytes from
+  // memory (the file system's share).
+  const std::string pb_path = dir + "/perfetto_trace.pb";
+  const std::string pb_what = "WritePerfettoTrace (perfetto_trace.pb)";
+  for (int round = 0; round < rounds; ++round) {
+    std::printf("\nperfetto_trace.pb, round %d of %d:\n", round + 1, rounds);
+    Row r = measure(pb_what, n, pb_path, [&] {
+      if (!exporter::WritePerfettoTrace(space, pb_path).ok()) {
+        std::printf("WritePerfettoTrace failed\n");
+        ok = false;
+      }
+    });
+    record(r, r.out_bytes);
+    if (round == 0) {
+      uint64_t slices = 0;
+      bool parsed = count_perfetto_slices(pb_path, &slices);
+      ok = ok && parsed && slices == n;
+      std::printf("    check: %s, %" PRIu64 " slices (want %" PRIu64 ") -> %s\n", parsed ? "parses" : "DOES NOT PARSE",
+                  slices, n, parsed && slices == n ? "OK" : "FAIL");
+    }
+    std::error_code ec;
+    fs::remove(pb_path, ec);
+    exporter::PerfettoTraceOptions one_thread;
+    one_thread.threads = 1;
+    Row r1 = measure("WritePerfettoTrace, 1 thread", n, pb_path, [&] {
+      if (!exporter::WritePerfettoTrace(space, pb_path, one_thread).ok()) ok = false;
+    });
+    record(r1, r1.out_bytes);
+    fs::remove(pb_path, ec);
+    size_t pb_size = 0;
+    record(measure("floor: encode .pb only, 1 thread", n, "",
+                   [&] {
+                     exporter::StreamPerfettoTrace(space, [&](std::string_view b) {
+                       pb_size += b.size();
+                       return true;
+                     });
+                   }),
+           -1);
+    std::string pb_bytes = exporter::PerfettoTraceString(space);
+    const std::string raw_path = dir + "/raw.bin";
+    record(measure("floor: write the .pb's bytes only", n, raw_path,
+                   [&] {
+                     if (!exporter::WriteOutputBytes(raw_path, pb_bytes).ok()) ok = false;
+                   }),
+           static_cast<int64_t>(pb_bytes.size()));
+    fs::remove(raw_path, ec);
+  }
+
   // Wall time is what users wait for; CPU time (all threads) is what a loaded machine hides least.
   std::printf("\ntrace.json.gz over %d rounds (seconds; M events/s from wall time; CPU: all threads):\n", rounds);
   std::printf("  %-38s %8s %8s %9s %10s %8s %8s\n", "step", "best s", "median s", "best M/s", "median M/s",
@@ -695,6 +773,18 @@ int main(int argc, char** argv) {
   std::printf("  .trace.json.gz: %.2f M events/s (median of %d rounds; first round %.2f M per CPU second), "
               "goal >= 4 M/s: %s\n",
               j_rate / 1e6, rounds, static_cast<double>(n) / jr.cpu / 1e6, j_rate >= 4e6 ? "MET" : "NOT MET");
+  {
+    std::vector<double> pw = walls[pb_what], pc = cpus[pb_what];
+    std::sort(pw.begin(), pw.end());
+    std::sort(pc.begin(), pc.end());
+    std::vector<double> jc = cpus[variants[0].name];
+    std::sort(jc.begin(), jc.end());
+    const double p_rate = static_cast<double>(n) / pw[pw.size() / 2];
+    std::printf("  perfetto_trace.pb: %.2f M events/s (median of %d rounds), %.2fx trace.json.gz's median wall time; "
+                "CPU %.3f s vs %.3f s (min), %.1f MiB vs %.1f MiB; goal: at least as fast: %s\n",
+                p_rate / 1e6, rounds, p_rate / j_rate, pc.front(), jc.front(), Mib(sizes[pb_what]),
+                Mib(sizes[variants[0].name]), p_rate >= j_rate ? "MET" : "NOT MET");
+  }
   std::printf("  peak during .xplane.pb export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",
               peak_ratio(xr), Mib(xr.hwm - xr.rss_before), peak_ratio(xr) <= 2 ? "MET" : "NOT MET");
   std::printf("  peak during .trace.json.gz export: %.2fx the model (+%.1f MiB over RSS before), goal <= 2x: %s\n",

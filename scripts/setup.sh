@@ -31,6 +31,8 @@ fi
 # The real peers that tests run: XProf's converter and capture route, JAX's
 # collect_profile and profiler server.
 python3 -c 'import xprof, jax' 2>/dev/null || python3 -m pip install -q xprof jax
+# The Perfetto project's own classes: tests/perfetto decodes our native trace with them.
+python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null || python3 -m pip install -q perfetto
 # memray: the peer of the Python memory profiles (tests/python/test_python_heap.py).
 python3 -c 'import memray' 2>/dev/null || python3 -m pip install -q memray
 if $browser; then

@@ -10,9 +10,11 @@
 #include <zlib.h>
 
 #include <map>
+#include <filesystem>
 #include <set>
 
 #include "export/export.h"
+#include "export/perfetto/perfetto_writer.h"
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
@@ -413,14 +415,29 @@ TEST(ExportStep, WritesTheRequestedFormatsIntoOneDirectory) {
   ASSERT_TRUE(exporter::OutputDir::Open(MakeTempDir(), &dir).ok());
   exporter::ExportedFiles files;
   exporter::ExportRequest all{
-      {exporter::Format::kXPlane, exporter::Format::kTraceJson, exporter::Format::kPerfettoTraceJson}, "h_1", {}};
+      {exporter::Format::kXPlane, exporter::Format::kTraceJson, exporter::Format::kPerfettoTraceJson,
+       exporter::Format::kPerfettoTrace},
+      "h_1",
+      {}};
   ASSERT_TRUE(exporter::Export(space, dir, all, &files).ok());
   EXPECT_EQ(files.xplane, dir.path() + "/h_1.xplane.pb");
   EXPECT_EQ(files.trace_json, dir.path() + "/h_1.trace.json.gz");
-  EXPECT_EQ(files.perfetto_trace, dir.path() + "/perfetto_trace.json.gz");
+  EXPECT_EQ(files.perfetto_trace_json, dir.path() + "/perfetto_trace.json.gz");
+  EXPECT_EQ(files.perfetto_trace, dir.path() + "/perfetto_trace.pb");
   EXPECT_EQ(ReadXSpace(files.xplane).planes_size(), 3);
-  EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.perfetto_trace)).count("metadata"), 0u);
+  EXPECT_EQ(spyglass::testing::ReadFile(files.perfetto_trace), exporter::PerfettoTraceString(space));
   EXPECT_EQ(nlohmann::json::parse(spyglass::testing::ReadGzip(files.trace_json)).count("metadata"), 1u);
+  // perfetto_trace.json.gz is the host's trace JSON under a second name:
+  // one file (its bytes written once), "metadata" kept (Perfetto skips it).
+  EXPECT_TRUE(std::filesystem::equivalent(files.perfetto_trace_json, files.trace_json));
+  EXPECT_EQ(std::filesystem::hard_link_count(files.trace_json), 2u);
+  // Without a host: the trace JSON of the model (collect's hosts merged).
+  exporter::OutputDir merged_dir;
+  ASSERT_TRUE(exporter::OutputDir::Open(MakeTempDir(), &merged_dir).ok());
+  exporter::ExportedFiles merged;
+  ASSERT_TRUE(
+      exporter::Export(space, merged_dir, {{exporter::Format::kPerfettoTraceJson}, "", {}}, &merged).ok());
+  EXPECT_EQ(spyglass::testing::ReadGzip(merged.perfetto_trace_json), spyglass::testing::ReadGzip(files.trace_json));
 
   exporter::ExportedFiles again;
   exporter::ExportRequest as_received{{exporter::Format::kXPlane}, "h_2", "received bytes"};
@@ -429,6 +446,40 @@ TEST(ExportStep, WritesTheRequestedFormatsIntoOneDirectory) {
   EXPECT_TRUE(again.trace_json.empty());
   exporter::ExportRequest bad{{exporter::Format::kXPlane}, "../x", {}};
   EXPECT_EQ(exporter::Export(space, dir, bad, &again).code(), StatusCode::kInvalidArgument);
+}
+
+// perfetto_trace.pb is encoded in slices of a line on several threads and
+// written in order: the same bytes as one thread writes, slice boundaries
+// inside a line and lines of overlapping events included.
+TEST(PerfettoTrace, ThreadsWriteTheSameBytesAsOne) {
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  for (int64_t tid = 1; tid <= 2; ++tid) {
+    model::Line& line = host.line_with_id(tid);
+    line.name = "t" + std::to_string(tid);
+    for (int64_t i = 0; i < 100000; ++i) {
+      model::Event e;
+      e.offset_ps = i * 1000000;
+      // Every 7th overlaps the next without nesting in it (a track beside the thread).
+      e.duration_ps = i % 7 == 0 ? 1500000 : 500000;
+      e.metadata_id = host.intern_event("ev" + std::to_string(i % 100));
+      if (i % 10 == 0) {
+        model::Stat st = host.int_stat("i", i);
+        line.add_stats(e, std::span<const model::Stat>(&st, 1));
+      }
+      line.events.push_back(e);
+    }
+  }
+  const std::string dir = MakeTempDir();
+  exporter::PerfettoTraceOptions one, four;
+  one.threads = 1;
+  four.threads = 4;
+  ASSERT_TRUE(exporter::WritePerfettoTrace(space, dir + "/one.pb", one).ok());
+  ASSERT_TRUE(exporter::WritePerfettoTrace(space, dir + "/four.pb", four).ok());
+  const std::string bytes = spyglass::testing::ReadFile(dir + "/one.pb");
+  EXPECT_GT(bytes.size(), 200000u * 20);
+  EXPECT_TRUE(bytes == spyglass::testing::ReadFile(dir + "/four.pb"));
+  EXPECT_TRUE(bytes == exporter::PerfettoTraceString(space));
 }
 
 TEST(TraceMeName, ParsesLikeTheReference) {

@@ -106,6 +106,53 @@ TEST(OutputFile, NamesMustBePlain) {
   EXPECT_FALSE(exporter::WriteOutputBytes(dir + "/", "x").ok());
 }
 
+ino_t InodeOf(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// A second name of a file is a hard link (its bytes written once), made
+// without following a link at either name, replacing a regular file there.
+TEST(OutputFile, LinkOrCopyMakesASecondNameOfTheSameBytes) {
+  std::string dir = MakeTempDir(), outside = MakeTempDir("spyglass-outside");
+  exporter::OutputDir out;
+  ASSERT_TRUE(exporter::OutputDir::Open(dir, &out).ok());
+  ASSERT_TRUE(out.WriteBytes("a", "bytes").ok());
+  ASSERT_TRUE(out.LinkOrCopy("a", "b").ok());
+  EXPECT_EQ(InodeOf(dir + "/b"), InodeOf(dir + "/a"));
+  EXPECT_EQ(fs::hard_link_count(dir + "/a"), 2u);
+  // Again, onto the name it already is: still one file, no temporary left.
+  ASSERT_TRUE(out.LinkOrCopy("a", "b").ok());
+  EXPECT_EQ(fs::hard_link_count(dir + "/a"), 2u);
+  // A hard link to a file outside at the name: replaced, the file kept.
+  Put(outside + "/precious", "precious");
+  fs::create_hard_link(outside + "/precious", dir + "/hard");
+  ASSERT_TRUE(out.LinkOrCopy("a", "hard").ok());
+  EXPECT_EQ(InodeOf(dir + "/hard"), InodeOf(dir + "/a"));
+  EXPECT_EQ(ReadFile(outside + "/precious"), "precious");
+  // A symbolic link planted at the name (or dangling there) is refused.
+  fs::create_symlink(outside + "/precious", dir + "/planted");
+  Status s = out.LinkOrCopy("a", "planted");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(fs::is_symlink(dir + "/planted"));
+  EXPECT_EQ(ReadFile(outside + "/precious"), "precious");
+  fs::create_symlink(outside + "/new", dir + "/dangling");
+  EXPECT_EQ(out.LinkOrCopy("a", "dangling").code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(outside + "/new"));
+  // The existing name must be a regular file itself, not a link to one.
+  fs::create_symlink(outside + "/precious", dir + "/via");
+  EXPECT_EQ(out.LinkOrCopy("via", "c").code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(dir + "/c"));
+  EXPECT_EQ(fs::hard_link_count(outside + "/precious"), 1u);  // "hard" was replaced, not written through
+  EXPECT_EQ(out.LinkOrCopy("../x", "c").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.LinkOrCopy("a", "x/c").code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(out.LinkOrCopy("missing", "c").ok());
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"a", "b", "hard", "planted", "dangling", "via"}));
+}
+
 // Writes through directories that are links are refused below the base.
 TEST(OutputFile, OpenBelowRefusesLinkedDirectories) {
   std::string base = MakeTempDir(), outside = MakeTempDir("spyglass-outside");

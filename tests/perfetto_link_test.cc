@@ -184,6 +184,24 @@ TEST(PerfettoLinkTest, ServesTheTraceOnceWithCorsAndPrintsTheLink) {
   EXPECT_NE(printed.find("waiting up to 30 s", first.size()), std::string::npos) << printed;
 }
 
+// The native trace (what stop_trace serves now): the same, as binary.
+TEST(PerfettoLinkTest, ServesTheNativeTraceAsBinary) {
+  TempDir dir;
+  const std::string bytes = "\x0a\x02\x50\x01" + TraceBytes(100000);
+  ServerThread server(WriteFile(dir.path() / "perfetto_trace.pb", bytes));
+  const int port = server.port();
+  ASSERT_NE(port, 0);
+  const Response r = Get(port, "/perfetto_trace.pb");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(HasHeader(r, "Content-Type: application/octet-stream")) << r.head;
+  EXPECT_TRUE(HasHeader(r, "Access-Control-Allow-Origin: *")) << r.head;
+  EXPECT_TRUE(r.body == bytes);
+  EXPECT_TRUE(server.Join().ok());
+  EXPECT_NE(server.printed().find("url=http://127.0.0.1:" + std::to_string(port) + "/perfetto_trace.pb\n"),
+            std::string::npos)
+      << server.printed();
+}
+
 TEST(PerfettoLinkTest, OtherPathsAndMethodsGet404AndTheServerKeepsWaiting) {
   TempDir dir;
   WriteFile(dir.path() / "other.json", "secret");

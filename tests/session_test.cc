@@ -179,10 +179,62 @@ TEST(Session, PerfettoTraceOnRequest) {
   { prof::TraceAnnotation a("for_perfetto"); }
   ASSERT_TRUE(prof::stop_trace().ok());
   auto files = prof::last_trace_files();
-  EXPECT_EQ(files.perfetto_trace_path, files.run_dir + "/perfetto_trace.json.gz");
-  std::string json = ReadGzip(files.perfetto_trace_path);
-  EXPECT_EQ(json.find("\"metadata\""), std::string::npos);
-  EXPECT_NE(json.find("for_perfetto"), std::string::npos);
+  EXPECT_EQ(files.perfetto_trace_path, files.run_dir + "/perfetto_trace.pb");
+  std::string pb = spyglass::testing::ReadFile(files.perfetto_trace_path);
+  ASSERT_FALSE(pb.empty());
+  EXPECT_EQ(pb[0], '\x0a');  // Trace.packet: how Perfetto recognizes a proto trace
+  EXPECT_NE(pb.find("for_perfetto"), std::string::npos);  // an interned event name
+  EXPECT_EQ(files.perfetto_trace_json_path, files.run_dir + "/perfetto_trace.json.gz");  // JAX's name
+  EXPECT_NE(ReadGzip(files.perfetto_trace_json_path).find("for_perfetto"), std::string::npos);
+}
+
+// The trace JSON is formatted and written once per stop: JAX's
+// perfetto_trace.json.gz is a hard link to <host>.trace.json.gz (one inode),
+// beside the native perfetto_trace.pb.
+TEST(Session, PerfettoTraceWritesTheJsonOnce) {
+  std::string dir = MakeTempDir();
+  prof::TraceOptions t;
+  t.create_perfetto_trace = true;
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("once"); }
+  ASSERT_TRUE(prof::stop_trace().ok());
+  auto files = prof::last_trace_files();
+  std::set<std::string> names, json;
+  for (const auto& entry : fs::directory_iterator(files.run_dir)) {
+    const std::string name = entry.path().filename().string();
+    names.insert(name);
+    if (name.find(".json") != std::string::npos) json.insert(name);
+  }
+  // .xplane.pb, .trace.json.gz, perfetto_trace.json.gz, perfetto_trace.pb
+  EXPECT_EQ(names.size(), 4u) << ::testing::PrintToString(names);
+  EXPECT_EQ(json.size(), 2u) << ::testing::PrintToString(names);
+  EXPECT_TRUE(names.count("perfetto_trace.pb")) << ::testing::PrintToString(names);
+  EXPECT_EQ(files.perfetto_trace_json_path, files.run_dir + "/perfetto_trace.json.gz");
+  struct stat host_json {}, perfetto_json {};
+  ASSERT_EQ(::stat(files.trace_json_path.c_str(), &host_json), 0);
+  ASSERT_EQ(::lstat(files.perfetto_trace_json_path.c_str(), &perfetto_json), 0);
+  EXPECT_TRUE(S_ISREG(perfetto_json.st_mode));
+  EXPECT_EQ(perfetto_json.st_ino, host_json.st_ino);  // the same file: its bytes written once
+  EXPECT_EQ(host_json.st_nlink, 2u);
+}
+
+// A symbolic link planted at perfetto_trace.json.gz in the run directory is
+// refused, its target untouched.
+TEST(Session, PerfettoTraceJsonRefusesAPlantedLink) {
+  std::string dir = MakeTempDir(), outside = MakeTempDir("spyglass-outside");
+  fs::create_directories(dir + "/plugins/profile/planted");
+  std::ofstream(outside + "/precious") << "precious";
+  fs::create_symlink(outside + "/precious", dir + "/plugins/profile/planted/perfetto_trace.json.gz");
+  prof::TraceOptions t;
+  t.create_perfetto_trace = true;
+  t.profiler_options.session_id = "planted";
+  ASSERT_TRUE(prof::start_trace(dir, t).ok());
+  { prof::TraceAnnotation a("planted"); }
+  spyglass::Status s = prof::stop_trace();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.ToString();
+  EXPECT_EQ(spyglass::testing::ReadFile(outside + "/precious"), "precious");
+  EXPECT_TRUE(fs::is_symlink(dir + "/plugins/profile/planted/perfetto_trace.json.gz"));
 }
 
 // HTTP GET against the Perfetto link server; returns the whole response.
@@ -220,13 +272,14 @@ TEST(Session, PerfettoLinkServesTheTraceOnceThenReturns) {
   std::thread stopper([&] { stopped = prof::stop_trace(); });
   std::string other = HttpGet(9001, "/../../etc/passwd");
   EXPECT_NE(other.find(" 404 "), std::string::npos);
-  std::string resp = HttpGet(9001, "/perfetto_trace.json.gz");
+  std::string resp = HttpGet(9001, "/perfetto_trace.json.gz");  // JAX's URL
   stopper.join();
   EXPECT_TRUE(stopped.ok()) << stopped.ToString();
   EXPECT_NE(resp.find(" 200 "), std::string::npos);
   EXPECT_NE(resp.find("Access-Control-Allow-Origin: *"), std::string::npos);
   std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
-  EXPECT_EQ(body, spyglass::testing::ReadFile(prof::last_trace_files().perfetto_trace_path));
+  EXPECT_EQ(body, spyglass::testing::ReadFile(prof::last_trace_files().perfetto_trace_json_path));
+  EXPECT_TRUE(fs::exists(prof::last_trace_files().perfetto_trace_path));  // the native trace beside it
 }
 
 TEST(Session, UnwritableLogDirFailsAndDataCanBeExportedAgain) {

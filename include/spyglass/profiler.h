@@ -51,7 +51,8 @@ struct TraceFiles {
   std::string run_dir;
   std::string xplane_path;
   std::string trace_json_path;
-  std::string perfetto_trace_path;  // empty unless requested
+  std::string perfetto_trace_path;       // perfetto_trace.pb; empty unless requested
+  std::string perfetto_trace_json_path;  // perfetto_trace.json.gz (as JAX), the link's file; empty unless requested
 };
 SPYGLASS_API TraceFiles last_trace_files();
 

@@ -6,8 +6,9 @@
 The program to profile called ``spyglass.profiler.start_server(PORT)`` (or
 ``jax.profiler.start_server``: the protocol is the same). Writes
 ``<log_dir>/plugins/profile/<run>/<host>_<port>.xplane.pb`` (and the trace
-JSON); unless --no_perfetto_link, also perfetto_trace.json.gz served once on
-127.0.0.1:9001 for ui.perfetto.dev. It is the CLI's ``spyglass collect``
+JSON); unless --no_perfetto_link, also perfetto_trace.json.gz (as JAX; served
+once on 127.0.0.1:9001 for ui.perfetto.dev) and perfetto_trace.pb (native
+Perfetto, the one to open for big traces). It is the CLI's ``spyglass collect``
 (the same C++ parser and flags, ``--help`` lists them): --host_tracer_level
 (default 2), --device_tracer_level (1), --python_tracer_level (1),
 --delay_ms, --session_id, ...; any other ``--key=value`` is sent as an

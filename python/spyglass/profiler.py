@@ -21,7 +21,8 @@ Names and semantics follow jax.profiler:
   ``spyglass.InvalidArgumentError`` (a ``ValueError``) before anything starts.
 * ``stop_trace`` raises ``RuntimeError("No profile started")`` without one; it
   writes ``<log_dir>/plugins/profile/<run>/<host>.xplane.pb`` and
-  ``<host>.trace.json.gz`` (and ``perfetto_trace.json.gz`` when asked).
+  ``<host>.trace.json.gz`` (and, when asked, ``perfetto_trace.json.gz`` as JAX,
+  a hard link to the trace JSON, plus ``perfetto_trace.pb``, native Perfetto).
 * ``TraceAnnotation(name, **kwargs)`` / ``StepTraceAnnotation(name, **kwargs)``:
   context managers recording an event; keyword arguments become event
   arguments (bool -> 1/0, int, float, str; others ``str()``).
@@ -218,12 +219,15 @@ def start_trace(log_dir, create_perfetto_link: bool = False,
                 perfetto_link_timeout_s: int = 300) -> ProfileSession:
   """Starts a trace that stop_trace() writes under ``log_dir``; returns its ProfileSession.
 
-  ``create_perfetto_link``: stop_trace also writes perfetto_trace.json.gz and
-  serves it once on 127.0.0.1:9001 for ui.perfetto.dev, blocking until it was
+  ``create_perfetto_link``: stop_trace also writes the Perfetto files and
+  serves perfetto_trace.json.gz once on 127.0.0.1:9001 for ui.perfetto.dev
+  (JAX's URL), blocking until it was
   fetched, for at most ``perfetto_link_timeout_s`` seconds (a Spyglass extra;
   0 waits without a limit, as JAX). Ctrl-C ends the wait (KeyboardInterrupt);
   the files are written before it starts.
-  ``create_perfetto_trace``: write perfetto_trace.json.gz only.
+  ``create_perfetto_trace``: write them only: perfetto_trace.json.gz (as JAX; a
+  hard link to <host>.trace.json.gz, the JSON written once) and
+  perfetto_trace.pb (native Perfetto protobuf, the one to open for big traces).
   """
   return ProfileSession(log_dir, create_perfetto_link, create_perfetto_trace, profiler_options,
                         perfetto_link_timeout_s=perfetto_link_timeout_s).start()
@@ -288,7 +292,7 @@ def export_profile_data(profile_data: Union[ProfileData, ProfileSession], log_di
   As stop_trace writes a trace: ``<log_dir>/plugins/profile/<run>/<host>.xplane.pb``
   and ``<host>.trace.json.gz``, the run named ``session_id`` (for a session
   without one: its ``profiler_options.session_id``), else by the time;
-  ``perfetto_trace.json.gz`` too when ``create_perfetto_trace`` or
+  ``perfetto_trace.json.gz`` and ``perfetto_trace.pb`` too when ``create_perfetto_trace`` or
   ``create_perfetto_link`` (which then serves it, as start_trace).
   """
   timeout_s = 300
@@ -334,7 +338,8 @@ def annotate_function(func: Callable, name: Optional[str] = None, **decorator_kw
 # --- Spyglass extras --------------------------------------------------------
 
 def last_trace_files() -> dict:
-  """Paths the last stop_trace wrote: run_dir, xplane_path, trace_json_path, perfetto_trace_path."""
+  """Paths the last stop_trace wrote: run_dir, xplane_path, trace_json_path,
+  perfetto_trace_path (.pb), perfetto_trace_json_path (perfetto_trace.json.gz)."""
   return _spyglass.last_trace_files()
 
 

@@ -130,6 +130,7 @@ nb::dict LastTraceFiles() {
   d["xplane_path"] = f.xplane_path;
   d["trace_json_path"] = f.trace_json_path;
   d["perfetto_trace_path"] = f.perfetto_trace_path;
+  d["perfetto_trace_json_path"] = f.perfetto_trace_json_path;
   return d;
 }
 

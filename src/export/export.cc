@@ -1,7 +1,7 @@
 #include "export/export.h"
 
+#include "export/perfetto/perfetto_writer.h"
 #include "sampling/cpu_model.h"
-
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 
@@ -29,17 +29,23 @@ Status WriteTraceJson(const model::Space& space, const OutputDir& dir, const std
 }
 
 Status WritePerfettoTraceJson(const model::Space& space, const OutputDir& dir, const std::string& name,
-                              const ExportRequest&) {
-  TraceJsonOptions json;
-  json.perfetto = true;
-  return WriteTraceJsonGz(space, dir, name, json);
+                              const ExportRequest& request) {
+  if (request.host.empty()) return WriteTraceJsonGz(space, dir, name);
+  if (!IsPlainComponent(request.host))
+    return InvalidArgumentError("cannot name the output of host '" + request.host + "'");
+  return dir.LinkOrCopy(FileNameOf(Format::kTraceJson, request.host), name);
+}
+
+Status WritePerfetto(const model::Space& space, const OutputDir& dir, const std::string& name, const ExportRequest&) {
+  return WritePerfettoTrace(space, dir, name);
 }
 
 constexpr FormatSpec kFormats[] = {
     {Format::kXPlane, ".xplane.pb", true, WriteXPlane, &ExportedFiles::xplane},
     {Format::kTraceJson, ".trace.json.gz", true, WriteTraceJson, &ExportedFiles::trace_json},
     {Format::kPerfettoTraceJson, "perfetto_trace.json.gz", false, WritePerfettoTraceJson,
-     &ExportedFiles::perfetto_trace},
+     &ExportedFiles::perfetto_trace_json},
+    {Format::kPerfettoTrace, "perfetto_trace.pb", false, WritePerfetto, &ExportedFiles::perfetto_trace},
 };
 
 const FormatSpec& SpecOf(Format format) {

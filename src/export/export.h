@@ -19,7 +19,15 @@ namespace spyglass::exporter {
 enum class Format {
   kXPlane,              // <host>.xplane.pb: the XSpace, for XProf / TensorBoard
   kTraceJson,           // <host>.trace.json.gz: trace-event JSON, as JAX writes it
-  kPerfettoTraceJson,   // perfetto_trace.json.gz: the same without "metadata" (Perfetto rejects it)
+  // perfetto_trace.json.gz, the name JAX gives the trace JSON it serves to
+  // Perfetto: with a `host`, a second name (hard link) of that host's
+  // <host>.trace.json.gz, which must be written already (earlier in the
+  // request, or by an earlier Export of the same model), so the JSON is
+  // formatted and written once; without one, the trace JSON of the model
+  // (hosts merged). Perfetto's JSON importer skips the top-level "metadata"
+  // that JAX deletes from this file, so the bytes need no change.
+  kPerfettoTraceJson,
+  kPerfettoTrace,       // perfetto_trace.pb: native Perfetto protobuf, the one to open for big traces
 };
 
 struct ExportRequest {
@@ -35,13 +43,14 @@ struct ExportRequest {
 struct ExportedFiles {
   std::string xplane;
   std::string trace_json;
-  std::string perfetto_trace;
+  std::string perfetto_trace;       // perfetto_trace.pb
+  std::string perfetto_trace_json;  // perfetto_trace.json.gz
   // With kXPlane or kTraceJson: cpu.<pid>.<comm>.prof of each process the
   // model has CPU samples of (src/sampling/cpu_model.h).
   std::vector<std::string> cpu_profiles;
 };
 
-// The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.json.gz").
+// The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.pb").
 std::string FileNameOf(Format format, const std::string& host);
 
 // Writes each format of `request` into `dir`, in order; stops at the first

@@ -25,6 +25,34 @@ std::string Quote(std::string_view name) {
 // Opens a directory by path (links followed); -1 with errno set on failure.
 int OpenDirFd(const std::string& path) { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
 
+// A fresh name for a file written (or linked) before it is renamed into place.
+std::string TempName() {
+  static std::atomic<uint64_t> counter{0};
+  return ".spyglass-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + ".tmp";
+}
+
+// InvalidArgument if `name` in `dir_fd` exists and is not a regular file
+// (a symbolic link is not followed); `what` says what was being done.
+Status RefuseNonRegular(int dir_fd, const std::string& name, const std::string& what) {
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+    return InvalidArgumentError("refusing to " + what + ": " + name + " exists and is " +
+                                (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file"));
+  return Status::Ok();
+}
+
+// Copies what is left to read of `in` to `out`; 0 or the errno of the failure.
+int CopyAll(int in, int out) {
+  std::string buffer(1 << 20, '\0');
+  for (;;) {
+    ssize_t n = ::read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return 0;
+    if (int e = WriteAll(out, std::string_view(buffer.data(), static_cast<size_t>(n))); e != 0) return e;
+  }
+}
+
 }  // namespace
 
 bool IsPlainComponent(std::string_view name) {
@@ -114,15 +142,11 @@ Status OutputDir::Write(const std::string& name, const std::function<int(int fd)
   std::string path = PathOf(name);
   // A clear error for what is already there; the rename below never writes
   // through a link even when one appears after this check.
-  struct stat st;
-  if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
-    return InvalidArgumentError("refusing to write " + path + ": it exists and is " +
-                                (S_ISLNK(st.st_mode) ? "a symbolic link" : "not a regular file"));
-  static std::atomic<uint64_t> counter{0};
+  if (Status s = RefuseNonRegular(fd_, name, "write " + path); !s.ok()) return s;
   std::string tmp;
   int fd = -1;
   for (int i = 0; i < 100 && fd < 0; ++i) {
-    tmp = ".spyglass-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + ".tmp";
+    tmp = TempName();
     fd = ::openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 && errno != EEXIST) break;
   }
@@ -135,6 +159,42 @@ Status OutputDir::Write(const std::string& name, const std::function<int(int fd)
     return InternalError("cannot write " + path + ": " + std::strerror(err));
   }
   return Status::Ok();
+}
+
+Status OutputDir::LinkOrCopy(const std::string& existing, const std::string& name) const {
+  if (fd_ < 0) return InternalError("cannot write " + Quote(name) + ": the output directory is not open");
+  if (!IsPlainComponent(existing) || !IsPlainComponent(name))
+    return InvalidArgumentError("refusing to link " + Quote(name) + " to " + Quote(existing) + " in " + path_ +
+                                ": not plain file names");
+  const std::string what = "link " + PathOf(name) + " to " + existing;
+  struct stat st;
+  if (::fstatat(fd_, existing.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return InternalError("cannot " + what + ": " + std::strerror(errno));
+  if (Status s = RefuseNonRegular(fd_, existing, what); !s.ok()) return s;
+  if (Status s = RefuseNonRegular(fd_, name, what); !s.ok()) return s;
+  // linkat without AT_SYMLINK_FOLLOW links `existing` itself, never a link's
+  // target; the new name is made fresh, then renamed over whatever is there.
+  std::string tmp;
+  int err = EEXIST;
+  for (int i = 0; i < 100 && err == EEXIST; ++i) {
+    tmp = TempName();
+    err = ::linkat(fd_, existing.c_str(), fd_, tmp.c_str(), 0) == 0 ? 0 : errno;
+  }
+  if (err == 0) {
+    err = ::renameat(fd_, tmp.c_str(), fd_, name.c_str()) == 0 ? 0 : errno;
+    // A rename onto another name of the same file leaves both names: the
+    // temporary one goes either way.
+    ::unlinkat(fd_, tmp.c_str(), 0);
+    if (err != 0) return InternalError("cannot " + what + ": " + std::strerror(err));
+    return Status::Ok();
+  }
+  // No hard links here (another file system's rules, a link count limit):
+  // the same bytes, copied.
+  int in = ::openat(fd_, existing.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return InternalError("cannot " + what + ": " + std::strerror(errno));
+  Status s = Write(name, [in](int out) { return CopyAll(in, out); });
+  ::close(in);
+  return s;
 }
 
 Status OutputDir::WriteBytes(const std::string& name, std::string_view bytes) const {

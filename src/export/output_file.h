@@ -56,6 +56,15 @@ class OutputDir {
   Status Write(const std::string& name, const std::function<int(int fd)>& write) const;
   Status WriteBytes(const std::string& name, std::string_view bytes) const;
 
+  // Makes `name` a second name of the regular file `existing` (both plain, in
+  // this directory): a hard link made under a temporary name and renamed into
+  // place, so the bytes are written once. Refuses (InvalidArgument) a symbolic
+  // link or non-regular file at either name, as Write; a regular file at
+  // `name` is replaced, never written through. Where the file system refuses
+  // hard links (EXDEV, EPERM, EMLINK, ENOTSUP...), the bytes are copied
+  // through Write instead.
+  Status LinkOrCopy(const std::string& existing, const std::string& name) const;
+
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }

@@ -384,13 +384,15 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
   for (auto& t : threads) t.join();
 
   // Our own outputs: no tool file may take their names.
-  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTraceJson, "")};
+  std::set<std::string> taken = {exporter::FileNameOf(exporter::Format::kPerfettoTrace, ""),
+                                 exporter::FileNameOf(exporter::Format::kPerfettoTraceJson, "")};
   for (const HostCall& c : calls)
     taken.insert({exporter::FileNameOf(exporter::Format::kXPlane, c.stem),
                   exporter::FileNameOf(exporter::Format::kTraceJson, c.stem)});
 
   // Write what came back, host by host.
   std::vector<model::Space> spaces;
+  std::vector<std::string> json_stems;  // by space: the stem of its trace JSON, empty when none was written
   int captured = 0;  // hosts that sent a non-empty trace
   std::vector<std::string> failures;
   for (HostCall& c : calls) {
@@ -451,12 +453,16 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
       if (json_bytes > json_limit) {
         result->warnings.push_back(c.address + ": its trace JSON would be over " + std::to_string(json_limit >> 20) +
                                    " MiB from a " + std::to_string(reply_bytes >> 10) +
-                                   " KiB reply (names repeated by many events); wrote only " + xplane);
+                                   " KiB reply (names repeated by many events); wrote no trace JSON for it");
       } else {
         exporter::ExportRequest json{{exporter::Format::kTraceJson}, c.stem, {}};
         if (Status w = exporter::Export(space, dir, json, &files); !w.ok()) return w;
         host.trace_json_path = files.trace_json;
-        if (!host.empty) spaces.push_back(std::move(space));  // for perfetto_trace.json.gz
+      }
+      // perfetto_trace.pb names each name once: no such growth.
+      if (!host.empty && options.create_perfetto_trace) {
+        spaces.push_back(std::move(space));
+        json_stems.push_back(host.trace_json_path.empty() ? std::string() : c.stem);
       }
       if (!host.empty) ++captured;
     }
@@ -494,10 +500,16 @@ Status CaptureInto(std::vector<HostCall>& calls, const CaptureOptions& options, 
                         /*require_process_id=*/false, &merged);
       }
     }
+    // perfetto_trace.json.gz as JAX names it: one host's is a hard link to
+    // its trace JSON (written once); several hosts' is their merged JSON.
+    // None where a host's trace JSON was too large to write.
     exporter::ExportedFiles files;
-    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTraceJson}, "", {}};
+    exporter::ExportRequest perfetto{{exporter::Format::kPerfettoTrace}, spaces.size() == 1 ? json_stems[0] : "", {}};
+    if (std::find(json_stems.begin(), json_stems.end(), "") == json_stems.end())
+      perfetto.formats.push_back(exporter::Format::kPerfettoTraceJson);
     if (Status s = exporter::Export(spaces.size() == 1 ? spaces[0] : merged, dir, perfetto, &files); !s.ok()) return s;
     result->perfetto_trace_path = files.perfetto_trace;
+    result->perfetto_trace_json_path = files.perfetto_trace_json;
   }
   return Status::Ok();
 }

@@ -59,13 +59,14 @@ struct CaptureHostResult {
 struct CaptureResult {
   std::string run_dir;
   std::vector<CaptureHostResult> hosts;
-  std::string perfetto_trace_path;
+  std::string perfetto_trace_path;       // perfetto_trace.pb
+  std::string perfetto_trace_json_path;  // perfetto_trace.json.gz (as JAX), the link's file
   std::vector<std::string> warnings;
 };
 
 // Captures all `addresses` ("host:port") in the same window and writes
 // <log_dir>/plugins/profile/<run>/<host>.xplane.pb and <host>.trace.json.gz
-// per host (and perfetto_trace.json.gz of all hosts, each process under its
+// per host (and perfetto_trace.pb and perfetto_trace.json.gz of all hosts, each process under its
 // own pid, if asked). Succeeds if at least one host returned events; the
 // others are named in result->warnings. A failed capture removes the
 // directories it made when they are still empty. Files are created as every

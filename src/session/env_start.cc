@@ -171,7 +171,7 @@ Started StartFromSettings(const StartSettings& s) {
   if (!st.quiet && (s.flight_recorder_seconds > 0 || !s.trace_dir.empty() || s.server))
     ::setenv(kEnvFirstPid, std::to_string(st.pid).c_str(), 1);
   // The trace JSON is written once (<host>.trace.json.gz, which Perfetto's UI
-  // opens as it is); perfetto_trace.json.gz only where a program asks for it.
+  // opens as it is); perfetto_trace.pb only where a program asks for it.
   if (s.flight_recorder_seconds > 0) {
     // The flight recorder is a trace in ring-buffer mode: dumps (and the exit)
     // write its last window under the trace dir, by default a temporary one.

@@ -56,14 +56,19 @@ Status Export(const model::Space& space, const std::string& log_dir, const Trace
   exporter::ExportRequest request{{exporter::Format::kXPlane, exporter::Format::kTraceJson},
                                   exporter::SanitizeHostForFile(session::Hostname()),
                                   {}};
+  // Both Perfetto artifacts: the native trace (perfetto_trace.pb, the one for
+  // big traces) and JAX's perfetto_trace.json.gz, a hard link to
+  // <host>.trace.json.gz: the trace JSON is formatted and written once.
   if (options.create_perfetto_trace || options.create_perfetto_link)
-    request.formats.push_back(exporter::Format::kPerfettoTraceJson);
+    request.formats.insert(request.formats.end(),
+                           {exporter::Format::kPerfettoTraceJson, exporter::Format::kPerfettoTrace});
   exporter::ExportedFiles written;
   if (Status s = exporter::Export(space, run.dir, request, &written); !s.ok()) {
     exporter::RemoveIfEmpty(run);  // a failed dump leaves no empty run behind
     return s;
   }
-  *files = TraceFiles{run.dir.path(), written.xplane, written.trace_json, written.perfetto_trace};
+  *files = TraceFiles{run.dir.path(), written.xplane, written.trace_json, written.perfetto_trace,
+                      written.perfetto_trace_json};
   return Status::Ok();
 }
 
@@ -72,7 +77,8 @@ Status ServeLinkIfAsked(const TraceOptions& options, const TraceFiles& files) {
   sinks::PerfettoLinkOptions link;
   link.timeout_s = options.perfetto_link_timeout_s;
   link.cancelled = options.perfetto_link_cancelled;
-  return sinks::ServePerfettoTrace(files.perfetto_trace_path, link);
+  // JAX's URL (.../perfetto_trace.json.gz), as its users expect.
+  return sinks::ServePerfettoTrace(files.perfetto_trace_json_path, link);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ std::shared_ptr<const model::Space> LastTraceSpace();
 
 // Writes `space` as stop_trace writes a trace: <log_dir>/plugins/profile/<run>/
 // (the run named by options.profiler_options.session_id, else the time),
-// <host>.xplane.pb and <host>.trace.json.gz, and perfetto_trace.json.gz
+// <host>.xplane.pb and <host>.trace.json.gz, and perfetto_trace.pb
 // served once when asked; last_trace_files() then names them.
 Status ExportSpace(const model::Space& space, const std::string& log_dir, const profiler::TraceOptions& options);
 

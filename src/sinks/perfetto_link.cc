@@ -218,8 +218,12 @@ Step HandleConnection(int fd, const Server& s, bool& served) {
   } else if ((method == "GET" || method == "HEAD") && IsTracePath(target, s.name)) {
     struct stat st {};
     if (::fstat(s.file_fd, &st) != 0) return Step::kFileError;
-    // The bytes are gzip, but without Content-Encoding: Perfetto gunzips itself.
-    response = ResponseHead("200 OK", "Content-Type: application/json\r\nContent-Length: " +
+    // Sent as stored, without Content-Encoding (a .json.gz: Perfetto gunzips
+    // itself); the UI tells the formats apart by content.
+    const bool json = s.name.size() >= 8 && s.name.compare(s.name.size() - 8, 8, ".json.gz") == 0;
+    response = ResponseHead("200 OK", std::string("Content-Type: ") +
+                                          (json ? "application/json" : "application/octet-stream") +
+                                          "\r\nContent-Length: " +
                                           std::to_string(st.st_size) + "\r\n");
     if (method == "GET") body_size = st.st_size;
   } else {

@@ -1,5 +1,6 @@
 // The one-shot local HTTP server behind JAX's `create_perfetto_link=True`
-// (FORMATS.md section (d)): it serves one perfetto_trace.json.gz on port 9001
+// (FORMATS.md section (d)): it serves one trace file (perfetto_trace.json.gz,
+// as JAX; a native perfetto_trace.pb works the same) on port 9001
 // so that https://ui.perfetto.dev can fetch it cross-origin.
 #pragma once
 
@@ -26,7 +27,7 @@ struct PerfettoLinkOptions {
   std::function<bool()> cancelled;
 };
 
-// Serves `trace_path` (a perfetto_trace.json.gz) once for https://ui.perfetto.dev:
+// Serves `trace_path` (perfetto_trace.json.gz or a .pb) once for https://ui.perfetto.dev:
 // prints "Open URL in browser: https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/<basename>"
 // and blocks until a GET of exactly "/<basename>" was answered in full.
 // Errors: NotFound (file missing or unreadable, checked before binding),

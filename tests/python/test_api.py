@@ -136,7 +136,7 @@ def test_trace_writes_files_and_accepts_pathlib(tmp_path):
   assert run.parent == tmp_path / "plugins" / "profile"
   assert os.path.exists(files["xplane_path"]) and files["xplane_path"].endswith(".xplane.pb")
   assert os.path.exists(files["trace_json_path"]) and files["trace_json_path"].endswith(".trace.json.gz")
-  assert not (run / "perfetto_trace.json.gz").exists()
+  assert not (run / "perfetto_trace.pb").exists() and not (run / "perfetto_trace.json.gz").exists()
   assert "hello" in [e["name"] for e in json_events(files["trace_json_path"])]
 
 
@@ -144,8 +144,22 @@ def test_create_perfetto_trace(tmp_path):
   with profiler.trace(tmp_path, create_perfetto_trace=True, profiler_options=no_python()):
     with profiler.TraceAnnotation("p"):
       pass
-  path = profiler.last_trace_files()["perfetto_trace_path"]
-  assert path.endswith("perfetto_trace.json.gz") and os.path.exists(path)
+  files = profiler.last_trace_files()
+  path = files["perfetto_trace_path"]
+  assert path.endswith("perfetto_trace.pb") and os.path.exists(path)
+  with open(path, "rb") as f:
+    data = f.read()
+  assert data[:1] == b"\x0a"  # Trace.packet records
+  assert b"\x12\x01p" in data  # the event's name, interned (EventName.name = "p")
+  # JAX's perfetto_trace.json.gz too, the trace JSON written once: a hard
+  # link to <host>.trace.json.gz.
+  json_path = files["perfetto_trace_json_path"]
+  assert json_path == os.path.join(files["run_dir"], "perfetto_trace.json.gz")
+  assert os.stat(json_path).st_ino == os.stat(files["trace_json_path"]).st_ino
+  assert "p" in [e["name"] for e in json_events(json_path)]
+  assert sorted(os.listdir(files["run_dir"])) == sorted([os.path.basename(files["xplane_path"]),
+                                                          os.path.basename(files["trace_json_path"]),
+                                                          "perfetto_trace.json.gz", "perfetto_trace.pb"])
 
 
 def test_session_id_names_the_run_dir(tmp_path):

@@ -148,4 +148,7 @@ def test_program_runs_unchanged(program, impl, tmp_path, xplane_pb2):
   for name in expected:
     assert name in names, (impl, name)
   if program == "perfetto_link":
+    # JAX's file (and URL, fetched above) for both; Spyglass adds the native trace.
     assert glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "perfetto_trace.json.gz"))
+    if impl == "spyglass":
+      assert glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "perfetto_trace.pb"))

@@ -414,7 +414,7 @@ def test_export_profile_data_of_a_session_is_read_by_xprof(tmp_path):
   assert files["run_dir"] == str(run)
   assert sorted(os.listdir(run)) == sorted([os.path.basename(files["xplane_path"]),
                                             os.path.basename(files["trace_json_path"]),
-                                            "perfetto_trace.json.gz"])
+                                            "perfetto_trace.json.gz", "perfetto_trace.pb"])
   assert describe(profiler.ProfileData.from_file(files["xplane_path"])) == describe(session.profile_data)
   xprof_reads(files["xplane_path"], "exported")
   profiler.export_profile_data(session, tmp_path, session_id="other")

@@ -228,7 +228,7 @@ CliRun RunCli(const std::vector<std::string>& args) {
 // Item 7: a link planted at any output name is refused, its target untouched.
 TEST(CollectHostile, LinksPlantedInTheRunDirAreNotFollowed) {
   HostileServer server([] { return ReplyWith(SmallXSpace()); });
-  for (const char* name : {"h.xplane.pb", "h.trace.json.gz", "perfetto_trace.json.gz"}) {
+  for (const char* name : {"h.xplane.pb", "h.trace.json.gz", "perfetto_trace.json.gz", "perfetto_trace.pb"}) {
     std::string log = MakeTempDir(), outside = MakeTempDir("spyglass-outside");
     fs::create_directories(log + "/plugins/profile/run");
     std::string target = outside + "/precious";
@@ -243,6 +243,23 @@ TEST(CollectHostile, LinksPlantedInTheRunDirAreNotFollowed) {
     EXPECT_EQ(ReadFile(target), "precious") << name;
     EXPECT_TRUE(fs::is_symlink(log + "/plugins/profile/run/" + name)) << name;
   }
+}
+
+// Several hosts: perfetto_trace.json.gz is their merged trace JSON (a file
+// of its own: no host's trace JSON holds it), beside the merged native trace.
+TEST(CollectHostile, SeveralHostsGetTheirMergedPerfettoTraceJson) {
+  HostileServer a([] { return ReplyWith(SmallXSpace()); }), b([] { return ReplyWith(SmallXSpace()); });
+  server::CaptureOptions o = Options("run");
+  o.override_hostnames = {"ha", "hb"};
+  o.create_perfetto_trace = true;
+  server::CaptureResult r;
+  ASSERT_TRUE(server::Capture({a.address(), b.address()}, o, MakeTempDir(), &r).ok());
+  EXPECT_EQ(r.perfetto_trace_json_path, r.run_dir + "/perfetto_trace.json.gz");
+  EXPECT_EQ(fs::hard_link_count(r.perfetto_trace_json_path), 1u);
+  EXPECT_TRUE(fs::exists(r.perfetto_trace_path));
+  const std::string merged = spyglass::testing::ReadGzip(r.perfetto_trace_json_path);
+  EXPECT_EQ(merged.rfind("{\"displayTimeUnit\":\"ns\",\"metadata\":", 0), 0u) << merged.substr(0, 80);
+  EXPECT_GT(merged.size(), spyglass::testing::ReadGzip(r.hosts[0].trace_json_path).size());
 }
 
 TEST(CollectHostile, LinkedRunAndProfileDirectoriesAreRefused) {
@@ -404,8 +421,9 @@ TEST(CollectHostile, RepliesOverTheLimitFailClearly) {
 }
 
 // A small reply whose trace JSON would be huge (a 1 MiB name repeated by
-// 20,000 events: 20 GiB of JSON from a ~1.2 MB reply): only the .xplane.pb
-// is written, with a warning, and the capture still succeeds.
+// 20,000 events: 20 GiB of JSON from a ~1.2 MB reply): no trace JSON is
+// written, with a warning (the .xplane.pb and the native Perfetto trace,
+// which name the name once, are), and the capture still succeeds.
 TEST(CollectHostile, AmplifyingRepliesGetNoTraceJson) {
   tp::XSpace space = SmallXSpace(20000);
   (*space.mutable_planes(0)->mutable_event_metadata())[1].set_name(std::string(1 << 20, 'n'));
@@ -428,6 +446,12 @@ TEST(CollectHostile, AmplifyingRepliesGetNoTraceJson) {
   bool warned = false;
   for (const std::string& w : r.warnings) warned |= w.find("trace JSON would be over") != std::string::npos;
   EXPECT_TRUE(warned);
+  // The native Perfetto trace interns the long name once: written, and small;
+  // no perfetto_trace.json.gz (it is the trace JSON).
+  ASSERT_FALSE(r.perfetto_trace_path.empty());
+  EXPECT_LT(fs::file_size(r.perfetto_trace_path), 4u << 20);
+  EXPECT_TRUE(r.perfetto_trace_json_path.empty());
+  EXPECT_FALSE(fs::exists(r.run_dir + "/perfetto_trace.json.gz"));
 }
 
 // Item 10: garbage is reported as what it is, and leaves nothing behind.

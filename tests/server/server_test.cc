@@ -161,7 +161,11 @@ TEST_F(ServerTest, CaptureWritesLocalLayoutWithAnnotations) {
   EXPECT_GT(n, 50);
   EXPECT_NE(FindPlane(space, "Task Environment"), nullptr);
   EXPECT_NE(ReadGzip(r.hosts[0].trace_json_path).find("captured_annotation"), std::string::npos);
-  EXPECT_NE(ReadGzip(r.perfetto_trace_path).find("captured_annotation"), std::string::npos);
+  EXPECT_EQ(r.perfetto_trace_path, r.run_dir + "/perfetto_trace.pb");
+  EXPECT_NE(spyglass::testing::ReadFile(r.perfetto_trace_path).find("captured_annotation"), std::string::npos);  // an interned name
+  // JAX's perfetto_trace.json.gz: the host's trace JSON under a second name (written once).
+  EXPECT_EQ(r.perfetto_trace_json_path, r.run_dir + "/perfetto_trace.json.gz");
+  EXPECT_TRUE(fs::equivalent(r.perfetto_trace_json_path, r.hosts[0].trace_json_path));
 }
 
 // Without allowed_log_root the server creates nothing a request names (a
@@ -520,7 +524,8 @@ TEST(ClientTest, CliCapturesSeveralHostsInOneWindow) {
   std::vector<std::string> expected_json = {stem_a + ".trace.json.gz", stem_b + ".trace.json.gz"};
   std::sort(expected_json.begin(), expected_json.end());
   EXPECT_EQ(FilesEndingIn(run, ".trace.json.gz"), expected_json);
-  EXPECT_FALSE(fs::exists(run / "perfetto_trace.json.gz"));  // --no_perfetto_link
+  EXPECT_FALSE(fs::exists(run / "perfetto_trace.pb"));  // --no_perfetto_link
+  EXPECT_FALSE(fs::exists(run / "perfetto_trace.json.gz"));
 
   struct Host {
     const AnnotatingChild* child;

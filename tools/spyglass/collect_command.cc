@@ -167,10 +167,14 @@ int RunCollect(const CollectArgs& a, const std::vector<std::string>& extras, con
     if (!h.xplane_path.empty())
       std::cout << "  " << h.xplane_path << "\n" << (h.trace_json_path.empty() ? "" : "  " + h.trace_json_path + "\n");
   std::cout.flush();
-  if (!a.no_perfetto_link && !result.perfetto_trace_path.empty()) {
+  // JAX's URL (.../perfetto_trace.json.gz); the native trace where no trace
+  // JSON was written (a host's would have been too large).
+  const std::string& served =
+      result.perfetto_trace_json_path.empty() ? result.perfetto_trace_path : result.perfetto_trace_json_path;
+  if (!a.no_perfetto_link && !served.empty()) {
     sinks::PerfettoLinkOptions link;
     link.cancelled = cancelled;
-    if (Status ls = sinks::ServePerfettoTrace(result.perfetto_trace_path, link); !ls.ok()) {
+    if (Status ls = sinks::ServePerfettoTrace(served, link); !ls.ok()) {
       std::cerr << "spyglass collect: perfetto link: " << ls.ToString() << "\n";
       return 1;
     }

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.footer(
       "Traces are written by programs linked with libspyglass (spyglass::profiler::start_trace) to\n"
-      "<log_dir>/plugins/profile/<run>/: open <host>.trace.json.gz or perfetto_trace.json.gz in\n"
+      "<log_dir>/plugins/profile/<run>/: open <host>.trace.json.gz or perfetto_trace.pb in\n"
       "https://ui.perfetto.dev, or run `xprof --logdir <log_dir>` for XProf; in the terminal:\n"
       "`spyglass summary <log_dir>` and `spyglass diff <base> <new>`.");
   spyglass::cli::AddCollectCommand(app);

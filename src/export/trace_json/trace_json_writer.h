@@ -1,6 +1,6 @@
 // Writes the model as Chrome trace-event JSON, gzip-compressed
-// (<host>.trace.json.gz as JAX writes it; perfetto_trace.json.gz is the same
-// without the top-level "metadata" object, which Perfetto's importer rejects).
+// (<host>.trace.json.gz as JAX writes it; perfetto_trace.json.gz is a second
+// name of the same file: Perfetto's JSON importer skips "metadata").
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 namespace spyglass::exporter {
 
 struct TraceJsonOptions {
-  bool perfetto = false;  // omit "metadata"
+  bool perfetto = false;  // omit "metadata" (as JAX's perfetto_trace.json.gz; Perfetto needs no such change)
   // 1-3 (below 1 counts as 1): ISA-L's igzip at that level, ~1 GB/s per core
   // at 1, so that export keeps up with formatting; 4-9: zlib at that level
   // (smaller files, about 5x slower).

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""A perfetto_trace.pb against the .xplane.pb of the same run, event for event.
+
+The trace is decoded with the Perfetto project's own classes (PyPI `perfetto`:
+perfetto.protos.perfetto.trace.perfetto_trace_pb2), then imported as
+trace_processor imports it (spec PERFETTO.md sections 1.3, 2, 3, 4): sequence
+ids and incremental state, interning, track descriptors, BEGIN/END nesting per
+track, counters, flows. trace_processor_shell itself is a download the
+`perfetto` wheel makes on first use (nothing here reaches that host), so it is
+used only when SPYGLASS_TRACE_PROCESSOR names a local binary.
+
+Compared with the .xplane.pb: processes and threads (pid, tid, names), every
+slice (process, thread, name, start and duration in ns, args), every counter
+sample (track, unit, time, value) and every flow (the slices it joins).
+
+  compare_with_xplane.py RUN.xplane.pb perfetto_trace.pb [--expect-lost N]
+"""
+import argparse
+import collections
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # the Perfetto project's classes
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INTERNAL = {"_r", "_p", "_pt", "_c", "_ct", "flops", "program_id", "symbol_id"}
+COUNTERS = "_counters_"
+DEVICE_PID_BASE = 0x40000000
+
+
+def fail(msg):
+  sys.exit(f"FAIL: {msg}")
+
+
+def xplane_pb2():
+  out = tempfile.mkdtemp(prefix="sg_pb2_")
+  subprocess.run([shutil.which("protoc") or "protoc", f"--python_out={out}", f"-I{REPO}/proto",
+                  f"{REPO}/proto/xplane.proto"], check=True)
+  sys.path.insert(0, out)
+  return importlib.import_module("xplane_pb2")
+
+
+def stat_value(plane, s):
+  kind = s.WhichOneof("value")
+  if kind == "ref_value":
+    return plane.stat_metadata[s.ref_value].name
+  if kind == "bytes_value":
+    return "<opaque bytes>"
+  return getattr(s, kind)
+
+
+def int_stat(plane, stats, name):
+  for s in stats:
+    if plane.stat_metadata[s.metadata_id].name == name and s.WhichOneof("value") in ("int64_value", "uint64_value"):
+      return stat_value(plane, s)
+  return None
+
+
+def expected_from_xplane(path):
+  x = xplane_pb2()
+  space = x.XSpace()
+  with open(path, "rb") as f:
+    space.ParseFromString(f.read())
+  threads, slices, counters = set(), collections.Counter(), collections.Counter()
+  flow_groups = collections.defaultdict(set)
+  pids = {}
+  lost = 0
+  for plane in space.planes:
+    for s in plane.stats:
+      if plane.stat_metadata[s.metadata_id].name in ("dropped_events", "overwritten_events",
+                                                     "dropped_events_over_size_limit"):
+        lost += max(0, stat_value(plane, s))
+    if not any(len(l.events) for l in plane.lines):
+      continue
+    os_pid = int_stat(plane, plane.stats, "process_id") or 0
+    pids[plane.name] = os_pid
+    for line in plane.lines:
+      tid = (line.display_id or line.id) & 0xFFFFFFFF
+      line_name = line.display_name or line.name
+      if line.name != COUNTERS and len(line.events):
+        threads.add((plane.name, tid, line_name))
+      for e in line.events:
+        md = plane.event_metadata[e.metadata_id]
+        name = md.display_name or md.name
+        ts = max(0, line.timestamp_ns + e.offset_ps // 1000)
+        end = max(0, line.timestamp_ns + (e.offset_ps + max(0, e.duration_ps)) // 1000)
+        if line.name == COUNTERS:
+          for s in e.stats:
+            stat = plane.stat_metadata[s.metadata_id].name
+            if s.WhichOneof("value") not in ("int64_value", "uint64_value", "double_value"):
+              continue
+            track = name if stat in ("live_bytes", name) else f"{name} {stat}"
+            unit = "bytes" if stat == "live_bytes" else None
+            counters[(plane.name, track, unit, ts, float(stat_value(plane, s)))] += 1
+          continue
+        args = {}
+        for s in list(md.stats) + list(e.stats):  # the event's own value wins
+          key = plane.stat_metadata[s.metadata_id].name
+          if key not in INTERNAL:
+            args[key] = stat_value(plane, s)
+        key = (plane.name, tid, name, ts, end - ts, frozenset(args.items()))
+        slices[key] += 1
+        corr = int_stat(plane, e.stats, "correlation_id")
+        if corr is not None:
+          flow_groups[("corr", os_pid, corr)].add(key)
+        for p, t in (("_p", "_pt"), ("_c", "_ct")):
+          v = int_stat(plane, e.stats, p)
+          if v is not None:
+            flow_groups[("pc", int_stat(plane, e.stats, t) or 0, v)].add(key)
+  flows = {frozenset(g) for g in flow_groups.values() if len(g) > 1}
+  return dict(threads=threads, slices=slices, counters=counters, flows=flows, pids=pids, lost=lost)
+
+
+def check_no_unknown_fields(msg, where):
+  # A field number or wire type the classes do not know shows up here.
+  try:
+    from google.protobuf import unknown_fields  # protobuf >= 4.22
+    unknown = len(unknown_fields.UnknownFieldSet(msg))
+  except ImportError:
+    unknown = len(msg.UnknownFields())
+  if unknown:
+    fail(f"{where}: {unknown} unknown field(s) in {msg.DESCRIPTOR.full_name}")
+  for field, value in msg.ListFields():
+    if field.type == field.TYPE_MESSAGE:
+      for m in (value if getattr(field, "is_repeated", None) or getattr(field, "label", 0) == 3 else [value]):
+        check_no_unknown_fields(m, where)
+
+
+def actual_from_perfetto(path):
+  with open(path, "rb") as f:
+    data = f.read()
+  if not data or data[0] != 0x0A:
+    fail("the file does not start with Trace.packet (0x0A): Perfetto would not see a proto trace")
+  trace = pb.Trace()
+  trace.ParseFromString(data)
+  TE = pb.TrackEvent
+  seq_valid, names, ann_names = {}, {}, {}
+  tracks, processes = {}, {}
+  open_slices = collections.defaultdict(list)
+  slices, counters, flows = [], collections.Counter(), collections.defaultdict(list)
+  timeline = []  # (ts, packet index, track uuid, the slice a BEGIN opens or None for an END)
+  lost = 0
+  for i, p in enumerate(trace.packet):
+    where = f"packet {i}"
+    check_no_unknown_fields(p, where)
+    seq = p.trusted_packet_sequence_id
+    if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+      if seq == 0:
+        fail(f"{where}: cleared state without a sequence id")
+      seq_valid[seq] = True
+      names[seq], ann_names[seq] = {}, {}
+    if p.HasField("interned_data"):
+      if not seq_valid.get(seq):
+        fail(f"{where}: interned data while the sequence's state is invalid (trace_processor drops it)")
+      for table, entries in ((names[seq], p.interned_data.event_names),
+                             (ann_names[seq], p.interned_data.debug_annotation_names)):
+        for en in entries:
+          if en.iid == 0 or en.iid in table:
+            fail(f"{where}: iid {en.iid} is 0 or defined twice")
+          table[en.iid] = en.name
+    if p.HasField("trace_stats"):
+      for b in p.trace_stats.buffer_stats:
+        lost += b.trace_writer_packet_loss
+    if p.HasField("track_descriptor"):
+      td = p.track_descriptor
+      if td.uuid == 0 or td.uuid in tracks:
+        fail(f"{where}: track uuid {td.uuid} is 0 or declared twice")
+      if td.HasField("process"):
+        processes[td.process.pid] = td.process.process_name
+        tracks[td.uuid] = dict(kind="process", pid=td.process.pid, name=td.process.process_name,
+                               labels=list(td.process.process_labels))
+      elif td.HasField("thread"):
+        tracks[td.uuid] = dict(kind="thread", pid=td.thread.pid, tid=td.thread.tid, name=td.thread.thread_name)
+      elif td.HasField("counter"):
+        unit = {pb.CounterDescriptor.UNIT_SIZE_BYTES: "bytes"}.get(td.counter.unit)
+        tracks[td.uuid] = dict(kind="counter", parent=td.parent_uuid, name=td.name, unit=unit)
+      else:
+        tracks[td.uuid] = dict(kind="lane", parent=td.parent_uuid, name=td.name)
+    if not p.HasField("track_event"):
+      continue
+    if seq == 0:
+      fail(f"{where}: a track event without trusted_packet_sequence_id (dropped)")
+    if (p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE) and not seq_valid.get(seq):
+      fail(f"{where}: skipped: needs incremental state that is not valid")
+    te = p.track_event
+    if te.track_uuid not in tracks:
+      fail(f"{where}: track {te.track_uuid} has no descriptor before it")
+    track = tracks[te.track_uuid]
+    ts = p.timestamp
+    if te.type == TE.TYPE_COUNTER:
+      if track["kind"] != "counter":
+        fail(f"{where}: a counter value on a track that is not a counter")
+      value = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
+      proc = tracks[track["parent"]]
+      counters[(proc["name"], track["name"], track["unit"], ts, float(value))] += 1
+      continue
+    if track["kind"] not in ("thread", "lane"):
+      fail(f"{where}: a slice on a {track['kind']} track")
+    if te.type == TE.TYPE_SLICE_END:
+      if te.HasField("name_iid") or te.HasField("name") or te.category_iids or te.categories:
+        fail(f"{where}: an END with a name or category (trace_processor would not match it)")
+      timeline.append((ts, i, te.track_uuid, None))
+      continue
+    if te.type not in (TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT):
+      fail(f"{where}: unexpected event type {te.type}")
+    if te.name_iid not in names.get(seq, {}):
+      fail(f"{where}: name iid {te.name_iid} not defined before on the sequence")
+    args = {}
+    for a in te.debug_annotations:
+      if a.name_iid not in ann_names[seq]:
+        fail(f"{where}: annotation name iid {a.name_iid} not defined")
+      kind = a.WhichOneof("value")
+      args[ann_names[seq][a.name_iid]] = getattr(a, kind)
+    thread = track if track["kind"] == "thread" else tracks[track["parent"]]
+    if track["kind"] == "lane" and track["name"] != thread["name"]:
+      fail(f"{where}: an overflow lane named apart from its thread")
+    s = dict(proc=processes[thread["pid"]], tid=thread["tid"], name=names[seq][te.name_iid], ts=ts, dur=0,
+             args=frozenset(args.items()))
+    slices.append(s)
+    for fid in te.flow_ids:
+      flows[fid].append(s)
+    if te.type == TE.TYPE_SLICE_BEGIN:
+      timeline.append((ts, i, te.track_uuid, s))
+  # Then, as trace_processor does, the events in time order (the sort is
+  # stable: file order at equal times), each END closing its track's
+  # innermost open slice.
+  timeline.sort(key=lambda e: (e[0], e[1]))
+  for ts, i, uuid, s in timeline:
+    stack = open_slices[uuid]
+    if s is not None:
+      stack.append(s)
+      if len(stack) > 512:
+        fail(f"packet {i}: deeper than 512 slices on a track")
+      continue
+    if not stack:
+      fail(f"packet {i}: an END with no open slice on its track")
+    s = stack.pop()
+    s["dur"] = ts - s["ts"]
+  for uuid, stack in open_slices.items():
+    if stack:
+      fail(f"track {uuid}: {len(stack)} slice(s) never ended")
+  key = lambda s: (s["proc"], s["tid"], s["name"], s["ts"], s["dur"], s["args"])
+  threads = {(processes[t["pid"]], t["tid"], t["name"]) for t in tracks.values() if t["kind"] == "thread"}
+  pids = {t["name"]: t["pid"] for t in tracks.values() if t["kind"] == "process"}
+  return dict(threads=threads, slices=collections.Counter(key(s) for s in slices), counters=counters,
+              flows={frozenset(key(s) for s in g) for g in flows.values() if len(g) > 1}, pids=pids, lost=lost,
+              lanes=sum(t["kind"] == "lane" for t in tracks.values()),
+              labels={t["name"]: t["labels"] for t in tracks.values() if t["kind"] == "process"})
+
+
+def diff(what, expected, actual):
+  if expected == actual:
+    return
+  if isinstance(expected, collections.Counter):
+    missing, extra = expected - actual, actual - expected
+  else:
+    missing, extra = set(expected) - set(actual), set(actual) - set(expected)
+  fail(f"{what} differ:\n  in the .xplane.pb only: {sorted(missing, key=str)[:10]}\n"
+       f"  in the perfetto trace only: {sorted(extra, key=str)[:10]}")
+
+
+def check_with_trace_processor(path, n_slices):
+  shell = os.environ.get("SPYGLASS_TRACE_PROCESSOR")
+  if not shell:
+    print("trace_processor: not run (set SPYGLASS_TRACE_PROCESSOR to a local trace_processor_shell)")
+    return
+  from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+  with TraceProcessor(trace=path, config=TraceProcessorConfig(bin_path=shell)) as tp:
+    count = next(iter(tp.query("select count(*) as n from slice"))).n
+    if count != n_slices:
+      fail(f"trace_processor imported {count} slices, expected {n_slices}")
+    bad = [(r.name, r.value) for r in tp.query(
+        "select name, value from stats where value > 0 and severity = 'error'")]
+    if bad:
+      fail(f"trace_processor import errors: {bad}")
+  print(f"trace_processor: {count} slices, no import error")
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("xplane")
+  ap.add_argument("perfetto")
+  ap.add_argument("--min-slices", type=int, default=1)
+  ap.add_argument("--expect-flows", type=int, default=0, help="at least this many flows")
+  ap.add_argument("--expect-counter-unit", default=None, help="a counter track with this unit must be there")
+  ap.add_argument("--expect-overflow-lane", action="store_true")
+  a = ap.parse_args()
+  exp = expected_from_xplane(a.xplane)
+  act = actual_from_perfetto(a.perfetto)
+  diff("threads", exp["threads"], act["threads"])
+  diff("slices", exp["slices"], act["slices"])
+  diff("counter samples", exp["counters"], act["counters"])
+  diff("flows", exp["flows"], act["flows"])
+  for plane, os_pid in exp["pids"].items():
+    pid = act["pids"].get(plane)
+    if plane.startswith("/host:CPU"):
+      if os_pid and pid != os_pid:
+        fail(f"{plane}: pid {pid}, recorded as {os_pid}")
+    elif pid is None or pid < DEVICE_PID_BASE:
+      fail(f"{plane}: device pid {pid} could be a real process's")
+  if act["lost"] != exp["lost"]:
+    fail(f"packet loss {act['lost']}, the model dropped {exp['lost']}")
+  n = sum(exp["slices"].values())
+  if n < a.min_slices:
+    fail(f"only {n} slices")
+  if len(exp["flows"]) < a.expect_flows:
+    fail(f"{len(exp['flows'])} flows, expected at least {a.expect_flows}")
+  if a.expect_counter_unit and not any(k[2] == a.expect_counter_unit for k in act["counters"]):
+    fail(f"no counter track in {a.expect_counter_unit}")
+  if a.expect_overflow_lane and not act["lanes"]:
+    fail("no overflow lane, though events overlap without nesting")
+  check_with_trace_processor(a.perfetto, n)
+  print(f"OK: {n} slices, {len(exp['threads'])} threads, {sum(exp['counters'].values())} counter samples, "
+        f"{len(exp['flows'])} flows match")
+
+
+if __name__ == "__main__":
+  main()

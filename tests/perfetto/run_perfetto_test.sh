@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The native Perfetto trace against the .xplane.pb of the same run, decoded
+# with the Perfetto project's own classes (PyPI perfetto, installed by
+# scripts/setup.sh): a model with every case the writer handles (the
+# fixture), then a real session (the demo: steps, nested annotations, two
+# threads) through stop_trace with create_perfetto_trace.
+set -euo pipefail
+fixture=$1
+demo=$2
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' ||
+  { echo "PyPI perfetto is not installed: run scripts/setup.sh" >&2; exit 1; }
+
+mkdir "$out/fixture"
+"$fixture" "$out/fixture" > /dev/null
+python3 "$here/compare_with_xplane.py" "$out/fixture/fixture.xplane.pb" "$out/fixture/perfetto_trace.pb" \
+  --min-slices 15 --expect-flows 3 --expect-counter-unit bytes --expect-overflow-lane
+
+"$demo" "$out/demo" --steps 3 > "$out/demo.log"
+run=$(ls -d "$out"/demo/plugins/profile/*/)
+python3 "$here/compare_with_xplane.py" "$run"*.xplane.pb "$run"perfetto_trace.pb --min-slices 10
