@@ -17,6 +17,6 @@ for _ in $(seq 1 600); do [ -s "$T/url" ] && break; sleep 0.1; done
 url=$(head -1 "$T/url")
 [ -n "$url" ] || { cat "$T/err"; echo "FAIL: no URL"; exit 1; }
 # outer #20000 starts at 90 ms (every 4.5 us); the view starts 0.5 us before its end... at its start.
-node "$here/view_check.mjs" "$url" --track main --track busy --track "Stream #7" --zoom-ms 90,90.01 --expect-name outer
+node "$here/view_check.mjs" "$url" --track busy --track main --track "Stream #7" --zoom-ms 90,90.01 --expect-name outer
 kill -INT "$pid"; wait "$pid"; pid=
 echo "run_view_test: all passed"

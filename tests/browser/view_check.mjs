@@ -3,7 +3,7 @@
 // Fails (exit 1) unless the page loads with no request outside the server
 // and no script error, draws the named tracks, and, zoomed to [A, B] ms,
 // asks the server for that window and draws single events (level 0) there,
-// the first of them named NAME. Prints the page's ready time.
+// the first of them (under the mouse in lane 0 of the first --track) named NAME. Prints the page's ready time.
 import { chromium } from 'playwright-core';
 
 const argv = process.argv.slice(2);

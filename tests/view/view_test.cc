@@ -244,7 +244,7 @@ TEST_F(ServerTest, HostileRequests) {
   EXPECT_EQ(StatusOf(Get("/?" + token_, many)), 431);
   std::string big = Get("/?" + token_ + "&x=" + std::string(20000, 'a'));
   EXPECT_EQ(StatusOf(big), 431) << big.substr(0, 200);
-  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\n" + host_ + "X: a\0b\r\n\r\n")), 400);
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\n" + host_ + std::string("X: a\0b\r\n\r\n", 11))), 400);
   // A head that never ends: answered when too long, whatever follows.
   EXPECT_EQ(StatusOf(Exchange(server_.port(), std::string(100000, 'G'))), 431);
   // Still serving.
