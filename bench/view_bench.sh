@@ -27,6 +27,6 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 kill -INT "$pid"; wait "$pid"; pid=
 floor_s=$( { /usr/bin/time -f %e cat "$file" > /dev/null; } 2>&1 )
 naive=$( { /usr/bin/time -f "%e %M" "$build/spyglass" report "$T/log" -o "$T/r.html" > /dev/null; } 2>&1 | tail -1)
-echo "floor (cat the file): ${floor_s} s; naive (spyglass report): ${naive%% *} s, peak RSS $(( ${naive##* } >> 10 )) MiB, page $(( $(stat -c %s "$T/r.html") >> 20 )) MiB"
+echo "floor (cat the file): ${floor_s} s; naive (spyglass report): ${naive%% *} s, peak RSS $(( ${naive##* } >> 10 )) MiB, page $(( $(stat -c %s "$T/r.html") >> 10 )) KiB"
 echo "events=$n file=$((bytes >> 20))MiB index_s=$(echo "$t1 - $t0" | bc) url_to_zoomed_s=$(echo "$t2 - $t1" | bc)" \
   "peak_rss=$((hwm >> 10))MiB goal=$(( (bytes / 5 >> 20) + 200 ))MiB"
