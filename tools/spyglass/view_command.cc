@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <spawn.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -43,13 +44,14 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
   std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
   std::cout << url << std::endl;
   std::cerr << "spyglass view: " << index.timeline().events << " events on " << index.timeline().tracks.size()
-            << " threads; serving until interrupted (Ctrl-C)\n";
+            << " threads, an index of " << (index.timeline().blob.size() >> 20)
+            << " MiB; serving until interrupted (Ctrl-C)\n";
   if (open_browser) {
     // The URL holds the token: given as an argument, never through a shell.
-    if (fork() == 0) {
-      execlp("xdg-open", "xdg-open", url.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid_t child = 0;
+    char* argv[] = {const_cast<char*>("xdg-open"), url.data(), nullptr};
+    if (posix_spawnp(&child, "xdg-open", nullptr, nullptr, argv, environ) != 0)
+      std::cerr << "spyglass view: could not start xdg-open; open the URL above\n";
   }
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
