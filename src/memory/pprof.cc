@@ -414,12 +414,6 @@ std::string Shown(std::string_view s) {
   return std::string(s.substr(0, kMaxShown - 3)) + "...";
 }
 
-// A Python frame, as the heap hook writes one: a function in a .py file.
-bool IsPythonFrame(const PprofFrame& f) {
-  std::string_view file = f.file.substr(f.file.size() > 3 ? f.file.size() - 3 : 0);
-  return file == ".py";
-}
-
 std::string_view Basename(std::string_view p) {
   if (p.size() > kMaxScan) p = p.substr(p.size() - kMaxScan);
   size_t s = p.rfind('/');
@@ -531,7 +525,7 @@ std::string CallSite(const PprofSample& s, const SiteOptions& o) {
     for (size_t i = 0; i < s.frames.size() && native == s.frames.size(); ++i)
       if (!IsPlumbing(s.frames[i].function) && !IsAllocatorWrapper(s.frames[i].function)) native = i;
     for (size_t i = 0; i < s.frames.size() && python == s.frames.size(); ++i)
-      if (IsPythonFrame(s.frames[i])) python = i;
+      if (IsPythonSource(s.frames[i].file)) python = i;
     first = !o.native && python < s.frames.size() ? python : native < s.frames.size() ? native : 0;
   }
   const size_t end = o.frames == 0 ? s.frames.size() : std::min(s.frames.size(), first + static_cast<size_t>(o.frames));

@@ -37,6 +37,11 @@ ViewApp::ViewApp(const ViewIndex* index, std::string title) : index_(index) {
   in.timeline = index->Window(0, tl.duration_ns, kFirstPaintPixels);
   in.timeline.names = tl.names;
   in.timeline.details = tl.details;
+  // Search counts and flows are the whole run's (flows find their ends at any level).
+  in.timeline.name_events = tl.name_events;
+  in.timeline.hidden_names = tl.hidden_names;
+  in.timeline.flows = tl.flows;
+  in.timeline.hidden_flows = tl.hidden_flows;
   in.notes.push_back("served by spyglass view: the timeline loads what it shows as you zoom (" +
                      std::to_string(tl.events) + " events in all)");
   std::string page = report::RenderReport(in);
