@@ -228,10 +228,10 @@ void TimelineBuilder::AddLevels(const std::vector<Span>& lane, int64_t base_ns, 
   if (lane.size() < 2) return;
   const int64_t extent_ns = Ns(lane.back().end) - Ns(lane.front().start);
   size_t kept = lane.size();
-  std::vector<Span> current = lane;
-  // Each level starts from the one before (coarser still).
+  std::vector<Span> current;
+  // Each level starts from the one before (coarser still); the first from the lane itself (no copy).
   for (int64_t t = 16; t / 4 <= extent_ns && t < INT64_MAX / 4000; t *= 4) {
-    current = Merge(current, t * 1000);
+    current = Merge(current.empty() ? lane : current, t * 1000);
     if (current.size() * 2 > kept) continue;
     levels->push_back(Encode(current, t, base_ns));
     if (current.size() <= 1) break;
@@ -290,9 +290,14 @@ void TimelineBuilder::EndLine() {
     end_ps_ = std::max(end_ps_, s.end);
   }
   const int64_t base_ns = Ns(spans_.front().start);
-  for (const std::vector<Span>& lane : lanes) {
+  // The lanes hold the spans now: freed before the levels are made (peak memory of a big line).
+  spans_.clear();
+  spans_.shrink_to_fit();
+  for (std::vector<Span>& lane : lanes) {
     track.lanes.emplace_back();
     AddLevels(lane, base_ns, &track.lanes.back());
+    lane.clear();
+    lane.shrink_to_fit();
   }
   tl_.events += track.events;
   tl_.tracks.push_back(std::move(track));

@@ -27,6 +27,8 @@ std::string OtherCommandFor(const std::string& path, bool from_summary);
 void AddSummaryCommands(CLI::App& app);
 // `spyglass report` (tools/spyglass/report_command.cc).
 void AddReportCommand(CLI::App& app);
+// `spyglass view` (tools/spyglass/view_command.cc).
+void AddViewCommand(CLI::App& app);
 // `spyglass run` (tools/spyglass/run_command.cc).
 void AddRunCommand(CLI::App& app);
 // The arguments for CLI11 when they hold `run`: those before the program,

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   spyglass::cli::AddMemoryCommands(app);
   spyglass::cli::AddSummaryCommands(app);
   spyglass::cli::AddReportCommand(app);
+  spyglass::cli::AddViewCommand(app);
   spyglass::cli::AddRunCommand(app);
   std::vector<char*> args = spyglass::cli::SplitRunProgram(app, argc, argv);
   try {

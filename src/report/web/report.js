@@ -331,7 +331,7 @@
     }
 
     // A level's bytes in the blob (varints, zigzag varints, float64s).
-    const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
+    let view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
     function reader(off, len) {
       let p = off;
       const stop = off + len;
@@ -637,6 +637,7 @@
       ctx.beginPath(); ctx.moveTo(0, AXIS - 0.5); ctx.lineTo(width, AXIS - 0.5); ctx.stroke();
       stats.drawn = drawn; stats.maxLevel = maxLevel; stats.lanesDrawn = lanesDrawn; stats.draws++;
       stats.countersDrawn = countersDrawn; stats.counterPoints = counterPoints;
+      if (report.onView) report.onView(t0, t1, plot);  // spyglass view (view.js) loads what is shown
       canvas.dataset.drawn = drawn;
       canvas.dataset.level = maxLevel;
       $('tl-info').textContent = `${fmtNs(t0)} – ${fmtNs(t1)} of ${fmtNs(total)} · ${tl.events} events, ${drawn} spans drawn` +
@@ -1097,6 +1098,14 @@
     const trackIndex = (name) => tracks.findIndex((t) => t.name === name);
     // For tests and the console: the view in ns from the first event.
     return {
+      // spyglass view: new levels for every lane and counter (one each, a window of the run) and their bytes.
+      setData: (lanes, counterLevels, bytes) => {
+        blob = bytes; view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength); cache.clear();
+        lanes.forEach((ls, ti) => { tracks[ti].lanes = ls; });
+        counterLevels.forEach((ls, ci) => { counters[ci].levels = ls; });
+        for (const r of rows) r.levels = r.kind === 'lane' ? tracks[r.ti].lanes[r.li] : r.kind === 'counter' ? counters[r.ci].levels : r.levels;
+        draw();
+      },
       stats, setView: (a, b) => { setView(a, b); draw(); return { ...stats }; }, view: () => [t0, t1], gutter: GUTTER,
       // Where a counter's plot is on the canvas now: [top, height] in CSS px.
       counterBand: (name) => {

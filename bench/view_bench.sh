@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `spyglass view` on a generated trace of N events (make_known_run --busy N):
+# seconds to index (until the URL is printed), the page's first paint in
+# Debian's chromium (view_check.mjs: ready time, then a zoom to single
+# events), peak RSS of the server against 0.2x the file + 200 MB. Baselines:
+# the floor (reading the file once) and the naive one (`spyglass report` of
+# the same run: the whole timeline in one page), seconds and peak RSS.
+#   bench/view_bench.sh BUILD_DIR [N]   (default 10000000)
+set -euo pipefail
+build=$1 n=${2:-10000000}
+here=$(cd "$(dirname "$0")/.." && pwd)
+T=$(mktemp -d /tmp/spyglass-viewbench-XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$T"' EXIT
+"$build/tests/report/make_known_run" "$T/log" --busy "$n" > /dev/null
+file=$(ls "$T"/log/plugins/profile/run1/*.xplane.pb)
+bytes=$(stat -c %s "$file")
+t0=$(date +%s.%N)
+"$build/spyglass" view "$T/log" > "$T/url" 2> "$T/err" &
+pid=$!
+until [ -s "$T/url" ]; do kill -0 "$pid" || { cat "$T/err"; exit 1; }; sleep 0.05; done
+t1=$(date +%s.%N)
+url=$(head -1 "$T/url")
+node "$here/tests/browser/view_check.mjs" "$url" --track busy --zoom-ms 90,90.01 --expect-name outer | tee "$T/page"
+t2=$(date +%s.%N)
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+kill -INT "$pid"; wait "$pid"; pid=
+floor_s=$( { /usr/bin/time -f %e cat "$file" > /dev/null; } 2>&1 )
+naive=$( { /usr/bin/time -f "%e %M" "$build/spyglass" report "$T/log" -o "$T/r.html" > /dev/null; } 2>&1 | tail -1)
+echo "floor (cat the file): ${floor_s} s; naive (spyglass report): ${naive%% *} s, peak RSS $(( ${naive##* } >> 10 )) MiB, page $(( $(stat -c %s "$T/r.html") >> 10 )) KiB"
+echo "events=$n file=$((bytes >> 20))MiB index_s=$(echo "$t1 - $t0" | bc) url_to_zoomed_s=$(echo "$t2 - $t1" | bc)" \
+  "peak_rss=$((hwm >> 10))MiB goal=$(( (bytes / 5 >> 20) + 200 ))MiB"

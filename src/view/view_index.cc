@@ -1,0 +1,201 @@
+#include "view/view_index.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+namespace spyglass::view {
+namespace {
+
+// The blob's encoding (report/timeline.h): LEB128 varints, zigzag gaps,
+// little-endian float64s.
+struct Reader {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok = true;
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p >= end) break;
+      uint8_t b = *p++;
+      v |= uint64_t{b & 127u} << shift;
+      if (!(b & 128)) return v;
+    }
+    ok = false;
+    return 0;
+  }
+  int64_t Zigzag() {
+    uint64_t z = Varint();
+    return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+  }
+  void Skip(size_t n) {
+    if (static_cast<size_t>(end - p) < n) {
+      ok = false;
+      p = end;
+    } else {
+      p += n;
+    }
+  }
+};
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 128) {
+    out->push_back(static_cast<char>((v & 127) | 128));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+void PutZigzag(std::string* out, int64_t v) {
+  PutVarint(out, (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+}
+
+// The coarsest level that merges only what is under a pixel (as the page's levelFor).
+size_t LevelFor(const std::vector<report::TimelineLevel>& levels, double ns_per_px) {
+  size_t k = 0;
+  for (size_t i = 1; i < levels.size(); i++)
+    if (static_cast<double>(levels[i].threshold_ns) <= ns_per_px) k = i;
+  return k;
+}
+
+}  // namespace
+
+Status ViewIndex::Build(const std::vector<std::string>& files) {
+  report::TimelineBuilder builder;
+  for (const std::string& f : files) {
+    std::string host;
+    if (files.size() > 1) {
+      host = std::filesystem::path(f).filename().string();
+      host = host.substr(0, host.rfind(".xplane.pb"));
+    }
+    if (Status s = report::AddProfileFile(f, host, &builder); !s.ok()) return s;
+  }
+  tl_ = builder.Finish();
+  tl_.blob.shrink_to_fit();
+  for (const report::TimelineTrack& t : tl_.tracks)
+    for (const auto& levels : t.lanes)
+      for (const report::TimelineLevel& l : levels) IndexLevel(l, t.at_ns, false);
+  for (const report::TimelineCounter& c : tl_.counters)
+    for (const report::TimelineLevel& l : c.levels) IndexLevel(l, c.at_ns, true);
+  return Status::Ok();
+}
+
+void ViewIndex::IndexLevel(const report::TimelineLevel& l, int64_t at_ns, bool counter) {
+  if (l.spans == 0) return;
+  std::vector<Seek>& seeks = seeks_[l.offset];
+  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
+  Reader r{base + l.offset, base + l.offset + l.bytes};
+  int64_t prev = at_ns;
+  for (uint64_t i = 0; i < l.spans && r.ok; i++) {
+    if (i % kSeekStride == 0) seeks.push_back({static_cast<uint64_t>(r.p - base), prev});
+    if (counter) {
+      prev += r.Zigzag();
+      r.Skip(l.threshold_ns > 0 ? 24 : 8);
+    } else {
+      int64_t start = prev + r.Zigzag();
+      prev = start + static_cast<int64_t>(r.Varint());
+      r.Varint();
+      r.Varint();
+      if (l.threshold_ns > 0) r.Varint();
+    }
+  }
+  seeks.shrink_to_fit();
+}
+
+report::TimelineLevel ViewIndex::CutLane(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
+                                         std::string* out) const {
+  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
+  if (l.spans == 0) return cut;
+  const std::vector<Seek>& seeks = SeeksOf(l);
+  // The last seek point at or before t0: every span before it ends by then.
+  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
+  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
+  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
+  int64_t prev = seeks[si].prev_ns, last_end = at_ns;
+  for (uint64_t i = uint64_t{si} * kSeekStride; i < l.spans; i++) {
+    int64_t start = prev + r.Zigzag();
+    int64_t end = start + static_cast<int64_t>(r.Varint());
+    uint64_t name = r.Varint(), detail = r.Varint(), count = l.threshold_ns > 0 ? r.Varint() : 1;
+    if (!r.ok || start > t1) break;
+    prev = end;
+    if (end < t0) continue;
+    PutZigzag(out, start - last_end);
+    PutVarint(out, static_cast<uint64_t>(end - start));
+    PutVarint(out, name);
+    PutVarint(out, detail);
+    if (l.threshold_ns > 0) PutVarint(out, count);
+    last_end = end;
+    cut.spans++;
+  }
+  cut.bytes = out->size() - cut.offset;
+  return cut;
+}
+
+report::TimelineLevel ViewIndex::CutCounter(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
+                                            std::string* out) const {
+  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
+  if (l.spans == 0) return cut;
+  const std::vector<Seek>& seeks = SeeksOf(l);
+  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
+  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+  const size_t value_bytes = l.threshold_ns > 0 ? 24 : 8;
+  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
+  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
+  int64_t prev = seeks[si].prev_ns, last = at_ns;
+  // The point before t0 is held until the first one in the window.
+  int64_t held_t = 0;
+  const uint8_t* held = nullptr;
+  auto emit = [&](int64_t t, const uint8_t* values) {
+    PutZigzag(out, t - last);
+    out->append(reinterpret_cast<const char*>(values), value_bytes);
+    last = t;
+    cut.spans++;
+  };
+  for (uint64_t i = uint64_t{si} * kSeekStride; i < l.spans; i++) {
+    int64_t t = prev + r.Zigzag();
+    const uint8_t* values = r.p;
+    r.Skip(value_bytes);
+    if (!r.ok) break;
+    prev = t;
+    if (t < t0) {
+      held_t = t;
+      held = values;
+      continue;
+    }
+    if (held) emit(held_t, held), held = nullptr;
+    emit(t, values);
+    if (t > t1) break;  // the one after the window: where the last value ends
+  }
+  if (held) emit(held_t, held);
+  cut.bytes = out->size() - cut.offset;
+  return cut;
+}
+
+report::Timeline ViewIndex::Window(int64_t t0, int64_t t1, int pixels) const {
+  pixels = std::clamp(pixels, 1, kMaxWindowPixels);
+  if (t1 < t0) std::swap(t0, t1);
+  double ns_per_px = static_cast<double>(t1 - t0) / pixels;
+  report::Timeline w;
+  w.start_ns = tl_.start_ns;
+  w.duration_ns = tl_.duration_ns;
+  w.events = tl_.events;
+  w.hidden_details = tl_.hidden_details;
+  w.hidden_tracks = tl_.hidden_tracks;
+  w.hidden_track_events = tl_.hidden_track_events;
+  w.hidden_counters = tl_.hidden_counters;
+  w.hidden_counter_samples = tl_.hidden_counter_samples;
+  for (const report::TimelineTrack& t : tl_.tracks) {
+    report::TimelineTrack c = t;
+    for (auto& levels : c.lanes)
+      if (!levels.empty()) levels = {CutLane(levels[LevelFor(levels, ns_per_px)], t.at_ns, t0, t1, &w.blob)};
+    w.tracks.push_back(std::move(c));
+  }
+  for (const report::TimelineCounter& k : tl_.counters) {
+    report::TimelineCounter c = k;
+    if (!c.levels.empty()) c.levels = {CutCounter(c.levels[LevelFor(c.levels, ns_per_px)], k.at_ns, t0, t1, &w.blob)};
+    w.counters.push_back(std::move(c));
+  }
+  return w;
+}
+
+}  // namespace spyglass::view

@@ -1,0 +1,53 @@
+// `spyglass view`'s index of a run: the report's timeline (levels of detail
+// per lane, report/timeline.h) built once by streaming the run's files, with
+// seek points into every level so that a window query decodes only the
+// spans it returns (plus at most one seek stride before them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "report/timeline.h"
+#include "spyglass/status.h"
+
+namespace spyglass::view {
+
+// Spans decoded between two seek points at most.
+inline constexpr uint32_t kSeekStride = 256;
+inline constexpr int kMaxWindowPixels = 20000;
+
+class ViewIndex {
+ public:
+  // Reads every file (several: hosts of one run, their planes prefixed by
+  // the file's stem), one line at a time.
+  Status Build(const std::vector<std::string>& files);
+  const report::Timeline& timeline() const { return tl_; }
+
+  // The run between t0_ns and t1_ns (from timeline().start_ns) as drawn on
+  // `pixels` columns: a Timeline with the same tracks, lanes and counters
+  // (names and details are not copied: the ids index timeline()'s), each lane
+  // and counter holding one level, the coarsest that merges only what is
+  // under a pixel (level 0, the events themselves, when zoomed in), cut to
+  // the spans that overlap the window (counters: the point before and the
+  // one after too). Its blob holds only those.
+  report::Timeline Window(int64_t t0_ns, int64_t t1_ns, int pixels) const;
+
+ private:
+  struct Seek {
+    uint64_t offset;  // in the blob, of the span (point) that follows
+    int64_t prev_ns;  // end of the span (time of the point) before it
+  };
+  void IndexLevel(const report::TimelineLevel& level, int64_t at_ns, bool counter);
+  report::TimelineLevel CutLane(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
+                                std::string* out) const;
+  report::TimelineLevel CutCounter(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
+                                   std::string* out) const;
+  const std::vector<Seek>& SeeksOf(const report::TimelineLevel& l) const { return seeks_.at(l.offset); }
+
+  report::Timeline tl_;
+  std::unordered_map<uint64_t, std::vector<Seek>> seeks_;  // by the level's offset in the blob
+};
+
+}  // namespace spyglass::view

@@ -1,0 +1,309 @@
+// spyglass view: the index's window queries on a run with known events,
+// and the server's guards (token, Host, loopback, hostile requests).
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "view/http_server.h"
+#include "view/view_app.h"
+#include "view/view_index.h"
+
+namespace spyglass::view {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMsNs = 1'000'000;
+
+struct Span {
+  int64_t start, end;
+  std::string name;
+  uint64_t count;
+};
+
+uint64_t Varint(const std::string& b, size_t* p) {
+  uint64_t v = 0;
+  for (int shift = 0; *p < b.size(); shift += 7) {
+    uint8_t c = static_cast<uint8_t>(b[(*p)++]);
+    v |= uint64_t{c & 127u} << shift;
+    if (!(c & 128)) break;
+  }
+  return v;
+}
+
+// One lane of a window, decoded as the page does.
+std::vector<Span> Decode(const report::Timeline& w, const report::Timeline& full, size_t track, size_t lane) {
+  const report::TimelineLevel& l = w.tracks[track].lanes[lane].at(0);
+  size_t p = l.offset;
+  int64_t prev = w.tracks[track].at_ns;
+  std::vector<Span> out;
+  for (uint64_t i = 0; i < l.spans; i++) {
+    uint64_t z = Varint(w.blob, &p);
+    int64_t start = prev + (static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+    int64_t end = start + static_cast<int64_t>(Varint(w.blob, &p));
+    uint64_t name = Varint(w.blob, &p);
+    Varint(w.blob, &p);
+    uint64_t count = l.threshold_ns > 0 ? Varint(w.blob, &p) : 1;
+    out.push_back({start, end, full.names.at(name), count});
+    prev = end;
+  }
+  EXPECT_EQ(p, l.offset + l.bytes);
+  return out;
+}
+
+std::string KnownRun(const std::string& dir, const char* extra = nullptr, const char* n = nullptr) {
+  const char* maker = std::getenv("MAKE_KNOWN_RUN");
+  if (!maker) return "";
+  fs::remove_all(dir);
+  std::string cmd = std::string(maker) + " " + dir + (extra ? std::string(" ") + extra + " " + n : "") + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return dir + "/plugins/profile/run1/known.xplane.pb";
+}
+
+size_t TrackNamed(const report::Timeline& tl, const std::string& name) {
+  for (size_t i = 0; i < tl.tracks.size(); i++)
+    if (tl.tracks[i].name == name) return i;
+  ADD_FAILURE() << "no track " << name;
+  return 0;
+}
+
+TEST(ViewIndexTest, WindowGivesTheEventsOfAKnownRun) {
+  std::string file = KnownRun(testing::TempDir() + "/view_known");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  const report::Timeline& tl = index.timeline();
+  size_t main = TrackNamed(tl, "main");
+  // Step 3 runs from 32 ms for 30 ms; steps 2 and 4 end 1 ms before and start 1 ms after.
+  report::Timeline w = index.Window(32 * kMsNs, 62 * kMsNs, 10000);
+  std::vector<Span> steps = Decode(w, tl, main, 0);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].name, "train");
+  EXPECT_EQ(steps[0].start, 32 * kMsNs);
+  EXPECT_EQ(steps[0].end, 62 * kMsNs);
+  EXPECT_EQ(steps[0].count, 1u);
+  std::vector<Span> inner = Decode(w, tl, main, 1);
+  ASSERT_EQ(inner.size(), 2u);
+  EXPECT_EQ(inner[0].name, "forward");
+  EXPECT_EQ(inner[0].end - inner[0].start, 12 * kMsNs);
+  EXPECT_EQ(inner[1].name, "backward");
+  EXPECT_EQ(inner[1].start, 44 * kMsNs);
+  // The whole run: all five steps, in order.
+  report::Timeline all = index.Window(0, tl.duration_ns, 1000);
+  std::vector<Span> five = Decode(all, tl, main, 0);
+  ASSERT_EQ(five.size(), 5u);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(five[i].end - five[i].start, (i + 1) * 10 * kMsNs);
+  // A window with nothing in it (between steps 3 and 4).
+  report::Timeline gap = index.Window(62 * kMsNs + 1, 63 * kMsNs - 1, 100);
+  EXPECT_TRUE(Decode(gap, tl, main, 0).empty());
+}
+
+TEST(ViewIndexTest, ZoomedInGivesSingleEventsAnywhereInABigLane) {
+  // 300k events on "busy": outer (4 us) holding inner (2 us) holding leaf, every 4.5 us.
+  std::string file = KnownRun(testing::TempDir() + "/view_busy", "--busy", "300000");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  const report::Timeline& tl = index.timeline();
+  size_t busy = TrackNamed(tl, "busy");
+  // Zoomed out: coarsened to at most about two spans per pixel.
+  report::Timeline out = index.Window(0, tl.duration_ns, 500);
+  std::vector<Span> coarse = Decode(out, tl, busy, 0);
+  EXPECT_LE(coarse.size(), 1000u);
+  uint64_t merged = 0;
+  for (const Span& s : coarse) merged += s.count;
+  EXPECT_EQ(merged, 100000u);  // every event of the lane is in some span
+  // Zoomed in far from the start: exactly the outer events that overlap.
+  const int64_t at = 99000 * 4500;  // ns: outer #99000
+  report::Timeline in = index.Window(at, at + 9000, 1000);
+  std::vector<Span> exact = Decode(in, tl, busy, 0);
+  ASSERT_EQ(exact.size(), 3u);  // #99000, #99001, #99002 (starts at at + 9000)
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_EQ(exact[i].name, "outer");
+    EXPECT_EQ(exact[i].start - tl.tracks[busy].at_ns, at + static_cast<int64_t>(i) * 4500);
+    EXPECT_EQ(exact[i].end - exact[i].start, 4000);
+    EXPECT_EQ(exact[i].count, 1u);
+  }
+}
+
+// ---- the server -----------------------------------------------------------------
+
+std::string Exchange(int port, const std::string& request, bool close_write = true) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  size_t sent = 0;
+  while (sent < request.size()) {
+    ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  if (close_write) ::shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+int StatusOf(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0) return -1;
+  return std::atoi(response.c_str() + 9);
+}
+
+class ServerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    HttpOptions o;
+    o.token = "0123456789abcdef0123456789abcdef";
+    o.max_connections = 2;
+    o.io_timeout_ms = 1500;
+    ASSERT_TRUE(server_.Start(o, [](const HttpRequest& r) {
+      return HttpResponse{200, "text/plain", "path=" + r.path + " x=" + (r.query.count("x") ? r.query.at("x") : "")};
+    }).ok());
+    host_ = "Host: 127.0.0.1:" + std::to_string(server_.port()) + "\r\n";
+  }
+  std::string Get(const std::string& target, const std::string& headers = "") {
+    return Exchange(server_.port(), "GET " + target + " HTTP/1.1\r\n" + host_ + headers + "\r\n");
+  }
+  HttpServer server_;
+  std::string host_;
+  const std::string token_ = "token=0123456789abcdef0123456789abcdef";
+};
+
+TEST_F(ServerTest, TokenRequired) {
+  std::string ok = Get("/a%20b?x=1&" + token_);
+  EXPECT_EQ(StatusOf(ok), 200) << ok;
+  EXPECT_NE(ok.find("path=/a b x=1"), std::string::npos) << ok;
+  EXPECT_EQ(StatusOf(Get("/")), 403);
+  EXPECT_EQ(StatusOf(Get("/?token=")), 403);
+  EXPECT_EQ(StatusOf(Get("/?token=0123456789abcdef0123456789abcdee")), 403);
+  EXPECT_EQ(StatusOf(Get("/?token=0123456789abcdef0123456789abcdef0")), 403);
+  std::string denied = Get("/window?t0=0&t1=1&px=1");
+  EXPECT_NE(denied.find("token is required"), std::string::npos) << denied;
+  // localhost is the loopback too.
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\nHost: localhost:" +
+                                                  std::to_string(server_.port()) + "\r\n\r\n")),
+            200);
+}
+
+TEST_F(ServerTest, OtherHostNamesRefused) {
+  // A page of another site whose name was rebound to 127.0.0.1 sends its own name.
+  std::string r = Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\nHost: evil.example:" +
+                                               std::to_string(server_.port()) + "\r\n\r\n");
+  EXPECT_EQ(StatusOf(r), 403) << r;
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\n\r\n")), 400);
+  EXPECT_EQ(StatusOf(Get("/?" + token_, "Host: 127.0.0.1:1\r\n")), 400);  // two Host headers
+}
+
+TEST_F(ServerTest, LoopbackOnly) {
+  // Every other address of this machine refuses the port.
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(::getifaddrs(&list), 0);
+  int tried = 0;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    sockaddr_in a = *reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+    if ((ntohl(a.sin_addr.s_addr) >> 24) == 127) continue;
+    a.sin_port = htons(static_cast<uint16_t>(server_.port()));
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_NE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << "reachable on " << i->ifa_name;
+    ::close(fd);
+    tried++;
+  }
+  ::freeifaddrs(list);
+  // Also by construction: the bound address.
+  std::printf("tried %d non-loopback addresses\n", tried);
+}
+
+TEST_F(ServerTest, HostileRequests) {
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "POST /?" + token_ + " HTTP/1.1\r\n" + host_ + "\r\n")), 405);
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "garbage\r\n\r\n")), 400);
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /? HTTP/2\r\n\r\n")), 400);
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET http://x/ HTTP/1.1\r\n" + host_ + "\r\n")), 400);
+  EXPECT_EQ(StatusOf(Get("/?" + token_, "Content-Length: 5\r\n")), 413);
+  EXPECT_EQ(StatusOf(Get("/?" + token_, "Transfer-Encoding: chunked\r\n")), 413);
+  EXPECT_EQ(StatusOf(Get("/%zz?" + token_)), 400);
+  EXPECT_EQ(StatusOf(Get("/%4?" + token_)), 400);
+  std::string many;
+  for (int i = 0; i < 100; i++) many += "X-" + std::to_string(i) + ": 1\r\n";
+  EXPECT_EQ(StatusOf(Get("/?" + token_, many)), 431);
+  std::string big = Get("/?" + token_ + "&x=" + std::string(20000, 'a'));
+  EXPECT_EQ(StatusOf(big), 431) << big.substr(0, 200);
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), "GET /?" + token_ + " HTTP/1.1\r\n" + host_ + std::string("X: a\0b\r\n\r\n", 11))), 400);
+  // A head that never ends: answered when too long, whatever follows.
+  EXPECT_EQ(StatusOf(Exchange(server_.port(), std::string(100000, 'G'))), 431);
+  // Still serving.
+  EXPECT_EQ(StatusOf(Get("/?" + token_)), 200);
+}
+
+TEST_F(ServerTest, SlowAndTooManyClientsAreBounded) {
+  // Two workers held by clients that send nothing, two more waiting: the next is turned away at once.
+  std::vector<int> idle;
+  auto open = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(server_.port()));
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  };
+  for (int i = 0; i < 4; i++) {
+    idle.push_back(open());
+    ::usleep(100000);  // taken by a worker or queued before the next
+  }
+  std::string refused = Get("/?" + token_);
+  EXPECT_EQ(StatusOf(refused), 503) << refused;
+  // The idle ones are dropped with 408 after the I/O timeout.
+  char buf[256];
+  ssize_t n = ::recv(idle[0], buf, sizeof buf - 1, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(StatusOf(std::string(buf, static_cast<size_t>(n))), 408);
+  for (int fd : idle) ::close(fd);
+  ::usleep(2000000);
+  EXPECT_EQ(StatusOf(Get("/?" + token_)), 200);
+  EXPECT_GE(server_.refused(), 1u);
+}
+
+TEST(ViewAppTest, PageAndWindowRoutes) {
+  std::string file = KnownRun(testing::TempDir() + "/view_app");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  ViewApp app(&index, "known");
+  HttpResponse page = app.Handle({"/", {}});
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("connect-src 'self'"), std::string::npos);
+  EXPECT_NE(page.body.find("report.onView"), std::string::npos);  // view.js is in
+  HttpResponse w = app.Handle({"/window", {{"t0", "0"}, {"t1", "1000000000"}, {"px", "800"}}});
+  ASSERT_EQ(w.status, 200);
+  ASSERT_GE(w.body.size(), 4u);
+  uint32_t n = 0;
+  for (int i = 0; i < 4; i++) n |= uint32_t{static_cast<uint8_t>(w.body[i])} << (8 * i);
+  ASSERT_LE(4 + n, w.body.size());
+  EXPECT_EQ(w.body.substr(4, 10), "{\"counters");
+  for (auto q : std::vector<std::map<std::string, std::string>>{
+           {}, {{"t0", "x"}, {"t1", "1"}, {"px", "1"}}, {{"t0", "5"}, {"t1", "1"}, {"px", "1"}},
+           {{"t0", "0"}, {"t1", "1"}, {"px", "0"}}, {{"t0", "0"}, {"t1", "1"}, {"px", "99999999"}},
+           {{"t0", "0"}, {"t1", "99999999999999999999999"}, {"px", "1"}}})
+    EXPECT_EQ(app.Handle({"/window", q}).status, 400);
+  EXPECT_EQ(app.Handle({"/etc/passwd", {}}).status, 404);
+}
+
+}  // namespace
+}  // namespace spyglass::view

@@ -1,0 +1,84 @@
+// `spyglass view RUN`: the report page of a run of any size, served from
+// 127.0.0.1 (src/view/): the run is indexed once, streamed, and the page
+// asks for what it shows as it is zoomed.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <spawn.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "spyglass/profile_reader.h"
+#include "view/http_server.h"
+#include "view/view_app.h"
+#include "view/view_index.h"
+
+namespace spyglass::cli {
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+void OnStop(int) { stop_requested = 1; }
+
+int RunView(const std::string& run, int port, bool open_browser, int max_connections) {
+  std::vector<std::string> files;
+  if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) {
+    std::cerr << "spyglass view: " << s.message() << "\n";
+    return 1;
+  }
+  std::cerr << "spyglass view: indexing " << files.size() << " file" << (files.size() == 1 ? "" : "s") << " of " << run << "\n";
+  view::ViewIndex index;
+  if (Status s = index.Build(files); !s.ok()) {
+    std::cerr << "spyglass view: " << s.message() << "\n";
+    return 1;
+  }
+  view::ViewApp app(&index, run);
+  view::HttpServer server;
+  view::HttpOptions options;
+  options.port = port;
+  options.token = view::RandomToken();
+  options.max_connections = max_connections;
+  if (Status s = server.Start(options, [&app](const view::HttpRequest& r) { return app.Handle(r); }); !s.ok()) {
+    std::cerr << "spyglass view: " << s.message() << "\n";
+    return 1;
+  }
+  std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
+  std::cout << url << std::endl;
+  std::cerr << "spyglass view: " << index.timeline().events << " events on " << index.timeline().tracks.size()
+            << " threads, an index of " << (index.timeline().blob.size() >> 20)
+            << " MiB; serving until interrupted (Ctrl-C)\n";
+  if (open_browser) {
+    // The URL holds the token: given as an argument, never through a shell.
+    pid_t child = 0;
+    char* argv[] = {const_cast<char*>("xdg-open"), url.data(), nullptr};
+    if (posix_spawnp(&child, "xdg-open", nullptr, nullptr, argv, environ) != 0)
+      std::cerr << "spyglass view: could not start xdg-open; open the URL above\n";
+  }
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  while (!stop_requested) ::pause();
+  server.Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddViewCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "view",
+      "Serve a run's report page from this machine (127.0.0.1, a token in the URL): traces of any size, read on demand");
+  static std::string run;
+  static int port = 0, max_connections = 8;
+  static bool open_browser = false;
+  cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")
+      ->required();
+  cmd->add_option("--port", port, "the port on 127.0.0.1 (default: a free one)")->check(CLI::Range(0, 65535));
+  cmd->add_flag("--open", open_browser, "open the URL with xdg-open (default: only print it)");
+  cmd->add_option("--max-connections", max_connections, "connections served at once (more get 503)")
+      ->check(CLI::Range(1, 256));
+  cmd->footer(
+      "Prints the page's URL (http://127.0.0.1:PORT/?token=...) on stdout and serves until interrupted.\n"
+      "Only this machine can connect, and only with the token: other local users cannot read the trace.");
+  cmd->callback([] { std::exit(RunView(run, port, open_browser, max_connections)); });
+}
+
+}  // namespace spyglass::cli
