@@ -121,6 +121,7 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   // (A smaller ring keeps the watermark set at open, past its size: the
   // reader drains it at its rescan interval; what does not fit is counted lost.)
   cap_.thread_names.emplace(tid, ThreadName(tid));
+  if (python_on_) python_.Arm(fd, tid);
   rings_.push_back(std::move(r));
   return true;
 #else
@@ -138,6 +139,8 @@ Status CpuSampler::Start() {
   period_ns_ = 1000000000ull / hz_;
   cap_.period_ns = period_ns_;
   scratch_.resize(64 * 1024);
+  std::string python_why;
+  python_on_ = python_.Enable(&python_why);
   DIR* d = opendir("/proc/self/task");
   if (d == nullptr) return UnavailableError("CPU sampling: cannot list /proc/self/task");
   int first_err = 0;
@@ -155,6 +158,7 @@ Status CpuSampler::Start() {
   }
   closedir(d);
   if (opened == 0) {
+    python_.Disable();
     for (auto& r : rings_) munmap(r->base, r->map_bytes), close(r->fd);
     rings_.clear();
     return UnavailableError(std::string("CPU sampling is off: perf_event_open refused (") + std::strerror(first_err) +
@@ -165,6 +169,12 @@ Status CpuSampler::Start() {
   if (mode_ == SampleMode::kWall)
     cap_.mechanism += "; wall mode samples on-CPU time only: perf's clock events do not fire while a thread "
                       "sleeps, and sampling a sleeping thread would need a signal that interrupts its system calls";
+  if (python_on_)
+    cap_.mechanism += "; Python frames read at each sample by a handler of signal " + std::to_string(python_.signal_number()) +
+                      " (SIGRTMIN+" + std::to_string(python_.signal_number() - SIGRTMIN) +
+                      ", taken for the process) that each thread's event sends it";
+  else if (!python_why.empty())
+    cap_.mechanism += "; " + python_why;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // The reader takes none of the program's signals.
   sigset_t all, old;
@@ -230,6 +240,7 @@ void CpuSampler::ReaderLoop() {
 
 void CpuSampler::DrainAll() {
   for (auto& r : rings_) Drain(*r);
+  if (python_on_) python_.Drain();
 }
 
 void CpuSampler::Drain(Ring& r) {
@@ -320,6 +331,10 @@ void CpuSampler::Stop() {
   reader_.join();
   for (auto& r : rings_) ioctl(r->fd, PERF_EVENT_IOC_DISABLE, 0);
   DrainAll();
+  if (python_on_) {
+    python_.Disable();
+    python_.Merge(&cap_);
+  }
   for (auto& r : rings_) {
     munmap(r->base, r->map_bytes);
     close(r->fd);

@@ -12,7 +12,6 @@ import threading
 import time
 import zlib
 
-SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
 QUANTUM = 0.01  # CPU seconds per call
 cpu = {"burn_a": 0.0, "burn_b": 0.0, "burn_c": 0.0, "squeeze": 0.0}
 lock = threading.Lock()
@@ -73,7 +72,8 @@ def second_thread_work(deadline):
 
 
 def main():
-  deadline = time.monotonic() + SECONDS
+  seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
+  deadline = time.monotonic() + seconds
   t = threading.Thread(target=second_thread_work, args=(deadline,), name="second")
   t.start()
   main_thread_work(deadline)
