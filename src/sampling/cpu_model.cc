@@ -8,6 +8,7 @@
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
+#include "sampling/firefox_profile.h"
 #include "model/schema.h"
 
 namespace spyglass::sampling {
@@ -264,7 +265,8 @@ Status WriteCpuProfiles(const model::Space& space, const exporter::OutputDir& di
     if (Status s = dir.WriteBytes(name, bytes); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));
   }
-  return Status::Ok();
+  // Beside them, the same samples for the Firefox Profiler (firefox_profile.h).
+  return WriteFirefoxProfiles(space, dir, written);
 }
 
 }  // namespace spyglass::sampling

@@ -269,3 +269,92 @@ def test_python_shares_agree_with_py_spy(tmp_path):
     # a CPU (this CPU-time sampler does not).
     assert (abs(ours[fn] - theirs[fn]) <= 3 or
             abs(theirs[fn] - 100 * truth[fn]) > abs(ours[fn] - 100 * truth[fn])), (fn, ours, theirs, truth)
+
+
+# ---- the Firefox Profiler file ----------------------------------------------
+def _table(columns, **extra):
+  """A processed-format table: `length` and each column an array."""
+  props = {"length": {"type": "integer", "minimum": 0}}
+  props.update({c: {"type": "array"} for c in columns})
+  props.update(extra)
+  return {"type": "object", "required": ["length"] + list(columns), "properties": props}
+
+
+# The fields the Firefox Profiler's processed format (version 54, samply's)
+# requires of a profile with samples, stacks and markers.
+FIREFOX_SCHEMA = {
+    "type": "object",
+    "required": ["meta", "libs", "threads"],
+    "properties": {
+        "meta": {
+            "type": "object",
+            "required": ["version", "preprocessedProfileVersion", "interval", "startTime", "processType", "product",
+                         "categories", "markerSchema", "symbolicated"],
+            "properties": {
+                "preprocessedProfileVersion": {"const": 54},
+                "interval": {"type": "number", "exclusiveMinimum": 0},
+                "categories": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["name", "color", "subcategories"]}},
+            },
+        },
+        "libs": {"type": "array"},
+        "threads": {"type": "array", "minItems": 1, "items": {
+            "type": "object",
+            "required": ["name", "isMainThread", "processType", "pid", "tid", "registerTime", "processStartupTime",
+                         "samples", "markers", "stackTable", "frameTable", "funcTable", "resourceTable",
+                         "nativeSymbols", "stringArray"],
+            "properties": {
+                "samples": _table(["stack", "time"], weightType={"enum": ["samples", "tracing-ms", "bytes"]}),
+                "markers": _table(["name", "startTime", "endTime", "phase", "category", "data"]),
+                "stackTable": _table(["frame", "prefix"]),
+                "frameTable": _table(["address", "inlineDepth", "category", "subcategory", "func", "nativeSymbol",
+                                      "innerWindowID", "implementation", "line", "column"]),
+                "funcTable": _table(["name", "isJS", "relevantForJS", "resource", "fileName", "lineNumber",
+                                     "columnNumber"]),
+                "resourceTable": _table(["lib", "name", "host", "type"]),
+                "nativeSymbols": _table(["libIndex", "address", "name", "functionSize"]),
+                "stringArray": {"type": "array", "items": {"type": "string"}},
+            },
+        }},
+    },
+}
+
+
+def test_firefox_profile_beside_the_trace(tmp_path, xplane_pb2):
+  jsonschema = pytest.importorskip("jsonschema")
+  import json  # pylint: disable=g-import-not-at-top
+  logs = tmp_path / "logs"
+  r = sh(sys.executable, "-m", "spyglass", "run", "--trace", str(logs), "--sample", "999", WORKLOAD, "1")
+  assert r.returncode == 0, r.stderr
+  xplane = one(str(logs / "plugins" / "profile" / "*" / "*.xplane.pb"))
+  path = one(os.path.join(os.path.dirname(xplane), "cpu.*.firefox.json"))
+  with open(path) as f:
+    profile = json.load(f)
+  jsonschema.validate(profile, FIREFOX_SCHEMA)
+  stats = plane_stats(host_plane(xplane_pb2, xplane))
+  threads = profile["threads"]
+  assert sum(t["samples"]["length"] for t in threads) == stats["cpu_samples"]
+  categories = [c["name"] for c in profile["meta"]["categories"]]
+  seen_python = set()
+  for t in threads:
+    s, st, fr, fn, strings = t["samples"], t["stackTable"], t["frameTable"], t["funcTable"], t["stringArray"]
+    for table in (s, st, fr, fn, t["markers"]):  # every column as long as its table
+      assert all(len(v) == table["length"] for k, v in table.items() if isinstance(v, list)), table.keys()
+    assert all(0 <= x < st["length"] for x in s["stack"])
+    assert s["time"] == sorted(s["time"])
+    assert all(p is None or 0 <= p < i for i, p in enumerate(st["prefix"]))  # callers come first
+    assert all(0 <= x < fr["length"] for x in st["frame"])
+    assert all(0 <= x < fn["length"] for x in fr["func"])
+    assert all(0 <= x < len(strings) for x in fn["name"])
+    for i in range(fr["length"]):
+      name = strings[fn["name"][fr["func"][i]]]
+      if categories[fr["category"][i]] == "Python":
+        seen_python.add(name)
+        if name == "burn_a":
+          assert strings[fn["fileName"][fr["func"][i]]] == WORKLOAD and fr["line"][i] > 0
+    # The tracer's Python function events of this thread are its markers.
+    marks = {strings[x] for x in t["markers"]["name"]}
+    if t["isMainThread"]:
+      assert any("main_thread_work" in m for m in marks), sorted(marks)[:10]
+      assert all(a <= b for a, b in zip(t["markers"]["startTime"], t["markers"]["endTime"]))
+  assert {"burn_a", "burn_b", "burn_c", "squeeze"} <= seen_python, seen_python
