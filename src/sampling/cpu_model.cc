@@ -78,6 +78,8 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
   host->stats.push_back(host->uint_stat(kCpuSamplesLostStat, cap.lost));
   host->stats.push_back(host->uint_stat(kCpuSamplesDroppedStat, cap.dropped));
   host->stats.push_back(host->uint_stat(kCpuStacksTruncatedStat, cap.truncated_samples));
+  host->stats.push_back(host->uint_stat(kCpuUnwindNsStat, cap.unwind_ns));
+  host->stats.push_back(host->uint_stat(kCpuReaderCpuNsStat, cap.reader_cpu_ns));
   if (cap.samples.empty()) return;
 
   // Symbolize every address once.
@@ -256,7 +258,7 @@ Status WriteCpuProfiles(const model::Space& space, const exporter::OutputDir& di
     const model::Stat* pid = FindStat(plane, plane.stats, model::kProcessIdStat);
     const model::Stat* comm = FindStat(plane, plane.stats, model::kProcessNameStat);
     for (std::string_view key : {kCpuSampleMechanismStat, kCpuSamplesLostStat, kCpuSamplesDroppedStat,
-                                 kCpuStacksTruncatedStat})
+                                 kCpuStacksTruncatedStat, kCpuUnwindNsStat, kCpuReaderCpuNsStat})
       if (const model::Stat* s = FindStat(plane, plane.stats, key))
         data.comments.push_back("spyglass: " + std::string(key) + " " + plane.stat_text(*s));
     std::string name = "cpu." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +

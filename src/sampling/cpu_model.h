@@ -18,7 +18,8 @@
 //     no address; python_stacks.h puts them among the native frames);
 //   - plane stats: kCpuSampleCountStat, kCpuSamplePeriodStat (ns),
 //     kCpuSampleModeStat, kCpuSampleMechanismStat, kCpuSamplesLostStat,
-//     kCpuSamplesDroppedStat, kCpuStacksTruncatedStat.
+//     kCpuSamplesDroppedStat, kCpuStacksTruncatedStat; the sampler's own
+//     cost: kCpuUnwindNsStat, kCpuReaderCpuNsStat.
 // A truncated stack has an outermost node "[truncated]".
 #pragma once
 
@@ -50,6 +51,8 @@ inline constexpr std::string_view kCpuSampleMechanismStat = "cpu_sample_mechanis
 inline constexpr std::string_view kCpuSamplesLostStat = "cpu_samples_lost";
 inline constexpr std::string_view kCpuSamplesDroppedStat = "cpu_samples_dropped";
 inline constexpr std::string_view kCpuStacksTruncatedStat = "cpu_stacks_truncated";
+inline constexpr std::string_view kCpuUnwindNsStat = "cpu_sampler_unwind_ns";
+inline constexpr std::string_view kCpuReaderCpuNsStat = "cpu_sampler_reader_cpu_ns";
 inline constexpr std::string_view kTruncatedFrame = "[truncated]";
 
 // Writes `cap` onto `host` (the layout above): symbolizes its stacks (the

@@ -236,6 +236,9 @@ void CpuSampler::ReaderLoop() {
       last_scan = now;
     }
   }
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  cap_.reader_cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void CpuSampler::DrainAll() {
@@ -302,6 +305,7 @@ void CpuSampler::HandleSample(const uint8_t* rec, size_t size) {
     ++cap_.dropped;
     return;
   }
+  const uint64_t t0 = MonotonicNs();
   uintptr_t frames[kMaxDepth];
   int why = 0;
   int n = memory::internal::UnwindCopiedStack(ip, sp, bp, stack, std::min(dyn, stack_size), frames, kMaxDepth, &why);
@@ -309,6 +313,7 @@ void CpuSampler::HandleSample(const uint8_t* rec, size_t size) {
   if (truncated) ++cap_.truncated_samples;
   const uint32_t tid = static_cast<uint32_t>(pid_tid >> 32);
   cap_.samples.push_back({time, period, tid, Intern(frames, n, truncated)});
+  cap_.unwind_ns += MonotonicNs() - t0;
 }
 
 uint32_t CpuSampler::Intern(const uintptr_t* frames, int n, bool truncated) {

@@ -56,6 +56,8 @@ struct CpuCapture {
   uint64_t truncated_samples = 0;
   uint64_t threads_unsampled = 0;  // threads whose event or ring could not be set up
   uint64_t period_ns = 0;
+  uint64_t unwind_ns = 0;      // the reader's time unwinding and interning (all samples)
+  uint64_t reader_cpu_ns = 0;  // the reader thread's CPU time in all (draining, unwinding, rescans)
   std::string mechanism;  // one line: what samples and why
 };
 

@@ -50,6 +50,7 @@ class CpuSamplerTracer : public session::Tracer {
       return Status::Ok();
     }
     CpuCapture cap = sampler_.Take();
+    samples_ = cap.samples.size();
     const uint64_t lost = cap.lost + cap.dropped;
     if (lost > 0) {
       std::string w = "spyglass: " + std::to_string(lost) + " CPU samples were dropped (" +
@@ -69,6 +70,7 @@ class CpuSamplerTracer : public session::Tracer {
   }
   void AddStats(session::SessionSummary* summary) const override {
     // Samples are not annotated events (the count the session prints); their drops are drops.
+    summary->cpu_samples += samples_;
     summary->dropped_events += dropped_;
   }
 
@@ -77,7 +79,7 @@ class CpuSamplerTracer : public session::Tracer {
   CpuSampler sampler_;
   uint64_t start_mono_ns_ = 0;
   std::string failure_;
-  uint64_t dropped_ = 0;
+  uint64_t samples_ = 0, dropped_ = 0;
 };
 
 std::unique_ptr<session::Tracer> MakeCpuSampler(const profiler::ProfileOptions& o) {

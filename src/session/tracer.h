@@ -56,6 +56,7 @@ struct SessionSummary {
   uint64_t dropped_events = 0;
   uint64_t incomplete_events = 0;
   uint64_t threads = 0;
+  uint64_t cpu_samples = 0;
 };
 
 class Tracer {

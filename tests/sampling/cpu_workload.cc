@@ -4,6 +4,9 @@
 // pointers (the sampler unwinds with .eh_frame CFI). It prints the CPU time
 // each function took, measured with the thread's CPU clock: the truth.
 //   cpu_workload [SECONDS_OF_CPU]   (default 2)
+//   cpu_workload work ROUNDS        a fixed amount of work on one thread (for
+//                                   bench/cpu_sampling_bench.py): prints the
+//                                   thread's CPU time and the wall time
 #include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -11,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace {
@@ -69,7 +73,37 @@ void Worker(int rounds) {
 
 }  // namespace
 
+// The same three functions over fixed work (no clock reads): a profiler's
+// cost shows as more time for the same work.
+#define SPYGLASS_WORK(name, which)                                     \
+  extern "C" __attribute__((noinline)) void name(int blocks) {        \
+    uint64_t x = static_cast<uint64_t>(blocks) + which;                \
+    for (int b = 0; b < blocks; ++b) SPYGLASS_SPIN(x);                 \
+    g_sink = x;                                                        \
+    asm volatile("" ::: "memory");                                     \
+  }
+SPYGLASS_WORK(work_a, 0)
+SPYGLASS_WORK(work_b, 1)
+SPYGLASS_WORK(work_c, 2)
+
+int FixedWork(int rounds) {
+  timespec w0, w1;
+  clock_gettime(CLOCK_MONOTONIC, &w0);
+  const uint64_t c0 = ThreadCpuNs();
+  for (int r = 0; r < rounds; ++r) {
+    work_a(50);
+    work_b(30);
+    work_c(20);
+  }
+  const uint64_t c1 = ThreadCpuNs();
+  clock_gettime(CLOCK_MONOTONIC, &w1);
+  std::printf("thread_cpu_seconds %.6f\nwall_seconds %.6f\n", (c1 - c0) / 1e9,
+              (w1.tv_sec - w0.tv_sec) + (w1.tv_nsec - w0.tv_nsec) / 1e9);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "work") return FixedWork(std::atoi(argv[2]));
   const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
   const int rounds = static_cast<int>(seconds * 1e9 / 10e6);  // 10 ms of CPU per round, both threads
   std::thread worker(Worker, rounds);

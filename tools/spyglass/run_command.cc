@@ -278,8 +278,17 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::set_difference(runs.begin(), runs.end(), runs_before.begin(), runs_before.end(), std::back_inserter(written));
     if (written.empty())
       std::cerr << "spyglass run: no trace was written under " << trace_dir << "/plugins/profile/\n";
-    for (const std::string& run : written)
+    for (const std::string& run : written) {
       std::cerr << "spyglass run: trace in " << trace_dir << "/plugins/profile/" << run << "/\n";
+      std::error_code dir_ec;
+      for (fs::directory_iterator it(fs::path(trace_dir) / "plugins" / "profile" / run, dir_ec), end;
+           !dir_ec && it != end; it.increment(dir_ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind("cpu.", 0) == 0 && name.size() > 9 && name.compare(name.size() - 5, 5, ".prof") == 0)
+          std::cerr << "spyglass run: CPU profile " << it->path().string() << " (go tool pprof -top "
+                    << it->path().string() << ")\n";
+      }
+    }
     if (!written.empty())
       std::cerr << "Read it with: spyglass summary " << trace_dir << "   or   spyglass report " << trace_dir
                 << (memory && dir == trace_dir ? "   (the memory profiles are beside it)" : "") << "\n";
