@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -261,11 +262,19 @@ bool PythonStacks::Enable(std::string* why) {
     *why = "Python frames are off: the interpreter was not initialized when sampling started";
     return false;
   }
-  if (!ResolveApi(&a) || !Find(&version, "Py_Version") || !Find(&g.code_type, "PyCode_Type")) {
+  if (!ResolveApi(&a) || !Find(&g.code_type, "PyCode_Type")) {
     *why = "Python frames are off: this Python lacks functions they need (CPython 3.10-3.13)";
     return false;
   }
-  const pf::RawLayout* layout = (*version >> 24) == 3 ? pf::LayoutOf((*version >> 16) & 0xff) : nullptr;
+  // Py_Version is 3.11+; Py_GetVersion's text ("3.10.13 (main, ...") everywhere.
+  unsigned major = 0, minor = 0;
+  if (Find(&version, "Py_Version")) {
+    major = static_cast<unsigned>(*version >> 24);
+    minor = static_cast<unsigned>((*version >> 16) & 0xff);
+  } else if (const char* (*get_version)() = nullptr; Find(&get_version, "Py_GetVersion")) {
+    std::sscanf(get_version(), "%u.%u", &major, &minor);
+  }
+  const pf::RawLayout* layout = major == 3 ? pf::LayoutOf(minor) : nullptr;
   if (layout == nullptr || dlsym(RTLD_DEFAULT, "_Py_MergeZeroLocalRefcount") != nullptr) {
     *why = "Python frames are off: they are read on CPython 3.10-3.13 with the GIL only";
     return false;
