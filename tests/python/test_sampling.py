@@ -358,3 +358,88 @@ def test_firefox_profile_beside_the_trace(tmp_path, xplane_pb2):
       assert any("main_thread_work" in m for m in marks), sorted(marks)[:10]
       assert all(a <= b for a, b in zip(t["markers"]["startTime"], t["markers"]["endTime"]))
   assert {"burn_a", "burn_b", "burn_c", "squeeze"} <= seen_python, seen_python
+
+
+# ---- spyglass summary / diff: the CPU tables --------------------------------
+STEPS = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import sample_workload as w
+from spyglass.profiler import StepTraceAnnotation
+for step in range(4):
+  with StepTraceAnnotation("train", step_num=step):
+    for _ in range(40 if step % 2 == 0 else 12):
+      w.burn_a()
+    for _ in range(12):
+      w.burn_b()
+"""
+
+SPYGLASS = os.path.join(os.path.dirname(sys.executable), "spyglass")
+
+
+def cpu_rows(text, scope):
+  """{label: (first %, second %)} of the "top by total" rows (two % columns)
+  or the self rows of the CPU table `scope` in `spyglass summary`'s text."""
+  block = text.split(f"CPU time in {scope}:", 1)[1].split("\n\n", 1)[0]
+  total_part = block.split("function (top by total)", 1)[1]
+  rows = {}
+  for line in total_part.splitlines()[1:]:
+    parts = line.rsplit(None, 3)
+    if len(parts) == 4 and parts[3].endswith("%"):
+      rows[parts[0].strip()] = float(parts[3].rstrip("%"))
+  return rows
+
+
+def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
+  steps_dir, work_dir = tmp_path / "steps", tmp_path / "work"
+  steps_dir.mkdir()
+  work_dir.mkdir()
+  script = tmp_path / "steps.py"
+  script.write_text(STEPS)
+  r = sh(sys.executable, "-m", "spyglass", "run", "--sample", "999", str(script), HERE, cwd=str(steps_dir))
+  assert r.returncode == 0, r.stderr
+  s = sh(SPYGLASS, "summary", "-n", "50", str(steps_dir))
+  assert s.returncode == 0, s.stderr
+  assert "CPU time in all threads:" in s.stdout, s.stdout
+  assert "cpu_stack#" not in s.stdout, s.stdout  # samples are not annotations
+  # Per step: even steps burn 40 quanta of burn_a to 12 of burn_b, odd ones 12 to 12.
+  for step, want in ((0, 100 * 40 / 52), (1, 50.0), (2, 100 * 40 / 52), (3, 50.0)):
+    rows = cpu_rows(s.stdout, f"step {step}")
+    got = rows.get("burn_a (sample_workload.py)", 0.0)
+    print(f"step {step}: burn_a {got:.1f}% of its CPU time, want {want:.1f}%")
+    assert abs(got - want) <= 6, (step, rows)  # ~500 samples a step: 6 points is 3 sigma
+  # Per thread: the main thread's table (the only busy one) holds burn_a and burn_b.
+  thread_rows = cpu_rows(s.stdout, "thread python")
+  assert "burn_a (sample_workload.py)" in thread_rows and "burn_b (sample_workload.py)" in thread_rows, thread_rows
+
+  r = sh(sys.executable, "-m", "spyglass", "run", "--sample", "999", WORKLOAD, "2", cwd=str(work_dir))
+  assert r.returncode == 0, r.stderr
+  truth = truth_of(r.stdout)
+  w = sh(SPYGLASS, "summary", "-n", "50", str(work_dir))
+  work_all = cpu_rows(w.stdout, "all threads")
+  steps_all = cpu_rows(s.stdout, "all threads")
+  # The workload's functions' total shares against its truth (over all of
+  # the process's CPU time, start-up included: 4 points).
+  for fn in ("burn_a", "burn_b"):
+    assert abs(work_all[f"{fn} (sample_workload.py)"] - 100 * truth[fn]) <= 4, (fn, work_all, truth)
+  d = sh(SPYGLASS, "diff", "-n", "50", str(steps_dir), str(work_dir))
+  assert d.returncode == 0, d.stderr
+  assert "CPU time by function" in d.stdout, d.stdout
+  row = next(l for l in d.stdout.splitlines() if l.strip().startswith("burn_a (sample_workload.py)"))
+  shares = [float(x.rstrip("%")) for x in row.split(")", 1)[1].split()]
+  assert shares[2:] == [steps_all["burn_a (sample_workload.py)"], work_all["burn_a (sample_workload.py)"]], (row, shares)
+
+
+def test_speedscope_reads_the_python_cpu_profile(tmp_path):
+  """speedscope's web app in headless chromium (tests/browser) opens the
+  pprof of a Python program and lists its Python and native functions."""
+  browser = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "browser")
+  if not os.path.isdir(os.path.join(browser, "node_modules", "speedscope")):
+    pytest.skip("no tests/browser/node_modules (scripts/setup.sh runs npm ci there)")
+  r = sh(sys.executable, "-m", "spyglass", "run", "--sample", "999", WORKLOAD, "1", cwd=str(tmp_path))
+  assert r.returncode == 0, r.stderr
+  prof = one(str(tmp_path / "plugins" / "profile" / "*" / "cpu.*.prof"))
+  c = subprocess.run(["node", os.path.join(browser, "speedscope_check.mjs"), prof, "burn_a", "burn_b", "squeeze",
+                      "main_thread_work"], capture_output=True, text=True, timeout=240,
+                     env=dict(os.environ, SORT_BY_TOTAL="1"))
+  assert c.returncode == 0, c.stdout + c.stderr
