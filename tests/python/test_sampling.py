@@ -378,9 +378,9 @@ SPYGLASS = os.path.join(os.path.dirname(sys.executable), "spyglass")
 
 
 def cpu_rows(text, scope):
-  """{label: (first %, second %)} of the "top by total" rows (two % columns)
-  or the self rows of the CPU table `scope` in `spyglass summary`'s text."""
-  block = text.split(f"CPU time in {scope}:", 1)[1].split("\n\n", 1)[0]
+  """{label: total %} of the "top by total" rows of the CPU table whose
+  scope starts with `scope` ("all threads:", "step 0:", "thread python")."""
+  block = text.split(f"CPU time in {scope}", 1)[1].split("\n\n", 1)[0]
   total_part = block.split("function (top by total)", 1)[1]
   rows = {}
   for line in total_part.splitlines()[1:]:
@@ -404,7 +404,7 @@ def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
   assert "cpu_stack#" not in s.stdout, s.stdout  # samples are not annotations
   # Per step: even steps burn 40 quanta of burn_a to 12 of burn_b, odd ones 12 to 12.
   for step, want in ((0, 100 * 40 / 52), (1, 50.0), (2, 100 * 40 / 52), (3, 50.0)):
-    rows = cpu_rows(s.stdout, f"step {step}")
+    rows = cpu_rows(s.stdout, f"step {step}:")
     got = rows.get("burn_a (sample_workload.py)", 0.0)
     print(f"step {step}: burn_a {got:.1f}% of its CPU time, want {want:.1f}%")
     assert abs(got - want) <= 6, (step, rows)  # ~500 samples a step: 6 points is 3 sigma
@@ -416,12 +416,13 @@ def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
   assert r.returncode == 0, r.stderr
   truth = truth_of(r.stdout)
   w = sh(SPYGLASS, "summary", "-n", "50", str(work_dir))
-  work_all = cpu_rows(w.stdout, "all threads")
-  steps_all = cpu_rows(s.stdout, "all threads")
-  # The workload's functions' total shares against its truth (over all of
-  # the process's CPU time, start-up included: 4 points).
-  for fn in ("burn_a", "burn_b"):
-    assert abs(work_all[f"{fn} (sample_workload.py)"] - 100 * truth[fn]) <= 4, (fn, work_all, truth)
+  work_all = cpu_rows(w.stdout, "all threads:")
+  steps_all = cpu_rows(s.stdout, "all threads:")
+  # The workload's functions' total times against its truth (their shares
+  # are of all of the process's CPU time, the interpreter's start-up
+  # included: compared as a ratio).
+  ratio = work_all["burn_a (sample_workload.py)"] / work_all["burn_b (sample_workload.py)"]
+  assert abs(ratio / (truth["burn_a"] / truth["burn_b"]) - 1) <= 0.1, (work_all, truth)
   d = sh(SPYGLASS, "diff", "-n", "50", str(steps_dir), str(work_dir))
   assert d.returncode == 0, d.stderr
   assert "CPU time by function" in d.stdout, d.stdout
