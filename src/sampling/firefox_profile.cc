@@ -305,8 +305,9 @@ Status WriteFirefoxProfiles(const model::Space& space, const exporter::OutputDir
     if (json.empty()) continue;
     const model::Stat* pid = FindStat(plane, plane.stats, model::kProcessIdStat);
     const model::Stat* comm = FindStat(plane, plane.stats, model::kProcessNameStat);
-    std::string name = "cpu." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +
-                       PlainName(comm ? plane.stat_text(*comm) : "") + ".firefox.json";
+    // Not cpu.*: that prefix is the pprof profiles' (tools look for them by it).
+    std::string name = "firefox." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +
+                       PlainName(comm ? plane.stat_text(*comm) : "") + ".json";
     if (Status s = dir.WriteBytes(name, json); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));
   }

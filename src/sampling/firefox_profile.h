@@ -1,7 +1,7 @@
 // The CPU samples of each process as a Firefox Profiler profile, in the
 // processed profile format that samply writes (preprocessedProfileVersion 54:
 // per-thread string arrays), which profiler.firefox.com opens as is:
-//   cpu.<pid>.<comm>.firefox.json beside the XSpace, one per host plane with samples.
+//   firefox.<pid>.<comm>.json beside the XSpace, one per host plane with samples.
 // One thread per sampled thread: its samples (time in ms from the session's
 // start, threadCPUDelta in µs: the CPU time each stands for), its stacks
 // (stackTable/frameTable/funcTable, frames of category "Native" or "Python",
@@ -22,7 +22,7 @@ namespace spyglass::sampling {
 // The profile of `host` (a host plane with CPU samples) as JSON; "" without samples.
 std::string FirefoxProfileJson(const model::Space& space, const model::Plane& host);
 
-// For each host plane with samples: cpu.<pid>.<comm>.firefox.json into `dir`.
+// For each host plane with samples: firefox.<pid>.<comm>.json into `dir`.
 Status WriteFirefoxProfiles(const model::Space& space, const exporter::OutputDir& dir,
                             std::vector<std::string>* written);
 

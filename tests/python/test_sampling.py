@@ -327,7 +327,7 @@ def test_firefox_profile_beside_the_trace(tmp_path, xplane_pb2):
   r = sh(sys.executable, "-m", "spyglass", "run", "--trace", str(logs), "--sample", "999", WORKLOAD, "1")
   assert r.returncode == 0, r.stderr
   xplane = one(str(logs / "plugins" / "profile" / "*" / "*.xplane.pb"))
-  path = one(os.path.join(os.path.dirname(xplane), "cpu.*.firefox.json"))
+  path = one(os.path.join(os.path.dirname(xplane), "firefox.*.json"))
   with open(path) as f:
     profile = json.load(f)
   jsonschema.validate(profile, FIREFOX_SCHEMA)
