@@ -63,10 +63,14 @@ Status Export(const model::Space& space, const OutputDir& dir, const ExportReque
     const std::string name = FileNameOf(format, request.host);
     if (Status s = f.write(space, dir, name, request); !s.ok()) return s;
     files->*f.path = dir.PathOf(name);
-    // Beside the run's XSpace: each process's CPU samples as a pprof profile.
-    if (format == Format::kXPlane)
-      if (Status s = sampling::WriteCpuProfiles(space, dir, &files->cpu_profiles); !s.ok()) return s;
   }
+  // Beside a host's files: each process's CPU samples as a pprof profile,
+  // from the model (a capture client exports the XSpace as received, then
+  // the JSON from the model it decoded: the profile comes with the latter).
+  bool per_host = false;
+  for (Format format : request.formats) per_host |= format == Format::kXPlane || format == Format::kTraceJson;
+  if (per_host)
+    if (Status s = sampling::WriteCpuProfiles(space, dir, &files->cpu_profiles); !s.ok()) return s;
   return Status::Ok();
 }
 

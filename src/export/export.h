@@ -36,8 +36,8 @@ struct ExportedFiles {
   std::string xplane;
   std::string trace_json;
   std::string perfetto_trace;
-  // With kXPlane: cpu.<pid>.<comm>.prof of each process with CPU samples
-  // (src/sampling/cpu_model.h).
+  // With kXPlane or kTraceJson: cpu.<pid>.<comm>.prof of each process the
+  // model has CPU samples of (src/sampling/cpu_model.h).
   std::vector<std::string> cpu_profiles;
 };
 

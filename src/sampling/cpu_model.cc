@@ -230,7 +230,7 @@ Status WriteCpuProfiles(const model::Space& space, const exporter::OutputDir& di
         last_ps = std::max(last_ps, e.offset_ps + e.duration_ps);
       }
     }
-    if (agg.empty()) continue;
+    // A process that never ran while sampled still gets its (empty) profile: sampling was on.
     for (const auto& [key, v] : agg) {
       const uint32_t leaf = std::get<0>(key);
       auto [it, inserted] = locations_of.emplace(leaf, std::vector<uint64_t>{});

@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,12 +27,14 @@
 namespace spyglass::sampling {
 namespace {
 
-// A ring of 32 data pages (128 KiB): 15 samples of an 8 KiB stack copy, the
-// reader woken at a quarter, with room for 3 ms more at 4 kHz before the
-// kernel drops (and counts) samples. The kernel lets a user lock
+// A ring of 64 data pages (256 KiB): 31 samples of an 8 KiB stack copy, the
+// reader woken at 4, with room for 27 more (7 ms at 4 kHz, 27 at 999 Hz: a
+// reader kept off the CPU that long on a busy machine) before the kernel
+// drops (and counts) samples. The kernel lets a user lock
 // perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: when
-// that is used up, later threads get smaller rings (8, then 4 pages).
-constexpr size_t kRingPages[] = {32, 8, 4};
+// that is used up, later threads get smaller rings (16, then 4 pages).
+constexpr size_t kRingPages[] = {64, 16, 4};
+constexpr size_t kWakeBytes = 32 * 1024;
 
 uint64_t MonotonicNs() {
   timespec ts;
@@ -87,7 +90,7 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   a.clockid = CLOCK_MONOTONIC;
   a.watermark = 1;
   const long page = sysconf(_SC_PAGESIZE);
-  a.wakeup_watermark = static_cast<uint32_t>(kRingPages[0] * page / 4);
+  a.wakeup_watermark = kWakeBytes;
   int fd = static_cast<int>(syscall(SYS_perf_event_open, &a, static_cast<pid_t>(tid), -1, -1, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0) {
     *err = errno;
@@ -118,8 +121,8 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   r->meta = static_cast<perf_event_mmap_page*>(r->base);
   r->data = static_cast<uint8_t*>(r->base) + page;
   r->data_bytes = pages * static_cast<size_t>(page);
-  // (A smaller ring keeps the watermark set at open, past its size: the
-  // reader drains it at its rescan interval; what does not fit is counted lost.)
+  // (A 4-page ring is smaller than the wake-up mark: the reader drains it at
+  // its rescan interval; what does not fit is counted lost.)
   cap_.thread_names.emplace(tid, ThreadName(tid));
   if (python_on_) python_.Arm(fd, tid);
   rings_.push_back(std::move(r));
@@ -164,11 +167,12 @@ Status CpuSampler::Start() {
     return UnavailableError(std::string("CPU sampling is off: perf_event_open refused (") + std::strerror(first_err) +
                             "; seccomp or perf_event_paranoid=3 forbid it)");
   }
-  cap_.mechanism = "perf_event_open task-clock per thread, user stacks copied by the kernel (no signal in the "
-                   "program), unwound with .eh_frame CFI off the sampled threads";
+  cap_.mechanism = std::string("perf_event_open task-clock per thread, user stacks copied by the kernel") +
+                   (python_on_ ? "" : " (no signal in the program)") +
+                   ", unwound with .eh_frame CFI off the sampled threads";
   if (mode_ == SampleMode::kWall)
-    cap_.mechanism += "; wall mode samples on-CPU time only: perf's clock events do not fire while a thread "
-                      "sleeps, and sampling a sleeping thread would need a signal that interrupts its system calls";
+    cap_.mechanism += "; wall mode: on-CPU time only (a sleeping thread's user stack needs kernel-level profiling "
+                      "or a signal that would interrupt its system calls)";
   if (python_on_)
     cap_.mechanism += "; Python frames read at each sample by a handler of signal " + std::to_string(python_.signal_number()) +
                       " (SIGRTMIN+" + std::to_string(python_.signal_number() - SIGRTMIN) +
@@ -209,7 +213,8 @@ void CpuSampler::Rescan() {
 void CpuSampler::ReaderLoop() {
   known_tids_[static_cast<uint32_t>(syscall(SYS_gettid))] = true;  // never sample the reader
   std::vector<pollfd> fds;
-  uint64_t last_scan = MonotonicNs();
+  uint64_t last_scan = MonotonicNs(), last_full = last_scan;
+  nlink_t last_nlink = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
@@ -230,9 +235,19 @@ void CpuSampler::ReaderLoop() {
         ++i;
       }
     }
+    // New threads: /proc/self/task's link count is 2 + the number of
+    // threads (one stat, a microsecond); the directory is listed when it
+    // changes, and every kFullRescanMs anyway (one thread ended, another
+    // started in between).
     uint64_t now = MonotonicNs();
     if (now - last_scan >= kRescanIntervalMs * 1000000ull) {
-      Rescan();
+      struct stat st {};
+      const bool changed = stat("/proc/self/task", &st) != 0 || st.st_nlink != last_nlink;
+      if (changed || now - last_full >= kFullRescanMs * 1000000ull) {
+        Rescan();
+        last_full = now;
+        last_nlink = st.st_nlink;
+      }
       last_scan = now;
     }
   }

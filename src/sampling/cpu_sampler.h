@@ -7,10 +7,11 @@
 // the stacks. Nothing runs in the sampled threads: no signal, no handler.
 //
 // Threads: those in /proc/self/task at Start, and the ones created later,
-// found by the reader, which lists /proc/self/task again every
-// kRescanInterval (a per-thread ring cannot be inherited: the kernel refuses
-// to mmap an inherited per-task event; a thread that lives shorter than the
-// interval may be missed).
+// found by the reader, which lists /proc/self/task again when the thread
+// count changed (checked every kRescanIntervalMs) and every kFullRescanMs (a
+// per-thread ring cannot be inherited: the kernel refuses to mmap an
+// inherited per-task event; a thread that lives shorter than the interval
+// may be missed).
 #pragma once
 
 #include <atomic>
@@ -31,7 +32,8 @@ namespace spyglass::sampling {
 inline constexpr int kMaxDepth = 128;               // frames kept of a stack (deeper: truncated, counted)
 inline constexpr uint32_t kStackCopyBytes = 8192;    // user stack copied per sample (perf's default too)
 inline constexpr size_t kMaxSamples = size_t{4} << 20;  // samples held per session (more: dropped, counted)
-inline constexpr int kRescanIntervalMs = 20;
+inline constexpr int kRescanIntervalMs = 50;   // how often the thread count is checked (a reader wake-up: ~50 us here)
+inline constexpr int kFullRescanMs = 500;       // how often /proc/self/task is listed regardless
 
 enum class SampleMode { kCpu, kWall };
 

@@ -16,9 +16,10 @@
 
 namespace spyglass::sampling {
 
-// 99 Hz: the sampler's cost stays under 1% of the workload's time there
-// (BENCHMARKS.md "CPU sampling"), and an off-by-one with periodic work at
-// round rates is avoided (perf's and py-spy's habit too).
+// 99 Hz: there the sampler's cost is within the run-to-run noise (±2% on
+// the shared VM of BENCHMARKS.md "CPU sampling"; 999 Hz: ~2%, 4 kHz: ~8%,
+// as perf's), and a rate that is not round does not beat in step with
+// periodic work (perf's habit too).
 inline constexpr uint64_t kDefaultSampleHz = 99;
 
 struct SamplerOptions {

@@ -12,6 +12,9 @@ unprivileged  the same as an unprivileged user (perf_event_paranoid=2 rules).
 blocking      blocking read, futex wait, nanosleep, poll, the program's own
               SIGPROF timer: same output and exit status with sampling at 4 kHz.
 options       bad rates fail naming the option; SPYGLASS_OPTIONS's rate is used.
+capture       `spyglass collect PORT MS --spyglass_cpu_sample_hz=999` against a
+              program under `spyglass run --server 0`: the option passes in
+              the capture request like the others; the profile comes back.
 Exit 77: a peer tool (go, perf) is missing (ctest SKIP_RETURN_CODE)."""
 import glob
 import os
@@ -149,6 +152,32 @@ def case_options(spyglass, workload, blocking):
         assert len(profs) == 1, (profs, r.stderr)
         raw = go_pprof(["-raw"], profs[0])
         assert re.search(r"^Period: %d$" % (10**9 // 499), raw, re.M), raw[:400]
+
+
+def case_capture(spyglass, workload, blocking):
+    with tempfile.TemporaryDirectory() as d:
+        prog = subprocess.Popen([spyglass, "run", "--server", "0", "--", workload, "60"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            port = None
+            for line in prog.stderr:
+                m = re.search(r"profiler server on [\d.]+:(\d+)", line)
+                if m:
+                    port = m.group(1)
+                    break
+            assert port, "no server port printed"
+            r = run([spyglass, "collect", port, "1000", "--log_dir", d, "--no_perfetto_link",
+                     "--spyglass_cpu_sample_hz=999"])
+            assert r.returncode == 0, r.stderr
+        finally:
+            prog.terminate()
+            prog.wait()
+        profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))
+        assert len(profs) == 1, (profs, r.stderr)
+        top = go_pprof(["-top", "-sample_index=samples", "-nodecount=20"], profs[0])
+        n = int(re.search(r"Total samples = (\d+)", top).group(1))
+        assert n > 200, top  # a 1 s window of two busy threads at 999 Hz
+        assert "burn_a" in top, top
 
 
 if __name__ == "__main__":
