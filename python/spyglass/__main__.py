@@ -1,4 +1,5 @@
 """python -m spyglass run [--trace DIR] [--server [ADDR:]PORT] [--flight-recorder SECONDS]
+                         [--sample [HZ]] [--sample-mode cpu|wall]
                          [--options key=value,...] (script.py | -m module) [args...]
 python -m spyglass run [-o DIR] [--python-mode full|light] [--python-allocator pymalloc|malloc]
                          [--sample-bytes N] (script.py | -m module) [args...]
@@ -18,6 +19,14 @@ JAX's python_tracer_level=1), and the program's spyglass.profiler annotations
 exception); --server lets `spyglass collect` / `jax.collect_profile` capture
 it on demand; --flight-recorder keeps the last SECONDS for a dump. The flags
 are the SPYGLASS_* settings of spyglass/_autostart.py, parsed by the same code.
+
+--sample [HZ] samples every thread's CPU time at HZ per second (99 when no
+rate follows; SPYGLASS_OPTIONS' spyglass_cpu_sample_hz): the samples, with
+their Python frames among the native ones, go on the trace's threads and into
+cpu.<pid>.<comm>.prof beside it. Without --trace, --server or
+--flight-recorder a trace is recorded into -o's folder (default .), with the
+Python tracer off (python_tracer_level=0: its per-call cost would weigh on
+the shares) unless --options names python_tracer_level.
 
 Both (a memory flag with --trace, --server or --flight-recorder): the new
 interpreter under the heap hook runs the program as the second form does.
@@ -42,6 +51,10 @@ _FLAGS = {"--trace": "SPYGLASS_TRACE_DIR", "--server": "SPYGLASS_SERVER_PORT",
 # Memory mode's flags (no SPYGLASS_* setting: they shape the child's environment).
 _MEMORY_FLAGS = ("-o", "--out", "--python-mode", "--python-allocator", "--sample-bytes")
 
+# The CPU sampler's flags: advanced options of the trace (src/sampling/sampler_options.h).
+DEFAULT_SAMPLE_HZ = 99
+_SAMPLE_FLAGS = ("--sample", "--sample-mode")
+
 _HELP = """
   -o, --out DIR              memory: where the profiles go (default .)
   --python-mode M            memory: full (default): every object of Python's allocators and every malloc,
@@ -55,6 +68,9 @@ _HELP = """
   --server [ADDR:]PORT       start the profiler server (127.0.0.1 unless ADDR; 0: a free port)
   --flight-recorder SECONDS  keep the last SECONDS in the flight recorder's ring
   --options KEY=VALUE,...    ProfileOptions fields and advanced keys, as SPYGLASS_OPTIONS
+  --sample [HZ]              sample every thread's CPU time at HZ per second (default 99;
+                             spyglass_cpu_sample_hz); a trace goes into -o's folder unless --trace says
+  --sample-mode MODE         cpu (default) or wall (spyglass_cpu_sample_mode); needs --sample
   -m MODULE                  run a module, as `python -m MODULE`
 The flags end at the script (or -m MODULE); what follows is the program's."""
 
@@ -63,14 +79,28 @@ class _Usage(Exception):
   pass
 
 
-def _parse(argv, memory):
+def _parse(argv, memory, sample=None):
   """(settings, module or None, program args): the flags stop at the program.
-  Memory flags go into `memory`."""
+  Memory flags go into `memory`, the sampler's into `sample`."""
   settings, i = {}, 0
+  sample = {} if sample is None else sample
   while i < len(argv):
     a = argv[i]
     name, eq, value = a.partition("=")
-    if name in _FLAGS or name in _MEMORY_FLAGS:
+    if name == "--sample":
+      # Its rate is optional: the next word is it when it is a number.
+      if not eq and i + 1 < len(argv) and argv[i + 1][:1].isdigit():
+        i += 1
+        value = argv[i]
+      sample[name] = value if (eq or value) else ""
+    elif name == "--sample-mode":
+      if not eq:
+        if i + 1 >= len(argv):
+          raise _Usage(f"{name} needs a value")
+        i += 1
+        value = argv[i]
+      sample[name] = value
+    elif name in _FLAGS or name in _MEMORY_FLAGS:
       if not eq:
         if i + 1 >= len(argv):
           raise _Usage(f"{name} needs a value")
@@ -94,18 +124,57 @@ def _parse(argv, memory):
   return settings, None, []
 
 
+def _max_sample_rate():
+  try:
+    with open("/proc/sys/kernel/perf_event_max_sample_rate") as f:
+      return int(f.read().strip()) or 100000
+  except (OSError, ValueError):
+    return 100000
+
+
+def _apply_sample(sample, settings, memory):
+  """--sample / --sample-mode into the settings: the sampler's advanced
+  options, and a trace into -o's folder when nothing else records one."""
+  if not sample:
+    return
+  if "--sample" not in sample:
+    raise _Usage("--sample-mode needs --sample")
+  rate, limit = sample["--sample"], _max_sample_rate()
+  if rate == "":
+    hz = DEFAULT_SAMPLE_HZ
+  elif not rate.isdigit() or not 1 <= int(rate) <= limit:
+    raise _Usage(f"--sample takes a rate from 1 to {limit} per second (the kernel's "
+                 f"perf_event_max_sample_rate), got {rate[:32]!r}")
+  else:
+    hz = int(rate)
+  mode = sample.get("--sample-mode")
+  if mode is not None and mode not in ("cpu", "wall"):
+    raise _Usage(f"--sample-mode must be cpu or wall, not {mode[:64]!r}")
+  user = settings.get("SPYGLASS_OPTIONS", "")
+  extra = [f"spyglass_cpu_sample_hz={hz}"] + ([f"spyglass_cpu_sample_mode={mode}"] if mode else [])
+  if not any(settings.get(k) for k in ("SPYGLASS_TRACE_DIR", "SPYGLASS_SERVER_PORT", "SPYGLASS_FLIGHT_RECORDER")):
+    # Samples live in a trace. -o alone names its folder here (no memory profiles then).
+    settings["SPYGLASS_TRACE_DIR"] = memory.get("--out", ".")
+    if set(memory) == {"--out"}:
+      memory.clear()
+    if "python_tracer_level" not in user:
+      extra.append("python_tracer_level=0")
+  settings["SPYGLASS_OPTIONS"] = ",".join([user] + extra if user else extra)
+
+
 def run(argv):
   """`run` with its arguments; returns the exit status."""
   if argv and argv[0] in ("-h", "--help"):
     print(USAGE + "\n" + _HELP)
     return 0
-  memory = {}
+  memory, sample = {}, {}
   try:
-    settings, module, program = _parse(argv, memory)
+    settings, module, program = _parse(argv, memory, sample)
     if module is None and not program:
       raise _Usage("no script given (script.py [args...] or -m module [args...])")
     if memory.get("--python-mode", "full") not in ("full", "light"):
       raise _Usage(f"--python-mode must be full or light, not {memory['--python-mode'][:64]!r}")
+    _apply_sample(sample, settings, memory)
     if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
       raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
     sample = memory.get("--sample-bytes", "0")

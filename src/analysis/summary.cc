@@ -10,6 +10,7 @@
 #include "common/utf8.h"
 #include "model/schema.h"
 #include "model/xspace.h"
+#include "sampling/cpu_model.h"
 #include "spyglass/profile_reader.h"
 
 namespace spyglass::analysis {
@@ -145,6 +146,8 @@ class SummaryVisitor : public profile::ProfileVisitor {
 
   bool OnLine(const LineHeader& l) override {
     line_index_ = l.index;
+    // CPU samples are not annotations: cpu_summary.h has their tables.
+    if (l.name == sampling::kCpuSamplesLineName) return false;
     if (buffered_pass) {
       bool want = std::find(unsorted.begin(), unsorted.end(), std::pair{plane_index_, l.index}) != unsorted.end();
       if (!want) return false;

@@ -51,6 +51,7 @@
 #include <cstring>
 
 #include "memory/heap_hook.h"
+#include "memory/python_frames.h"
 #include "memory/tracker.h"
 #include "memory/unwind.h"
 
@@ -321,50 +322,22 @@ int WalkPythonApi(void* ts, uintptr_t* out, int max, Extras extras) {
 // keeps frames in a stack of plain structs): an allocation per Python call
 // of the program, and more work for the collector (frame objects are tracked
 // by it). memray reads the structs with the headers of the Python it was
-// built for; this hook serves every Python, so it knows where 3.11, 3.12 and
-// 3.13 keep the fields it needs (offsets from their headers, LP64 builds
-// without Py_TRACE_REFS), and checks them at start against the public API on
-// the stack of the moment: a Python where they disagree (a debug build, a
-// later patch release that moved a field) keeps the public API.
-struct RawLayout {
-  int ts_cframe;         // PyThreadState.cframe (3.11, 3.12); -1: the frame pointer is in the thread state (3.13)
-  int current_frame;     // _PyCFrame.current_frame, or PyThreadState.current_frame (3.13)
-  int code, previous, instr, owner;  // _PyInterpreterFrame: f_code/f_executable, previous, prev_instr/instr_ptr, owner
-  int first_traceable, code_units;   // PyCodeObject: _co_firsttraceable, co_code_adaptive
-};
-constexpr RawLayout kLayout311{56, 8, 32, 48, 56, 69, 168, 184};
-constexpr RawLayout kLayout312{56, 0, 0, 8, 56, 70, 176, 192};
-constexpr RawLayout kLayout313{-1, 72, 0, 8, 56, 70, 184, 200};
-constexpr char kOwnedByGenerator = 1, kOwnedByCStack = 3;  // _PyInterpreterFrame.owner
-RawLayout g_raw{};
+// built for; this hook serves every Python, so it reads them with the layouts
+// of memory/python_frames.h, checked at start against the public API on the
+// stack of the moment: a Python where they disagree (a debug build, a later
+// patch release that moved a field) keeps the public API.
+namespace pf = spyglass::memory::python_frames;
+pf::RawLayout g_raw{};
 bool g_raw_on = false;
 const void* g_code_type = nullptr;  // &PyCode_Type
 
-template <typename T>
-inline T At(const void* base, int offset) {
-  T v;
-  std::memcpy(&v, static_cast<const char*>(base) + offset, sizeof v);
-  return v;
-}
-
 int WalkPythonRaw(void* ts, uintptr_t* out, int max, Extras extras) {
-  const RawLayout& L = g_raw;
-  const void* f = L.ts_cframe >= 0 ? At<const void*>(At<const void*>(ts, L.ts_cframe), L.current_frame)
-                                   : At<const void*>(ts, L.current_frame);
   int n = 0;
-  for (int hops = 0; f != nullptr && n < max && hops < 4 * kMaxPythonFrames; ++hops, f = At<const void*>(f, L.previous)) {
-    // _PyFrame_IsIncomplete: the C stack's shim frames, and frames still in
-    // their prologue (before _co_firsttraceable), are not shown by the API.
-    const char owner = At<char>(f, L.owner);
-    if (owner == kOwnedByCStack) continue;
-    void* code = At<void*>(f, L.code);
-    if (code == nullptr || At<const void*>(code, sizeof(intptr_t)) != g_code_type) continue;
-    const intptr_t units =
-        (At<intptr_t>(f, L.instr) - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
-    if (owner != kOwnedByGenerator && units < At<int32_t>(code, L.first_traceable)) continue;
-    const int lasti = units < 0 ? -1 : static_cast<int>(units * 2);  // PyFrame_GetLasti
-    out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, static_cast<int>(units * 2)); }, extras);
-  }
+  pf::WalkRaw(ts, g_raw, g_code_type, max, [&](const void* c, int lasti) {
+    void* code = const_cast<void*>(c);
+    out[n++] = FrameWord(code, lasti, [&] { return g_api.addr2line(code, lasti); }, extras);
+    return true;
+  });
   return n;
 }
 
@@ -382,12 +355,11 @@ void ChooseWalk() {
   if (!Find(&version, "Py_Version") || !Find(&g_code_type, "PyCode_Type") || g_api.frame_get_lasti == nullptr) return;
   // A free-threaded build (3.13t) lays objects out differently: public API.
   if (dlsym(RTLD_DEFAULT, "_Py_MergeZeroLocalRefcount") != nullptr) return;
-  switch ((*version >> 16) & 0xffff) {  // major, minor
-    case 0x030b: g_raw = kLayout311; break;
-    case 0x030c: g_raw = kLayout312; break;
-    case 0x030d: g_raw = kLayout313; break;
-    default: return;
-  }
+  // 3.10 keeps the public API here (its walk makes no frame object).
+  const unsigned minor = (*version >> 16) & 0xff;
+  const pf::RawLayout* layout = ((*version >> 24) == 3 && minor >= 11) ? pf::LayoutOf(minor) : nullptr;
+  if (layout == nullptr) return;
+  g_raw = *layout;
   void* ts = ThreadStateWithGil();
   if (ts == nullptr) return;
   uintptr_t api[kMaxPythonFrames], raw[kMaxPythonFrames];
@@ -632,28 +604,8 @@ int Splice(uintptr_t* frames, int depth, int max, Extras extras) {
   const int np = WalkPython(py, kMaxPythonFrames, extras);
   Guard::Restore(guard);
   if (np == 0) return depth;
-  int evals = 0, first = -1, last = -1;
-  for (int i = 0; i < depth; ++i) {
-    if (!IsEvalFrame(frames[i])) continue;
-    if (first < 0) first = i;
-    last = i;
-    ++evals;
-  }
   uintptr_t out[kMaxFrames];
-  int n = 0;
-  auto put = [&](uintptr_t w) {
-    if (n < max && n < kMaxFrames) out[n++] = w;
-  };
-  if (evals == np) {  // one Python frame per eval-loop call, in order
-    for (int i = 0, j = 0; i < depth; ++i) put(IsEvalFrame(frames[i]) ? py[j++] : frames[i]);
-  } else if (evals == 0) {  // the native walk did not reach the eval loop
-    for (int i = 0; i < depth; ++i) put(frames[i]);
-    for (int j = 0; j < np; ++j) put(py[j]);
-  } else {
-    for (int i = 0; i < first; ++i) put(frames[i]);
-    for (int j = 0; j < np; ++j) put(py[j]);
-    for (int i = last + 1; i < depth; ++i) put(frames[i]);
-  }
+  const int n = pf::SpliceAtEvalFrames(frames, depth, py, np, out, max < kMaxFrames ? max : kMaxFrames, IsEvalFrame);
   std::memcpy(frames, out, sizeof(uintptr_t) * static_cast<size_t>(n));
   return n;
 }

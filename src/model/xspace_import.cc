@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/utf8.h"
 #include "model/wire.h"
@@ -79,6 +80,16 @@ void ImportXPlane(const tp::XPlane& in, Plane* out) {
       Stat st;
       if (ImportStat(s, stat_ids, out, &st)) m.stats.push_back(st);
     }
+  }
+  // A stat whose value is an event metadata id (a CPU sample's stack node
+  // names its caller's node, sampling/cpu_model.h): the proto's ids became
+  // the model's above.
+  std::unordered_set<uint32_t> remapped;
+  for (const auto& [id, mid] : event_ids) {
+    if (!remapped.insert(mid).second) continue;
+    for (Stat& st : out->event_metadata_at(mid).stats)
+      if (st.kind == StatKind::kUint64 && out->stat_name(st) == "cpu_stack_parent")
+        if (auto it = event_ids.find(static_cast<int64_t>(st.u64)); it != event_ids.end()) st.u64 = it->second;
   }
   for (const tp::XStat& s : in.stats()) {
     Stat st;

@@ -8,6 +8,7 @@
 #include "memory/pprof.h"
 #include "memory/symbolize.h"
 #include "memory/tracker.h"
+#include "sampling/firefox_profile.h"
 #include "model/schema.h"
 
 namespace spyglass::sampling {
@@ -83,7 +84,9 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
 
   // Symbolize every address once.
   std::vector<uintptr_t> pcs;
-  for (const auto& st : cap.stacks) pcs.insert(pcs.end(), st.begin(), st.end());
+  for (const auto& st : cap.stacks)
+    for (uintptr_t w : st)
+      if (!memory::internal::IsSymbolicFrame(w)) pcs.push_back(w);  // Python frames are named already
   std::sort(pcs.begin(), pcs.end());
   pcs.erase(std::unique(pcs.begin(), pcs.end()), pcs.end());
   std::unordered_map<uintptr_t, memory::internal::SymLocation> syms;
@@ -93,10 +96,11 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
   }
 
   // The trie of nodes, outermost first.
-  std::map<std::tuple<uint32_t, std::string, std::string, int64_t, uint64_t>, uint32_t> nodes;
+  std::map<std::tuple<uint32_t, std::string, std::string, int64_t, uint64_t, bool>, uint32_t> nodes;
   uint32_t next_node = 0;
-  auto node = [&](uint32_t parent, const std::string& fn, const std::string& file, int64_t line, uint64_t address) {
-    auto [it, inserted] = nodes.emplace(std::make_tuple(parent, fn, file, line, address), 0);
+  auto node = [&](uint32_t parent, const std::string& fn, const std::string& file, int64_t line, uint64_t address,
+                  bool python = false) {
+    auto [it, inserted] = nodes.emplace(std::make_tuple(parent, fn, file, line, address, python), 0);
     if (!inserted) return it->second;
     uint32_t id = host->intern_event(std::string(kCpuStackNodePrefix) + std::to_string(next_node++));
     model::EventMetadata& md = host->event_metadata_at(id);
@@ -107,7 +111,7 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
     if (line > 0) stats.push_back(host->int_stat(kCpuLineStat, line));
     if (address != 0) stats.push_back(host->uint_stat(kCpuAddressStat, address));
     if (parent != 0) stats.push_back(host->uint_stat(kCpuParentStat, parent));
-    stats.push_back(host->ref_stat(kCpuFrameKindStat, "native"));
+    stats.push_back(host->ref_stat(kCpuFrameKindStat, python ? "python" : "native"));
     host->event_metadata_at(id).stats = std::move(stats);
     it->second = id;
     return id;
@@ -118,6 +122,12 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
     if (cap.truncated[i]) parent = node(0, std::string(kTruncatedFrame), "", 0, 0);
     const auto& st = cap.stacks[i];
     for (size_t k = st.size(); k-- > 0;) {
+      if (memory::internal::IsSymbolicFrame(st[k])) {  // a Python frame (python_stacks.h)
+        std::string_view fn = "<unknown>", file;
+        memory::internal::FunctionNames(memory::internal::SymbolicFunction(st[k]), &fn, &file);
+        parent = node(parent, std::string(fn), std::string(file), memory::internal::SymbolicLine(st[k]), 0, true);
+        continue;
+      }
       auto it = syms.find(st[k]);
       if (it == syms.end() || it->second.frames.empty()) {
         char buf[32];
@@ -183,6 +193,7 @@ std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf) {
       else if (key == kCpuLineStat) f.line = s.i64;
       else if (key == kCpuAddressStat) f.address = s.u64;
       else if (key == kCpuParentStat) parent = static_cast<uint32_t>(s.u64);
+      else if (key == kCpuFrameKindStat) f.python = RefText(plane, s) == "python";
     }
     out.push_back(f);
     leaf = parent;
@@ -256,7 +267,8 @@ Status WriteCpuProfiles(const model::Space& space, const exporter::OutputDir& di
     if (Status s = dir.WriteBytes(name, bytes); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));
   }
-  return Status::Ok();
+  // Beside them, the same samples for the Firefox Profiler (firefox_profile.h).
+  return WriteFirefoxProfiles(space, dir, written);
 }
 
 }  // namespace spyglass::sampling

@@ -13,8 +13,9 @@
 //     frame's function (what timelines show), stats kCpuFrameStat (function,
 //     ref), kCpuFileStat (ref), kCpuLineStat (int), kCpuAddressStat (uint,
 //     module-relative), kCpuParentStat (uint: the caller's node's metadata
-//     id; absent at the outermost node), kCpuFrameKindStat (ref: "native";
-//     other kinds, "python", are for frames to come);
+//     id; absent at the outermost node), kCpuFrameKindStat (ref: "native",
+//     or "python" for a Python function's frame: file and line its code's,
+//     no address; python_stacks.h puts them among the native frames);
 //   - plane stats: kCpuSampleCountStat, kCpuSamplePeriodStat (ns),
 //     kCpuSampleModeStat, kCpuSampleMechanismStat, kCpuSamplesLostStat,
 //     kCpuSamplesDroppedStat, kCpuStacksTruncatedStat; the sampler's own
@@ -65,6 +66,7 @@ struct ModelFrame {
   std::string_view function, file;
   int64_t line = 0;
   uint64_t address = 0;
+  bool python = false;  // kCpuFrameKindStat "python"
 };
 // The frames of node `leaf` (an event's metadata id) of `plane`.
 std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf);

@@ -124,6 +124,7 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
   // (A 4-page ring is smaller than the wake-up mark: the reader drains it at
   // its rescan interval; what does not fit is counted lost.)
   cap_.thread_names.emplace(tid, ThreadName(tid));
+  if (python_on_) python_.Arm(fd, tid);
   rings_.push_back(std::move(r));
   return true;
 #else
@@ -141,6 +142,8 @@ Status CpuSampler::Start() {
   period_ns_ = 1000000000ull / hz_;
   cap_.period_ns = period_ns_;
   scratch_.resize(64 * 1024);
+  std::string python_why;
+  python_on_ = python_.Enable(&python_why);
   DIR* d = opendir("/proc/self/task");
   if (d == nullptr) return UnavailableError("CPU sampling: cannot list /proc/self/task");
   int first_err = 0;
@@ -158,16 +161,24 @@ Status CpuSampler::Start() {
   }
   closedir(d);
   if (opened == 0) {
+    python_.Disable();
     for (auto& r : rings_) munmap(r->base, r->map_bytes), close(r->fd);
     rings_.clear();
     return UnavailableError(std::string("CPU sampling is off: perf_event_open refused (") + std::strerror(first_err) +
                             "; seccomp or perf_event_paranoid=3 forbid it)");
   }
-  cap_.mechanism = "perf_event_open task-clock per thread, user stacks copied by the kernel (no signal in the "
-                   "program), unwound with .eh_frame CFI off the sampled threads";
+  cap_.mechanism = std::string("perf_event_open task-clock per thread, user stacks copied by the kernel") +
+                   (python_on_ ? "" : " (no signal in the program)") +
+                   ", unwound with .eh_frame CFI off the sampled threads";
   if (mode_ == SampleMode::kWall)
     cap_.mechanism += "; wall mode: on-CPU time only (a sleeping thread's user stack needs kernel-level profiling "
                       "or a signal that would interrupt its system calls)";
+  if (python_on_)
+    cap_.mechanism += "; Python frames read at each sample by a handler of signal " + std::to_string(python_.signal_number()) +
+                      " (SIGRTMIN+" + std::to_string(python_.signal_number() - SIGRTMIN) +
+                      ", taken for the process) that each thread's event sends it";
+  else if (!python_why.empty())
+    cap_.mechanism += "; " + python_why;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // The reader takes none of the program's signals.
   sigset_t all, old;
@@ -247,6 +258,7 @@ void CpuSampler::ReaderLoop() {
 
 void CpuSampler::DrainAll() {
   for (auto& r : rings_) Drain(*r);
+  if (python_on_) python_.Drain();
 }
 
 void CpuSampler::Drain(Ring& r) {
@@ -339,6 +351,10 @@ void CpuSampler::Stop() {
   reader_.join();
   for (auto& r : rings_) ioctl(r->fd, PERF_EVENT_IOC_DISABLE, 0);
   DrainAll();
+  if (python_on_) {
+    python_.Disable();
+    python_.Merge(&cap_);
+  }
   for (auto& r : rings_) {
     munmap(r->base, r->map_bytes);
     close(r->fd);

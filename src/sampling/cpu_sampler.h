@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sampling/python_stacks.h"
 #include "spyglass/status.h"
 
 namespace spyglass::sampling {
@@ -97,6 +98,8 @@ class CpuSampler {
   CpuCapture cap_;
   std::unordered_map<std::string, uint32_t> stack_ids_;  // frames as bytes -> index
   std::vector<uint8_t> scratch_;
+  PythonStacks python_;  // Python frames at sample time (python_stacks.h)
+  bool python_on_ = false;
 };
 
 // Reads /proc/sys/kernel/perf_event_max_sample_rate (100000 when unreadable).

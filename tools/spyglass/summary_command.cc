@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "analysis/cpu_summary.h"
 #include "analysis/diff.h"
 #include "analysis/summary.h"
 #include "commands.h"
@@ -166,6 +167,9 @@ void AddSummaryCommands(CLI::App& app) {
       std::exit(1);
     }
     std::cout << (sf.json ? analysis::SummaryToJson(s) : analysis::SummaryToText(s));
+    // The CPU sampler's tables (text only), when the run has samples.
+    analysis::CpuSummary cpu;
+    if (!sf.json && analysis::SummarizeCpu(run, o.top, &cpu).ok()) std::cout << analysis::CpuSummaryToText(cpu);
   });
 
   auto* diff = app.add_subcommand(
@@ -211,6 +215,9 @@ void AddSummaryCommands(CLI::App& app) {
       }
     }
     std::cout << (df.json ? analysis::DiffToJson(d) : analysis::DiffToText(d));
+    analysis::CpuSummary cpu_base, cpu_next;
+    if (!df.json && analysis::SummarizeCpu(base, 0, &cpu_base).ok() && analysis::SummarizeCpu(next, 0, &cpu_next).ok())
+      std::cout << analysis::CpuDiffToText(cpu_base, cpu_next, df.top);
     std::cout.flush();
     if (!d.failures.empty()) {
       // The text report lists them already; with --json, say so on stderr too.

@@ -1,0 +1,225 @@
+#include "analysis/cpu_summary.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "model/schema.h"
+#include "model/xspace.h"
+#include "model/xspace_read.h"
+#include "sampling/cpu_model.h"
+#include "spyglass/profile_reader.h"
+
+namespace spyglass::analysis {
+namespace {
+
+using Key = std::tuple<std::string, std::string, bool>;  // function, file, python
+
+struct Acc {
+  uint64_t samples = 0;
+  double cpu_ns = 0;
+  std::map<Key, CpuFunctionRow> rows;
+  void Add(const std::vector<sampling::ModelFrame>& frames, double ns) {
+    ++samples;
+    cpu_ns += ns;
+    std::set<Key> seen;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto& f = frames[i];
+      Key k{std::string(f.function), std::string(f.file), f.python};
+      CpuFunctionRow& r = rows[k];
+      if (i == 0) r.self_ns += ns;  // innermost first
+      if (seen.insert(k).second) {
+        r.total_ns += ns;
+        ++r.samples;
+      }
+    }
+  }
+  CpuScope Finish(std::string name, size_t top) {
+    CpuScope s;
+    s.name = std::move(name);
+    s.samples = samples;
+    s.cpu_ns = cpu_ns;
+    std::vector<CpuFunctionRow> all;
+    for (auto& [k, r] : rows) {
+      r.function = std::get<0>(k);
+      r.file = std::get<1>(k);
+      r.python = std::get<2>(k);
+      r.self_share = cpu_ns > 0 ? r.self_ns / cpu_ns : 0;
+      r.total_share = cpu_ns > 0 ? r.total_ns / cpu_ns : 0;
+      all.push_back(r);
+    }
+    auto pick = [&](double CpuFunctionRow::*by) {
+      std::vector<CpuFunctionRow> v = all;
+      std::stable_sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return a.*by > b.*by; });
+      v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& r) { return r.*by <= 0; }), v.end());
+      if (top && v.size() > top) v.resize(top);
+      return v;
+    };
+    s.top_self = pick(&CpuFunctionRow::self_ns);
+    s.top_total = pick(&CpuFunctionRow::total_ns);
+    return s;
+  }
+};
+
+struct StepRange {
+  int64_t start_ps, end_ps, number;
+};
+
+std::string Ms(double ns) {
+  char buf[32];
+  if (ns >= 1e9) std::snprintf(buf, sizeof buf, "%.2f s", ns / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.2f ms", ns / 1e6);
+  return buf;
+}
+
+std::string FunctionLabel(const CpuFunctionRow& r) {
+  std::string file = r.file;
+  if (size_t slash = file.rfind('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  std::string s = r.function;
+  if (r.python && !file.empty()) s += " (" + file + ")";
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+void AppendScope(std::string* out, const CpuScope& s) {
+  char line[256];
+  std::snprintf(line, sizeof line, "CPU time in %s: %s in %llu samples\n", s.name.c_str(), Ms(s.cpu_ns).c_str(),
+                static_cast<unsigned long long>(s.samples));
+  *out += line;
+  std::snprintf(line, sizeof line, "  %-60s %10s %7s %10s %7s\n", "function (top by self)", "self", "self %", "total",
+                "total %");
+  *out += line;
+  for (const auto& r : s.top_self) {
+    std::snprintf(line, sizeof line, "  %-60s %10s %6.1f%% %10s %6.1f%%\n", FunctionLabel(r).c_str(),
+                  Ms(r.self_ns).c_str(), 100 * r.self_share, Ms(r.total_ns).c_str(), 100 * r.total_share);
+    *out += line;
+  }
+  std::snprintf(line, sizeof line, "  %-60s %10s %7s\n", "function (top by total)", "total", "total %");
+  *out += line;
+  for (const auto& r : s.top_total) {
+    std::snprintf(line, sizeof line, "  %-60s %10s %6.1f%%\n", FunctionLabel(r).c_str(), Ms(r.total_ns).c_str(),
+                  100 * r.total_share);
+    *out += line;
+  }
+  *out += "\n";
+}
+
+}  // namespace
+
+Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
+  *out = CpuSummary{};
+  std::vector<std::string> files;
+  if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) return s;
+  Acc all;
+  std::map<std::string, Acc> threads;
+  std::map<int64_t, Acc> steps;
+  for (const std::string& file : files) {
+    model::Space space;
+    if (Status s = model::ReadXSpaceFile(file, &space); !s.ok()) return s;
+    for (const model::Plane& plane : space.planes) {
+      if (plane.name.rfind(model::kHostPlaneName, 0) != 0) continue;
+      // The steps: events with a step_num, on any line of the plane.
+      std::vector<StepRange> ranges;
+      for (const model::Line& line : plane.lines) {
+        if (line.name == sampling::kCpuSamplesLineName) continue;
+        for (const model::Event& e : line.events) {
+          auto has_step = [&](std::span<const model::Stat> stats, int64_t* n) {
+            for (const model::Stat& st : stats)
+              if (plane.stat_name(st) == model::kStepNumStat) {
+                *n = st.kind == model::StatKind::kUint64 ? static_cast<int64_t>(st.u64) : st.i64;
+                return true;
+              }
+            return false;
+          };
+          int64_t n = 0;
+          if (has_step(line.stats_of(e), &n) || has_step(plane.event_metadata()[e.metadata_id].stats, &n)) {
+            const int64_t start = line.timestamp_ns * 1000 + e.offset_ps;
+            ranges.push_back({start, start + e.duration_ps, n});
+          }
+        }
+      }
+      std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.start_ps < b.start_ps; });
+      std::unordered_map<uint32_t, std::vector<sampling::ModelFrame>> stacks;
+      for (const model::Line& line : plane.lines) {
+        if (line.name != sampling::kCpuSamplesLineName) continue;
+        std::string thread = line.display_name;
+        if (size_t cut = thread.rfind(" CPU samples"); cut != std::string::npos) thread = thread.substr(0, cut);
+        if (files.size() > 1) thread = file.substr(file.rfind('/') + 1) + " " + thread;
+        Acc& t = threads[thread];
+        for (const model::Event& e : line.events) {
+          auto it = stacks.find(e.metadata_id);
+          if (it == stacks.end()) it = stacks.emplace(e.metadata_id, sampling::StackOfNode(plane, e.metadata_id)).first;
+          const double ns = static_cast<double>(e.duration_ps) / 1000;
+          all.Add(it->second, ns);
+          t.Add(it->second, ns);
+          const int64_t at = line.timestamp_ns * 1000 + e.offset_ps;
+          // The latest step started at or before the sample that is still open.
+          auto r = std::upper_bound(ranges.begin(), ranges.end(), at,
+                                    [](int64_t v, const StepRange& s) { return v < s.start_ps; });
+          while (r != ranges.begin()) {
+            --r;
+            if (at < r->end_ps) {
+              steps[r->number].Add(it->second, ns);
+              break;
+            }
+            if (ranges.begin() + 8 < r) break;  // (only the few latest: steps do not nest deeply)
+          }
+        }
+      }
+    }
+  }
+  out->samples = all.samples;
+  out->cpu_ns = all.cpu_ns;
+  out->all = all.Finish("all threads", top);
+  for (auto& [name, acc] : threads) out->threads.push_back(acc.Finish("thread " + name, top));
+  std::stable_sort(out->threads.begin(), out->threads.end(),
+                   [](const CpuScope& a, const CpuScope& b) { return a.cpu_ns > b.cpu_ns; });
+  for (auto& [n, acc] : steps) out->steps.push_back(acc.Finish("step " + std::to_string(n), top));
+  return Status::Ok();
+}
+
+std::string CpuSummaryToText(const CpuSummary& s) {
+  if (s.samples == 0) return "";
+  std::string out = "\n";
+  AppendScope(&out, s.all);
+  for (const CpuScope& t : s.threads) AppendScope(&out, t);
+  for (const CpuScope& t : s.steps) AppendScope(&out, t);
+  return out;
+}
+
+std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t top) {
+  if (base.samples == 0 && next.samples == 0) return "";
+  // Shares of each run's CPU time, by function: self (base, new), total (base, new).
+  std::map<std::string, std::array<double, 4>> rows;
+  for (const auto& r : base.all.top_total) rows[FunctionLabel(r)][0] += r.self_share, rows[FunctionLabel(r)][2] += r.total_share;
+  for (const auto& r : next.all.top_total) rows[FunctionLabel(r)][1] += r.self_share, rows[FunctionLabel(r)][3] += r.total_share;
+  std::vector<std::pair<std::string, std::array<double, 4>>> v(rows.begin(), rows.end());
+  auto change = [](const std::array<double, 4>& a) {
+    return std::max(std::fabs(a[1] - a[0]), std::fabs(a[3] - a[2]));
+  };
+  std::stable_sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return change(a.second) > change(b.second); });
+  if (top && v.size() > top) v.resize(top);
+  std::string out = "\nCPU time by function (share of each run's CPU time), biggest change first\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  base: %s in %llu samples; new: %s in %llu samples\n", Ms(base.cpu_ns).c_str(),
+                static_cast<unsigned long long>(base.samples), Ms(next.cpu_ns).c_str(),
+                static_cast<unsigned long long>(next.samples));
+  out += line;
+  std::snprintf(line, sizeof line, "  %-60s %8s %8s %8s %8s\n", "function", "self", "self", "total", "total");
+  out += line;
+  std::snprintf(line, sizeof line, "  %-60s %8s %8s %8s %8s\n", "", "base %", "new %", "base %", "new %");
+  out += line;
+  for (const auto& [name, a] : v) {
+    std::snprintf(line, sizeof line, "  %-60s %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n", name.c_str(), 100 * a[0], 100 * a[1],
+                  100 * a[2], 100 * a[3]);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace spyglass::analysis
