@@ -30,6 +30,10 @@ Names and semantics follow jax.profiler:
 * ``ProfileOptions()``: JAX's attributes and defaults (``python_tracer_level=1``,
   ``host_tracer_level=2``, ``advanced_configuration={}`` ...).
 
+* ``stop_and_get_fdo_profile()`` and ``PGLEProfiler`` (jax._src.profiler's):
+  the FDO profile (XLA's ProfiledInstructionsProto) of a trace, through
+  jaxlib's converter where jaxlib is present; b'' on CPU, as in jax.
+
 With ``python_tracer_level=1`` (the default, as in JAX) every Python function
 call is recorded as an event named ``$<file>:<line> <function>`` on its
 thread, next to the annotations.
@@ -40,7 +44,9 @@ import contextlib
 import functools
 import os
 import platform
+import sys
 import threading
+import warnings
 from typing import Any, Callable, Optional, Union
 
 from . import _spyglass
@@ -67,6 +73,8 @@ __all__ = [
     "stop_server",
     "stop_trace",
     "dump_flight_recorder",
+    "stop_and_get_fdo_profile",
+    "PGLEProfiler",
     "flight_recorder_active",
     "trace",
     # Spyglass extras
@@ -235,6 +243,8 @@ def stop_trace() -> Optional[ProfileData]:
   with _state.lock:
     session = _state.session
   if session is None:
+    if _private_sessions:  # PGLE's session is not the trace's to stop (as in jax)
+      raise RuntimeError("No profile started")
     _spyglass.stop_trace()  # RuntimeError("No profile started") (the core has no session either)
     return _spyglass._last_trace_profile_data()
   return session.stop()
@@ -442,3 +452,193 @@ def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
   if not _HAVE_MEMORY:
     _missing("save_device_memory_profile", "include/spyglass/memory.h")
   _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")
+
+
+# --- FDO profiles and PGLE (jax._src.profiler's) -----------------------------
+# XLA's profile-guided latency estimation reads a ProfiledInstructionsProto:
+# the mean time of each HLO instruction on the devices, built by XLA's
+# converter (jaxlib) from the device planes of a trace. The session stops
+# first and writes nothing; only then is its XSpace converted, so that a
+# failing conversion never leaves a session running.
+
+
+def _jaxlib_profiler():
+  """jaxlib's profiler module (XLA's converters), or None where jaxlib is absent."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if "jaxlib._profiler" in sys.modules:
+    return sys.modules["jaxlib._profiler"]
+  try:
+    if importlib.util.find_spec("jaxlib") is None:
+      return None
+    import jaxlib._profiler as jaxlib_profiler  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return jaxlib_profiler
+
+
+def _has_device_planes(data: ProfileData) -> bool:
+  return any(p.name.startswith("/device:") for p in data.planes)
+
+
+def _fdo_profile_of(data: Optional[ProfileData], as_textproto: bool = False) -> bytes:
+  """The ProfiledInstructionsProto of a stopped trace (serialized; text with as_textproto).
+
+  XLA's converter reads device planes only: a trace without them (CPU) gives
+  what it gives there, b''. Where jaxlib is absent no trace holds XLA's
+  instructions, so the profile is empty too.
+  """
+  if data is None:
+    return b""
+  if "jax" not in sys.modules and not _has_device_planes(data):
+    return b""  # what the converter returns, without loading jaxlib into a program that does not use it
+  converter = _jaxlib_profiler()
+  if converter is None:
+    return b""
+  xspace = _spyglass._serialize_xspace(data)
+  if as_textproto:
+    return converter.get_fdo_profile(xspace, True)
+  return converter.get_fdo_profile(xspace)
+
+
+@_spyglass._untraced
+def _stop_in_memory(session: "ProfileSession") -> Optional[ProfileData]:
+  """Stops `session` without writing its run; its ProfileData (also session.profile_data)."""
+  with _state.lock:
+    if not session._is_running:  # pylint: disable=protected-access
+      raise RuntimeError("No profile started")
+    session._is_running = False  # pylint: disable=protected-access
+    if _state.session is session:
+      _state.session = None
+  try:
+    _spyglass._stop_trace_in_memory()
+  finally:
+    session._profile_data = _spyglass._last_trace_profile_data()  # pylint: disable=protected-access
+  return session._profile_data  # pylint: disable=protected-access
+
+
+@_spyglass._untraced
+def stop_and_get_fdo_profile() -> Union[bytes, str]:
+  """Stops the running trace and returns its FDO profile (jax's stop_and_get_fdo_profile).
+
+  The serialized ProfiledInstructionsProto that XLA's converter builds from
+  the trace's device events (GPU; b'' on CPU, as jax returns there). Nothing
+  is written under the trace's log_dir. Raises RuntimeError("No profile
+  started") without a trace. The trace is stopped before the conversion:
+  an error there never leaves it running.
+  """
+  with _state.lock:
+    session = _state.session
+  if session is None:
+    raise RuntimeError("No profile started")
+  return _fdo_profile_of(_stop_in_memory(session))
+
+
+class PGLEProfiler:
+  """Runs a program under the profiler a given number of times, then hands
+  XLA the aggregated FDO profile (jax._src.profiler.PGLEProfiler).
+
+  ``PGLEProfiler.trace(runner)`` profiles its block while the runner is
+  enabled (``retries > 0``), not running and not consumed: a session of its
+  own (``enable_hlo_proto`` and ``raise_error_on_start_failure`` on; not the
+  one stop_trace stops), whose FDO profile is appended to ``fdo_profiles``.
+  ``consume_fdo_profile()`` returns None until ``called_times == retries``,
+  then XLA's aggregate of the profiles at ``percentile`` (cached).
+  """
+
+  def __init__(self, retries: int, percentile: int):
+    self.retries: int = retries
+    self.percentile: int = percentile
+    self.collected_fdo: Optional[bytes] = None
+    self.called_times: int = 0
+    self.fdo_profiles: list = []
+    self.current_session: Optional[ProfileSession] = None
+
+  def consume_fdo_profile(self) -> Optional[bytes]:
+    if self.collected_fdo is not None:
+      return self.collected_fdo
+    if not self.is_enabled() or self.called_times != self.retries:
+      return None
+    self.collected_fdo = _aggregate_fdo_profiles(self.fdo_profiles, self.percentile)
+    return self.collected_fdo
+
+  def is_fdo_consumed(self) -> bool:
+    return self.collected_fdo is not None
+
+  def disable(self) -> None:
+    self.retries = 0
+
+  def is_enabled(self) -> bool:
+    return self.retries > 0
+
+  def is_running(self) -> bool:
+    return self.current_session is not None
+
+  @classmethod
+  @contextlib.contextmanager
+  def trace(cls, runner: Optional["PGLEProfiler"]):
+    if (runner is None or runner.is_running() or not runner.is_enabled()
+        or runner.is_fdo_consumed()):
+      yield
+      return
+    options = ProfileOptions()
+    options.enable_hlo_proto = True
+    options.raise_error_on_start_failure = True
+    if not _jax_uses_gpus():
+      # As in XLA's session there: no device tracer where jax runs no GPU
+      # (ours would fail the start for want of a driver).
+      options.device_tracer_level = 0
+    runner.current_session = _start_private_session(options)
+    try:
+      yield
+    finally:
+      session, runner.current_session = runner.current_session, None
+      try:
+        data = _stop_in_memory(session)
+      finally:
+        _private_sessions.discard(session)
+      runner.fdo_profiles.append(_fdo_profile_of(data))
+      runner.called_times += 1
+      if runner.fdo_profiles[-1] == b"":
+        warnings.warn(
+            "PGLE collected an empty trace, may be due to contention with "
+            "another tool that subscribes to CUPTI, such as Nsight Systems - check "
+            "for CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED from XLA. "
+            "Consider populating a persistent compilation cache with PGLE enabled, "
+            "and then profiling a second run that has the "
+            "JAX_COMPILATION_CACHE_EXPECT_PGLE option enabled.",
+            RuntimeWarning)
+
+
+def _jax_uses_gpus() -> bool:
+  jax = sys.modules.get("jax")
+  if jax is None:
+    return False
+  try:
+    return any(d.platform == "gpu" for d in jax.devices())
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+# PGLE's sessions: running in the core, but not the trace stop_trace stops.
+_private_sessions: set = set()
+
+
+def _start_private_session(options: ProfileOptions) -> ProfileSession:
+  session = ProfileSession(None, profiler_options=options)
+  with _state.lock:
+    if _state.session is not None:
+      raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
+    _spyglass.start_trace("", False, False, options, 0)
+    session._is_running = True  # pylint: disable=protected-access
+    _private_sessions.add(session)
+  return session
+
+
+def _aggregate_fdo_profiles(profiles: list, percentile: int) -> bytes:
+  """XLA's aggregate of FDO profiles (each instruction's cost at `percentile`)."""
+  if all(p == b"" for p in profiles):
+    return b""  # what XLA's aggregate of empty profiles is
+  converter = _jaxlib_profiler()
+  if converter is None:  # only XLA's converter makes non-empty ones
+    raise RuntimeError("aggregating FDO profiles needs jaxlib (XLA's aggregate_profiled_instructions)")
+  return converter.aggregate_profiled_instructions(profiles, percentile)
