@@ -46,6 +46,7 @@ import os
 import platform
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Callable, Optional, Union
 
@@ -153,9 +154,11 @@ class ProfileSession:
     with _state.lock:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
+      _ensure_jax_memory_sampler()  # before the start: its thread's own frames stay out of the trace
       _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
                             bool(self.create_perfetto_trace), options,
                             int(self.perfetto_link_timeout_s))
+      _wake_jax_memory_sampler()
       # Recorded in the /host:metadata plane (the core clears it at every start).
       _spyglass.set_metadata("python_version", platform.python_version())
       self._is_running = True
@@ -177,6 +180,7 @@ class ProfileSession:
       _state.session = None
     # Outside the lock: the Perfetto link may wait for the browser. A start
     # meanwhile fails in the core ("already started") until the trace stopped.
+    _sample_jax_memory()  # the track's last point, at the stop
     try:
       _spyglass.stop_trace()
     finally:
@@ -433,14 +437,24 @@ def register_subprocess(pid: int, port: int) -> Callable[[], None]:
 
 
 def device_memory_profile(backend: Optional[str] = None) -> bytes:
-  """A snapshot of the tracked live allocations as gzipped pprof bytes.
+  """A snapshot of the live allocations as gzipped pprof bytes (jax's device_memory_profile).
 
-  Allocations recorded from Python (``record_allocation``, numpy arrays after
-  ``track_numpy()``) carry their Python stacks, as in JAX's profiles.
+  Ours: the tracked allocations (``record_allocation``, numpy arrays after
+  ``track_numpy()``, GPU allocations, the host heap under the heap hook),
+  with their stacks (Python's for those recorded from Python). In a JAX
+  program, also everything jax's holds: each live PJRT buffer (kind
+  ``buffer``, per device) and executable (kind ``executable``) with the
+  Python stack that made it. One profile, labelled ``kind`` and ``device``.
+  ``backend``: None, every device (and every JAX backend in use); a JAX
+  backend name ("cpu", "gpu", ...) or one of ours ("gpu", "gpu:1").
   """
   if not _HAVE_MEMORY:
     _missing("device_memory_profile", "include/spyglass/memory.h")
-  return _spyglass.device_memory_profile(backend or "")
+  ours = _spyglass.device_memory_profile(backend or "")
+  theirs = _jax_heap_profiles(backend)
+  if not theirs:
+    return ours
+  return _spyglass._merge_pprof([ours] + theirs)
 
 
 def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
@@ -451,7 +465,176 @@ def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
   """
   if not _HAVE_MEMORY:
     _missing("save_device_memory_profile", "include/spyglass/memory.h")
-  _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")
+  if "jax" not in sys.modules:
+    _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")
+    return
+  _spyglass._write_output_bytes(os.fspath(filename), device_memory_profile(backend))
+
+
+# --- JAX's device memory ------------------------------------------------------
+# Inside a JAX program PJRT owns the device memory: its clients know each live
+# buffer and executable with the Python stack that made it (jaxlib's
+# heap_profile, what jax.profiler.device_memory_profile returns). Nothing here
+# imports jax: a program that did not is left alone.
+
+
+def _jax_clients(backend: Optional[str]) -> list:
+  """The PJRT clients of the JAX backends in use (of `backend` when named); [] without jax."""
+  if "jax" not in sys.modules:
+    return []
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return []
+  if backend is None:
+    initialized = getattr(xla_bridge, "backends_are_initialized", lambda: True)
+    if not initialized():
+      return []  # no backend yet, so no buffer or executable (and no backend started for us)
+    clients = list(xla_bridge.backends().values())
+  else:
+    try:
+      clients = [xla_bridge.get_backend(backend)]
+    except (RuntimeError, ValueError):  # not a JAX backend name ("gpu:1"): ours only
+      return []
+  unique = []
+  for c in clients:
+    if all(c is not u for u in unique):
+      unique.append(c)
+  return unique
+
+
+def _jax_heap_profiles(backend: Optional[str]) -> list:
+  """jaxlib's heap profiles (serialized pprof) of the JAX backends in use."""
+  return [c.heap_profile() for c in _jax_clients(backend) if hasattr(c, "heap_profile")]
+
+
+def _add_array_bytes(array, by_device: dict) -> None:
+  """Adds each addressable shard's bytes of a jax.Array to its device's count.
+
+  From the sharding's shard shape: reading the shards' data would make new
+  arrays.
+  """
+  sharding = array.sharding
+  devices = list(sharding.addressable_devices)
+  if len(devices) == 1:
+    shard_bytes = int(array.nbytes)
+  else:
+    try:
+      shape = sharding.shard_shape(array.shape)
+      n = 1
+      for dim in shape:
+        n *= int(dim)
+      shard_bytes = n * array.dtype.itemsize
+    except Exception:  # pylint: disable=broad-except
+      shard_bytes = int(array.nbytes) // len(devices)  # uneven shards: an even split
+  for d in devices:
+    label = f"{d.platform}:{d.id}"
+    if label in by_device:
+      by_device[label] += shard_bytes
+
+
+def _jax_device_bytes() -> Optional[list]:
+  """[(device label, live bytes)] of JAX's devices now, None outside a JAX program.
+
+  PJRT's own count where it keeps one (memory_stats' bytes_in_use: GPU, TPU),
+  else the bytes of the live buffers on the device (CPU), labelled as the
+  heap profiles label them ("cpu:0", "cuda:0").
+  """
+  out = []
+  for client in _jax_clients(None):
+    by_device = {}
+    counted = False
+    for d in client.local_devices():
+      label = f"{d.platform}:{d.id}"
+      stats = None
+      try:
+        stats = d.memory_stats()
+      except Exception:  # pylint: disable=broad-except
+        pass
+      if stats and "bytes_in_use" in stats:
+        by_device[label] = int(stats["bytes_in_use"])
+      else:
+        by_device.setdefault(label, 0)
+        counted = True
+    if counted:
+      for array in client.live_arrays():
+        try:
+          if array.is_deleted():
+            continue
+          _add_array_bytes(array, by_device)
+        except Exception:  # pylint: disable=broad-except
+          continue  # deleted meanwhile
+    out.extend(by_device.items())
+  return out if out else None
+
+
+# JAX's device bytes on the memory timeline: a Python thread samples them
+# (_jax_device_bytes) while a session started here runs, and pushes each value
+# to the core's "jax memory <device>" counters (python/src/jax_memory.cc).
+# SPYGLASS_JAX_MEMORY_INTERVAL_MS sets the period (default 10; 0: off).
+
+_sampler_cv = threading.Condition()
+_sampler_thread: Optional[threading.Thread] = None
+_sampler_generation = 0
+
+
+def _jax_memory_interval_s() -> float:
+  try:
+    return max(0.0, float(os.environ.get("SPYGLASS_JAX_MEMORY_INTERVAL_MS", "10"))) / 1000.0
+  except ValueError:
+    return 0.01
+
+
+def _sample_jax_memory() -> bool:
+  """Pushes JAX's device bytes now; False once no session runs."""
+  try:
+    values = _jax_device_bytes() if "jax" in sys.modules else None
+  except Exception:  # pylint: disable=broad-except
+    values = None  # a backend torn down meanwhile: this point is skipped
+  if values:
+    return _spyglass._jax_memory_push(values)
+  return _spyglass._jax_memory_open()
+
+
+@_spyglass._untraced  # neither the loop nor what it calls is recorded
+def _jax_memory_sampler_loop():
+  seen = 0
+  while True:
+    with _sampler_cv:
+      _sampler_cv.wait_for(lambda: _sampler_generation != seen)
+      seen = _sampler_generation
+    interval = _jax_memory_interval_s()
+    while _sample_jax_memory():
+      time.sleep(interval)
+
+
+def _ensure_jax_memory_sampler() -> None:
+  global _sampler_thread
+  if "jax" not in sys.modules or _jax_memory_interval_s() == 0 or not hasattr(_spyglass, "_jax_memory_push"):
+    return
+  with _sampler_cv:
+    if _sampler_thread is None:
+      _sampler_thread = threading.Thread(target=_jax_memory_sampler_loop, name="spyglass-jax-memory",
+                                         daemon=True)
+      _sampler_thread.start()
+
+
+def _wake_jax_memory_sampler() -> None:
+  global _sampler_generation
+  with _sampler_cv:
+    if _sampler_thread is None:
+      return
+    _sampler_generation += 1
+    _sampler_cv.notify_all()
+
+
+def _forget_sampler_in_child():
+  global _sampler_thread, _sampler_cv
+  _sampler_thread = None  # threads do not survive a fork
+  _sampler_cv = threading.Condition()
+
+
+os.register_at_fork(after_in_child=_forget_sampler_in_child)
 
 
 # --- FDO profiles and PGLE (jax._src.profiler's) -----------------------------

@@ -26,8 +26,9 @@ def test_jax_profiler_tests_pass_on_spyglass(tmp_path):
   bad = {name: outcome for name, outcome in results.items() if outcome in ("failed", "error")}
   assert p.returncode == 0 and not bad, f"{bad}\n{p.stdout[-8000:]}\n{p.stderr[-3000:]}"
   passed = [name for name, outcome in results.items() if outcome == "passed"]
-  # On CPU (jax 0.10.2: 21 of 36; the GPU, ROCm and PGLE cases skip there).
-  assert len(passed) >= 20, results
+  # On CPU jax 0.10.2's files pass 21 of 36 (the GPU, ROCm and PGLE cases
+  # skip there; newer files also skip the subprocess case under pytest).
+  assert len(passed) >= 18, results
   for name in ("profiler_test.ProfilerTest.testProfilerGetFDOProfile",
                "profiler_test.ProfilerTest.testProgrammaticProfiling",
                "profiler_test.ProfilerTest.testDeviceMemoryProfile"):

@@ -1,0 +1,144 @@
+// JAX's device bytes on the memory timeline: while a session runs,
+// spyglass.profiler samples what PJRT exposes (profiler.py, _jax_device_bytes)
+// on a Python thread of its own and pushes each value here; at the stop they
+// become counter events "jax memory <device>" (stat live_bytes) on the
+// _counters_ line of /host:CPU, beside the memory tracer's "memory <device>".
+//
+// The tracer has no thread and never takes the GIL: the Python side does the
+// sampling, so stopping a session cannot wait for the interpreter.
+#include "jax_memory.h"
+
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "model/schema.h"
+#include "model/xspace.h"
+#include "session/tracer.h"
+#include "spyglass/internal/recorder.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spyglass::python {
+namespace {
+
+constexpr size_t kMaxSamples = 200000;  // per session: 10 ms apart, over half an hour
+
+struct Sample {
+  uint64_t ticks;
+  uint32_t device;  // index into Pushed::devices
+  int64_t bytes;
+};
+
+// What the Python sampler pushed during the running session.
+struct Pushed {
+  std::mutex mu;
+  bool open = false;
+  std::vector<std::string> devices;
+  std::vector<Sample> samples;
+  uint64_t dropped = 0;
+};
+
+Pushed& pushed() {
+  static auto* p = new Pushed;  // never destroyed: a late push at exit finds it
+  return *p;
+}
+
+class JaxMemoryTracer : public session::Tracer {
+ public:
+  Status Start() override {
+    Pushed& p = pushed();
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.open = true;
+    p.devices.clear();
+    p.samples.clear();
+    p.dropped = 0;
+    start_ticks_ = spyglass::internal::now_ticks();
+    return Status::Ok();
+  }
+  Status Stop() override {
+    Pushed& p = pushed();
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.open = false;
+    devices_.swap(p.devices);
+    samples_.swap(p.samples);
+    dropped_ = p.dropped;
+    return Status::Ok();
+  }
+  Status CollectData(model::Space* space) override {
+    if (samples_.empty()) return Status::Ok();
+    spyglass::internal::TickConverter clock = spyglass::internal::TickConverter::Calibrate();
+    model::Plane& host = space->plane(model::kHostPlaneName);
+    model::Line& line = host.line_with_id(INT64_MAX);  // the memory tracer's counter line
+    line.name = line.display_name = std::string(model::kCounterLineName);
+    line.timestamp_ns = 0;
+    std::vector<uint32_t> md;
+    for (const std::string& d : devices_) md.push_back(host.intern_event("jax memory " + d));
+    for (const Sample& s : samples_) {
+      model::Event e;
+      e.offset_ps = s.ticks <= start_ticks_ ? 0 : clock.ns_between(start_ticks_, s.ticks) * 1000;
+      e.metadata_id = md[s.device];
+      line.add_stat(e, host.int_stat(model::kLiveBytesStat, s.bytes));
+      line.events.push_back(e);
+    }
+    line.sort_events();
+    host.stats.push_back(host.uint_stat("jax_memory_samples_dropped", dropped_));
+    return Status::Ok();
+  }
+
+ private:
+  uint64_t start_ticks_ = 0;
+  std::vector<std::string> devices_;
+  std::vector<Sample> samples_;
+  uint64_t dropped_ = 0;
+};
+
+// False when no session runs (the sampler then stops).
+bool Push(const std::string& device, int64_t bytes) {
+  const uint64_t now = spyglass::internal::now_ticks();
+  Pushed& p = pushed();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (!p.open) return false;
+  if (p.samples.size() >= kMaxSamples) {
+    ++p.dropped;
+    return true;
+  }
+  uint32_t index = 0;
+  while (index < p.devices.size() && p.devices[index] != device) ++index;
+  if (index == p.devices.size()) p.devices.push_back(device);
+  p.samples.push_back({now, index, bytes});
+  return true;
+}
+
+}  // namespace
+
+void BindJaxMemory(nb::module_& m) {
+  // Sessions of every kind (start_trace, a remote capture, the environment)
+  // get the tracer; it records only what the Python sampler pushes.
+  session::RegisterTracer("jax_memory", session::kRankMemoryTimeline + 10,
+                          [](const profiler::ProfileOptions&) -> std::unique_ptr<session::Tracer> {
+                            return std::make_unique<JaxMemoryTracer>();
+                          });
+  m.def("_jax_memory_push", [](const std::vector<std::pair<std::string, int64_t>>& values) {
+    bool open = true;
+    for (const auto& [device, bytes] : values) open = Push(device, bytes) && open;
+    return open;
+  }, "values"_a, "Records JAX's live bytes per device now; False when no session runs.");
+  m.def("_jax_memory_open", [] {
+    Pushed& p = pushed();
+    std::lock_guard<std::mutex> lock(p.mu);
+    return p.open;
+  });
+}
+
+}  // namespace spyglass::python

@@ -1,0 +1,182 @@
+"""device_memory_profile inside a JAX program: jax's buffers and executables and ours, in one pprof.
+
+Each case runs in a fresh interpreter (jax stays out of the test process)
+and compares with jax.profiler.device_memory_profile of the same arrays.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_python
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAX_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def have_jax():
+  try:
+    import jax  # pylint: disable=g-import-not-at-top,unused-import
+    return True
+  except ImportError:
+    return False
+
+
+pytestmark = pytest.mark.skipif(not have_jax(), reason="jax not installed")
+
+PROGRAM = r"""
+import json, sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import jax.profiler
+import spyglass.profiler as profiler
+import spyglass.memory as memory
+from pprof_decode import parse_profile
+
+def make_weights():
+    return jnp.ones((512, 512))
+
+def make_sharded():
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    return jax.device_put(jnp.ones((8, 1000)), NamedSharding(mesh, PartitionSpec("d")))
+
+w = make_weights()
+y = jax.jit(lambda a: a * 2)(w)
+s = make_sharded()
+host = bytearray(100_003)
+ptr = memory.record_allocation(host, kind="cache")
+
+def key(sample):
+    return json.dumps([sample["count"], sample["bytes"], sorted(sample["labels"].items()), sample["frames"]])
+
+theirs = parse_profile(jax.profiler.device_memory_profile())
+ours = parse_profile(profiler.device_memory_profile())
+path = sys.argv[1]
+profiler.save_device_memory_profile(path)
+saved = parse_profile(open(path, "rb").read())
+live = {}
+for a in jax.live_arrays():
+    for shard in a.addressable_shards:
+        label = f"{shard.device.platform}:{shard.device.id}"
+        live[label] = live.get(label, 0) + shard.data.nbytes
+print(json.dumps({
+    "theirs": sorted(key(x) for x in theirs),
+    "ours_jax": sorted(key(x) for x in ours if x["labels"].get("kind") in ("buffer", "executable")),
+    "ours_other": [x for x in ours if x["labels"].get("kind") not in ("buffer", "executable")],
+    "saved": sorted(key(x) for x in saved),
+    "ours_all": sorted(key(x) for x in ours),
+    "live": live,
+}))
+memory.record_free(ptr)
+"""
+
+
+def test_device_memory_profile_holds_jaxs_buffers_and_executables_and_ours(tmp_path):
+  p = run_python(PROGRAM, str(tmp_path / "m.prof"), env=JAX_ENV, timeout=300)
+  r = json.loads(p.stdout.strip().splitlines()[-1])
+  # Every sample of jax's own profile, the same (stack, labels, count, bytes).
+  assert r["ours_jax"] == r["theirs"]
+  samples = [json.loads(k) for k in r["theirs"]]
+  buffers = [s for s in samples if dict(s[2]).get("kind") == "buffer"]
+  executables = [s for s in samples if dict(s[2]).get("kind") == "executable"]
+  assert executables and all("device" not in dict(s[2]) for s in executables)
+  # The bytes per device equal the live arrays' (the sharded one on both devices).
+  by_device = {}
+  for count, nbytes, labels, _ in buffers:
+    by_device[dict(labels)["device"]] = by_device.get(dict(labels)["device"], 0) + nbytes
+  assert by_device == r["live"]
+  assert set(by_device) == {"cpu:0", "cpu:1"}
+  assert any(f[0] == "make_weights" for s in buffers for f in s[3])
+  # Plus ours: the buffer recorded from Python, with its stack.
+  (cache,) = r["ours_other"]
+  assert cache["bytes"] == 100_003 and cache["labels"] == {"kind": "cache", "device": "cpu:0"}
+  assert cache["frames"][0][0] == "<module>"
+  # save_device_memory_profile writes the same profile.
+  assert r["saved"] == r["ours_all"]
+
+
+MEMDIFF_PROGRAM = r"""
+import sys
+import jax, jax.numpy as jnp
+import spyglass.profiler as profiler
+
+def grow_cache(cache, n):
+    for i in range(n):
+        cache.append(jnp.full((256, 256), float(i)))
+
+cache = []
+grow_cache(cache, 1)
+jax.block_until_ready(cache)
+profiler.save_device_memory_profile(sys.argv[1])
+grow_cache(cache, 4)
+jax.block_until_ready(cache)
+profiler.save_device_memory_profile(sys.argv[2])
+"""
+
+
+def test_memdiff_reads_merged_profiles(tmp_path):
+  early, late = tmp_path / "early.prof", tmp_path / "late.prof"
+  run_python(MEMDIFF_PROGRAM, str(early), str(late), env=JAX_ENV, timeout=300)
+  cli = os.path.join(os.path.dirname(sys.executable), "spyglass")
+  if not os.path.exists(cli):
+    cli = "spyglass"
+  p = subprocess.run([cli, "memdiff", str(early), str(late)], capture_output=True, text=True, timeout=60)
+  assert p.returncode == 0, p.stderr
+  grew = [l for l in p.stdout.splitlines() if "grow_cache" in l]
+  assert grew, p.stdout
+  assert "+1.0 MiB" in grew[0] and "+4" in grew[0], p.stdout  # 4 arrays of 256 KiB
+
+
+def test_no_jax_part_where_jax_is_not_imported():
+  code = """
+import sys
+import spyglass.profiler as profiler
+profiler.device_memory_profile()
+assert "jax" not in sys.modules and "jaxlib" not in sys.modules, sorted(m for m in sys.modules if "jax" in m)
+print("ok")
+"""
+  assert run_python(code, timeout=120).stdout.strip() == "ok"
+
+
+TIMELINE_PROGRAM = r"""
+import gc, json, sys, time
+import jax, jax.numpy as jnp
+import spyglass.profiler as profiler
+
+def live_bytes():
+    return sum(a.nbytes for a in jax.live_arrays())
+
+profiler.start_trace(sys.argv[1])
+base = live_bytes()
+keep = []
+for i in range(5):
+    keep.append(jnp.full((256, 256), float(i)))  # 256 KiB each
+    jax.block_until_ready(keep)
+    time.sleep(0.05)
+peak = live_bytes()
+del keep
+gc.collect()
+time.sleep(0.05)
+end = live_bytes()
+profiler.stop_trace()
+print(json.dumps({"base": base, "peak": peak, "end": end, "files": profiler.last_trace_files()}))
+"""
+
+
+def test_memory_timeline_holds_jaxs_device_bytes(tmp_path, xplane_pb2):
+  from conftest import host_events  # pylint: disable=g-import-not-at-top
+  p = run_python(TIMELINE_PROGRAM, str(tmp_path / "logs"), env=JAX_ENV, timeout=300)
+  r = json.loads(p.stdout.strip().splitlines()[-1])
+  events = [e for e in host_events(xplane_pb2, r["files"]["xplane_path"]) if e[1] == "jax memory cpu:0"]
+  assert events and all(e[0].endswith(":_counters_") for e in events)
+  values = [e[4]["live_bytes"] for e in sorted(events, key=lambda e: e[2])]
+  assert r["peak"] - r["base"] == 5 * 256 * 1024
+  assert max(values) == r["peak"]  # sampled every 10 ms, the 50 ms plateau is seen
+  assert values[-1] == r["end"]  # the last point is taken at the stop
+  # The growth is seen step by step.
+  steps = sorted({v for v in values if r["base"] <= v <= r["peak"]})
+  assert len(steps) >= 5, values
