@@ -508,16 +508,16 @@ def _jax_heap_profiles(backend: Optional[str]) -> list:
   return [c.heap_profile() for c in _jax_clients(backend) if hasattr(c, "heap_profile")]
 
 
-def _add_array_bytes(array, by_device: dict) -> None:
+def _add_array_bytes(array, by_device: dict, labels: dict) -> None:
   """Adds each addressable shard's bytes of a jax.Array to its device's count.
 
   From the sharding's shard shape: reading the shards' data would make new
-  arrays.
+  arrays. `labels`: device -> label, filled as devices are met.
   """
   sharding = array.sharding
-  devices = list(sharding.addressable_devices)
+  devices = sharding.addressable_devices
   if len(devices) == 1:
-    shard_bytes = int(array.nbytes)
+    shard_bytes = array.nbytes
   else:
     try:
       shape = sharding.shard_shape(array.shape)
@@ -528,7 +528,9 @@ def _add_array_bytes(array, by_device: dict) -> None:
     except Exception:  # pylint: disable=broad-except
       shard_bytes = int(array.nbytes) // len(devices)  # uneven shards: an even split
   for d in devices:
-    label = f"{d.platform}:{d.id}"
+    label = labels.get(d)
+    if label is None:
+      label = labels[d] = f"{d.platform}:{d.id}"
     if label in by_device:
       by_device[label] += shard_bytes
 
@@ -557,11 +559,12 @@ def _jax_device_bytes() -> Optional[list]:
         by_device.setdefault(label, 0)
         counted = True
     if counted:
+      labels = {}
       for array in client.live_arrays():
         try:
           if array.is_deleted():
             continue
-          _add_array_bytes(array, by_device)
+          _add_array_bytes(array, by_device, labels)
         except Exception:  # pylint: disable=broad-except
           continue  # deleted meanwhile
     out.extend(by_device.items())
@@ -604,8 +607,13 @@ def _jax_memory_sampler_loop():
       _sampler_cv.wait_for(lambda: _sampler_generation != seen)
       seen = _sampler_generation
     interval = _jax_memory_interval_s()
-    while _sample_jax_memory():
-      time.sleep(interval)
+    while True:
+      began = time.perf_counter()
+      if not _sample_jax_memory():
+        break
+      # Thousands of live arrays make a sample cost milliseconds: the period
+      # stretches so that sampling holds the GIL at most 5% of the time.
+      time.sleep(max(interval, 20 * (time.perf_counter() - began)))
 
 
 def _ensure_jax_memory_sampler() -> None:
