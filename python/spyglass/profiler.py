@@ -158,9 +158,13 @@ class ProfileSession:
       _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
                             bool(self.create_perfetto_trace), options,
                             int(self.perfetto_link_timeout_s))
-      _wake_jax_memory_sampler()
-      # Recorded in the /host:metadata plane (the core clears it at every start).
-      _spyglass.set_metadata("python_version", platform.python_version())
+      try:
+        _wake_jax_memory_sampler()
+        # Recorded in the /host:metadata plane (the core clears it at every start).
+        _spyglass.set_metadata("python_version", platform.python_version())
+      except BaseException:
+        _spyglass._stop_trace_in_memory()  # a failed start leaves no session running
+        raise
       self._is_running = True
       self._profile_data = None
       _state.session = self
@@ -180,9 +184,11 @@ class ProfileSession:
       _state.session = None
     # Outside the lock: the Perfetto link may wait for the browser. A start
     # meanwhile fails in the core ("already started") until the trace stopped.
-    _sample_jax_memory()  # the track's last point, at the stop
     try:
-      _spyglass.stop_trace()
+      try:
+        _sample_jax_memory()  # the track's last point, at the stop
+      finally:
+        _spyglass.stop_trace()  # whatever happened before
     finally:
       self._profile_data = _spyglass._last_trace_profile_data()
     return self._profile_data

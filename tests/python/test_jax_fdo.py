@@ -192,3 +192,33 @@ assert profiler._jaxlib_profiler() is jp
 print("ok")
 """
   assert run_python(code, env=JAX_ENV, timeout=300).stdout.strip().endswith("ok")
+
+
+def test_failing_start_step_leaves_no_session_running(tmp_path, monkeypatch):
+  # A step after the core's start fails: the start raises and nothing runs.
+  def broken():
+    raise ZeroDivisionError("after the start")
+
+  monkeypatch.setattr(profiler, "_wake_jax_memory_sampler", broken)
+  with pytest.raises(ZeroDivisionError):
+    profiler.start_trace(tmp_path)
+  monkeypatch.undo()
+  with pytest.raises(RuntimeError, match="No profile started"):
+    profiler.stop_trace()
+  profiler.start_trace(None)
+  profiler.stop_trace()
+
+
+def test_failing_stop_step_still_stops_the_session(tmp_path, monkeypatch):
+  session = profiler.start_trace(tmp_path)
+
+  def broken():
+    raise ZeroDivisionError("before the stop")
+
+  monkeypatch.setattr(profiler, "_sample_jax_memory", broken)
+  with pytest.raises(ZeroDivisionError):
+    session.stop()
+  monkeypatch.undo()
+  assert not session.is_running
+  profiler.start_trace(None)  # the core's session was stopped too
+  profiler.stop_trace()
