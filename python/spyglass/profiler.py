@@ -615,8 +615,11 @@ def _jax_memory_sampler_loop():
     interval = _jax_memory_interval_s()
     while True:
       began = time.perf_counter()
-      if not _sample_jax_memory():
-        break
+      try:
+        if not _sample_jax_memory():
+          break
+      except Exception:  # pylint: disable=broad-except
+        break  # the thread lives on for the next session
       # Thousands of live arrays make a sample cost milliseconds: the period
       # stretches so that sampling holds the GIL at most 5% of the time.
       time.sleep(max(interval, 20 * (time.perf_counter() - began)))
