@@ -180,3 +180,42 @@ def test_memory_timeline_holds_jaxs_device_bytes(tmp_path, xplane_pb2):
   # The growth is seen step by step.
   steps = sorted({v for v in values if r["base"] <= v <= r["peak"]})
   assert len(steps) >= 5, values
+
+
+HEAP_PROGRAM = r"""
+import json
+import jax, jax.numpy as jnp
+import spyglass.profiler as profiler
+from pprof_decode import parse_profile
+
+def make_weights():
+    return jnp.ones((512, 512))
+
+def make_host_blob():
+    return bytearray(3 << 20)
+
+w = make_weights()
+blob = make_host_blob()
+out = {}
+for s in parse_profile(profiler.device_memory_profile()):
+    kind = s["labels"].get("kind")
+    out.setdefault(kind, []).append([s["bytes"], [f[0] for f in s["frames"]]])
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_under_the_heap_hook_the_profile_also_holds_the_host_heap(tmp_path):
+  script = tmp_path / "prog.py"
+  script.write_text(HEAP_PROGRAM)
+  env = dict(os.environ, **JAX_ENV)
+  # Sampled (one sample per 512 KiB on average): every allocation of jax's
+  # import tracked would take a minute of CPU.
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--sample-bytes", "524288", "-o", str(tmp_path / "mem"),
+                      "--", str(script)],
+                     capture_output=True, text=True, env=env, timeout=300)
+  assert p.returncode == 0, p.stderr
+  line = next(l for l in p.stdout.splitlines() if l.startswith("RESULT "))
+  kinds = json.loads(line[len("RESULT "):])
+  assert {"heap", "buffer", "executable"} <= set(kinds), kinds.keys()
+  assert any(b == 1 << 20 and "make_weights" in frames for b, frames in kinds["buffer"])
+  assert any(b >= 1 << 20 and "make_host_blob" in frames for b, frames in kinds["heap"])  # 3 MiB, sampled
