@@ -595,7 +595,9 @@ def _jax_memory_interval_s() -> float:
 
 
 def _sample_jax_memory() -> bool:
-  """Pushes JAX's device bytes now; False once no session runs."""
+  """Pushes JAX's device bytes now; False once no session runs (or sampling is off)."""
+  if _jax_memory_interval_s() == 0:
+    return False
   try:
     values = _jax_device_bytes() if "jax" in sys.modules else None
   except Exception:  # pylint: disable=broad-except
@@ -613,7 +615,7 @@ def _jax_memory_sampler_loop():
       _sampler_cv.wait_for(lambda: _sampler_generation != seen)
       seen = _sampler_generation
     interval = _jax_memory_interval_s()
-    while True:
+    while interval > 0:
       began = time.perf_counter()
       try:
         if not _sample_jax_memory():
@@ -639,7 +641,7 @@ def _ensure_jax_memory_sampler() -> None:
 def _wake_jax_memory_sampler() -> None:
   global _sampler_generation
   with _sampler_cv:
-    if _sampler_thread is None:
+    if _sampler_thread is None or _jax_memory_interval_s() == 0:
       return
     _sampler_generation += 1
     _sampler_cv.notify_all()

@@ -219,3 +219,18 @@ def test_under_the_heap_hook_the_profile_also_holds_the_host_heap(tmp_path):
   assert {"heap", "buffer", "executable"} <= set(kinds), kinds.keys()
   assert any(b == 1 << 20 and "make_weights" in frames for b, frames in kinds["buffer"])
   assert any(b >= 1 << 20 and "make_host_blob" in frames for b, frames in kinds["heap"])  # 3 MiB, sampled
+
+
+def test_no_jax_track_when_sampling_is_off(tmp_path, xplane_pb2):
+  from conftest import host_events  # pylint: disable=g-import-not-at-top
+  # Off from the start, and off again after a session that sampled.
+  code = TIMELINE_PROGRAM.replace("profiler.start_trace(sys.argv[1])", """import os
+os.environ["SPYGLASS_JAX_MEMORY_INTERVAL_MS"] = "10"
+with profiler.trace(None):
+    time.sleep(0.05)
+os.environ["SPYGLASS_JAX_MEMORY_INTERVAL_MS"] = "0"
+profiler.start_trace(sys.argv[1])""")
+  p = run_python(code, str(tmp_path / "logs"), env=JAX_ENV, timeout=300)
+  r = json.loads(p.stdout.strip().splitlines()[-1])
+  names = {e[1] for e in host_events(xplane_pb2, r["files"]["xplane_path"])}
+  assert not any(n.startswith("jax memory") for n in names), names
