@@ -155,11 +155,11 @@ class ProfileSession:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
       _ensure_jax_memory_sampler()  # before the start: its thread's own frames stay out of the trace
-      _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
-                            bool(self.create_perfetto_trace), options,
-                            int(self.perfetto_link_timeout_s))
+      with _sample_lock:
+        _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
+                              bool(self.create_perfetto_trace), options,
+                              int(self.perfetto_link_timeout_s))
       try:
-        _wake_jax_memory_sampler()
         # Recorded in the /host:metadata plane (the core clears it at every start).
         _spyglass.set_metadata("python_version", platform.python_version())
       except BaseException:
@@ -185,10 +185,11 @@ class ProfileSession:
     # Outside the lock: the Perfetto link may wait for the browser. A start
     # meanwhile fails in the core ("already started") until the trace stopped.
     try:
-      try:
-        _sample_jax_memory()  # the track's last point, at the stop
-      finally:
-        _spyglass.stop_trace()  # whatever happened before
+      with _sample_lock:  # the core's stop too: no sample is cut by it
+        try:
+          _sample_jax_memory()  # the track's last point, at the stop
+        finally:
+          _spyglass.stop_trace()  # whatever happened before
     finally:
       self._profile_data = _spyglass._last_trace_profile_data()
     return self._profile_data
@@ -578,13 +579,14 @@ def _jax_device_bytes() -> Optional[list]:
 
 
 # JAX's device bytes on the memory timeline: a Python thread samples them
-# (_jax_device_bytes) while a session started here runs, and pushes each value
-# to the core's "jax memory <device>" counters (python/src/jax_memory.cc).
+# (_jax_device_bytes) while a session runs and pushes each value to the
+# core's "jax memory <device>" counters (python/src/jax_memory.cc). The thread
+# is started with the first session started here in a JAX program; it then
+# serves every later session, remote captures included.
 # SPYGLASS_JAX_MEMORY_INTERVAL_MS sets the period (default 10; 0: off).
 
-_sampler_cv = threading.Condition()
+_sampler_lock = threading.Lock()
 _sampler_thread: Optional[threading.Thread] = None
-_sampler_generation = 0
 
 
 def _jax_memory_interval_s() -> float:
@@ -607,50 +609,67 @@ def _sample_jax_memory() -> bool:
   return _spyglass._jax_memory_open()
 
 
-@_spyglass._untraced  # neither the loop nor what it calls is recorded
+# Held by each sample and by the start and stop of a session started here: a
+# session never begins or ends in the middle of one (the Python tracer would
+# record the rest of it, and a sample cut by the stop as incomplete).
+_sample_lock = threading.Lock()
+
+
+# Each step and each wait is a call of its own, marked untraced: the Python
+# tracer records none of it whichever session it falls in (a frame entered
+# in an earlier session would be unknown to the next one).
+@_spyglass._untraced
+def _jax_memory_sampling_step() -> bool:
+  """One sample, then the pause; False once the session ended (or sampling is off)."""
+  interval = _jax_memory_interval_s()
+  began = time.perf_counter()
+  try:
+    with _sample_lock:
+      if not _sample_jax_memory():
+        return False
+  except Exception:  # pylint: disable=broad-except
+    return False  # the thread lives on for the next session
+  # Thousands of live arrays make a sample cost milliseconds: the period
+  # stretches so that sampling holds the GIL at most 5% of the time.
+  time.sleep(max(interval, 20 * (time.perf_counter() - began)))
+  return True
+
+
+@_spyglass._untraced
+def _jax_memory_wait_for_session() -> None:
+  _spyglass._jax_memory_wait()  # without the GIL, until a session opens
+
+
+@_spyglass._untraced
+def _jax_memory_wait_for_end() -> None:
+  while _spyglass._jax_memory_wait_closed(1.0):
+    pass
+
+
 def _jax_memory_sampler_loop():
-  seen = 0
   while True:
-    with _sampler_cv:
-      _sampler_cv.wait_for(lambda: _sampler_generation != seen)
-      seen = _sampler_generation
-    interval = _jax_memory_interval_s()
-    while interval > 0:
-      began = time.perf_counter()
-      try:
-        if not _sample_jax_memory():
-          break
-      except Exception:  # pylint: disable=broad-except
-        break  # the thread lives on for the next session
-      # Thousands of live arrays make a sample cost milliseconds: the period
-      # stretches so that sampling holds the GIL at most 5% of the time.
-      time.sleep(max(interval, 20 * (time.perf_counter() - began)))
+    _jax_memory_wait_for_session()
+    while _jax_memory_sampling_step():
+      pass
+    _jax_memory_wait_for_end()  # (sampling off, or an error): not again for this session
 
 
 def _ensure_jax_memory_sampler() -> None:
   global _sampler_thread
-  if "jax" not in sys.modules or _jax_memory_interval_s() == 0 or not hasattr(_spyglass, "_jax_memory_push"):
+  if "jax" not in sys.modules or not hasattr(_spyglass, "_jax_memory_push"):
     return
-  with _sampler_cv:
+  with _sampler_lock:
     if _sampler_thread is None:
       _sampler_thread = threading.Thread(target=_jax_memory_sampler_loop, name="spyglass-jax-memory",
                                          daemon=True)
       _sampler_thread.start()
 
 
-def _wake_jax_memory_sampler() -> None:
-  global _sampler_generation
-  with _sampler_cv:
-    if _sampler_thread is None or _jax_memory_interval_s() == 0:
-      return
-    _sampler_generation += 1
-    _sampler_cv.notify_all()
-
-
 def _forget_sampler_in_child():
-  global _sampler_thread, _sampler_cv
-  _sampler_thread = None  # threads do not survive a fork
-  _sampler_cv = threading.Condition()
+  global _sampler_thread, _sampler_lock, _sample_lock
+  _sampler_thread = None  # threads do not survive a fork (a sample it was taking holds no lock here)
+  _sampler_lock = threading.Lock()
+  _sample_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_sampler_in_child)

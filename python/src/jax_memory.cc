@@ -5,14 +5,17 @@
 // _counters_ line of /host:CPU, beside the memory tracer's "memory <device>".
 //
 // The tracer has no thread and never takes the GIL: the Python side does the
-// sampling, so stopping a session cannot wait for the interpreter.
+// sampling (its thread waits for a session in _jax_memory_wait), so stopping
+// a session cannot wait for the interpreter.
 #include "jax_memory.h"
 
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,6 +46,7 @@ struct Sample {
 // What the Python sampler pushed during the running session.
 struct Pushed {
   std::mutex mu;
+  std::condition_variable opened;  // the sampler thread waits on it between sessions
   bool open = false;
   std::vector<std::string> devices;
   std::vector<Sample> samples;
@@ -64,12 +68,14 @@ class JaxMemoryTracer : public session::Tracer {
     p.samples.clear();
     p.dropped = 0;
     start_ticks_ = spyglass::internal::now_ticks();
+    p.opened.notify_all();
     return Status::Ok();
   }
   Status Stop() override {
     Pushed& p = pushed();
     std::lock_guard<std::mutex> lock(p.mu);
     p.open = false;
+    p.opened.notify_all();  // the sampler's wait for the end
     devices_.swap(p.devices);
     samples_.swap(p.samples);
     dropped_ = p.dropped;
@@ -134,6 +140,28 @@ void BindJaxMemory(nb::module_& m) {
     for (const auto& [device, bytes] : values) open = Push(device, bytes) && open;
     return open;
   }, "values"_a, "Records JAX's live bytes per device now; False when no session runs.");
+  // The sampler thread's wait for a session (of any kind: start_trace, a
+  // remote capture), without the GIL. A C call begun outside a session: the
+  // Python tracer records nothing of it when it returns inside one.
+  m.def("_jax_memory_wait", [](double timeout_s) {
+    Pushed& p = pushed();
+    nb::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(p.mu);
+    if (timeout_s < 0) {
+      p.opened.wait(lock, [&] { return p.open; });
+    } else {
+      p.opened.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return p.open; });
+    }
+    return p.open;
+  }, "timeout_s"_a = -1.0);
+  // True while the session still runs after timeout_s.
+  m.def("_jax_memory_wait_closed", [](double timeout_s) {
+    Pushed& p = pushed();
+    nb::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(p.mu);
+    p.opened.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !p.open; });
+    return p.open;
+  }, "timeout_s"_a);
   m.def("_jax_memory_open", [] {
     Pushed& p = pushed();
     std::lock_guard<std::mutex> lock(p.mu);

@@ -199,7 +199,7 @@ def test_failing_start_step_leaves_no_session_running(tmp_path, monkeypatch):
   def broken():
     raise ZeroDivisionError("after the start")
 
-  monkeypatch.setattr(profiler, "_wake_jax_memory_sampler", broken)
+  monkeypatch.setattr(profiler.platform, "python_version", broken)
   with pytest.raises(ZeroDivisionError):
     profiler.start_trace(tmp_path)
   monkeypatch.undo()
