@@ -233,3 +233,30 @@ profiler.start_trace(sys.argv[1])""")
   r = json.loads(p.stdout.strip().splitlines()[-1])
   names = {e[1] for e in host_events(xplane_pb2, r["files"]["xplane_path"])}
   assert not any(n.startswith("jax memory") for n in names), names
+
+
+SAMPLER_QUIET_PROGRAM = r"""
+import json, threading, time
+import jax, jax.numpy as jnp
+import spyglass.profiler as profiler
+x = jnp.ones(10)
+out = []
+for i in range(6):  # back to back: the sampler's steps cross from one session into the next
+    profiler.start_trace(None)
+    time.sleep(0.013 if i % 2 else 0.05)
+    data = profiler.stop_trace()
+    lines = {}
+    for line in data.find_plane_with_name("/host:CPU").lines:
+        lines[line.name] = lines.get(line.name, 0) + 1
+    out.append({"lines": lines, "incomplete": profiler.last_trace_stats()["incomplete_events"]})
+print(json.dumps(out))
+"""
+
+
+def test_the_sampler_thread_is_not_traced():
+  p = run_python(SAMPLER_QUIET_PROGRAM, env=JAX_ENV, timeout=300)
+  sessions = json.loads(p.stdout.strip().splitlines()[-1])
+  for s in sessions:
+    assert s["incomplete"] == 0, sessions
+    assert s["lines"].get("python") == 1, sessions  # the main thread's only
+  assert any(s["lines"].get("_counters_") for s in sessions), sessions
