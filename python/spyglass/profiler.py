@@ -731,7 +731,8 @@ def _stop_in_memory(session: "ProfileSession") -> Optional[ProfileData]:
     if _state.session is session:
       _state.session = None
   try:
-    _spyglass._stop_trace_in_memory()
+    with _sample_lock:  # no JAX memory sample is cut by the stop
+      _spyglass._stop_trace_in_memory()
   finally:
     session._profile_data = _spyglass._last_trace_profile_data()  # pylint: disable=protected-access
   return session._profile_data  # pylint: disable=protected-access
@@ -849,7 +850,9 @@ def _start_private_session(options: ProfileOptions) -> ProfileSession:
   with _state.lock:
     if _state.session is not None:
       raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
-    _spyglass.start_trace("", False, False, options, 0)
+    _ensure_jax_memory_sampler()
+    with _sample_lock:
+      _spyglass.start_trace("", False, False, options, 0)
     session._is_running = True  # pylint: disable=protected-access
     _private_sessions.add(session)
   return session
