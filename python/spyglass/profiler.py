@@ -40,6 +40,7 @@ thread, next to the annotations.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -609,67 +610,81 @@ def _sample_jax_memory() -> bool:
   return _spyglass._jax_memory_open()
 
 
-# Held by each sample and by the start and stop of a session started here: a
-# session never begins or ends in the middle of one (the Python tracer would
-# record the rest of it, and a sample cut by the stop as incomplete).
-_sample_lock = threading.Lock()
+class _SampleLock:
+  """Held by each JAX memory sample and around the core's start and stop of a
+  session started here: a session never begins or ends in the middle of a
+  sample (the Python tracer would record the rest of it, or cut it as
+  incomplete). A C++ mutex (jax_memory.cc), taken without the GIL."""
+
+  # Untraced: the start's own frames after the core's start are not recorded.
+  @_spyglass._untraced
+  def __enter__(self):
+    if _HAVE_JAX_MEMORY:
+      _spyglass._jax_memory_lock()
+
+  @_spyglass._untraced
+  def __exit__(self, *exc):
+    if _HAVE_JAX_MEMORY:
+      _spyglass._jax_memory_unlock()
 
 
-# Each step and each wait is a call of its own, marked untraced: the Python
-# tracer records none of it whichever session it falls in (a frame entered
-# in an earlier session would be unknown to the next one).
-@_spyglass._untraced
-def _jax_memory_sampling_step() -> bool:
-  """One sample, then the pause; False once the session ended (or sampling is off)."""
-  interval = _jax_memory_interval_s()
-  began = time.perf_counter()
+_HAVE_JAX_MEMORY = hasattr(_spyglass, "_jax_memory_run")
+_sample_lock = _SampleLock()
+
+
+@_spyglass._untraced  # called by the sampler thread's C++ loop only, the sample lock held
+def _jax_memory_sampling_step() -> Optional[float]:
+  """One sample; the pause before the next (seconds), None: none for this session."""
   try:
-    with _sample_lock:
-      if not _sample_jax_memory():
-        return False
+    interval = _jax_memory_interval_s()
+    if interval == 0:
+      return None
+    began = time.perf_counter()
+    if not _sample_jax_memory():
+      return None
+    # Thousands of live arrays make a sample cost milliseconds: the period
+    # stretches so that sampling holds the GIL at most 5% of the time.
+    return max(interval, 20 * (time.perf_counter() - began))
   except Exception:  # pylint: disable=broad-except
-    return False  # the thread lives on for the next session
-  # Thousands of live arrays make a sample cost milliseconds: the period
-  # stretches so that sampling holds the GIL at most 5% of the time.
-  time.sleep(max(interval, 20 * (time.perf_counter() - began)))
-  return True
-
-
-@_spyglass._untraced
-def _jax_memory_wait_for_session() -> None:
-  _spyglass._jax_memory_wait()  # without the GIL, until a session opens
-
-
-@_spyglass._untraced
-def _jax_memory_wait_for_end() -> None:
-  while _spyglass._jax_memory_wait_closed(1.0):
-    pass
-
-
-def _jax_memory_sampler_loop():
-  while True:
-    _jax_memory_wait_for_session()
-    while _jax_memory_sampling_step():
-      pass
-    _jax_memory_wait_for_end()  # (sampling off, or an error): not again for this session
+    return None  # the thread lives on for the next session
 
 
 def _ensure_jax_memory_sampler() -> None:
   global _sampler_thread
-  if "jax" not in sys.modules or not hasattr(_spyglass, "_jax_memory_push"):
+  if "jax" not in sys.modules or not _HAVE_JAX_MEMORY:
     return
   with _sampler_lock:
-    if _sampler_thread is None:
-      _sampler_thread = threading.Thread(target=_jax_memory_sampler_loop, name="spyglass-jax-memory",
-                                         daemon=True)
-      _sampler_thread.start()
+    if _sampler_thread is not None:
+      return
+    # The thread runs the C++ loop (_jax_memory_run): none of its Python
+    # frames but the untraced step is ever running inside a session.
+    _sampler_thread = threading.Thread(target=_spyglass._jax_memory_run, args=(_jax_memory_sampling_step,),
+                                       name="spyglass-jax-memory", daemon=True)
+    _sampler_thread.start()
+    deadline = time.monotonic() + 5
+    while not _spyglass._jax_memory_runner_ready() and time.monotonic() < deadline:
+      time.sleep(0.0005)  # until it waits in C++: its start stays out of the session about to start
+
+
+def _stop_jax_memory_sampler() -> None:
+  # At exit, before the interpreter finalizes: the thread must not take the
+  # GIL then.
+  global _sampler_thread
+  thread, _sampler_thread = _sampler_thread, None
+  if thread is not None:
+    _spyglass._jax_memory_runner_exit()
+    thread.join(2.0)
+
+
+atexit.register(_stop_jax_memory_sampler)
 
 
 def _forget_sampler_in_child():
-  global _sampler_thread, _sampler_lock, _sample_lock
-  _sampler_thread = None  # threads do not survive a fork (a sample it was taking holds no lock here)
+  global _sampler_thread, _sampler_lock
+  _sampler_thread = None  # threads do not survive a fork
   _sampler_lock = threading.Lock()
-  _sample_lock = threading.Lock()
+  if _HAVE_JAX_MEMORY:
+    _spyglass._jax_memory_after_fork_child()
 
 
 os.register_at_fork(after_in_child=_forget_sampler_in_child)

@@ -4,16 +4,17 @@
 // become counter events "jax memory <device>" (stat live_bytes) on the
 // _counters_ line of /host:CPU, beside the memory tracer's "memory <device>".
 //
-// The tracer has no thread and never takes the GIL: the Python side does the
-// sampling (its thread waits for a session in _jax_memory_wait), so stopping
-// a session cannot wait for the interpreter.
+// The tracer has no thread and never takes the GIL: a Python thread samples
+// (_jax_memory_run), so stopping a session cannot wait for the interpreter.
 #include "jax_memory.h"
 
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <chrono>
+#include <new>
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
@@ -109,6 +110,13 @@ class JaxMemoryTracer : public session::Tracer {
   uint64_t dropped_ = 0;
 };
 
+std::atomic<bool> g_runner_ready{false}, g_runner_exit{false};
+
+std::mutex& SampleMutex() {
+  static auto* m = new std::mutex;  // never destroyed
+  return *m;
+}
+
 // False when no session runs (the sampler then stops).
 bool Push(const std::string& device, int64_t bytes) {
   const uint64_t now = spyglass::internal::now_ticks();
@@ -140,28 +148,78 @@ void BindJaxMemory(nb::module_& m) {
     for (const auto& [device, bytes] : values) open = Push(device, bytes) && open;
     return open;
   }, "values"_a, "Records JAX's live bytes per device now; False when no session runs.");
-  // The sampler thread's wait for a session (of any kind: start_trace, a
-  // remote capture), without the GIL. A C call begun outside a session: the
-  // Python tracer records nothing of it when it returns inside one.
-  m.def("_jax_memory_wait", [](double timeout_s) {
+  // The sampler thread's body: waits for a session without the GIL, then
+  // calls step() (Python, marked untraced) with the sample lock held, pauses
+  // as long as it returns (seconds; None: no more for this session), and so
+  // on until the session ends. step() is entered from here, never from a
+  // Python frame of this thread, and the sample lock keeps sessions started
+  // and stopped from Python (_jax_memory_lock) from beginning or ending while
+  // it runs: the Python tracer sees each step whole, as untraced, or not at
+  // all. Returns when _jax_memory_runner_exit() is called (at exit).
+  m.def("_jax_memory_run", [](nb::callable step) {
     Pushed& p = pushed();
-    nb::gil_scoped_release release;
-    std::unique_lock<std::mutex> lock(p.mu);
-    if (timeout_s < 0) {
-      p.opened.wait(lock, [&] { return p.open; });
-    } else {
-      p.opened.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return p.open; });
+    g_runner_ready.store(true);
+    auto wait_until = [&](auto pred, double timeout_s) {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(p.mu);
+      if (timeout_s < 0) {
+        p.opened.wait(lock, pred);
+      } else {
+        p.opened.wait_for(lock, std::chrono::duration<double>(timeout_s), pred);
+      }
+    };
+    auto exiting = [] { return g_runner_exit.load(); };
+    for (;;) {
+      wait_until([&] { return p.open || exiting(); }, -1);
+      if (exiting()) return;
+      for (;;) {
+        std::unique_lock<std::mutex> sample(SampleMutex(), std::defer_lock);
+        {
+          nb::gil_scoped_release release;  // another thread may hold it while it starts a session
+          sample.lock();
+        }
+        double pause = -1;
+        try {
+          nb::object r = step();
+          if (!r.is_none()) pause = nb::cast<double>(r);
+        } catch (nb::python_error& e) {
+          e.restore();  // step() catches its own errors: this one ends the session's sampling, quietly
+          PyErr_Clear();
+        } catch (const std::exception&) {
+        }
+        sample.unlock();
+        if (pause < 0) break;
+        wait_until([&] { return !p.open || exiting(); }, pause);
+        if (exiting()) return;
+        if (!p.open) break;
+      }
+      wait_until([&] { return !p.open || exiting(); }, -1);  // not again for this session
+      if (exiting()) return;
     }
-    return p.open;
-  }, "timeout_s"_a = -1.0);
-  // True while the session still runs after timeout_s.
-  m.def("_jax_memory_wait_closed", [](double timeout_s) {
+  }, "step"_a);
+  m.def("_jax_memory_runner_ready", [] { return g_runner_ready.load(); });
+  m.def("_jax_memory_runner_exit", [] {
+    g_runner_exit.store(true);
     Pushed& p = pushed();
-    nb::gil_scoped_release release;
-    std::unique_lock<std::mutex> lock(p.mu);
-    p.opened.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !p.open; });
-    return p.open;
-  }, "timeout_s"_a);
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.opened.notify_all();
+  });
+  // Held by start()/stop() of profiler.py around the core's start and stop.
+  m.def("_jax_memory_lock", [] {
+    nb::gil_scoped_release release;  // the sampler may hold it while it waits for the GIL
+    SampleMutex().lock();
+  });
+  m.def("_jax_memory_unlock", [] { SampleMutex().unlock(); });
+  m.def("_jax_memory_after_fork_child", [] {
+    // The runner thread is gone; a lock it held stays held in the child.
+    new (&SampleMutex()) std::mutex;
+    Pushed& p = pushed();
+    new (&p.mu) std::mutex;
+    new (&p.opened) std::condition_variable;
+    p.open = false;
+    g_runner_ready.store(false);
+    g_runner_exit.store(false);
+  });
   m.def("_jax_memory_open", [] {
     Pushed& p = pushed();
     std::lock_guard<std::mutex> lock(p.mu);

@@ -176,9 +176,11 @@ def test_memory_timeline_holds_jaxs_device_bytes(tmp_path, xplane_pb2):
   values = [e[4]["live_bytes"] for e in sorted(events, key=lambda e: e[2])]
   assert r["peak"] - r["base"] == 5 * 256 * 1024
   assert values[-1] == r["end"]  # the last point is taken at the stop
-  # Every point is a value the live set had: the base plus whole arrays
-  # (which of them a 10 ms period catches depends on the machine's load).
-  assert set(values) <= {r["base"] + k * 256 * 1024 for k in range(6)} | {r["end"]}, values
+  # Every point is a value the live set had: the base plus whole arrays, and
+  # the few bytes of a fill value jax makes on the way (which points a 10 ms
+  # period catches depends on the machine's load).
+  assert all(r["base"] <= v - (v - r["base"]) // (256 * 1024) * (256 * 1024) <= r["base"] + 64 for v in values), values
+  assert all(v <= r["peak"] + 64 for v in values), values
 
 
 HEAP_PROGRAM = r"""
