@@ -4,7 +4,8 @@
 // For each page, the median over RUNS fresh pages of: ready (ms from
 // navigation start until the page says it has drawn everything once), and
 // for the timeline the slowest redraw of a zoom sweep from the whole run to a
-// microsecond. The floor is the same bytes without the page's code (HTML
+// microsecond, a search by name (the count, then the first match) and the
+// range aggregate of the whole run and of its middle tenth. The floor is the same bytes without the page's code (HTML
 // parsing only: ms to the load event). The peer is speedscope's own web app
 // opening a trace JSON (ms until it shows the profile, at most 5 minutes).
 import fs from 'node:fs';
@@ -69,7 +70,26 @@ async function reportPage(p, t0) {
       pointsMax = Math.max(pointsMax, s.counterPoints || 0);
     }
     const samples = (r.data.timeline.counters || []).reduce((n, c) => n + c.samples, 0);
-    return { ready: r.readyMs, wall, worstRedraw: worst, drawnMax, pointsMax, samples, events: r.data.timeline.events };
+    // Search (the count, then the first match: the list of matches built)
+    // and the range aggregate (the whole run, and its middle tenth).
+    const names = r.data.timeline.names;
+    const q = names.includes('forward') ? 'forward' : names[0] || '';
+    let t = performance.now();
+    const matches = r.timeline.search(q);
+    const searchMs = performance.now() - t;
+    t = performance.now();
+    r.timeline.next();
+    const firstMatchMs = performance.now() - t;
+    r.timeline.search('');
+    t = performance.now();
+    const all = r.timeline.selectRange(0, total);
+    const rangeAllMs = performance.now() - t;
+    t = performance.now();
+    r.timeline.selectRange(total * 0.45, total * 0.55);
+    const rangeTenthMs = performance.now() - t;
+    return { ready: r.readyMs, wall, worstRedraw: worst, drawnMax, pointsMax, samples, events: r.data.timeline.events,
+             searchMs, firstMatchMs, matches, rangeAllMs, rangeTenthMs, rangeNames: all.rows.length,
+             coarsened: r.data.timeline.coarsened_events };
   }, wall);
 }
 
@@ -87,6 +107,9 @@ const summarize = (name, xs) => {
     r.most_spans_drawn = xs[0].drawnMax;
     r.events = xs[0].events;
     if (xs[0].samples) Object.assign(r, { most_counter_points_drawn: xs[0].pointsMax, counter_samples: xs[0].samples });
+    const ms = (k) => Number(median(xs.map((x) => x[k])).toFixed(1));
+    Object.assign(r, { search_ms: ms('searchMs'), first_match_ms: ms('firstMatchMs'), matches: xs[0].matches,
+      range_all_ms: ms('rangeAllMs'), range_tenth_ms: ms('rangeTenthMs'), coarsened_events: xs[0].coarsened });
   }
   console.log(`${name}: ${JSON.stringify(r)}`);
 };

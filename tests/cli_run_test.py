@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+from run_signal_util import child_pid, read_lines, wait_for
+
 
 def fail(msg):
   print("FAIL: " + msg, file=sys.stderr)
@@ -115,34 +117,6 @@ def usage_case(cli, child):
   if r.returncode != 3:
     fail(f"the program's exit status 3 came back as {r.returncode}")
   print(f"PASS: {len(usage_errors)} usage errors exit 2; flags named; 127, 126 and 3 passed on")
-
-
-def wait_for(pred, what, timeout=30, drain=None):
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if drain is not None:
-      drain(0.02)
-    v = pred()
-    if v:
-      return v
-    time.sleep(0.02)
-  fail("timed out waiting for " + what)
-
-
-def read_lines(path):
-  try:
-    with open(path) as f:
-      return f.read().split()
-  except FileNotFoundError:
-    return []
-
-
-def child_pid(ready):
-  try:
-    with open(ready) as f:
-      return int(f.read())
-  except (FileNotFoundError, ValueError):
-    return None
 
 
 def signals_by_pid(cli, child, tmp, out):

@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -45,13 +44,40 @@ size_t Runs(const std::string& log_dir) {
   return n;
 }
 
-bool WaitForRuns(const std::string& log_dir, size_t n, int seconds) {
+// Whether `done()` came true within `seconds` (looked at every 20 ms).
+template <class Done>
+bool WaitUntil(Done done, int seconds) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < end) {
-    if (Runs(log_dir) >= n) return true;
+    if (done()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+bool WaitForRuns(const std::string& log_dir, size_t n, int seconds) {
+  return WaitUntil([&] { return Runs(log_dir) >= n; }, seconds);
+}
+
+// What a daemon does: closes descriptors 3..1023, opens its log at 3 and
+// puts it on 4..20 too, and writes its first line. The log's descriptor, or
+// -1 (said on stderr).
+int OpenLogAsADaemon(const std::string& log) {
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd != 3) {
+    std::fprintf(stderr, "the log opened at %d\n", fd);
+    return -1;
+  }
+  for (int i = 4; i <= 20; ++i) dup2(fd, i);
+  const char line[] = "daemon started\n";
+  if (write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return -1;
+  return fd;
+}
+
+[[noreturn]] void Crash() {
+  *static_cast<volatile int*>(nullptr) = 1;
+  std::abort();
 }
 
 void Steps(int n) {
@@ -79,13 +105,9 @@ int ExitAfterDump(const std::string& dir) {
   return 0;
 }
 
+// The recorder's descriptors may sit above 1023: the test raised the soft
+// limit of open files before it started this program (RunChild).
 int Daemon(const std::string& dir, const std::string& log, const std::string& how) {
-  // Enough descriptors that the recorder's may sit above 1023 (as on most machines).
-  struct rlimit r {};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < 4096 && r.rlim_max > r.rlim_cur) {
-    r.rlim_cur = r.rlim_max < 4096 ? r.rlim_max : 4096;
-    setrlimit(RLIMIT_NOFILE, &r);
-  }
   prof::TraceOptions t;
   t.profiler_options.ring_buffer_seconds = 30;
   t.profiler_options.ring_buffer_bytes = 8 << 20;
@@ -95,13 +117,8 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
     return 3;
   }
   Steps(5);
-  for (int fd = 3; fd < 1024; ++fd) close(fd);
-  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd != 3) {
-    std::fprintf(stderr, "the log opened at %d\n", fd);
-    return 3;
-  }
-  for (int i = 4; i <= 20; ++i) dup2(fd, i);
+  int fd = OpenLogAsADaemon(log);
+  if (fd < 0) return 3;
   if (how == "steal") {
     std::vector<int> others;
     if (DIR* d = opendir("/proc/self/fd")) {
@@ -123,8 +140,6 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
       if (std::strstr(target, "(deleted)") || std::strstr(target, ".spyglass_crash_")) dup2(fd, n);
     }
   }
-  const char line[] = "daemon started\n";
-  if (write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return 3;
   Steps(5);
   raise(SIGUSR1);
   bool dumped = WaitForRuns(dir, 1, how == "steal" ? 1 : 10);
@@ -135,36 +150,27 @@ int Daemon(const std::string& dir, const std::string& log, const std::string& ho
     return 0;
   }
   prof::TraceAnnotation open_at_crash("open_at_crash");
-  *static_cast<volatile int*>(nullptr) = 1;
-  return 5;
+  Crash();
 }
 
 // Under the heap hook (LD_PRELOAD, SPYGLASS_HEAP_PROFILE_DIR=dir): the same
 // daemon asks for a heap snapshot (SIGUSR2), waits for it (bounded), and dies
 // of SIGSEGV (the hook's raw dump).
 int HeapDaemon(const std::string& dir, const std::string& log) {
-  for (int fd = 3; fd < 1024; ++fd) close(fd);
-  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd != 3) {
-    std::fprintf(stderr, "the log opened at %d\n", fd);
-    return 3;
-  }
-  for (int i = 4; i <= 20; ++i) dup2(fd, i);
-  const char line[] = "daemon started\n";
-  if (write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return 3;
+  if (OpenLogAsADaemon(log) < 0) return 3;
   raise(SIGUSR2);
-  bool snapshot = false;
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!snapshot && std::chrono::steady_clock::now() < end) {
-    free(malloc(100));  // the hook starts its snapshot thread at an allocation
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) snapshot |= e.path().string().ends_with(".1.prof");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  bool snapshot = WaitUntil(
+      [&] {
+        free(malloc(100));  // the hook starts its snapshot thread at an allocation
+        bool found = false;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) found |= e.path().string().ends_with(".1.prof");
+        return found;
+      },
+      10);
   std::printf("heap snapshot: %s\n", snapshot ? "yes" : "no");
   std::fflush(stdout);
-  *static_cast<volatile int*>(nullptr) = 1;
-  return 5;
+  Crash();
 }
 
 }  // namespace

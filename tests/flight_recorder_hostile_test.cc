@@ -30,6 +30,21 @@ using spyglass::testing::ReadXSpace;
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizersTakeSigsegv = true;
+#else
+constexpr bool kSanitizersTakeSigsegv = false;
+#endif
+
+// A ring of 30 s (8 MiB), dumped on SIGUSR1 when `dump_signal`.
+prof::TraceOptions RingOptions(bool dump_signal = false) {
+  prof::TraceOptions t;
+  t.profiler_options.ring_buffer_seconds = 30;
+  t.profiler_options.ring_buffer_bytes = 8 << 20;
+  if (dump_signal) t.profiler_options.advanced_configuration.emplace("spyglass_dump_signal", "SIGUSR1");
+  return t;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream s;
@@ -55,6 +70,13 @@ std::vector<std::string> Leftovers(const std::string& log_dir) {
   for (const auto& e : fs::directory_iterator(log_dir + "/plugins/profile", ec))
     if (!e.is_directory()) out.push_back(e.path().filename().string());
   return out;
+}
+
+// The run a crash dump made ("" if none).
+std::string CrashRun(const std::string& log_dir) {
+  for (const auto& run : Runs(log_dir))
+    if (run.find("_crash_") != std::string::npos) return run;
+  return {};
 }
 
 std::string XPlaneIn(const std::string& run) {
@@ -141,18 +163,12 @@ void CountUsr1(int) {}
 // stop_trace gives back only the dispositions still the recorder's: a crash
 // handler and a dump-signal handler the program installed while it ran stay.
 TEST(FlightRecorderHostile, StopKeepsTheProgramsOwnHandlers) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
-#endif
+  if (kSanitizersTakeSigsegv) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
   std::string dir = MakeTempDir();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    prof::TraceOptions t;
-    t.profiler_options.ring_buffer_seconds = 30;
-    t.profiler_options.ring_buffer_bytes = 8 << 20;
-    t.profiler_options.advanced_configuration.emplace("spyglass_dump_signal", "SIGUSR1");
-    if (!prof::start_trace(dir, t).ok()) _exit(3);
+    if (!prof::start_trace(dir, RingOptions(/*dump_signal=*/true)).ok()) _exit(3);
     signal(SIGSEGV, ExitWith42);
     signal(SIGUSR1, CountUsr1);
     if (!prof::stop_trace().ok()) _exit(4);
@@ -235,14 +251,42 @@ bool HighDescriptorsPossible() {
   return getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_max > 1024 + 64;
 }
 
+// A run of the daemon child, in a fresh log dir with a fresh log.
+struct DaemonRun {
+  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
+  Result r;
+};
+DaemonRun RunDaemon(const std::string& how) {
+  DaemonRun d;
+  d.r = RunChild({"daemon", d.dir, d.log, how}, {});
+  return d;
+}
+
+// It died of SIGSEGV, and its log holds its own line alone.
+::testing::AssertionResult CrashedWithItsLogUnchanged(const DaemonRun& d) {
+  if (!WIFSIGNALED(d.r.status) || WTERMSIG(d.r.status) != SIGSEGV) return ::testing::AssertionFailure() << Describe(d.r);
+  if (std::string log = ReadFile(d.log); log != "daemon started\n")
+    return ::testing::AssertionFailure() << "its log: '" << log << "'\n" << Describe(d.r);
+  return ::testing::AssertionSuccess();
+}
+
+// The crash dump of the daemon child went to a run of its own, which holds
+// the annotation open at the crash.
+void ExpectCrashRun(const std::string& dir, const Result& r) {
+  std::string crash_run = CrashRun(dir);
+  ASSERT_FALSE(crash_run.empty()) << Describe(r);
+  EXPECT_TRUE(HasEvent(crash_run, "open_at_crash"));
+}
+
 // A daemon closes descriptors 3..1023 after the recorder started and opens
 // its log at 3..20: the dump signal writes nothing into the log, and the
 // recorder, whose descriptors sit above 1023, still dumps.
 TEST(FlightRecorderHostile, DaemonLogUnchangedByTheDumpSignal) {
-  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r = RunChild({"daemon", dir, log, "signal"}, {});
+  DaemonRun d = RunDaemon("signal");
+  const std::string& dir = d.dir;
+  const Result& r = d.r;
   ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << Describe(r);
-  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  EXPECT_EQ(ReadFile(d.log), "daemon started\n") << Describe(r);
   if (HighDescriptorsPossible()) {
     EXPECT_EQ(r.out, "dumped by the signal: yes\n") << Describe(r);
     EXPECT_EQ(Runs(dir).size(), 2u) << Describe(r);  // the dump, then stop_trace's
@@ -252,21 +296,11 @@ TEST(FlightRecorderHostile, DaemonLogUnchangedByTheDumpSignal) {
 
 // The same daemon crashes: the crash dump goes to its run, not into the log.
 TEST(FlightRecorderHostile, DaemonLogUnchangedByACrash) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
-#endif
-  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r = RunChild({"daemon", dir, log, "crash"}, {});
-  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
-  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
-  if (HighDescriptorsPossible()) {
-    std::string crash_run;
-    for (const auto& run : Runs(dir))
-      if (run.find("_crash_") != std::string::npos) crash_run = run;
-    ASSERT_FALSE(crash_run.empty()) << Describe(r);
-    EXPECT_TRUE(HasEvent(crash_run, "open_at_crash"));
-  }
-  EXPECT_TRUE(Leftovers(dir).empty());
+  if (kSanitizersTakeSigsegv) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+  DaemonRun d = RunDaemon("crash");
+  ASSERT_TRUE(CrashedWithItsLogUnchanged(d));
+  if (HighDescriptorsPossible()) ExpectCrashRun(d.dir, d.r);
+  EXPECT_TRUE(Leftovers(d.dir).empty());
 }
 
 // A daemon that puts its log on every descriptor it has, the recorder's
@@ -274,13 +308,11 @@ TEST(FlightRecorderHostile, DaemonLogUnchangedByACrash) {
 // request is dropped and the crash dump not written, each said on stderr;
 // no file or empty run is left behind.
 TEST(FlightRecorderHostile, DaemonThatTakesEveryDescriptorKeepsItsLog) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
-#endif
-  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r = RunChild({"daemon", dir, log, "steal"}, {});
-  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
-  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  if (kSanitizersTakeSigsegv) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+  DaemonRun d = RunDaemon("steal");
+  ASSERT_TRUE(CrashedWithItsLogUnchanged(d));
+  const std::string& dir = d.dir;
+  const Result& r = d.r;
   EXPECT_EQ(r.out, "dumped by the signal: no\n") << Describe(r);
   EXPECT_NE(r.err.find("the flight recorder's crash dump is not written: the program closed or reused the "
                        "descriptor of the profile directory"),
@@ -293,20 +325,12 @@ TEST(FlightRecorderHostile, DaemonThatTakesEveryDescriptorKeepsItsLog) {
 // A daemon that took only the crash file's descriptor: the crash dump is
 // written into a new file through the directory, and the log is unchanged.
 TEST(FlightRecorderHostile, CrashFileTakenOverIsWrittenAnew) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
-#endif
+  if (kSanitizersTakeSigsegv) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
   if (!HighDescriptorsPossible()) GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is at most 1088";
-  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r = RunChild({"daemon", dir, log, "steal_file"}, {});
-  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
-  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
-  std::string crash_run;
-  for (const auto& run : Runs(dir))
-    if (run.find("_crash_") != std::string::npos) crash_run = run;
-  ASSERT_FALSE(crash_run.empty()) << Describe(r);
-  EXPECT_TRUE(HasEvent(crash_run, "open_at_crash"));
-  EXPECT_TRUE(Leftovers(dir).empty());
+  DaemonRun d = RunDaemon("steal_file");
+  ASSERT_TRUE(CrashedWithItsLogUnchanged(d));
+  ExpectCrashRun(d.dir, d.r);
+  EXPECT_TRUE(Leftovers(d.dir).empty());
 }
 
 // Whatever ends the process (_exit, SIGKILL), no crash file is left beside
@@ -317,10 +341,7 @@ TEST(FlightRecorderHostile, NoCrashFileLeftByExitOrKill) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      prof::TraceOptions t;
-      t.profiler_options.ring_buffer_seconds = 30;
-      t.profiler_options.ring_buffer_bytes = 8 << 20;
-      if (!prof::start_trace(dir, t).ok()) _exit(3);
+      if (!prof::start_trace(dir, RingOptions()).ok()) _exit(3);
       { prof::TraceAnnotation a("work"); }
       if (how == 0) _exit(0);
       raise(SIGKILL);
@@ -337,17 +358,12 @@ TEST(FlightRecorderHostile, NoCrashFileLeftByExitOrKill) {
 // Dumps that fail (files limited to 64 bytes) leave no empty run directory,
 // and a crash dump that fails leaves no run and no temporary file.
 TEST(FlightRecorderHostile, FailedDumpsLeaveNothingBehind) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
-#endif
+  if (kSanitizersTakeSigsegv) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
   std::string dir = MakeTempDir();
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    prof::TraceOptions t;
-    t.profiler_options.ring_buffer_seconds = 30;
-    t.profiler_options.ring_buffer_bytes = 8 << 20;
-    if (!prof::start_trace(dir, t).ok()) _exit(3);
+    if (!prof::start_trace(dir, RingOptions()).ok()) _exit(3);
     for (int i = 0; i < 100; ++i) prof::TraceAnnotation a("work", {{"i", i}});
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit small {64, 64};
@@ -370,11 +386,11 @@ TEST(FlightRecorderHostile, FailedDumpsLeaveNothingBehind) {
 // Under the heap hook, the same daemon: its SIGUSR2 snapshot and its crash
 // dump are written, and nothing goes into its log.
 TEST(FlightRecorderHostile, DaemonLogUnchangedUnderTheHeapHook) {
-  std::string dir = MakeTempDir(), log = MakeTempDir() + "/daemon.log";
-  Result r =
-      RunChild({"heap_daemon", dir, log}, {{"LD_PRELOAD", SPYGLASS_HEAP_LIB}, {"SPYGLASS_HEAP_PROFILE_DIR", dir}});
-  ASSERT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV) << Describe(r);
-  EXPECT_EQ(ReadFile(log), "daemon started\n") << Describe(r);
+  DaemonRun d;
+  d.r = RunChild({"heap_daemon", d.dir, d.log}, {{"LD_PRELOAD", SPYGLASS_HEAP_LIB}, {"SPYGLASS_HEAP_PROFILE_DIR", d.dir}});
+  ASSERT_TRUE(CrashedWithItsLogUnchanged(d));
+  const std::string& dir = d.dir;
+  const Result& r = d.r;
   if (HighDescriptorsPossible()) {
     EXPECT_EQ(r.out, "heap snapshot: yes\n") << Describe(r);
     bool raw = false;

@@ -1,6 +1,7 @@
 /* A program for cli_run_test.py to run under `spyglass run`: it logs each
  * signal it receives, one name a line, in LOG (a write per delivery, from the
- * handler, so that two deliveries are two lines), writes its pid to READY,
+ * handler, so that two deliveries are two lines; SIGRTMIN and SIGRTMIN+1 are
+ * RT and RT1), writes its pid to READY,
  * and exits 0 on SIGTERM.
  *   run_signal_child LOG READY        wait for signals
  *   run_signal_child abort            die by SIGABRT
@@ -22,6 +23,8 @@ static void on_signal(int sig) {
                      : sig == SIGHUP  ? "HUP\n"
                      : sig == SIGUSR1 ? "USR1\n"
                      : sig == SIGUSR2 ? "USR2\n"
+                     : sig == SIGRTMIN ? "RT\n"
+                     : sig == SIGRTMIN + 1 ? "RT1\n"
                                       : "OTHER\n";
   if (write(log_fd, name, strlen(name)) < 0) _exit(3);
   if (sig == SIGTERM) done = 1;
@@ -40,7 +43,9 @@ int main(int argc, char** argv) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  int sigs[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+  /* SIGRTMIN queues each sending (a standard signal sent twice before it is
+   * handled counts once), so that a second delivery always shows. */
+  int sigs[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGRTMIN, SIGRTMIN + 1};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; ++i) sigaction(sigs[i], &sa, NULL);
   /* Ready only once the handlers are in place. */
   char tmp[4096];

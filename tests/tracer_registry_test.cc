@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "session/options_text.h"
 #include "session/session.h"
 #include "session/tracer.h"
 #include "spyglass/internal/recorder.h"
@@ -186,6 +187,44 @@ TEST_F(TracerRegistry, NamesAreUnique) {
   ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
   EXPECT_EQ(Without(g_log, "factory"),
             (std::vector<std::string>{"start before_host", "start early", "start late"}));
+}
+
+}  // namespace
+}  // namespace spyglass::session
+
+namespace spyglass::session {
+namespace {
+
+// A tracer's options come with its registration: unknown before it, then
+// accepted with their type and checked by the tracer's validation, through
+// ValidateOptions and SPYGLASS_OPTIONS's parser alike.
+TEST(TracerOptions, ComeWithTheTracersRegistration) {
+  profiler::ProfileOptions o;
+  o.advanced_configuration.emplace("registry_test_limit", int64_t{3});
+  Status before = profiler::ValidateOptions(o);
+  EXPECT_EQ(before.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(before.message().find("unknown advanced_configuration key 'registry_test_limit'"), std::string::npos)
+      << before.message();
+
+  TracerOptionSpec spec{{{"registry_test_limit", OptionType::kInt}}, [](const profiler::ProfileOptions& opts) {
+                          auto it = opts.advanced_configuration.find("registry_test_limit");
+                          if (it != opts.advanced_configuration.end() && it->second.as_int() > 5)
+                            return InvalidArgumentError("registry_test_limit must be at most 5");
+                          return Status::Ok();
+                        }};
+  ASSERT_TRUE(RegisterTracer("registry_test_with_options", 999, [](const profiler::ProfileOptions&) {
+    return std::unique_ptr<Tracer>();
+  }, spec));
+  EXPECT_TRUE(profiler::ValidateOptions(o).ok());
+  o.advanced_configuration.insert_or_assign("registry_test_limit", int64_t{7});
+  EXPECT_NE(profiler::ValidateOptions(o).message().find("at most 5"), std::string::npos);
+  o.advanced_configuration.insert_or_assign("registry_test_limit", "three");
+  EXPECT_NE(profiler::ValidateOptions(o).message().find("takes a int value"), std::string::npos)
+      << profiler::ValidateOptions(o).message();
+  profiler::ProfileOptions text;
+  EXPECT_TRUE(profiler::SetOptionFromText("registry_test_limit", "4", &text).ok());
+  EXPECT_EQ(text.advanced_configuration.at("registry_test_limit").as_int(), 4);
+  EXPECT_FALSE(profiler::SetOptionFromText("registry_test_limit", "four", &text).ok());
 }
 
 }  // namespace

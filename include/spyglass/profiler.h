@@ -61,6 +61,7 @@ struct TraceStats {
   uint64_t dropped_events = 0;     // buffer bounds reached
   uint64_t incomplete_events = 0;  // still open at stop; closed at stop time
   uint64_t threads = 0;
+  uint64_t cpu_samples = 0;  // spyglass_cpu_sample_hz > 0: the samples taken
 };
 SPYGLASS_API TraceStats last_trace_stats();
 

@@ -23,6 +23,11 @@ if hasattr(_os, "register_at_fork"):
 if _os.environ.get("SPYGLASS_TRACK_NUMPY", "") not in ("", "0"):
   _spyglass.track_numpy(True)
 
+# In a JAX process every Spyglass session also drives XLA's (spyglass/jax.py);
+# SPYGLASS_JAX_PLUGIN=1 puts Spyglass's planes in XLA's sessions.
+from . import _jax_session
+_jax_session._install(lambda: __import__("spyglass.jax"))
+
 # SPYGLASS_TRACE_DIR, SPYGLASS_SERVER_PORT, SPYGLASS_FLIGHT_RECORDER,
 # SPYGLASS_OPTIONS: profiling started from outside (spyglass/_autostart.py).
 from . import _autostart

@@ -1,7 +1,7 @@
 """python -m spyglass run [--trace DIR] [--server [ADDR:]PORT] [--flight-recorder SECONDS]
                          [--options key=value,...] (script.py | -m module) [args...]
-python -m spyglass run [-o DIR] [--python-allocator pymalloc|malloc] [--sample-bytes N]
-                         (script.py | -m module) [args...]
+python -m spyglass run [-o DIR] [--python-mode full|light] [--python-allocator pymalloc|malloc]
+                         [--sample-bytes N] (script.py | -m module) [args...]
 
 Without --trace, --server or --flight-recorder: memory. The program runs in a
 new interpreter (this one) under the heap hook shipped in this package, as
@@ -40,10 +40,14 @@ _FLAGS = {"--trace": "SPYGLASS_TRACE_DIR", "--server": "SPYGLASS_SERVER_PORT",
           "--flight-recorder": "SPYGLASS_FLIGHT_RECORDER", "--options": "SPYGLASS_OPTIONS"}
 
 # Memory mode's flags (no SPYGLASS_* setting: they shape the child's environment).
-_MEMORY_FLAGS = ("-o", "--out", "--python-allocator", "--sample-bytes")
+_MEMORY_FLAGS = ("-o", "--out", "--python-mode", "--python-allocator", "--sample-bytes")
 
 _HELP = """
   -o, --out DIR              memory: where the profiles go (default .)
+  --python-mode M            memory: full (default): every object of Python's allocators and every malloc,
+                             Python frames interleaved with native ones (memray --native
+                             --trace-python-allocators); light: malloc-level blocks and pymalloc's arenas
+                             with Python frames only (memray's default mode), close to the program's speed
   --python-allocator A       memory: pymalloc (default) or malloc (PYTHONMALLOC=malloc: every object a
                              malloc block; slower, more memory, the heap as malloc sees it)
   --sample-bytes N           memory: one sample per N bytes on average (0, the default: every allocation)
@@ -100,6 +104,8 @@ def run(argv):
     settings, module, program = _parse(argv, memory)
     if module is None and not program:
       raise _Usage("no script given (script.py [args...] or -m module [args...])")
+    if memory.get("--python-mode", "full") not in ("full", "light"):
+      raise _Usage(f"--python-mode must be full or light, not {memory['--python-mode'][:64]!r}")
     if memory.get("--python-allocator", "pymalloc") not in ("pymalloc", "malloc"):
       raise _Usage(f"--python-allocator must be pymalloc or malloc, not {memory['--python-allocator'][:64]!r}")
     sample = memory.get("--sample-bytes", "0")
@@ -121,7 +127,8 @@ def run(argv):
       return 2
   if (memory and settings) or (not settings and _autostart.started is None):
     return _run_memory(memory.get("--out", "."), memory.get("--python-allocator", "pymalloc"),
-                       int(memory.get("--sample-bytes", "0")), module, program, settings)
+                       int(memory.get("--sample-bytes", "0")), module, program, settings,
+                       memory.get("--python-mode", "full"))
   if settings:
     try:
       _autostart.start(settings)
@@ -140,7 +147,7 @@ def run(argv):
   return 0
 
 
-def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
+def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None, python_mode="full"):
   """The environment that runs a Python program under the heap hook shipped
   in this package (what `spyglass run` sets up): LD_PRELOAD, the profile
   directory, and the startup module that turns on Python frames."""
@@ -158,10 +165,14 @@ def memory_env(out_dir, python_allocator="pymalloc", sample_bytes=0, env=None):
     env["SPYGLASS_HEAP_SAMPLE_BYTES"] = str(sample_bytes)
   if python_allocator == "malloc":
     env["PYTHONMALLOC"] = "malloc"
+  if python_mode == "light":
+    env["SPYGLASS_PYTHON_MODE"] = "light"
+  else:
+    env.pop("SPYGLASS_PYTHON_MODE", None)
   return env
 
 
-def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None):
+def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settings=None, python_mode="full"):
   """Memory mode: the program in a child interpreter under the heap hook; the
   child's status, and a summary of the profiles it wrote. With `settings`
   (--trace & co. given with memory flags) the child is `python -m spyglass run`
@@ -169,11 +180,9 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settin
   Python tracer, as without memory. (Not through the SPYGLASS_* environment:
   the hook would load libspyglass, a second core in a process that imports
   this package's.)"""
-  import signal
-  import subprocess
   try:
     os.makedirs(out_dir, exist_ok=True)
-    env = memory_env(out_dir, python_allocator, sample_bytes)
+    env = memory_env(out_dir, python_allocator, sample_bytes, python_mode=python_mode)
   except OSError as e:
     print(f"python -m spyglass run: {e}", file=sys.stderr)
     return 2
@@ -185,14 +194,150 @@ def _run_memory(out_dir, python_allocator, sample_bytes, module, program, settin
     flags = {env_name: flag for flag, env_name in _FLAGS.items()}
     given = [f"{flags[k]}={os.path.abspath(v) if k == 'SPYGLASS_TRACE_DIR' and v else v}" for k, v in settings.items()]
     target = ["-m", "spyglass", "run"] + given + (["-m", module] if module else ["--"]) + list(program)
-  child = subprocess.Popen([sys.executable] + target, env=env)
-  for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2):  # SIGUSR2: a snapshot now
-    signal.signal(sig, lambda s, _frame: child.send_signal(s))
-  code = child.wait()
+  pid, code = _run_as_job([sys.executable] + target, env)
   # The dumps of dying processes become profiles; one line per process, the program first.
-  print(_spyglass._memory_run_summary(out_dir, child.pid, code < 0, -code if code < 0 else code, before),
+  print(_spyglass._memory_run_summary(out_dir, pid, code < 0, -code if code < 0 else code, before),
         file=sys.stderr, end="")
-  return code if code >= 0 else 128 - code
+  return code if code >= 0 else _die_like(-code)
+
+
+_SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (the terminal's)
+
+
+def _run_as_job(argv, env):
+  """Runs the program as `spyglass run` does (tools/spyglass/run_command.cc,
+  Forward and Job): the signals sent to this process (SIGINT, SIGTERM,
+  SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2: a snapshot now, the real-time ones) are
+  passed on once, and the program never shares a process group with this
+  process, so a signal sent to a whole group (Ctrl-C, `kill -TERM -PGID`,
+  `timeout`) reaches it once. Leading its group (a shell's job, setsid), this
+  process gives the program a group of its own, and the terminal when the
+  job is in the foreground (its stops stop the job; `fg` continues both);
+  inside another's group it steps out and leaves the program there.
+  Returns (pid, returncode as Popen's: -N for a death by signal N)."""
+  import ctypes
+  import signal
+  import subprocess
+  forwarded = [s for s in [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                           signal.SIGUSR2] + list(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+               # One this process was started ignoring (nohup) the program ignores too.
+               if signal.getsignal(s) != signal.SIG_IGN]
+  self_pid, group = os.getpid(), os.getpgrp()
+  own_group, tty, stepped_out = group == self_pid, -1, False
+  if own_group:
+    try:
+      tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+      pass
+  else:
+    try:
+      os.setpgid(0, 0)
+      stepped_out = True
+    except OSError:
+      pass
+  foreground = tty >= 0 and os.tcgetpgrp(tty) == group
+  prctl = ctypes.CDLL(None, use_errno=True).prctl
+  # Blocked and taken by sigwaitinfo (with their siginfo); SIGTTOU blocked lets
+  # this process hand the terminal over and back from the background.
+  waited = set(forwarded) | {signal.SIGCHLD} | ({signal.SIGCONT} if tty >= 0 else set())
+  old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited | {signal.SIGTTOU})
+  old_chld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+  def place(pid):  # both sides, a shell's way: whichever runs first
+    try:
+      if own_group:
+        os.setpgid(pid, pid)
+        if foreground:
+          os.tcsetpgrp(tty, pid)
+      elif stepped_out:
+        os.setpgid(pid, group)
+    except OSError:
+      pass
+
+  def in_child():
+    place(os.getpid())
+    if own_group:  # a SIGKILL of the job cannot be passed on: the parent's death brings it
+      prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+      if os.getppid() != self_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+  def stop_like(sig):  # the job stops as the program did; returns once continued
+    was = signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    os.kill(os.getpid(), sig)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    signal.signal(sig, was)
+
+  def resume(pid):
+    if os.tcgetpgrp(tty) == group:
+      os.tcsetpgrp(tty, pid)
+    os.kill(-pid, signal.SIGCONT)
+
+  child = None
+  try:
+    child = subprocess.Popen(argv, env=env, preexec_fn=in_child)
+    place(child.pid)
+    while True:
+      # With a terminal, looked at every 0.1 s: `fg` of a running job sends no signal.
+      info = signal.sigtimedwait(waited, 0.1) if tty >= 0 else signal.sigwaitinfo(waited)
+      if info is not None and info.si_signo in forwarded:
+        # A terminal's signal went to its foreground group: the program's,
+        # unless this job just came to the foreground. One the program sent goes back to nobody.
+        ours = info.si_code != _SI_KERNEL or (tty >= 0 and os.tcgetpgrp(tty) == group)
+        if ours and not (info.si_code <= 0 and info.si_pid == child.pid):
+          os.kill(child.pid, info.si_signo)
+      pid, status = os.waitpid(child.pid, os.WNOHANG | (os.WUNTRACED if tty >= 0 else 0))
+      if pid and os.WIFSTOPPED(status):
+        sig = os.WSTOPSIG(status)
+        if os.tcgetpgrp(tty) != group or sig not in (signal.SIGTTIN, signal.SIGTTOU):
+          if os.tcgetpgrp(tty) == child.pid:
+            os.tcsetpgrp(tty, group)
+          stop_like(sig)
+        resume(child.pid)
+      elif pid:
+        child.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        return child.pid, child.returncode
+      elif info is not None and info.si_signo == signal.SIGCONT:
+        resume(child.pid)
+      elif tty >= 0 and os.tcgetpgrp(tty) == group:
+        os.tcsetpgrp(tty, child.pid)
+  finally:
+    if tty >= 0:
+      try:
+        if child is not None and os.tcgetpgrp(tty) == child.pid:
+          os.tcsetpgrp(tty, group)
+      except OSError:
+        pass
+      os.close(tty)
+    if stepped_out:
+      try:
+        os.setpgid(0, group)
+      except OSError:
+        pass
+    signal.signal(signal.SIGCHLD, old_chld)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _die_like(sig):
+  """Ends this process by the program's signal, so that its parent sees the
+  same death (a shell 130 for SIGINT, Python -2), without a core file of its
+  own. Returns the shell's 128+N if that did not end it."""
+  import resource
+  import signal
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  try:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+  except (OSError, ValueError):
+    pass
+  signal.signal(sig, signal.SIG_DFL)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+  os.kill(os.getpid(), sig)
+  return 128 + sig
 
 
 # The C++ CLI's commands, run by the binary this package carries.

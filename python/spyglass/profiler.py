@@ -55,6 +55,7 @@ from . import _spyglass
 from ._spyglass import (InvalidArgumentError, ProfileData, ProfileEvent, ProfileLine, ProfilePlane,
                         StepTraceAnnotation, TraceAnnotation)
 from .memory import record_allocation, record_free, track_numpy
+from . import _jax_session  # a JAX process: XLA's session joins ours (docs/jax-plugin.md)
 
 __all__ = [
     "ProfileData",
@@ -152,6 +153,8 @@ class ProfileSession:
     options = ProfileOptions() if self.profiler_options is None else self.profiler_options
     if not isinstance(options, _spyglass.ProfileOptions):
       raise TypeError(f"profiler_options must be a ProfileOptions, not {type(options).__name__}")
+    # In a JAX process XLA's device tracer traces the device, not ours (CUPTI takes one).
+    options = _jax_session.options_for_this_process(options)
     with _state.lock:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")

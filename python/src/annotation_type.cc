@@ -305,17 +305,28 @@ PyObject* BoundGetSelf(PyObject* obj, void*) {
   Py_INCREF(self);
   return self;
 }
-PyObject* BoundGetName(PyObject* obj, void*) {
-  return PyUnicode_FromString(kMethodNames[reinterpret_cast<BoundMethodObject*>(obj)->which]);
+// __name__ and __doc__ of a bound method or of a descriptor (T): its method's.
+template <class T>
+PyObject* GetName(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodNames[reinterpret_cast<T*>(obj)->which]);
 }
-PyObject* BoundGetDoc(PyObject* obj, void*) {
-  return PyUnicode_FromString(kMethodDocs[reinterpret_cast<BoundMethodObject*>(obj)->which]);
+template <class T>
+PyObject* GetDoc(PyObject* obj, void*) {
+  return PyUnicode_FromString(kMethodDocs[reinterpret_cast<T*>(obj)->which]);
 }
 
 PyGetSetDef g_bound_getset[] = {{"__self__", BoundGetSelf, nullptr, nullptr, nullptr},
-                                {"__name__", BoundGetName, nullptr, nullptr, nullptr},
-                                {"__doc__", BoundGetDoc, nullptr, nullptr, nullptr},
+                                {"__name__", GetName<BoundMethodObject>, nullptr, nullptr, nullptr},
+                                {"__doc__", GetDoc<BoundMethodObject>, nullptr, nullptr, nullptr},
                                 {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// Whether `instance` is one that method `which` applies to (TypeError if not).
+inline bool AppliesTo(Which which, PyObject* instance) {
+  if (SPYGLASS_LIKELY(PyObject_TypeCheck(instance, &g_annotation_type))) return true;
+  PyErr_Format(PyExc_TypeError, "descriptor '%s' for 'TraceAnnotation' objects doesn't apply to a '%.100s' object",
+               kMethodNames[which], Py_TYPE(instance)->tp_name);
+  return false;
+}
 
 PyObject* DescrGet(PyObject* obj, PyObject* instance, PyObject*) {
   auto* d = reinterpret_cast<MethodDescrObject*>(obj);
@@ -323,11 +334,7 @@ PyObject* DescrGet(PyObject* obj, PyObject* instance, PyObject*) {
     Py_INCREF(obj);
     return obj;
   }
-  if (SPYGLASS_UNLIKELY(!PyObject_TypeCheck(instance, &g_annotation_type))) {
-    PyErr_Format(PyExc_TypeError, "descriptor '%s' for 'TraceAnnotation' objects doesn't apply to a '%.100s' object",
-                 kMethodNames[d->which], Py_TYPE(instance)->tp_name);
-    return nullptr;
-  }
+  if (!AppliesTo(d->which, instance)) return nullptr;
   BoundMethodObject* m;
   if (SPYGLASS_LIKELY(g_bound_free_count > 0)) {
     m = g_bound_free_list[--g_bound_free_count];
@@ -351,11 +358,7 @@ PyObject* DescrVectorcall(PyObject* obj, PyObject* const* args, size_t nargsf, P
     PyErr_Format(PyExc_TypeError, "unbound method %s() needs an argument", kMethodNames[d->which]);
     return nullptr;
   }
-  if (!PyObject_TypeCheck(args[0], &g_annotation_type)) {
-    PyErr_Format(PyExc_TypeError, "descriptor '%s' for 'TraceAnnotation' objects doesn't apply to a '%.100s' object",
-                 kMethodNames[d->which], Py_TYPE(args[0])->tp_name);
-    return nullptr;
-  }
+  if (!AppliesTo(d->which, args[0])) return nullptr;
   return CallMethod(d->which, args[0], nargs - 1, kwnames);
 }
 
@@ -363,50 +366,45 @@ PyObject* DescrRepr(PyObject* obj) {
   return PyUnicode_FromFormat("<method '%s' of 'TraceAnnotation' objects>",
                               kMethodNames[reinterpret_cast<MethodDescrObject*>(obj)->which]);
 }
-PyObject* DescrGetName(PyObject* obj, void*) {
-  return PyUnicode_FromString(kMethodNames[reinterpret_cast<MethodDescrObject*>(obj)->which]);
-}
-PyObject* DescrGetDoc(PyObject* obj, void*) {
-  return PyUnicode_FromString(kMethodDocs[reinterpret_cast<MethodDescrObject*>(obj)->which]);
-}
 PyObject* DescrGetObjclass(PyObject*, void*) {
   Py_INCREF(&g_annotation_type);
   return reinterpret_cast<PyObject*>(&g_annotation_type);
 }
 
-PyGetSetDef g_descr_getset[] = {{"__name__", DescrGetName, nullptr, nullptr, nullptr},
-                                {"__doc__", DescrGetDoc, nullptr, nullptr, nullptr},
+PyGetSetDef g_descr_getset[] = {{"__name__", GetName<MethodDescrObject>, nullptr, nullptr, nullptr},
+                                {"__doc__", GetDoc<MethodDescrObject>, nullptr, nullptr, nullptr},
                                 {"__objclass__", DescrGetObjclass, nullptr, nullptr, nullptr},
                                 {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
-MethodDescrObject g_enter_descr = {PyObject_HEAD_INIT(nullptr) DescrVectorcall, kEnter};
-MethodDescrObject g_exit_descr = {PyObject_HEAD_INIT(nullptr) DescrVectorcall, kExit};
+// __enter__ and __exit__, by Which.
+MethodDescrObject g_descrs[] = {{PyObject_HEAD_INIT(nullptr) DescrVectorcall, kEnter},
+                                {PyObject_HEAD_INIT(nullptr) DescrVectorcall, kExit}};
+
+// Readies a method type (T: BoundMethodObject or MethodDescrObject), called
+// through the vectorcall pointer it holds; its other slots are set.
+template <class T>
+bool ReadyMethodType(PyTypeObject& t, const char* name, unsigned long more_flags) {
+  t.tp_name = name;
+  t.tp_basicsize = sizeof(T);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | more_flags;
+  t.tp_vectorcall_offset = offsetof(T, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  return PyType_Ready(&t) >= 0;
+}
 
 bool ReadyMethodTypes() {
-  PyTypeObject& b = g_bound_type;
-  b.tp_name = "spyglass._spyglass._AnnotationBoundMethod";
-  b.tp_basicsize = sizeof(BoundMethodObject);
-  b.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
-  b.tp_vectorcall_offset = offsetof(BoundMethodObject, vectorcall);
-  b.tp_call = PyVectorcall_Call;
-  b.tp_dealloc = BoundDealloc;
-  b.tp_repr = BoundRepr;
-  b.tp_getset = g_bound_getset;
-  if (PyType_Ready(&b) < 0) return false;
-
-  PyTypeObject& d = g_descr_type;
-  d.tp_name = "spyglass._spyglass._AnnotationMethod";
-  d.tp_basicsize = sizeof(MethodDescrObject);
-  d.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
-  d.tp_vectorcall_offset = offsetof(MethodDescrObject, vectorcall);
-  d.tp_call = PyVectorcall_Call;
-  d.tp_descr_get = DescrGet;
-  d.tp_repr = DescrRepr;
-  d.tp_getset = g_descr_getset;
-  if (PyType_Ready(&d) < 0) return false;
+  g_bound_type.tp_dealloc = BoundDealloc;
+  g_bound_type.tp_repr = BoundRepr;
+  g_bound_type.tp_getset = g_bound_getset;
+  if (!ReadyMethodType<BoundMethodObject>(g_bound_type, "spyglass._spyglass._AnnotationBoundMethod", 0)) return false;
+  g_descr_type.tp_descr_get = DescrGet;
+  g_descr_type.tp_repr = DescrRepr;
+  g_descr_type.tp_getset = g_descr_getset;
+  if (!ReadyMethodType<MethodDescrObject>(g_descr_type, "spyglass._spyglass._AnnotationMethod",
+                                          Py_TPFLAGS_METHOD_DESCRIPTOR))
+    return false;
   // Statically allocated, never freed.
-  PyObject_Init(reinterpret_cast<PyObject*>(&g_enter_descr), &g_descr_type);
-  PyObject_Init(reinterpret_cast<PyObject*>(&g_exit_descr), &g_descr_type);
+  for (MethodDescrObject& d : g_descrs) PyObject_Init(reinterpret_cast<PyObject*>(&d), &g_descr_type);
   return true;
 }
 
@@ -459,42 +457,42 @@ bool IsAnnotationMethod(const PyMethodDef* ml) {
   return ml >= g_methods && ml < g_methods + sizeof(g_methods) / sizeof(g_methods[0]);
 }
 
-bool AddAnnotationTypes(PyObject* module) {
-  PyTypeObject& t = g_annotation_type;
-  t.tp_name = "spyglass._spyglass.TraceAnnotation";
+// The slots TraceAnnotation and StepTraceAnnotation share.
+void SetAnnotationSlots(PyTypeObject& t, const char* name, const char* doc, initproc init, vectorcallfunc vectorcall) {
+  t.tp_name = name;
   t.tp_basicsize = sizeof(AnnotationObject);
   t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
-  t.tp_doc =
-      "TraceAnnotation(name, **kwargs)\n\nA context manager that records an event named `name` on the calling "
-      "thread's timeline while a trace runs.\nKeyword arguments become event arguments (bool -> 1/0, int, float, "
-      "str; others str()).";
+  t.tp_doc = doc;
   t.tp_new = New;
-  t.tp_init = Init;
+  t.tp_init = init;
   t.tp_dealloc = Dealloc;
   t.tp_free = PyObject_Free;
+  t.tp_vectorcall = vectorcall;
+}
+
+bool AddAnnotationTypes(PyObject* module) {
+  PyTypeObject& t = g_annotation_type;
+  SetAnnotationSlots(
+      t, "spyglass._spyglass.TraceAnnotation",
+      "TraceAnnotation(name, **kwargs)\n\nA context manager that records an event named `name` on the calling "
+      "thread's timeline while a trace runs.\nKeyword arguments become event arguments (bool -> 1/0, int, float, "
+      "str; others str()).",
+      Init, AnnotationVectorcall);
   t.tp_methods = g_methods;
-  t.tp_vectorcall = AnnotationVectorcall;
   if (!ReadyMethodTypes() || PyType_Ready(&t) < 0) return false;
   // __enter__/__exit__ join the type's dict before StepTraceAnnotation
   // inherits from it (PyType_Modified: the type's attribute cache).
-  if (PyDict_SetItemString(t.tp_dict, "__enter__", reinterpret_cast<PyObject*>(&g_enter_descr)) < 0 ||
-      PyDict_SetItemString(t.tp_dict, "__exit__", reinterpret_cast<PyObject*>(&g_exit_descr)) < 0)
-    return false;
+  for (MethodDescrObject& d : g_descrs)
+    if (PyDict_SetItemString(t.tp_dict, kMethodNames[d.which], reinterpret_cast<PyObject*>(&d)) < 0) return false;
   PyType_Modified(&t);
 
   PyTypeObject& s = g_step_type;
-  s.tp_name = "spyglass._spyglass.StepTraceAnnotation";
-  s.tp_basicsize = sizeof(AnnotationObject);
-  s.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
-  s.tp_doc =
+  SetAnnotationSlots(
+      s, "spyglass._spyglass.StepTraceAnnotation",
       "StepTraceAnnotation(name, **kwargs)\n\nA TraceAnnotation that marks one step of a loop (it adds _r=1 "
-      "before the keyword arguments);\npass step_num=<int> so that XProf names the step \"<name> <step_num>\".";
+      "before the keyword arguments);\npass step_num=<int> so that XProf names the step \"<name> <step_num>\".",
+      StepInit, StepVectorcall);
   s.tp_base = &g_annotation_type;
-  s.tp_new = New;
-  s.tp_init = StepInit;
-  s.tp_dealloc = Dealloc;
-  s.tp_free = PyObject_Free;
-  s.tp_vectorcall = StepVectorcall;
   if (PyType_Ready(&s) < 0) return false;
 
   Py_INCREF(&t);

@@ -32,6 +32,7 @@
 #include "python_memory.h"
 #include "python_tracer.h"
 #include "server_memory.h"
+#include "xla_plugin.h"
 #include "memory/run_summary.h"
 #include "session/env_start.h"
 #include "spyglass/profiler.h"
@@ -199,6 +200,7 @@ NB_MODULE(_spyglass, m) {
   if (!AddAnnotationTypes(m.ptr())) throw nb::python_error();
   if (!RegisterPythonTracer(m.ptr())) throw nb::python_error();
   BindServerAndMemory(m);
+  BindXlaPlugin(m);
   if (!AddPythonMemory(m.ptr())) throw nb::python_error();
 
   nb::class_<profiler::ProfileOptions>(m, "ProfileOptions",

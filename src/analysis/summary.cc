@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/saturate.h"
+#include "common/utf8.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "spyglass/profile_reader.h"
@@ -20,10 +21,9 @@ namespace {
 // how many were left out; names of up to kMaxName bytes stay whole.
 constexpr size_t kMaxName = 1024;
 std::string ShownName(std::string_view name) {
-  if (name.size() <= kMaxName) return model::ValidUtf8(name);
-  size_t cut = kMaxName;  // the cut itself is never copied whole
-  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-  return model::ValidUtf8(name.substr(0, cut)) + "...(+" + std::to_string(name.size() - cut) + " bytes)";
+  std::string_view kept = Utf8Prefix(name, kMaxName);  // the cut itself is never copied whole
+  if (kept.size() == name.size()) return model::ValidUtf8(name);
+  return model::ValidUtf8(kept) + CutNote(name.size() - kept.size());
 }
 
 using profile::EventRecord;

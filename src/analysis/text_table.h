@@ -67,9 +67,7 @@ inline std::string PrintableLines(std::string_view text) {
 inline std::string Clip(const std::string& s, size_t n) {
   if (s.size() <= n) return s;
   if (n <= 3) return s.substr(0, n);
-  size_t cut = n - 3;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  return s.substr(0, cut) + "...";
+  return std::string(Utf8Prefix(s, n - 3)) + "...";
 }
 
 // "1.23 ms", "456 ns", "12.0 s".

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
+
 namespace spyglass {
 
 // Most bytes of an input quoted in a message.
@@ -16,8 +18,7 @@ inline constexpr size_t kQuotedInputBytes = 96;
 // show as '?'; a cut never splits a UTF-8 sequence.
 inline std::string QuoteInput(std::string_view s) {
   bool cut = s.size() > kQuotedInputBytes;
-  size_t n = cut ? kQuotedInputBytes : s.size();
-  while (cut && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // s[n] continues a sequence
+  size_t n = Utf8Prefix(s, kQuotedInputBytes).size();
   std::string out = "'";
   for (size_t i = 0; i < n; ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);

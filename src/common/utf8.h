@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace spyglass {
@@ -22,6 +23,28 @@ inline size_t Utf8SequenceLength(std::string_view s, size_t i) {
   if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90))
     return 0;
   return len;
+}
+
+// The longest start of `s` of at most `max` bytes that does not end inside a
+// UTF-8 character: a cut at a character boundary (`s` whole when it fits).
+inline std::string_view Utf8Prefix(std::string_view s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
+// What a cut name shows after its kept start: how many bytes were left out.
+inline std::string CutNote(size_t left_out) { return "...(+" + std::to_string(left_out) + " bytes)"; }
+
+// `s` cut at a character boundary to at most `max` bytes, with the note of
+// what was left out; `s` whole when it fits. A capped name is bounded
+// whatever the input (a megabyte name on every event is neither kept nor
+// shown whole).
+inline std::string Utf8Capped(std::string_view s, size_t max) {
+  std::string_view kept = Utf8Prefix(s, max);
+  if (kept.size() == s.size()) return std::string(s);
+  return std::string(kept) + CutNote(s.size() - kept.size());
 }
 
 }  // namespace spyglass

@@ -1,5 +1,7 @@
 #include "export/export.h"
 
+#include "sampling/cpu_model.h"
+
 #include "export/trace_json/trace_json_writer.h"
 #include "export/xplane/xplane_writer.h"
 
@@ -62,6 +64,13 @@ Status Export(const model::Space& space, const OutputDir& dir, const ExportReque
     if (Status s = f.write(space, dir, name, request); !s.ok()) return s;
     files->*f.path = dir.PathOf(name);
   }
+  // Beside a host's files: each process's CPU samples as a pprof profile,
+  // from the model (a capture client exports the XSpace as received, then
+  // the JSON from the model it decoded: the profile comes with the latter).
+  bool per_host = false;
+  for (Format format : request.formats) per_host |= format == Format::kXPlane || format == Format::kTraceJson;
+  if (per_host)
+    if (Status s = sampling::WriteCpuProfiles(space, dir, &files->cpu_profiles); !s.ok()) return s;
   return Status::Ok();
 }
 

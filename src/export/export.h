@@ -36,6 +36,9 @@ struct ExportedFiles {
   std::string xplane;
   std::string trace_json;
   std::string perfetto_trace;
+  // With kXPlane or kTraceJson: cpu.<pid>.<comm>.prof of each process the
+  // model has CPU samples of (src/sampling/cpu_model.h).
+  std::vector<std::string> cpu_profiles;
 };
 
 // The file name of `format` for `host` ("vm.xplane.pb", "perfetto_trace.json.gz").

@@ -35,6 +35,23 @@ std::vector<std::string> SplitCounters(const std::string& s) {
 
 }  // namespace
 
+session::TracerOptionSpec GpuOptionSpec() {
+  using session::OptionType;
+  return {{
+              {"gpu_max_callback_api_events", OptionType::kInt},
+              {"gpu_max_activity_api_events", OptionType::kInt},
+              {"gpu_max_annotation_strings", OptionType::kInt},
+              {"gpu_enable_nvtx_tracking", OptionType::kBool},
+              {"gpu_enable_cupti_activity_graph_trace", OptionType::kBool},
+              {"gpu_dump_graph_node_mapping", OptionType::kBool},
+              {"gpu_pm_sample_counters", OptionType::kString},
+              {"gpu_pm_sample_interval_us", OptionType::kInt},
+              {"gpu_pm_sample_buffer_size_per_gpu_mb", OptionType::kInt},
+              {"gpu_num_chips_to_profile_per_task", OptionType::kInt},
+          },
+          ValidateGpuOptions};
+}
+
 Status ValidateGpuOptions(const profiler::ProfileOptions& o) {
   for (const Range& r : kRanges) {
     auto it = o.advanced_configuration.find(r.key);

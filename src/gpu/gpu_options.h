@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "session/tracer.h"
 #include "spyglass/options.h"
 #include "spyglass/status.h"
 
@@ -30,8 +31,11 @@ struct GpuOptions {
   bool any_gpu_key = false;                   // the user set a gpu_* key
 };
 
-// Range checks of the gpu_* keys (types are checked with every key in
-// src/session/options.cc).
+// The gpu_* keys and their checks, registered with the GPU tracer
+// (gpu_tracer.cc): ValidateOptions accepts them and runs ValidateGpuOptions.
+session::TracerOptionSpec GpuOptionSpec();
+// Range checks of the gpu_* keys (their types are checked by ValidateOptions
+// from GpuOptionSpec's keys).
 Status ValidateGpuOptions(const profiler::ProfileOptions& options);
 // The values (call after ValidateGpuOptions succeeded).
 GpuOptions ParseGpuOptions(const profiler::ProfileOptions& options);

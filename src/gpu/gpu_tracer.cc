@@ -472,4 +472,5 @@ std::unique_ptr<session::Tracer> MakeGpuTracer(const profiler::ProfileOptions& o
 }  // namespace
 }  // namespace spyglass::gpu
 
-SPYGLASS_REGISTER_TRACER(device, spyglass::session::kRankDevice, spyglass::gpu::MakeGpuTracer);
+SPYGLASS_REGISTER_TRACER_WITH_OPTIONS(device, spyglass::session::kRankDevice, spyglass::gpu::MakeGpuTracer,
+                                      spyglass::gpu::GpuOptionSpec());

@@ -55,5 +55,11 @@ inline bool IsAllocatorWrapper(std::string_view fn) {
   return false;
 }
 
+// A Python frame as the heap hook writes one: a function in a .py file.
+inline bool IsPythonSource(std::string_view file) { return file.size() >= 3 && file.substr(file.size() - 3) == ".py"; }
+
+// A Python frame, also one of a module frozen into the interpreter
+// ("<frozen runpy>": CPython 3.11+ freezes its startup and import modules).
+inline bool IsPythonFrame(std::string_view file) { return IsPythonSource(file) || file.rfind("<frozen ", 0) == 0; }
 
 }  // namespace spyglass::memory

@@ -59,6 +59,9 @@
 //                                    shows a live-bytes counter track. In Python,
 //                                    only if the spyglass package did not start
 //                                    them (python_startup/sitecustomize.py)
+//   SPYGLASS_PYTHON_MODE=light       a Python program (python_startup/): malloc's
+//                                    blocks and pymalloc's arenas with Python
+//                                    frames alone, not every object (heap_python.cc)
 //   SPYGLASS_UNWINDER=cfi|fp|libunwind|glibc
 //                                    how stacks are unwound (unwind.h). Default
 //                                    cfi: .eh_frame, complete without frame
@@ -368,8 +371,14 @@ struct LastCfiWalks {
 };
 static_assert(kHeapFrames <= kCfiTrailFrames);
 constinit thread_local LastCfiWalks t_cfi __attribute__((tls_model("initial-exec"))) = {};
+// The same for CaptureNative (Python programs, whose stacks are spliced
+// afterwards): a walk from json's encoder crossed ~30 eval-loop and
+// generator frames that the previous walk had just unwound (the native
+// walk was 18% of json.tool's profiled time). Its own pair: the site cached
+// in t_cfi belongs to t_cfi's walks.
+constinit thread_local LastCfiWalks t_native_cfi __attribute__((tls_model("initial-exec"))) = {};
 
-__attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
+__attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame, bool moving = false) {
   if (Guard::Enter()) {
     const uint32_t cls = HeapClass();
     uint32_t site;
@@ -406,9 +415,20 @@ __attribute__((noinline)) void TrackSlow(void* p, size_t n, void* frame) {
         t_last.generation = generation;
       }
     } else {
+      namespace heap = spyglass::memory::heap;
       uintptr_t frames[kMaxFrames];
-      int depth = spyglass::memory::heap::CaptureNative(frame, frames, kHeapFrames);
-      if (python) depth = spyglass::memory::heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      // Light mode: the Python frames alone; a thread without them (no GIL) its native stack.
+      // Inside pymalloc the block is recorded once pymalloc has returned (heap_python.cc).
+      const bool light = python && heap::g_python_light.load(std::memory_order_relaxed);
+      if (light && heap::StashLightBlock(p, n)) {
+        Guard::Leave();
+        return;
+      }
+      int depth = light ? heap::PythonFramesOnly(frames, kMaxFrames, moving) : 0;
+      if (depth == 0) {
+        depth = heap::CaptureNative(frame, frames, kHeapFrames);
+        if (python) depth = heap::SplicePythonFrames(frames, depth, kMaxFrames);
+      }
       site = InternStack(cls, frames, depth, 0);
     }
     RecordSite(reinterpret_cast<uintptr_t>(p), n, site);
@@ -457,7 +477,16 @@ namespace spyglass::memory::heap {
 __attribute__((noinline)) int CaptureNative(void* frame, uintptr_t* out, int max) {
   int depth;
   switch (CurrentUnwinder()) {
-    case Unwinder::kCfi: depth = CaptureCfi(frame, out, max); break;
+    case Unwinder::kCfi: {
+      bool same;
+      uint64_t hash;
+      const CfiTrail& prev = t_native_cfi.walks[t_native_cfi.latest];
+      CfiTrail& cur = t_native_cfi.walks[t_native_cfi.latest ^ 1];
+      depth = CaptureCfiTrail(frame, &cur, &prev, max < kCfiTrailFrames ? max : kCfiTrailFrames, &same, &hash);
+      t_native_cfi.latest ^= 1;
+      std::memcpy(out, cur.ra, sizeof(uintptr_t) * static_cast<size_t>(depth));
+      break;
+    }
     case Unwinder::kFramePointer: depth = CaptureFramePointers(frame, out, max); break;
     case Unwinder::kLibunwind: depth = CaptureLibunwind(out, max, 4); break;
     default: depth = CaptureGlibc(out, max, 4); break;
@@ -519,12 +548,22 @@ __attribute__((noinline)) void RestoreSlow(const LiveRecord& r) {
   Guard::Leave();
 }
 
+// Light mode: a block put aside inside pymalloc and freed before pymalloc
+// returned (heap_python.cc) was never recorded.
+__attribute__((noinline)) bool FreedUnrecorded(void* p) {
+  if (!spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed) || !Guard::Enter()) return false;
+  const bool was = spyglass::memory::heap::UnstashLightBlock(p);
+  Guard::Leave();
+  return was;
+}
 // realloc: the old record is taken out before the call (once the call
 // returns, the old address may already be another thread's new block) and
 // put back unchanged if the call fails: the block is still held, with its
 // size and stack. `frame`: the hooked function's frame (see TrackSlow).
 __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* frame) {
   LiveRecord rec{};
+  if (__builtin_expect(spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed), 0) && old)
+    FreedUnrecorded(old);  // put aside in this pymalloc call (light mode): not in the table
   bool taken = old && HeapOn() && (!g_interval || MaybeTrackedInline(reinterpret_cast<uintptr_t>(old))) &&
                TakeSlow(old, &rec);
   void* p = __libc_realloc(old, n);
@@ -533,7 +572,7 @@ __attribute__((always_inline)) inline void* Realloc(void* old, size_t n, void* f
     AllocFailed(n, frame);
     return p;
   }
-  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame);
+  if (HeapOn() && Sampled(n)) TrackSlow(p, n, frame, /*moving=*/true);
   return p;
 }
 
@@ -837,11 +876,12 @@ __attribute__((constructor)) void HeapInit() {
   g_followed = FollowedProcess();
   if (!g_followed) return;
   HeapOn();
-  // A Python program: CPython is built without frame pointers, the
-  // frame-pointer walk would stop (or stray) in libpython. Unless asked
-  // otherwise, unwind with DWARF (a lookup: nothing of Python is loaded).
+  // A Python program: CPython is built without frame pointers; the default
+  // unwinder (cfi, DWARF rules cached per return address) walks libpython
+  // completely, the same stacks as libunwind, which was 22% of json.tool's
+  // profiled time (BENCHMARKS.md, "Python programs: json.tool"). A lookup:
+  // nothing of Python is loaded.
   bool python = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
-  if (!getenv("SPYGLASS_UNWINDER") && python) SetUnwinder(Unwinder::kLibunwind);
   pthread_atfork(nullptr, nullptr, ReseedChild);  // O(1): a thread-local reset
   if (const char* d = getenv("SPYGLASS_HEAP_PROFILE_DIR"); d && *d) {
     g_dir = new std::string(d);
@@ -1071,6 +1111,9 @@ __attribute__((noinline)) void* CallocFailed(size_t n, size_t m) {
   return nullptr;
 }
 __attribute__((noinline)) void FreeTracked(void* p) {
+  if (__builtin_expect(spyglass::memory::heap::g_python_light.load(std::memory_order_relaxed), 0) &&
+      FreedUnrecorded(p))
+    return __libc_free(p);
   if (!g_interval && Guard::Enter()) {
     // Complete stacks: the block may wait a few frees before glibc gets it
     // (RemoveSoon), so that the table slot and the chunk header it needs are

@@ -34,5 +34,17 @@ extern std::atomic<bool> g_python_on;
 // thread's Python frames (see heap_python.cc); returns the new depth (<= max).
 // Only when the thread holds the GIL; else the stack is left as it is.
 int SplicePythonFrames(uintptr_t* frames, int depth, int max);
+// The light mode (SPYGLASS_PYTHON_MODE=light): the hook's blocks get the
+// thread's Python frames only, no native walk, as memray's default mode.
+extern std::atomic<bool> g_python_light;
+// The calling thread's Python frames, innermost first (0 without the GIL).
+// `moving`: a reallocation's (code-object extras read only, see heap_python.cc).
+int PythonFramesOnly(uintptr_t* frames, int max, bool moving);
+// Light mode, inside pymalloc (a call through Python's MEM/OBJ domains): the
+// block is put aside, recorded when pymalloc returns (true), else false.
+// Caller holds the guard.
+bool StashLightBlock(void* p, size_t n);
+// A block put aside and freed before it was recorded: dropped (true).
+bool UnstashLightBlock(void* p);
 
 }  // namespace spyglass::memory::heap

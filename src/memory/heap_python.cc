@@ -11,6 +11,9 @@
 //     extensions), gets the allocating thread's Python frames (function,
 //     file, line) spliced into its native stack in place of the interpreter's
 //     eval-loop frames (_PyEval_EvalFrameDefault), as memray shows them.
+// Light mode (SPYGLASS_PYTHON_MODE=light, `--python-mode light`): instead, the
+// hook's malloc blocks and pymalloc's arenas, each with the Python frames
+// alone (memray's default mode; see "light mode" below).
 // When the main program ends (the startup module's atexit handler, which runs
 // last), Python frames stop and the exit snapshot is written: the live set of
 // the program, not what the interpreter's teardown leaves.
@@ -54,6 +57,7 @@
 namespace spyglass::memory::heap {
 
 std::atomic<bool> g_python_on{false};
+std::atomic<bool> g_python_light{false};
 
 namespace {
 
@@ -70,6 +74,12 @@ struct PyAllocator {
   void (*free)(void* ctx, void* ptr);
 };
 constexpr int kDomains = 3;  // PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ
+// PyObjectArenaAllocator (stable since 3.4): pymalloc's arenas (mmap'd).
+struct ArenaAllocator {
+  void* ctx;
+  void* (*alloc)(void* ctx, size_t size);
+  void (*free)(void* ctx, void* ptr, size_t size);
+};
 
 // libpython's functions used here (all exported by 3.10-3.13).
 struct Api {
@@ -93,12 +103,15 @@ struct Api {
   ssize_t (*request_extra)(void (*)(void*));
   void (*get_allocator)(int, PyAllocator*);
   void (*set_allocator)(int, PyAllocator*);
+  void (*get_arena_allocator)(struct ArenaAllocator*);  // light mode only
+  void (*set_arena_allocator)(struct ArenaAllocator*);
   int (*addr2line)(void*, int);  // PyCode_Addr2Line
 };
 Api g_api{};
 ssize_t g_extra = -1;  // code-object extra slot: the interned function id
 uintptr_t g_eval_lo = 0, g_eval_hi = 0;  // _PyEval_EvalFrameDefault's code
 PyAllocator g_orig[kDomains];             // the wrapped allocators (ctx of ours)
+ArenaAllocator g_orig_arena;              // the wrapped arena allocator (light mode)
 bool g_started = false;
 
 template <typename F>
@@ -171,6 +184,24 @@ constexpr size_t kCodeInfoMax = (64u << 20) / sizeof(CodeInfo);  // 64 MiB of ad
 CodeInfo* g_code_info = nullptr;
 size_t g_code_info_used = 0;
 
+// Behind each code object's few ways, one table for all of them: (code info,
+// offset) -> line, direct-mapped. A function that allocates from more than
+// kLineWays places (json's pure-Python encoder: a generator yielding from a
+// dozen lines) missed its ways on most walks, and each miss scanned the
+// line table (PyCode_Addr2Line was 13% of json.tool's profiled time). Keyed
+// by the CodeInfo's index, which is never reused (a code object's address
+// is). In the same mmap'd arena as the infos; GIL held.
+struct LineEntry {
+  uint64_t key;  // (info index + 1) << 32 | (lasti + 2); 0: empty
+  int32_t line;
+};
+constexpr size_t kLineEntries = size_t{1} << 18;  // 4 MiB of address space, touched as used
+LineEntry* g_lines = nullptr;
+inline uint64_t LineKey(const CodeInfo* info, int lasti) {
+  return (static_cast<uint64_t>(info - g_code_info) + 1) << 32 | static_cast<uint32_t>(lasti + 2);
+}
+inline LineEntry& LineSlot(uint64_t key) { return g_lines[Mix(key) & (kLineEntries - 1)]; }
+
 // Reading attributes may set an exception or allocate: the caller's pending
 // exception is kept aside, and the collector cannot run meanwhile.
 struct PythonCallScope {
@@ -203,9 +234,13 @@ uint32_t InternCode(void* code) {
 // which may be _PyCode_SetExtra growing that very array (another user of
 // extras: the Python tracer, a debugger): the caller stores its new array
 // after the call returns, over ours, or reallocates a block ours just freed.
-enum class Extras { kReadWrite, kReadOnly };
+// kNone: extras not even read (light mode, after a reallocation that may
+// have been _PyCode_SetExtra's: the array the code object points at may be
+// the freed one until its caller stores the new one).
+enum class Extras { kReadWrite, kReadOnly, kNone };
 
 CodeInfo* CodeInfoOf(void* code, Extras extras) {
+  if (extras == Extras::kNone) return nullptr;
   void* extra = nullptr;
   if (g_api.get_extra(code, g_extra, &extra) == 0 && extra != nullptr) return static_cast<CodeInfo*>(extra);
   if (extras == Extras::kReadOnly || g_code_info == nullptr || g_code_info_used == kCodeInfoMax) return nullptr;
@@ -231,7 +266,16 @@ uintptr_t FrameWord(void* code, int lasti, const LineOf& line_of, Extras extras)
   if (info == nullptr) return SymbolicFrame(InternCode(code), line_of());
   for (int i = 0; i < kLineWays; ++i)
     if (info->lasti[i] == lasti) return SymbolicFrame(info->function, info->line[i]);
-  const int line = line_of();
+  const uint64_t key = LineKey(info, lasti);
+  LineEntry& e = LineSlot(key);
+  int line;
+  if (e.key == key) {
+    line = e.line;
+  } else {
+    line = line_of();
+    e.key = key;
+    e.line = line;
+  }
   const uint32_t w = info->next_way++ % kLineWays;
   info->lasti[w] = lasti;
   info->line[w] = line;
@@ -474,12 +518,108 @@ __attribute__((noinline)) void* WrapRealloc(void* ctx, void* old, size_t n) {
   return p;
 }
 
+// The block goes back to its allocator at once; its erase waits a few frees
+// with its table slot prefetched (RemoveLater, entered before the block is
+// given back: another thread that gets the address from malloc then finds
+// it waiting): the erase of a long-lived object was a cache miss on every
+// free (16% of a program's profiled time).
 __attribute__((noinline)) void WrapFree(void* ctx, void* p) {
   auto* a = static_cast<PyAllocator*>(ctx);
   if (Guard::Inside()) return a->free(a->ctx, p);
-  Forget(p);
+  if (p != nullptr && MaybeTrackedFree(p) && Guard::Enter()) {
+    RemoveLater(reinterpret_cast<uintptr_t>(p));  // blocks from before the start are not unknown frees
+    Guard::Leave();
+  }
   Guard::EnterOwn();
   a->free(a->ctx, p);
+  Guard::Leave();
+}
+
+// ---- light mode -----------------------------------------------------------------
+// The blocks malloc sees and pymalloc's arenas (what memray's default mode
+// shows of pymalloc: its mmaps), each with the Python frames alone; the
+// objects pymalloc serves from its pools are not recorded one by one.
+// A block made inside pymalloc (a new arena, the realloc of its arena
+// table, a large object's malloc) cannot have its frames read there: reading
+// them may allocate (a code object's names and extra slot) and pymalloc is
+// in the middle of changing its own state. So the MEM and OBJ domains are
+// wrapped by pass-throughs that mark the call (t_light_defer); a block made
+// inside one is put aside (t_stash) and recorded, with the frames, once
+// pymalloc has returned, as full mode's wrappers record theirs.
+constexpr int kStash = 8;
+struct Stashed {
+  uintptr_t ptr;
+  uint64_t size;
+};
+constinit thread_local int t_light_defer __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local int t_stash_n __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local Stashed t_stash[kStash] __attribute__((tls_model("initial-exec"))) = {};
+
+// Records the blocks put aside, all with the stack of now. Guard not held.
+__attribute__((noinline)) void FlushStash(void* frame, Extras extras) {
+  if (!Guard::Enter()) return;  // t_stash_n > 0 implies tracking was wanted
+  uintptr_t frames[kMaxFrames];
+  const int guard = Guard::BeginOwn();
+  int depth = WalkPython(frames, kMaxPythonFrames, extras);
+  Guard::Restore(guard);
+  if (depth == 0) depth = CaptureNative(frame, frames, kMaxFrames / 2);
+  for (int i = 0; i < t_stash_n; ++i) Record(t_stash[i].ptr, t_stash[i].size, HeapClass(), frames, depth);
+  t_stash_n = 0;
+  Guard::Leave();
+}
+
+__attribute__((noinline)) void* LightMalloc(void* ctx, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->malloc(a->ctx, n);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kReadWrite);
+  return p;
+}
+__attribute__((noinline)) void* LightCalloc(void* ctx, size_t nelem, size_t elsize) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->calloc(a->ctx, nelem, elsize);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kReadWrite);
+  return p;
+}
+// The caller may be _PyCode_SetExtra growing a code object's extras (see
+// the full mode's WrapRealloc): the frames are read without the extras.
+__attribute__((noinline)) void* LightRealloc(void* ctx, void* old, size_t n) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  ++t_light_defer;
+  void* p = a->realloc(a->ctx, old, n);
+  if (--t_light_defer == 0 && __builtin_expect(t_stash_n != 0, 0)) FlushStash(__builtin_frame_address(0), Extras::kNone);
+  return p;
+}
+__attribute__((noinline)) void LightFree(void* ctx, void* p) {
+  auto* a = static_cast<PyAllocator*>(ctx);
+  a->free(a->ctx, p);
+}
+
+__attribute__((noinline)) void* WrapArenaAlloc(void* ctx, size_t n) {
+  auto* a = static_cast<ArenaAllocator*>(ctx);
+  // Our own work: an arena allocator built on malloc (no mmap) is not recorded twice.
+  if (!Guard::EnterOwn()) return a->alloc(a->ctx, n);
+  void* p = a->alloc(a->ctx, n);
+  Guard::Leave();
+  if (p != nullptr && ShouldTrack(n) && Guard::Enter()) {
+    if (!StashLightBlock(p, n)) {
+      // Outside the domains (a direct call): recorded now, native frames only (nothing of Python is read).
+      uintptr_t frames[kMaxFrames];
+      const int depth = CaptureNative(__builtin_frame_address(0), frames, kMaxFrames / 2);
+      Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), frames, depth);
+    }
+    Guard::Leave();
+  }
+  return p;
+}
+
+__attribute__((noinline)) void WrapArenaFree(void* ctx, void* p, size_t n) {
+  auto* a = static_cast<ArenaAllocator*>(ctx);
+  if (Guard::Inside()) return a->free(a->ctx, p, n);
+  if (!UnstashLightBlock(p)) Forget(p);  // put aside and freed in the same call: never recorded
+  Guard::EnterOwn();
+  a->free(a->ctx, p, n);
   Guard::Leave();
 }
 
@@ -524,6 +664,35 @@ int SplicePythonFrames(uintptr_t* frames, int depth, int max) {
   return Splice(frames, depth, max, Extras::kReadWrite);
 }
 
+bool StashLightBlock(void* p, size_t n) {
+  if (t_light_defer == 0) return false;
+  if (__builtin_expect(t_stash_n == kStash, 0)) {
+    // Never seen (a call makes a few): recorded now, without a stack (nothing may be read here).
+    Record(reinterpret_cast<uintptr_t>(p), n, HeapClass(), nullptr, 0);
+    return true;
+  }
+  t_stash[t_stash_n++] = {reinterpret_cast<uintptr_t>(p), n};
+  return true;
+}
+
+bool UnstashLightBlock(void* p) {
+  for (int i = 0; i < t_stash_n; ++i) {
+    if (t_stash[i].ptr != reinterpret_cast<uintptr_t>(p)) continue;
+    t_stash[i] = t_stash[--t_stash_n];
+    return true;
+  }
+  return false;
+}
+
+int PythonFramesOnly(uintptr_t* frames, int max, bool moving) {
+  if (!g_python_on.load(std::memory_order_acquire)) return 0;
+  const int guard = Guard::BeginOwn();  // what the walk allocates is the profiler's (see Splice)
+  const int n = WalkPython(frames, max < kMaxPythonFrames ? max : kMaxPythonFrames,
+                           moving ? Extras::kReadOnly : Extras::kReadWrite);
+  Guard::Restore(guard);
+  return n;
+}
+
 }  // namespace spyglass::memory::heap
 
 namespace heap = spyglass::memory::heap;
@@ -531,9 +700,11 @@ namespace heap = spyglass::memory::heap;
 // Called by the startup module through ctypes, GIL held. Returns 0 when Python
 // frames are on, else a reason: 1 the hook does not track (SPYGLASS_HEAP=0),
 // 2 a libpython function is missing, 3 no code-object extra slot.
-// `wrap_allocators`: wrap the three PyMem domains (else only the hook's malloc
-// gets Python frames).
-extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start(int wrap_allocators) {
+// `mode`: 1 (full) wraps the three PyMem domains: every object, Python frames
+// spliced into native stacks; 0: only the hook's malloc gets Python frames;
+// 2 (light, memray's default mode): the hook's malloc and pymalloc's arenas,
+// with the Python frames alone (no native walk).
+extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start(int mode) {
   using namespace heap;  // NOLINT
   namespace mi = spyglass::memory::internal;
   if (g_started) return 0;
@@ -545,13 +716,28 @@ extern "C" __attribute__((visibility("default"))) int spyglass_heap_python_start
     return 3;
   }
   Find(&g_api.frame_get_lasti, "PyFrame_GetLasti");  // optional
-  void* arena = mmap(nullptr, kCodeInfoMax * sizeof(CodeInfo), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* arena = mmap(nullptr, kCodeInfoMax * sizeof(CodeInfo) + kLineEntries * sizeof(LineEntry),
+                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   g_code_info = arena == MAP_FAILED ? nullptr : static_cast<CodeInfo*>(arena);
+  if (g_code_info != nullptr) g_lines = reinterpret_cast<LineEntry*>(g_code_info + kCodeInfoMax);
   FindEvalLoop();  // without it, Python frames go above the native stack
   // SPYGLASS_PYTHON_FRAME_WALK=api: the public API's walk only (for comparisons).
   if (const char* w = getenv("SPYGLASS_PYTHON_FRAME_WALK"); w == nullptr || strcmp(w, "api") != 0) ChooseWalk();
-  if (wrap_allocators) {
+  if (mode == 2) {
+    if (Find(&g_api.get_arena_allocator, "PyObject_GetArenaAllocator") &&
+        Find(&g_api.set_arena_allocator, "PyObject_SetArenaAllocator")) {
+      g_api.get_arena_allocator(&g_orig_arena);
+      ArenaAllocator ours{&g_orig_arena, WrapArenaAlloc, WrapArenaFree};
+      g_api.set_arena_allocator(&ours);
+    }
+    for (int d = 1; d < kDomains; ++d) {  // MEM and OBJ: pymalloc's (the raw domain is malloc)
+      g_api.get_allocator(d, &g_orig[d]);
+      PyAllocator ours{&g_orig[d], LightMalloc, LightCalloc, LightRealloc, LightFree};
+      g_api.set_allocator(d, &ours);
+    }
+    g_python_light.store(true, std::memory_order_relaxed);
+  }
+  if (mode == 1) {
     for (int d = 0; d < kDomains; ++d) {
       g_api.get_allocator(d, &g_orig[d]);
       PyAllocator ours{&g_orig[d], WrapMalloc, WrapCalloc, WrapRealloc, WrapFree};

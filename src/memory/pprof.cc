@@ -414,12 +414,6 @@ std::string Shown(std::string_view s) {
   return std::string(s.substr(0, kMaxShown - 3)) + "...";
 }
 
-// A Python frame, as the heap hook writes one: a function in a .py file.
-bool IsPythonFrame(const PprofFrame& f) {
-  std::string_view file = f.file.substr(f.file.size() > 3 ? f.file.size() - 3 : 0);
-  return file == ".py";
-}
-
 // JAX's own Python frames (jax and jaxlib, installed or in a source tree).
 // A JAX program's heap profile records each buffer's stack from inside JAX
 // (dispatch, pxla, ...): the call site is the frame that called into it.
@@ -541,7 +535,7 @@ std::string CallSite(const PprofSample& s, const SiteOptions& o) {
     for (size_t i = 0; i < s.frames.size() && native == s.frames.size(); ++i)
       if (!IsPlumbing(s.frames[i].function) && !IsAllocatorWrapper(s.frames[i].function)) native = i;
     for (size_t i = 0; i < s.frames.size() && python == s.frames.size(); ++i)
-      if (IsPythonFrame(s.frames[i])) python = i;
+      if (IsPythonSource(s.frames[i].file)) python = i;
     if (python < s.frames.size() && IsJaxFrame(s.frames[python])) {
       size_t caller = python;
       while (caller < s.frames.size() && IsJaxFrame(s.frames[caller])) ++caller;

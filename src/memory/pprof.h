@@ -32,6 +32,7 @@ struct ProfileSample {
   int64_t count = 0;
   int64_t bytes = 0;
   std::string kind, device;  // labels ("" = no label)
+  std::vector<std::pair<std::string, std::string>> labels;  // more labels (key, value)
 };
 struct ProfileData {
   std::vector<ProfileFunction> functions;
@@ -39,8 +40,14 @@ struct ProfileData {
   std::vector<ProfileSample> samples;
   int64_t time_nanos = 0;
   std::vector<std::string> comments;
+  // (type, unit) of the two values, count then bytes; empty: allocations/count, space/bytes.
+  std::vector<std::pair<std::string, std::string>> sample_types;
+  std::pair<std::string, std::string> period_type;  // empty: none written
+  int64_t period = 0;
+  int64_t duration_nanos = 0;
 };
-// Serialized, gzipped Profile with sample types allocations/count, space/bytes.
+// Serialized, gzipped Profile with sample types allocations/count,
+// space/bytes (or data.sample_types).
 std::string EncodePprofGz(const ProfileData& data, int gzip_level = 6);
 
 // A snapshot of the tracker now (devices matching `backend`), gzipped pprof;

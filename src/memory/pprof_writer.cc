@@ -20,7 +20,8 @@ constexpr uint32_t kVarint = 0, kLen = 2;
 // Profile field numbers (profile.proto).
 enum : uint32_t {
   kProfileSampleType = 1, kProfileSample = 2, kProfileLocation = 4, kProfileFunction = 5, kProfileStringTable = 6,
-  kProfileTimeNanos = 9, kProfileComment = 13,
+  kProfileTimeNanos = 9, kProfileDurationNanos = 10, kProfilePeriodType = 11, kProfilePeriod = 12,
+  kProfileComment = 13,
 };
 
 class StringTable {
@@ -78,7 +79,9 @@ class Msg {
 std::string EncodePprofGz(const ProfileData& data, int gzip_level) {
   StringTable st;
   Msg o;
-  for (auto [type, unit] : {std::pair{"allocations", "count"}, std::pair{"space", "bytes"}}) {
+  std::vector<std::pair<std::string, std::string>> types = data.sample_types;
+  if (types.empty()) types = {{"allocations", "count"}, {"space", "bytes"}};
+  for (const auto& [type, unit] : types) {
     Msg vt;
     vt.varint(1, st.index(type));
     vt.varint(2, st.index(unit));
@@ -95,6 +98,12 @@ std::string EncodePprofGz(const ProfileData& data, int gzip_level) {
       Msg l;
       l.varint(1, key);
       l.varint(2, st.index(*value));
+      m.sub(3, l);
+    }
+    for (const auto& [key, value] : s.labels) {
+      Msg l;
+      l.varint(1, st.index(key));
+      l.varint(2, st.index(value));
       m.sub(3, l);
     }
     o.sub(kProfileSample, m);
@@ -123,6 +132,14 @@ std::string EncodePprofGz(const ProfileData& data, int gzip_level) {
     o.sub(kProfileFunction, m);
   }
   o.varint(kProfileTimeNanos, static_cast<uint64_t>(data.time_nanos));
+  o.varint(kProfileDurationNanos, static_cast<uint64_t>(data.duration_nanos));
+  if (!data.period_type.first.empty()) {
+    Msg vt;
+    vt.varint(1, st.index(data.period_type.first));
+    vt.varint(2, st.index(data.period_type.second));
+    o.sub(kProfilePeriodType, vt);
+    o.varint(kProfilePeriod, static_cast<uint64_t>(data.period));
+  }
   std::vector<uint64_t> comments;
   for (const std::string& c : data.comments) comments.push_back(st.index(c));
   for (uint64_t c : comments) {

@@ -200,12 +200,24 @@ class DwarfSymbolizer {
       loc->frames.push_back(std::move(f));
       return true;
     }
+    // No DWARF for the address (a binary built without -g, crt1's _start):
+    // the symbol table's name, which has the static functions that dladdr's
+    // dynamic table lacks.
+    auto by_symbol = [&] {
+      const char* sym = dw.dwfl_module_addrname(mod, addr);
+      if (!sym) return false;
+      SymFrame f;
+      f.system_name = sym;
+      f.function = Demangle(sym);
+      loc->frames.push_back(std::move(f));
+      return true;
+    };
     Dwarf_Addr bias = 0;
     Dwarf_Die* cu = dw.dwfl_module_addrdie(mod, addr, &bias);
-    if (!cu) return false;
+    if (!cu) return by_symbol();
     Dwarf_Die* scopes = nullptr;
     int n = Scopes(cu, addr - bias, &scopes);
-    if (n <= 0) return false;
+    if (n <= 0) return by_symbol();
     // Source position of the innermost frame from the line table.
     const char* file = nullptr;
     int line = 0;

@@ -69,13 +69,17 @@ void FlushPending(bool plain);
 
 // Single-writer mode's waiting frees (see RemoveSoon): a ring of the
 // writer's latest frees, 0 = none, bit 0 set = settled (erased and counted,
-// not yet handed to glibc).
+// not yet handed to glibc), bit 1 set = already handed back to its allocator
+// by the caller (RemoveLater: Python's), its erase alone waits.
 constexpr uint32_t kWaiting = 8;
 uintptr_t g_waiting[kWaiting];
 uint32_t g_waiting_next = 0;                // the slot the next free takes (its oldest)
+constexpr uintptr_t kSettled = 1, kReleased = 2, kWaitFlags = 3;
+uint32_t g_released_waiting = 0;            // entries with kReleased (Insert looks for its pointer among them)
 std::atomic<uint32_t> g_settling_count{0};  // entries not settled (SettleFrees reads it from any thread)
 void SettleAll(bool plain);
 void ReleaseWaiting();
+void ReusedWhileWaiting(uintptr_t ptr);
 
 // Blocks of kLargeBlock bytes or more are never held back: a counting filter
 // of the live ones by address (no false negatives; a false positive, or a
@@ -189,9 +193,78 @@ inline uint64_t Find(const Shard& s, uint64_t ptr, uint64_t h, bool* found) {
   }
 }
 
+// The shards' slot arrays are carved out of one reserved region that the
+// kernel may back with 2 MiB pages (MADV_HUGEPAGE, where transparent huge
+// pages are "madvise" or "always"). A record's slot is a random address in a
+// table of tens of MiB: with 4 KiB pages nearly every insert and erase also
+// missed the TLB, and the page walk (two-dimensional under a hypervisor) cost
+// more than the cache miss (the prefetch of the slot stalled on it: 13% of
+// a Python program's profiled time). Arrays are bump-allocated, never
+// reused: a shard's old array gives its pages back (MADV_DONTNEED on its
+// whole 4 KiB pages; the kernel splits a huge page it shares with other
+// arrays, older ones mostly: the current arrays were allocated after it).
+// Where the region cannot be reserved (strict overcommit), each array is its
+// own mapping as before.
+constexpr size_t kSlotRegionBytes = size_t{16} << 30;  // address space; the largest table is ~2 GiB
+constexpr size_t kHugePage = size_t{2} << 20;
+std::atomic<char*> g_slot_region{nullptr};
+std::atomic<bool> g_slot_region_failed{false};
+std::atomic<size_t> g_slot_region_used{0};
+
+char* SlotRegion() {
+  char* r = g_slot_region.load(std::memory_order_acquire);
+  if (r != nullptr || g_slot_region_failed.load(std::memory_order_relaxed)) return r;
+  // Aligned to a huge page: reserve one more and trim.
+  void* m = mmap(nullptr, kSlotRegionBytes + kHugePage, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) {
+    g_slot_region_failed.store(true, std::memory_order_relaxed);
+    return nullptr;
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t aligned = (base + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > base) munmap(m, aligned - base);
+  if (aligned + kSlotRegionBytes < base + kSlotRegionBytes + kHugePage)
+    munmap(reinterpret_cast<void*>(aligned + kSlotRegionBytes), base + kHugePage - aligned);
+  char* region = reinterpret_cast<char*>(aligned);
+#ifdef MADV_HUGEPAGE
+  madvise(region, kSlotRegionBytes, MADV_HUGEPAGE);
+#endif
+  char* expected = nullptr;
+  if (!g_slot_region.compare_exchange_strong(expected, region, std::memory_order_acq_rel)) {
+    munmap(region, kSlotRegionBytes);  // another thread's won
+    return expected;
+  }
+  return region;
+}
+
+// Zeroed slots (fresh memory of the region, or a new mapping).
+Slot* AllocSlots(uint64_t n) {
+  const size_t bytes = (n * sizeof(Slot) + 63) & ~size_t{63};
+  if (char* region = SlotRegion()) {
+    const size_t at = g_slot_region_used.fetch_add(bytes, std::memory_order_relaxed);
+    if (at + bytes <= kSlotRegionBytes) return reinterpret_cast<Slot*>(region + at);
+  }
+  return static_cast<Slot*>(MapBytes(n * sizeof(Slot)));
+}
+
+void FreeSlots(Slot* slots, uint64_t n) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(slots);
+  const uintptr_t region = reinterpret_cast<uintptr_t>(g_slot_region.load(std::memory_order_relaxed));
+  if (region == 0 || p < region || p >= region + kSlotRegionBytes) {
+    munmap(slots, n * sizeof(Slot));
+    return;
+  }
+  // The pages wholly inside this array (its neighbours' are theirs).
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t lo = (p + kPage - 1) & ~(kPage - 1);
+  const uintptr_t hi = (p + n * sizeof(Slot)) & ~(kPage - 1);
+  if (lo < hi) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 bool Grow(Shard& s) {
   uint64_t ncap = s.cap == 0 ? 64 : s.cap + s.cap / 2;
-  Slot* ns = static_cast<Slot*>(MapBytes(ncap * sizeof(Slot)));
+  Slot* ns = AllocSlots(ncap);
   if (ns == nullptr) return false;
   for (uint64_t i = 0; i < s.cap; ++i) {
     uint64_t p = s.slots[i].ptr;
@@ -201,7 +274,7 @@ bool Grow(Shard& s) {
       if (++j == ncap) j = 0;
     ns[j] = s.slots[i];
   }
-  if (s.slots) munmap(s.slots, s.cap * sizeof(Slot));
+  if (s.slots) FreeSlots(s.slots, s.cap);
   // Atomic stores: PrefetchSlot reads these two without the lock.
   __atomic_store_n(&s.slots, ns, __ATOMIC_RELAXED);
   __atomic_store_n(&s.cap, ncap, __ATOMIC_RELAXED);
@@ -788,6 +861,7 @@ void FlushPending(bool plain) { FlushPendingInline(plain); }
 // removed goes back (not a new allocation: the free is taken back instead).
 void Insert(uintptr_t ptr, uint64_t size, uint32_t site, bool restored) {
   Op op;
+  if (op.plain && __builtin_expect(g_released_waiting != 0, 0)) ReusedWhileWaiting(ptr);
   if (op.plain && !restored) {
     if (g_pending_rec.ptr == ptr) {
       Replaced(ptr, static_cast<int64_t>(g_pending_rec.size), g_pending_rec.site, true);
@@ -937,19 +1011,53 @@ void SettleAll(bool plain) {
   for (uint32_t i = 0; i < kWaiting && g_settling_count.load(std::memory_order_relaxed) != 0; ++i) {
     uint32_t k = (g_waiting_next + i) % kWaiting;  // oldest first
     uintptr_t p = g_waiting[k];
-    if (p == 0 || (p & 1)) continue;
-    g_waiting[k] = p | 1;
+    if (p == 0 || (p & kSettled)) continue;
+    g_waiting[k] = p | kSettled;
     g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-    EraseIn(plain, p, false, nullptr, true);
+    EraseIn(plain, p & ~kWaitFlags, (p & kReleased) != 0, nullptr, true);
   }
 }
 
 // After SettleAll, once no operation runs: the waiting blocks go to glibc.
 void ReleaseWaiting() {
   for (uintptr_t& w : g_waiting) {
-    if (w != 0) __libc_free(reinterpret_cast<void*>(w & ~uintptr_t{1}));
+    if (w != 0 && !(w & kReleased)) __libc_free(reinterpret_cast<void*>(w & ~kWaitFlags));
     w = 0;
   }
+  g_released_waiting = 0;
+}
+
+// Insert, single-writer mode: `ptr` may be a block whose erase waits
+// (RemoveLater: its allocator had it back and hands it out again). The erase
+// comes first: the table never holds two records of one address.
+__attribute__((noinline)) void ReusedWhileWaiting(uintptr_t ptr) {
+  for (uintptr_t& w : g_waiting) {
+    if (!(w & kReleased) || (w & ~kWaitFlags) != ptr) continue;
+    if (!(w & kSettled)) {
+      g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+      EraseIn(true, ptr, true, nullptr, true);
+    }
+    w = 0;
+    --g_released_waiting;
+  }
+}
+}  // namespace
+
+namespace {
+// Puts an entry into the ring; returns the oldest one it replaces (0 or
+// with its flags), whose erase is done now (its slot was loaded kWaiting
+// frees ago). Single-writer mode.
+uintptr_t PushWaiting(uintptr_t entry) {
+  const uintptr_t oldest = g_waiting[g_waiting_next];
+  g_waiting[g_waiting_next] = entry;
+  g_waiting_next = (g_waiting_next + 1) % kWaiting;
+  if (oldest & kReleased) --g_released_waiting;
+  if (oldest == 0 || (oldest & kSettled)) {
+    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return oldest;
+  }
+  EraseIn(true, oldest & ~kWaitFlags, (oldest & kReleased) != 0, nullptr, true);
+  return oldest;
 }
 }  // namespace
 
@@ -964,10 +1072,10 @@ int RemoveSoon(uintptr_t ptr, uintptr_t release[2]) {
     return 1;
   }
   bool again = false;
-  for (uintptr_t w : g_waiting) again |= (w ^ ptr) <= 1;  // ptr, settled or not
+  for (uintptr_t w : g_waiting) again |= (w ^ ptr) <= kSettled;  // ptr, settled or not (not a released one)
   for (uintptr_t& w : g_waiting) {
     if (__builtin_expect(!again, 1)) break;
-    if ((w ^ ptr) > 1) continue;
+    if ((w ^ ptr) > kSettled) continue;
     // Freed again while its first free waits (a double free): the first one
     // completes now, then this one, so glibc sees the double free where the
     // program made it.
@@ -982,19 +1090,28 @@ int RemoveSoon(uintptr_t ptr, uintptr_t release[2]) {
   }
   PrefetchSlot(ptr);
   __builtin_prefetch(reinterpret_cast<const char*>(ptr) - sizeof(size_t), 0, 3);  // glibc's chunk header
-  const uintptr_t oldest = g_waiting[g_waiting_next];
-  g_waiting[g_waiting_next] = ptr;
-  g_waiting_next = (g_waiting_next + 1) % kWaiting;
-  if (oldest == 0) {
-    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return 0;
-  }
-  if ((oldest & 1) == 0)
-    EraseIn(true, oldest, false, nullptr, true);  // its slot was loaded kWaiting frees ago
-  else
-    g_settling_count.store(g_settling_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  release[0] = oldest & ~uintptr_t{1};
+  const uintptr_t oldest = PushWaiting(ptr);
+  if (oldest == 0 || (oldest & kReleased)) return 0;
+  release[0] = oldest & ~kWaitFlags;
   return 1;
+}
+
+void RemoveLater(uintptr_t ptr) {
+  if (ptr == 0) return;
+  Op op;
+  if (!op.plain || g_pending_rec.ptr == ptr || g_counter_on.load(std::memory_order_relaxed) || MaybeLarge(ptr)) {
+    if (op.plain && g_counter_on.load(std::memory_order_relaxed)) SettleAll(true);
+    EraseIn(op.plain, ptr, true, nullptr);  // as RemoveIfTracked
+    return;
+  }
+  for (uintptr_t w : g_waiting) {
+    if ((w & ~kWaitFlags) != ptr) continue;
+    EraseIn(true, ptr, true, nullptr);  // already waiting (freed twice through different paths): at once
+    return;
+  }
+  PrefetchSlot(ptr);
+  ++g_released_waiting;
+  PushWaiting(ptr | kReleased);
 }
 
 void SettleFrees() {
@@ -1242,7 +1359,7 @@ uint32_t ForEachLiveNoAlloc(void (*visit)(const LiveRecord& r, void* ctx), void*
       const Slot& sl = s.slots[i];
       if (sl.ptr == 0) continue;
       bool settling = false;  // freed, its erase waiting (only the writer's own dump sees any)
-      for (uint32_t k = 0; self_writer && k < kWaiting; ++k) settling |= g_waiting[k] == sl.ptr;
+      for (uint32_t k = 0; self_writer && k < kWaiting; ++k) settling |= (g_waiting[k] & ~kReleased) == sl.ptr;
       if (!settling) visit({sl.ptr, sl.meta >> 24, static_cast<uint32_t>(sl.meta & 0xffffff)}, ctx);
     }
     s.lock.unlock();

@@ -122,6 +122,12 @@ SPYGLASS_MEM_EXPORT void Remove(uintptr_t ptr);
 // free) and returns how many (0-2). The peak, the timeline and the live
 // table stay exact (see SettleFrees). Caller holds the guard.
 SPYGLASS_MEM_EXPORT int RemoveSoon(uintptr_t ptr, uintptr_t release[2]);
+// RemoveIfTracked for a block the caller has already handed back to its
+// allocator (Python's pymalloc, whose free is cheap and must not wait):
+// in single-writer mode its erase waits in the same ring as RemoveSoon's
+// (its table slot prefetched), and an Insert of the same address, reused
+// meanwhile, erases it first. Exact as RemoveSoon. Caller holds the guard.
+SPYGLASS_MEM_EXPORT void RemoveLater(uintptr_t ptr);
 // Counts the waiting frees now: call before reading totals, site values,
 // counters or LiveCount (the API and the heap hook's files do). From the
 // writing thread it settles them; from another, it switches to shared mode

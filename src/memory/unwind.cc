@@ -366,6 +366,42 @@ uint64_t CfiRuleSlow(uintptr_t ra) {
   return ComputeRule(ra - 1);
 }
 
+int UnwindCopiedStack(uintptr_t ip, uintptr_t sp, uintptr_t bp, const uint8_t* stack, size_t size, uintptr_t* out,
+                      int max, int* end) {
+  *end = 0;
+  if (max <= 0) return 0;
+  size &= ~size_t{7};
+  const StackBounds b{sp, sp + size};
+  // A word of the thread's stack at `at` (inside b: CfiStepLoad checked).
+  auto load = [stack, sp](uintptr_t at) {
+    uintptr_t v;
+    memcpy(&v, stack + (at - sp), sizeof v);
+    return v;
+  };
+  int n = 0;
+  uintptr_t ra = ip, rbp = bp, slot = 0;
+  // The interrupted frame's rule is the one at ip: CfiRule(x) is the rule at x - 1.
+  uint64_t rule = CfiRule(ip + 1);
+  out[n++] = ip + 1;
+  while (true) {
+    if (n == max) return n;
+    const uint64_t kind = CfiStepLoad(rule, b, &ra, &sp, &rbp, &slot, load);
+    if (kind != kCfiStep) {
+      // A rule that would step, refused: its frame lies above the copy, or the rules are wrong.
+      const uintptr_t cfa = ((rule & 4) ? rbp : sp) + static_cast<intptr_t>(static_cast<int32_t>(rule >> 32));
+      const bool above = (rule & 3) == kCfiStep && cfa > b.hi;
+      *end = above ? kCopyExhausted : static_cast<int>(kind);
+      return n;
+    }
+    if (ra < 4096) {  // 0: the end of a chain that says so
+      *end = kCfiOutermost;
+      return n;
+    }
+    out[n++] = ra;
+    rule = CfiRule(ra);
+  }
+}
+
 __attribute__((noinline)) int CaptureLibunwind(uintptr_t* out, int max, int skip) {
 #ifdef SPYGLASS_HAVE_LIBUNWIND
   void* buf[kMaxFrames + 4];

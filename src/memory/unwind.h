@@ -149,14 +149,17 @@ inline uint64_t CfiRule(uintptr_t ra) {
 }
 
 // One step of the CFI walk: from the state (ra, sp, rbp) of a frame (sp: its
-// rsp, the CFA of the frame below) to its caller's. Every read is inside the
-// thread's stack, above sp. Returns the rule's kind (kCfiStep: moved; a CFA
-// off the stack reads as kCfiCannot); *slot: where the caller's rbp was read
-// (0: kept).
+// rsp, the CFA of the frame below) to its caller's. Every read is inside
+// `b` (the thread's stack, or a copy of its top: UnwindCopiedStack), above
+// sp, through `load` (a word at an address of the thread's stack). Returns
+// the rule's kind (kCfiStep: moved; a CFA off `b` reads as kCfiCannot);
+// *slot: where the caller's rbp was read (0: kept).
 // `r`: the rule of *ra.
-__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStepWith(uint64_t r, StackBounds b,
+template <class Load>
+__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStepLoad(uint64_t r, StackBounds b,
                                                                                  uintptr_t* ra, uintptr_t* sp,
-                                                                                 uintptr_t* rbp, uintptr_t* slot) {
+                                                                                 uintptr_t* rbp, uintptr_t* slot,
+                                                                                 Load load) {
   const uint64_t kind = r & 3;
   if (__builtin_expect(kind != kCfiStep, 0)) return kind;
   const uintptr_t cfa = ((r & 4) ? *rbp : *sp) + static_cast<intptr_t>(static_cast<int32_t>(r >> 32));
@@ -166,12 +169,23 @@ __attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStepWith(
   if (r & 8) {
     const uintptr_t at = cfa + static_cast<intptr_t>(static_cast<int16_t>(r >> 16));
     if (__builtin_expect(at < b.lo || at > b.hi - 8, 0)) return kCfiCannot;
-    *rbp = *reinterpret_cast<const uintptr_t*>(at);
+    *rbp = load(at);
     *slot = at;
   }
-  *ra = reinterpret_cast<const uintptr_t*>(cfa)[-1];
+  *ra = load(cfa - 8);
   *sp = cfa;
   return kCfiStep;
+}
+// The live walk: the thread reads its own stack.
+struct DirectLoad {
+  __attribute__((always_inline, no_sanitize_address)) uintptr_t operator()(uintptr_t at) const {
+    return *reinterpret_cast<const uintptr_t*>(at);
+  }
+};
+__attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStepWith(uint64_t r, StackBounds b,
+                                                                                 uintptr_t* ra, uintptr_t* sp,
+                                                                                 uintptr_t* rbp, uintptr_t* slot) {
+  return CfiStepLoad(r, b, ra, sp, rbp, slot, DirectLoad{});
 }
 __attribute__((always_inline, no_sanitize_address)) inline uint64_t CfiStep(StackBounds b, uintptr_t* ra,
                                                                              uintptr_t* sp, uintptr_t* rbp,
@@ -311,6 +325,19 @@ __attribute__((always_inline, no_sanitize_address)) inline int CaptureCfiTrail(v
   *hash = h;
   return n;
 }
+
+// The same walk over a copy of another thread's stack, off that thread (the
+// CPU sampler, src/sampling/): `ip`, `sp`, `bp` are its registers when it
+// was stopped, `stack` the `size` bytes it had from sp up. The first frame is
+// `ip + 1` (written as a return address, so that symbolizing "the call at
+// pc - 1" lands on ip itself), its rule the one at ip; then each caller's
+// return address, as CaptureCfi. *end says why it stopped: 0 `max` frames,
+// kCfiOutermost the end of the thread's stack, kCfiCannot a frame the rules
+// cannot unwind, kCopyExhausted a frame above the copy. Lock-free, no
+// allocation; the rule cache is the heap profiler's.
+inline constexpr int kCopyExhausted = 4;
+SPYGLASS_MEM_EXPORT int UnwindCopiedStack(uintptr_t ip, uintptr_t sp, uintptr_t bp, const uint8_t* stack, size_t size,
+                                          uintptr_t* out, int max, int* end);
 
 }  // namespace spyglass::memory::internal
 

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <set>
 #include <unordered_map>
+
+#include "common/utf8.h"
+#include "memory/call_site.h"
 
 namespace spyglass::report {
 namespace {
@@ -32,7 +36,68 @@ bool EndsWith(std::string_view s, std::string_view end) {
   return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
 }
 
-bool IsPythonFrame(const memory::PprofFrame& f) { return EndsWith(f.file, ".py") || f.file.rfind("<frozen ", 0) == 0; }
+bool IsPythonFrame(const memory::PprofFrame& f) { return memory::IsPythonFrame(f.file); }
+
+std::string Capped(std::string_view s) {
+  if (s.size() <= kMaxFlameNameLength) return std::string(s);
+  return std::string(Utf8Prefix(s, kMaxFlameNameLength)) + "...";
+}
+
+// The page's stacks: distinct ones merged, the largest kept.
+void AddStacks(const memory::PprofProfile& p, int index, bool by_label, FlameGraph* g) {
+  std::map<std::tuple<std::string, std::string, int64_t, int>, uint32_t> frame_ids;
+  auto frame = [&](std::string_view fn, std::string_view file, int64_t line, int kind) {
+    auto key = std::make_tuple(Capped(fn), Capped(file), line, kind);
+    auto [it, added] = frame_ids.emplace(key, static_cast<uint32_t>(g->frames.size()));
+    if (added) {
+      FlameFrame f;
+      f.function = std::get<0>(key).empty() ? "<unknown>" : std::get<0>(key);
+      f.file = std::get<1>(key);
+      f.line = line;
+      f.python = kind == 1;
+      f.interpreter = kind == 2;
+      f.label = kind == 3;
+      g->frames.push_back(std::move(f));
+    }
+    return it->second;
+  };
+  struct Stack {
+    int64_t value = 0, count = 0;
+  };
+  std::map<std::vector<uint32_t>, Stack> stacks;
+  std::vector<uint32_t> ids;
+  for (const memory::PprofSample& s : p.samples) {
+    int64_t v = index < static_cast<int>(s.values.size()) ? std::max<int64_t>(s.values[index], 0) : 0;
+    int64_t c = p.count_index >= 0 && p.count_index < static_cast<int>(s.values.size()) ? s.values[p.count_index] : 0;
+    ids.clear();
+    if (by_label) ids.push_back(frame("[" + Label(s) + "]", "", 0, 3));
+    const bool python_stack = std::any_of(s.frames.begin(), s.frames.end(), IsPythonFrame);
+    size_t first = s.frames.size() > kMaxFlameStackDepth ? s.frames.size() - kMaxFlameStackDepth : 0;
+    for (size_t k = s.frames.size(); k-- > first;) {
+      const memory::PprofFrame& f = s.frames[k];
+      // Only in a Python program's stack is a C frame the interpreter's.
+      int kind = IsPythonFrame(f) ? (IsInterpreterFrame(f) ? 2 : 1) : (python_stack && IsInterpreterFrame(f) ? 2 : 0);
+      ids.push_back(frame(f.function, f.file, f.line, kind));
+    }
+    Stack& st = stacks[ids];
+    st.value = SatAdd(st.value, v);
+    st.count = SatAdd(st.count, std::max<int64_t>(c, 0));
+  }
+  std::vector<const std::pair<const std::vector<uint32_t>, Stack>*> order;
+  for (const auto& e : stacks) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.value > b->second.value; });
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i >= kMaxFlameStacks) {
+      ++g->hidden_stacks;
+      g->hidden_value = SatAdd(g->hidden_value, order[i]->second.value);
+      continue;
+    }
+    g->stack_frames.insert(g->stack_frames.end(), order[i]->first.begin(), order[i]->first.end());
+    g->stack_sizes.push_back(static_cast<uint32_t>(order[i]->first.size()));
+    g->stack_values.push_back(order[i]->second.value);
+    g->stack_counts.push_back(order[i]->second.count);
+  }
+}
 
 }  // namespace
 
@@ -43,7 +108,7 @@ bool IsInterpreterFrame(const memory::PprofFrame& f) {
     if (f.file == file) return true;
   for (std::string_view file : {"/runpy.py", "/importlib/_bootstrap.py", "/importlib/_bootstrap_external.py"})
     if (EndsWith(f.file, file)) return true;
-  if (IsPythonFrame(f)) return false;
+  if (memory::IsPythonFrame(f.file)) return false;
   // CPython's C: the eval loop and the calls that link one Python frame to
   // the next, and the startup below the first one.
   for (std::string_view prefix : {"_PyEval_", "PyEval_", "_PyFunction_Vectorcall", "PyObject_Vectorcall", "_PyObject_Vectorcall",
@@ -98,7 +163,9 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
       at = child;
     };
     if (by_label) step("[" + Label(s) + "]");
-    const bool fold = options.fold_interpreter && std::any_of(s.frames.begin(), s.frames.end(), IsPythonFrame);
+    const bool fold = options.fold_interpreter && std::any_of(s.frames.begin(), s.frames.end(), [](const auto& f) {
+                        return memory::IsPythonFrame(f.file);
+                      });
     for (auto f = s.frames.rbegin(); f != s.frames.rend(); ++f) {
       // The innermost frame stays: it is where the bytes were allocated.
       if (fold && f + 1 != s.frames.rend() && IsInterpreterFrame(*f)) {
@@ -132,6 +199,8 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
   std::stable_sort(g.top_sites.begin(), g.top_sites.end(),
                    [](const FlameSite& a, const FlameSite& b) { return a.value > b.value; });
   if (g.top_sites.size() > kFlameTopSites) g.top_sites.resize(kFlameTopSites);
+  g.fold = options.fold_interpreter;
+  AddStacks(p, index, by_label, &g);
   return g;
 }
 

@@ -16,6 +16,16 @@ struct FlameSite {
   int64_t value = 0, count = 0;
 };
 
+// A frame as the page shows it: file:line, Python or native, and whether
+// the interpreter filter folds it.
+struct FlameFrame {
+  std::string function, file;
+  int64_t line = 0;
+  bool python = false;       // a Python function (its file is .py or frozen)
+  bool interpreter = false;  // the interpreter's or the import system's (IsInterpreterFrame)
+  bool label = false;        // not a frame: the device and kind of a subtree
+};
+
 struct FlameGraph {
   std::string title;  // the profile's file name
   std::string unit;   // "bytes" or "count"
@@ -28,6 +38,17 @@ struct FlameGraph {
   std::vector<FlameSite> top_sites;  // by value, largest first
   uint64_t negative_samples = 0;     // counted as 0
   uint64_t folded_frames = 0;        // interpreter and import frames left out (FlameOptions)
+  // The samples for the page (which builds its views: flame, left-heavy,
+  // inverted, sandwich, the interpreter folded or not): each distinct
+  // stack once, root first, as ids in `frames`, with its value and count.
+  // Bounded: the kMaxFlameStacks largest, the others summed in hidden_*.
+  std::vector<FlameFrame> frames;
+  std::vector<uint32_t> stack_frames;  // every stack's frames, one after the other
+  std::vector<uint32_t> stack_sizes;
+  std::vector<int64_t> stack_values, stack_counts;
+  uint64_t hidden_stacks = 0;
+  int64_t hidden_value = 0;
+  bool fold = true;  // the page folds the interpreter's frames at first (FlameOptions)
 };
 
 struct FlameOptions {
@@ -39,6 +60,9 @@ struct FlameOptions {
 
 inline constexpr double kFlameMinShare = 1e-5;
 inline constexpr size_t kFlameTopSites = 20;
+inline constexpr size_t kMaxFlameStacks = 20000;
+inline constexpr size_t kMaxFlameStackDepth = 512;  // frames kept of a stack: the innermost
+inline constexpr size_t kMaxFlameNameLength = 512;
 
 FlameGraph BuildFlameGraph(const memory::PprofProfile& profile, const std::string& title,
                            const FlameOptions& options = {});

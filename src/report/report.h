@@ -7,21 +7,31 @@
 #include <string>
 #include <vector>
 
+#include "memory/timeline.h"
 #include "report/flame.h"
 #include "report/timeline.h"
 
 namespace spyglass::report {
+
+inline constexpr uint64_t kMaxPageBytes = 20'000'000;
 
 struct ReportInput {
   std::string title;          // what was read (shown as the heading)
   Timeline timeline;
   std::string summary_json;   // the analysis summary as JSON ("" if none)
   std::vector<FlameGraph> flames;
+  // Live bytes over time per device and top call site (memory.*.timeline.tsv):
+  // a chart whose range selection shows what was live and allocated in it.
+  std::vector<std::pair<std::string, memory::Timeline>> memory_timelines;  // (file name, series)
   std::vector<std::string> notes;  // shown under the heading (e.g. profiles that could not be read)
+  // The page's budget: past it the timeline's finest levels are left out
+  // (CoarsenTimeline) and the page says so.
+  uint64_t max_page_bytes = kMaxPageBytes;
 };
 
 // The HTML page. The timeline's levels (at most twice the events, a few
-// bytes each) are gzipped and base64-encoded into it.
-std::string RenderReport(const ReportInput& in);
+// bytes each) are gzipped and base64-encoded into it; when the page would
+// be larger than in.max_page_bytes, in.timeline is coarsened first.
+std::string RenderReport(ReportInput& in);
 
 }  // namespace spyglass::report

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/saturate.h"
+#include "common/utf8.h"
 #include "model/schema.h"
 
 namespace spyglass::report {
@@ -39,6 +40,83 @@ int64_t Ns(int64_t ps) {
   return q + (r >= 500) - (r <= -500);
 }
 
+int PlaneOrder(std::string_view name);
+
+// A lane's level decoded (times in ns from its track's at_ns), merged at
+// another threshold and encoded again: the coarsening's level in between.
+struct PlainSpan {
+  int64_t start, end;
+  uint64_t name, detail, count;
+  int64_t longest;
+};
+
+uint64_t GetVarint(const std::string& b, size_t* p) {
+  uint64_t v = 0;
+  for (int shift = 0; *p < b.size() && shift < 64; shift += 7) {
+    uint8_t c = static_cast<uint8_t>(b[(*p)++]);
+    v |= uint64_t{c & 127u} << shift;
+    if (!(c & 128)) break;
+  }
+  return v;
+}
+
+std::vector<PlainSpan> DecodeLevel(const std::string& blob, const TimelineLevel& l) {
+  std::vector<PlainSpan> out;
+  out.reserve(l.spans);
+  size_t p = l.offset;
+  int64_t prev = 0;
+  for (uint64_t i = 0; i < l.spans; ++i) {
+    uint64_t z = GetVarint(blob, &p);
+    PlainSpan s;
+    s.start = prev + static_cast<int64_t>(z >> 1 ^ (~(z & 1) + 1));
+    s.end = s.start + static_cast<int64_t>(GetVarint(blob, &p));
+    s.name = GetVarint(blob, &p);
+    s.detail = GetVarint(blob, &p);
+    s.count = l.threshold_ns > 0 ? GetVarint(blob, &p) : 1;
+    s.longest = s.end - s.start;
+    prev = s.end;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<PlainSpan> MergePlain(const std::vector<PlainSpan>& spans, int64_t t) {
+  std::vector<PlainSpan> out;
+  for (const PlainSpan& s : spans) {
+    if (!out.empty() && s.start - out.back().end < t && (s.end - s.start < t || out.back().end - out.back().start < t)) {
+      PlainSpan& m = out.back();
+      m.end = std::max(m.end, s.end);
+      m.count += s.count;
+      m.detail = 0;
+      if (s.longest > m.longest) m.longest = s.longest, m.name = s.name;
+    } else {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+TimelineLevel EncodePlain(const std::vector<PlainSpan>& spans, int64_t threshold_ns, std::string* blob) {
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  int64_t prev = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const PlainSpan& s = spans[i];
+    if (spans.size() > kChunkSpans && i % kChunkSpans == 0) {
+      level.marks.push_back(static_cast<int64_t>(blob->size() - level.offset));
+      level.marks.push_back(prev);
+    }
+    PutZigzag(blob, s.start - prev);
+    PutVarint(blob, static_cast<uint64_t>(s.end - s.start));
+    PutVarint(blob, s.name);
+    PutVarint(blob, s.detail);
+    PutVarint(blob, s.count);
+    prev = s.end;
+  }
+  level.bytes = blob->size() - level.offset;
+  return level;
+}
+
+
 int PlaneOrder(std::string_view name) {
   if (name.substr(0, model::kHostPlaneName.size()) == model::kHostPlaneName) return 0;
   if (name.substr(0, 8) == "/device:") return 1;
@@ -56,11 +134,7 @@ void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, i
 
 uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   if (detail.empty()) return 0;
-  if (detail.size() > kMaxDetailLength) {
-    size_t n = kMaxDetailLength;
-    while (n > 0 && (static_cast<unsigned char>(detail[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
-    detail = detail.substr(0, n);
-  }
+  detail = Utf8Prefix(detail, kMaxDetailLength);
   auto it = detail_ids_.find(detail);
   if (it != detail_ids_.end()) return it->second;
   if (tl_.details.size() >= kMaxDetails || detail_bytes_ + detail.size() > kMaxDetailBytes) {
@@ -72,25 +146,37 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   return detail_ids_.emplace(std::string(detail), static_cast<uint32_t>(tl_.details.size())).first->second;
 }
 
-void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail) {
+void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
+                               uint64_t flow) {
   // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
   // more it had: a megabyte name on every event is neither hashed per event
   // nor drawn whole.
   std::string capped;
   if (name.size() > kMaxNameLength) {
-    size_t n = kMaxNameLength;
-    while (n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
-    capped = std::string(name.substr(0, n)) + "...(+" + std::to_string(name.size() - n) + " bytes)";
+    capped = Utf8Capped(name, kMaxNameLength);
     name = capped;
   }
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
-    it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
-    tl_.names.emplace_back(name);
+    // Past the names' budget, every new name is one (counted): a run of
+    // millions of distinct names keeps a page of bounded size.
+    static constexpr std::string_view kOther = "(names past the page's budget)";
+    if (name_bytes_ + name.size() > kMaxNameBytes) {
+      ++tl_.hidden_names;
+      name = kOther;
+      it = name_ids_.find(name);
+    }
+    if (it == name_ids_.end()) {
+      name_bytes_ += name.size();
+      it = name_ids_.emplace(std::string(name), static_cast<uint32_t>(tl_.names.size())).first;
+      tl_.names.emplace_back(name);
+      tl_.name_events.push_back(0);
+    }
   }
+  ++tl_.name_events[it->second];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail)});
+  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow});
 }
 
 std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span>& spans, int64_t threshold_ps) {
@@ -117,9 +203,14 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
 
 TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns) {
   std::string* blob = &tl_.blob;
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
   int64_t prev_end = base_ns;
-  for (const Span& s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    if (spans.size() > kChunkSpans && i % kChunkSpans == 0) {
+      level.marks.push_back(static_cast<int64_t>(blob->size() - level.offset));
+      level.marks.push_back(prev_end - base_ns);
+    }
     int64_t start = Ns(s.start), end = Ns(s.end);
     PutZigzag(blob, start - prev_end);  // may round to -1
     PutVarint(blob, static_cast<uint64_t>(end - start));
@@ -177,6 +268,24 @@ void TimelineBuilder::EndLine() {
     }
     lanes[d].push_back(s);
     lane_end[d] = s.end;
+    if (s.flow != 0) {
+      // Two events of one id: an arrow from the earlier; a third continues from the second.
+      FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), static_cast<uint32_t>(d), Ns(s.start)};
+      // Ids seen once are held until their partner comes: bounded, so that
+      // millions of kernels without their launches hold little.
+      auto at = open_flows_.find(s.flow);
+      bool first = at == open_flows_.end();
+      if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(s.flow, here);
+      if (!first) {
+        if (raw_flows_.size() < kMaxFlows) {
+          bool in_order = at->second.ns <= here.ns;
+          raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
+        } else {
+          ++tl_.hidden_flows;
+        }
+        at->second = here;
+      }
+    }
     open.emplace_back(s.end, d);
     end_ps_ = std::max(end_ps_, s.end);
   }
@@ -231,7 +340,7 @@ void TimelineBuilder::EncodeCounter(TimelineCounter& c, std::vector<Sample>& sam
   c.min = c.max = points.front().last;
   for (const Point& p : points) c.min = std::min(c.min, p.lo), c.max = std::max(c.max, p.hi);
   auto encode = [&](int64_t threshold_ns) {
-    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0};
+    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}};
     int64_t prev = points.front().ns;
     for (const Point& p : points) {
       PutZigzag(&tl_.blob, p.ns - prev);
@@ -297,29 +406,166 @@ Timeline TimelineBuilder::Finish() {
     EncodeCounter(tl_.counters[i], counter_samples_[i]);
     counter_samples_[i] = {};
   }
-  if (tl_.tracks.size() > kMaxTracks) {
-    // The busiest threads; the page says how many others there were.
-    std::vector<size_t> order(tl_.tracks.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
+  // Which tracks are shown: the busiest kMaxTracks (the page says how
+  // many others there were).
+  const size_t n = tl_.tracks.size();
+  std::vector<bool> keep(n, true);
+  if (n > kMaxTracks) {
+    std::vector<size_t> by_events(n);
+    for (size_t i = 0; i < n; ++i) by_events[i] = i;
+    std::stable_sort(by_events.begin(), by_events.end(),
                      [&](size_t a, size_t b) { return tl_.tracks[a].events > tl_.tracks[b].events; });
-    std::vector<bool> keep(order.size(), false);
-    for (size_t i = 0; i < kMaxTracks; ++i) keep[order[i]] = true;
-    std::vector<TimelineTrack> kept;
-    for (size_t i = 0; i < tl_.tracks.size(); ++i) {
-      if (keep[i]) {
-        kept.push_back(std::move(tl_.tracks[i]));
-      } else {
-        ++tl_.hidden_tracks;
-        tl_.hidden_track_events += tl_.tracks[i].events;
+    for (size_t i = kMaxTracks; i < n; ++i) {
+      keep[by_events[i]] = false;
+      ++tl_.hidden_tracks;
+      tl_.hidden_track_events += tl_.tracks[by_events[i]].events;
+    }
+  }
+  // Host planes first, then devices; a plane's threads together (planes in
+  // the order first seen), the busiest first: what matters is on top.
+  std::unordered_map<std::string, size_t> plane_rank;
+  for (const TimelineTrack& t : tl_.tracks) plane_rank.try_emplace(t.plane, plane_rank.size());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const TimelineTrack &x = tl_.tracks[a], &y = tl_.tracks[b];
+    int px = PlaneOrder(x.plane), py = PlaneOrder(y.plane);
+    if (px != py) return px < py;
+    size_t rx = plane_rank[x.plane], ry = plane_rank[y.plane];
+    if (rx != ry) return rx < ry;
+    return x.events > y.events;
+  });
+  std::vector<uint32_t> new_index(n, UINT32_MAX);
+  std::vector<TimelineTrack> sorted;
+  sorted.reserve(order.size());
+  for (size_t i : order) {
+    new_index[i] = static_cast<uint32_t>(sorted.size());
+    sorted.push_back(std::move(tl_.tracks[i]));
+  }
+  tl_.tracks = std::move(sorted);
+  for (const RawFlow& f : raw_flows_) {
+    if (new_index[f.from.track] == UINT32_MAX || new_index[f.to.track] == UINT32_MAX) {
+      ++tl_.hidden_flows;
+      continue;
+    }
+    tl_.flows.push_back({new_index[f.from.track], f.from.lane, f.from.ns - tl_.start_ns, new_index[f.to.track], f.to.lane,
+                         f.to.ns - tl_.start_ns});
+  }
+  raw_flows_.clear();
+  open_flows_.clear();
+  std::stable_sort(tl_.flows.begin(), tl_.flows.end(),
+                   [](const TimelineFlow& a, const TimelineFlow& b) { return a.from_ns < b.from_ns; });
+  return std::move(tl_);
+}
+
+void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes, const std::function<uint64_t(const TimelineLevel&)>& cost) {
+  auto weigh = [&](const TimelineLevel& l) { return cost ? cost(l) : l.bytes; };
+  // Every lane's and counter's levels, finest first; the one whose finest
+  // level is the largest gives it up first.
+  struct Series {
+    std::vector<TimelineLevel>* levels;
+    size_t first = 0;  // finest level kept
+    bool counter;
+  };
+  std::vector<Series> all;
+  for (TimelineTrack& t : tl->tracks)
+    for (auto& lane : t.lanes) all.push_back({&lane, 0, false});
+  for (TimelineCounter& c : tl->counters) all.push_back({&c.levels, 0, true});
+  std::vector<std::vector<uint64_t>> weights(all.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < all.size(); ++i)
+    for (const TimelineLevel& l : *all[i].levels) total += weights[i].emplace_back(weigh(l));
+  if (total <= max_blob_bytes) return;
+  auto finest_bytes = [&](size_t i) { return weights[i][all[i].first]; };
+  auto larger = [&](size_t a, size_t b) { return finest_bytes(a) < finest_bytes(b); };
+  std::vector<size_t> heap;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].levels->size() > 1) heap.push_back(i);
+  std::make_heap(heap.begin(), heap.end(), larger);
+  while (total > max_blob_bytes && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), larger);
+    size_t i = heap.back();
+    heap.pop_back();
+    Series& s = all[i];
+    const TimelineLevel& dropped = (*s.levels)[s.first];
+    // Dropping this level would free more than needed and its next level is
+    // far smaller: merge it at a threshold in between instead, the finest
+    // one that fits, so that the page keeps what detail it can.
+    const uint64_t deficit = total - max_blob_bytes, w = weights[i][s.first];
+    const int64_t next_t = (*s.levels)[s.first + 1].threshold_ns;
+    const uint64_t next_w = weights[i][s.first + 1];
+    if (!s.counter && next_w < w / 4 && deficit + next_w < w && next_t >= 64) {
+      std::vector<PlainSpan> spans = DecodeLevel(tl->blob, dropped);
+      std::vector<int64_t> candidates;
+      for (int64_t t = std::max<int64_t>(16, dropped.threshold_ns * 2); t * 2 <= next_t; t *= 2) candidates.push_back(t);
+      // The smallest threshold that frees enough (bytes fall as it grows).
+      size_t lo = 0, hi = candidates.size();
+      TimelineLevel best;
+      uint64_t best_w = 0;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const size_t at = tl->blob.size();
+        TimelineLevel l = EncodePlain(MergePlain(spans, candidates[mid]), candidates[mid], &tl->blob);
+        uint64_t lw = weigh(l);
+        if (lw + deficit <= w) {
+          best = l, best_w = lw, hi = mid;
+        } else {
+          tl->blob.resize(at);
+          lo = mid + 1;
+        }
+      }
+      // Merging runs away past some threshold (chains of short spans):
+      // narrow it between the last that did not fit and the first that did.
+      // (None fits: between the last and the next level's threshold.)
+      if (!candidates.empty() && (best_w == 0 || hi > 0)) {
+        int64_t bad = best_w > 0 ? candidates[hi - 1] : candidates.back(), good = best_w > 0 ? candidates[hi] : next_t;
+        for (int step = 0; step < 6 && good - bad > 1; ++step) {
+          const int64_t t = bad + (good - bad) / 2;
+          const size_t at = tl->blob.size();
+          TimelineLevel l = EncodePlain(MergePlain(spans, t), t, &tl->blob);
+          uint64_t lw = weigh(l);
+          if (lw + deficit <= w) {
+            best = l, best_w = lw, good = t;
+          } else {
+            tl->blob.resize(at);
+            bad = t;
+          }
+        }
+      }
+      if (best_w > 0) {
+        if (dropped.threshold_ns == 0) ++tl->coarsened_lanes, tl->coarsened_events += dropped.spans;
+        tl->coarsened_ns = std::max(tl->coarsened_ns, best.threshold_ns);
+        (*s.levels)[s.first] = best;
+        weights[i][s.first] = best_w;
+        total = total - w + best_w;
+        continue;
       }
     }
-    tl_.tracks = std::move(kept);
+    total -= weights[i][s.first];
+    if (s.first == 0) {
+      if (s.counter) ++tl->coarsened_counters;
+      else ++tl->coarsened_lanes, tl->coarsened_events += dropped.spans;
+    }
+    ++s.first;
+    tl->coarsened_ns = std::max(tl->coarsened_ns, (*s.levels)[s.first].threshold_ns);
+    if (s.first + 1 < s.levels->size()) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), larger);
+    }
   }
-  std::stable_sort(tl_.tracks.begin(), tl_.tracks.end(), [](const TimelineTrack& a, const TimelineTrack& b) {
-    return PlaneOrder(a.plane) < PlaneOrder(b.plane);
-  });
-  return std::move(tl_);
+  // The blob again, with the levels kept.
+  std::string blob;
+  for (Series& s : all) {
+    std::vector<TimelineLevel> kept(s.levels->begin() + static_cast<std::ptrdiff_t>(s.first), s.levels->end());
+    for (TimelineLevel& l : kept) {
+      size_t at = blob.size();
+      blob.append(tl->blob, l.offset, l.bytes);
+      l.offset = at;
+    }
+    *s.levels = std::move(kept);
+  }
+  tl->blob = std::move(blob);
 }
 
 }  // namespace spyglass::report

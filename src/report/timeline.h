@@ -27,7 +27,12 @@ struct TimelineLevel {
   int64_t threshold_ns = 0;  // 0: the events themselves
   uint64_t spans = 0;
   uint64_t offset = 0, bytes = 0;  // of its encoding in Timeline::blob
+  // Lane levels of more than kChunkSpans spans: where span c * kChunkSpans
+  // starts decoding, as pairs (byte from offset, the previous span's end in
+  // ns from its track's at_ns): the page decodes only what is in view.
+  std::vector<int64_t> marks;
 };
+inline constexpr uint64_t kChunkSpans = 8192;
 
 struct TimelineTrack {
   std::string plane, name;
@@ -51,11 +56,23 @@ struct TimelineCounter {
   std::vector<TimelineLevel> levels;  // `spans` counts points
 };
 
+// An arrow between two events (a launch and its kernel: one correlation
+// id): each end by its track (index in Timeline::tracks), lane and start
+// (ns from Timeline::start_ns), which find it at any level of detail.
+struct TimelineFlow {
+  uint32_t from_track = 0, from_lane = 0;
+  int64_t from_ns = 0;
+  uint32_t to_track = 0, to_lane = 0;
+  int64_t to_ns = 0;
+};
+
 struct Timeline {
   int64_t start_ns = 0;  // absolute time of 0 (the earliest event or sample)
   int64_t duration_ns = 0;
   uint64_t events = 0;
   std::vector<std::string> names;  // span name ids index this
+  std::vector<uint64_t> name_events;  // events of each name (search counts)
+  uint64_t hidden_names = 0;  // events named past kMaxNameBytes: under the last name
   // What the tooltip shows of an event ("batch=64, tf_op=train"): span
   // detail ids - 1 index this. Bounded: past kMaxDetails distinct strings
   // or kMaxDetailBytes in all, an event's detail is counted, not kept.
@@ -64,6 +81,11 @@ struct Timeline {
   std::vector<TimelineTrack> tracks;
   uint64_t hidden_tracks = 0, hidden_track_events = 0;  // past kMaxTracks: the smallest, not shown
   std::vector<TimelineCounter> counters;  // in the order first seen
+  std::vector<TimelineFlow> flows;  // by from_ns
+  uint64_t hidden_flows = 0;        // past kMaxFlows, or with an end on a thread not shown
+  // What CoarsenTimeline left out to fit the page's budget.
+  uint64_t coarsened_lanes = 0, coarsened_events = 0, coarsened_counters = 0;
+  int64_t coarsened_ns = 0;  // the finest detail left where some was dropped
   uint64_t hidden_counters = 0, hidden_counter_samples = 0;  // past kMaxCounters, and non-finite values
   // Each level: per span, as LEB128 varints, the zigzag gap from the end of
   // the previous span (the first: from its track's at_ns), the duration, the
@@ -78,8 +100,11 @@ struct Timeline {
 inline constexpr size_t kMaxLanes = 128;
 inline constexpr size_t kMaxTracks = 2000;
 inline constexpr size_t kMaxCounters = 64;
-inline constexpr size_t kMaxDetails = 65536, kMaxDetailBytes = 8 << 20, kMaxDetailLength = 256;
-inline constexpr size_t kMaxNameLength = 1024;  // bytes of an event's name kept (cut at a character)
+inline constexpr size_t kMaxDetails = 65536, kMaxDetailBytes = 4 << 20, kMaxDetailLength = 256;
+inline constexpr size_t kMaxNameLength = 1024;
+inline constexpr size_t kMaxNameBytes = 4 << 20;  // all names together
+inline constexpr size_t kMaxFlows = 50000;
+inline constexpr size_t kMaxOpenFlows = 200000;  // ids waiting for their other end  // bytes of an event's name kept (cut at a character)
 
 // Fed one line (thread, GPU stream) at a time, in any order; holds one
 // line's events at a time besides the encoded levels.
@@ -87,12 +112,16 @@ class TimelineBuilder {
  public:
   void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
   // `detail`: what the tooltip shows besides the name (cut to kMaxDetailLength).
-  void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail = {});
+  // `flow`: an id shared with the event at the other end of an arrow (a
+  // correlation id; 0: none).
+  void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail = {},
+                uint64_t flow = 0);
   void EndLine();
   // One sample of the counter `name` on `plane` (any order; non-finite
   // values are counted and left out).
   void AddCounterSample(std::string_view plane, std::string_view name, int64_t time_ps, double value, bool bytes);
-  // Host planes first, then devices, each in the order given.
+  // Host planes first, then devices (each plane's threads together, planes
+  // in the order given), the busiest threads of a plane first.
   Timeline Finish();
 
  private:
@@ -102,6 +131,7 @@ class TimelineBuilder {
     uint32_t count;   // events merged into it
     int64_t longest;  // duration of its longest event: that one names it
     uint32_t detail;  // id + 1 in Timeline::details (0: none)
+    uint64_t flow;    // 0: none
   };
   static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
   TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
@@ -122,6 +152,17 @@ class TimelineBuilder {
   std::string plane_, line_;
   int64_t line_id_ = 0;
   std::vector<Span> spans_;
+  size_t name_bytes_ = 0;
+  struct FlowEnd {
+    uint32_t track, lane;
+    int64_t ns;  // absolute
+  };
+  std::unordered_map<uint64_t, FlowEnd> open_flows_;  // one end seen
+  struct RawFlow {
+    FlowEnd from, to;
+  };
+  std::vector<RawFlow> raw_flows_;
+  std::vector<std::string> track_planes_;  // planes in the order first seen
   struct Sample {
     int64_t ps;
     double value;
@@ -130,6 +171,14 @@ class TimelineBuilder {
   std::unordered_map<std::string, size_t> counter_index_;  // plane + '\0' + name
   void EncodeCounter(TimelineCounter& c, std::vector<Sample>& samples);
 };
+
+// Leaves out the finest levels of the lanes (and counters) that take the
+// most bytes until the blob weighs at most `max_blob_bytes` (each keeps at
+// least its coarsest level), and says so in the Timeline's coarsened_*.
+// `cost`: what a level weighs (default: its bytes in the blob), e.g. its
+// compressed size.
+void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
+                     const std::function<uint64_t(const TimelineLevel&)>& cost = {});
 
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several

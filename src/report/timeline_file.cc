@@ -1,6 +1,7 @@
 // Reading a profile file into the report's timeline (timeline.h): every
 // line through the public streaming reader, in bounded memory.
 #include <cstdio>
+#include <functional>
 
 #include "model/schema.h"
 #include "report/timeline.h"
@@ -14,7 +15,8 @@ namespace {
 // the summary's counter peaks).
 class TimelineVisitor : public profile::ProfileVisitor {
  public:
-  TimelineVisitor(TimelineBuilder* b, std::string host) : b_(b), host_(std::move(host)) {}
+  TimelineVisitor(TimelineBuilder* b, std::string host)
+      : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)) {}
   bool OnPlane(const profile::PlaneHeader& p) override {
     plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
     return true;
@@ -28,7 +30,7 @@ class TimelineVisitor : public profile::ProfileVisitor {
   }
   void OnEvent(const profile::EventRecord& e) override {
     if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e));
+      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -64,9 +66,24 @@ class TimelineVisitor : public profile::ProfileVisitor {
     }
     return detail_;
   }
+  // The correlation id that ties a launch to its kernel (ids of several
+  // hosts' files kept apart).
+  uint64_t Flow(const profile::EventRecord& e) const {
+    for (const profile::ProfileStat& s : e.stats) {
+      if (s.name != model::kCorrelationIdStat) continue;
+      uint64_t id = s.kind == profile::ProfileStat::Kind::kUint64  ? s.u64
+                    : s.kind == profile::ProfileStat::Kind::kInt64 ? static_cast<uint64_t>(s.i64)
+                                                                   : 0;
+      if (id == 0) return 0;
+      uint64_t flow = id ^ host_hash_;
+      return flow != 0 ? flow : 1;
+    }
+    return 0;
+  }
   std::string detail_;
   TimelineBuilder* b_;
   std::string host_, plane_;
+  uint64_t host_hash_;
   bool counters_ = false;
 };
 

@@ -8,16 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include "export/export.h"
@@ -190,24 +187,8 @@ void CallOne(HostCall* call, const tensorflow::ProfileRequest& request, const Ca
   int64_t budget = std::max<int64_t>(60000, 2 * static_cast<int64_t>(options.duration_ms)) +
                    static_cast<int64_t>(options.delay_ms);
   ctx.set_deadline(AfterMs(budget));
-  std::string serialized = request.SerializeAsString();
-  grpc::Slice slice(serialized);
-  grpc::ByteBuffer req(&slice, 1), reply;
-  grpc::GenericStub stub(channel);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status g;
-  stub.UnaryCall(&ctx, kProfileMethod, grpc::StubOptions(), &req, &reply, [&](grpc::Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    g = std::move(s);
-    done = true;
-    cv.notify_one();
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
+  grpc::ByteBuffer reply;
+  grpc::Status g = RawUnaryCall(&ctx, channel, kProfileMethod, request.SerializeAsString(), &reply);
   if (g.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
       g.error_message().find("larger than max") != std::string::npos) {
     call->status = FailedPreconditionError(

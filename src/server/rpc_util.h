@@ -2,11 +2,14 @@
 // subprocess tracer: status conversion, channels, address checks.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "spyglass/status.h"
@@ -71,6 +74,29 @@ inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, in
 
 inline std::chrono::system_clock::time_point AfterMs(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// One unary call of `method` with the serialized `request`, waited for; the
+// reply stays bytes (a generated message tree costs many times its wire
+// size). `ctx` carries the deadline.
+inline grpc::Status RawUnaryCall(grpc::ClientContext* ctx, const std::shared_ptr<grpc::Channel>& channel,
+                                 const std::string& method, const std::string& request, grpc::ByteBuffer* reply) {
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1);
+  grpc::GenericStub stub(channel);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status g;
+  stub.UnaryCall(ctx, method, grpc::StubOptions(), &req, reply, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    g = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return g;
 }
 
 // "host:port" with a non-empty host without '/' and a port 1..65535

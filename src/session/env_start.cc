@@ -227,8 +227,9 @@ void StopStarted() {
       std::string line = std::string(what) + " written to " + dir + " (" + std::to_string(stats.events) +
                          " annotated events on " + std::to_string(stats.threads) + " threads";
       if (stats.dropped_events > 0) line += ", " + std::to_string(stats.dropped_events) + " dropped at the buffer bound";
+      if (stats.cpu_samples > 0) line += ", " + std::to_string(stats.cpu_samples) + " CPU samples";
       SayDone(st, line + ")");
-      if (stats.events == 0)
+      if (stats.events == 0 && stats.cpu_samples == 0)
         SayDone(st, "the program annotated nothing: the trace holds only what TraceAnnotation, StepTraceAnnotation "
             "or the Python tracer record, and live-bytes counters under the heap hook (spyglass run --memory "
             "--trace DIR)");

@@ -8,16 +8,16 @@
 #include <string>
 
 #include "common/quote.h"
-#include "gpu/gpu_options.h"
 #include "session/flight_recorder.h"
 #include "session/options_text.h"
+#include "session/tracer.h"
 #include "spyglass/options.h"
 #include "trace/recorder.h"
 
 namespace spyglass::profiler {
 namespace {
 
-enum class ValueType { kBool, kInt, kString };
+using ValueType = session::OptionType;
 
 struct KnownKey {
   std::string_view name;
@@ -25,8 +25,9 @@ struct KnownKey {
 };
 
 // advanced_configuration keys known to the JAX/XProf stack (spec PROTOCOL.md
-// §3) and Spyglass's own. Device-specific keys are accepted on every host so
-// that one capture request works across a mixed job.
+// §3) and the session's own. Tracers register theirs (session/tracer.h).
+// Device-specific keys are accepted on every host so that one capture
+// request works across a mixed job.
 constexpr KnownKey kKnownKeys[] = {
     {"profile_subprocesses", ValueType::kBool},
     {"override_hostname", ValueType::kString},
@@ -41,16 +42,6 @@ constexpr KnownKey kKnownKeys[] = {
     {"tracemark_upper", ValueType::kInt},
     {"tpu_watched_sync_flag_number", ValueType::kInt},
     {"tpu_watched_sync_flag_mask", ValueType::kInt},
-    {"gpu_max_callback_api_events", ValueType::kInt},
-    {"gpu_max_activity_api_events", ValueType::kInt},
-    {"gpu_max_annotation_strings", ValueType::kInt},
-    {"gpu_enable_nvtx_tracking", ValueType::kBool},
-    {"gpu_enable_cupti_activity_graph_trace", ValueType::kBool},
-    {"gpu_dump_graph_node_mapping", ValueType::kBool},
-    {"gpu_pm_sample_counters", ValueType::kString},
-    {"gpu_pm_sample_interval_us", ValueType::kInt},
-    {"gpu_pm_sample_buffer_size_per_gpu_mb", ValueType::kInt},
-    {"gpu_num_chips_to_profile_per_task", ValueType::kInt},
     {"spyglass_buffer_bytes_per_thread", ValueType::kInt},
     {"spyglass_buffer_bytes_total", ValueType::kInt},
     // Flight recorder (options.h, docs/tracing.md).
@@ -84,10 +75,26 @@ Status CheckLevel(const char* name, int value, int max) {
   return Status::Ok();
 }
 
-const KnownKey* FindKey(std::string_view key) {
-  for (const KnownKey& k : kKnownKeys)
-    if (k.name == key) return &k;
-  return nullptr;
+// The session's keys, then the registered tracers'.
+std::vector<KnownKey> AllKeys(std::vector<session::OptionKey>* storage) {
+  *storage = session::RegisteredOptionKeys();
+  std::vector<KnownKey> keys(std::begin(kKnownKeys), std::end(kKnownKeys));
+  for (const session::OptionKey& k : *storage) keys.push_back({k.name, k.type});
+  return keys;
+}
+
+bool FindKey(std::string_view key, KnownKey* out) {
+  std::vector<session::OptionKey> storage;
+  for (const KnownKey& k : AllKeys(&storage))
+    if (k.name == key) return *out = KnownKey{{}, k.type}, true;
+  return false;
+}
+
+std::string KeyList() {
+  std::vector<session::OptionKey> storage;
+  std::string list;
+  for (const KnownKey& k : AllKeys(&storage)) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  return list;
 }
 
 bool ParseBool(std::string_view v, bool* out) {
@@ -132,14 +139,13 @@ Status SetOptionFromText(std::string_view key, std::string_view value, ProfileOp
     o->session_id = std::string(value);
     return Status::Ok();
   }
-  const KnownKey* k = FindKey(key);
-  if (k == nullptr) {
+  KnownKey k;
+  if (!FindKey(key, &k)) {
     std::string list = "host_tracer_level, python_tracer_level, device_tracer_level, session_id, "
-                       "buffer_bytes_per_thread, buffer_bytes_total";
-    for (const KnownKey& known : kKnownKeys) list += ", " + std::string(known.name);
+                       "buffer_bytes_per_thread, buffer_bytes_total, " + KeyList();
     return InvalidArgumentError("unknown option " + QuoteInput(key) + " (known: " + list + ")");
   }
-  switch (k->type) {
+  switch (k.type) {
     case ValueType::kBool:
       if (!ParseBool(value, &b)) return bad("true or false");
       o->advanced_configuration.insert_or_assign(std::string(key), AdvancedValue(b));
@@ -160,18 +166,14 @@ Status ValidateOptions(const ProfileOptions& o) {
   if (Status s = CheckLevel("device_tracer_level", o.device_tracer_level, 1); !s.ok()) return s;
   if (Status s = CheckLevel("python_tracer_level", o.python_tracer_level, 1); !s.ok()) return s;
   for (const auto& [key, value] : o.advanced_configuration) {
-    const KnownKey* known = nullptr;
-    for (const KnownKey& k : kKnownKeys)
-      if (k.name == key) known = &k;
-    if (known == nullptr) {
-      std::string list;
-      for (const KnownKey& k : kKnownKeys) list += (list.empty() ? "" : ", ") + std::string(k.name);
-      return InvalidArgumentError("unknown advanced_configuration key " + QuoteInput(key) + " (known keys: " + list + ")");
-    }
-    if (!Matches(value, known->type))
-      return InvalidArgumentError("advanced_configuration key '" + key + "' takes a " + TypeName(known->type) +
+    KnownKey known;
+    if (!FindKey(key, &known))
+      return InvalidArgumentError("unknown advanced_configuration key " + QuoteInput(key) + " (known keys: " +
+                                  KeyList() + ")");
+    if (!Matches(value, known.type))
+      return InvalidArgumentError("advanced_configuration key '" + key + "' takes a " + TypeName(known.type) +
                                   " value");
-    if (known->type == ValueType::kInt && value.as_int() < 0)
+    if (known.type == ValueType::kInt && value.as_int() < 0)
       return InvalidArgumentError("advanced_configuration key '" + key + "' must not be negative");
     if (key == "tpu_trace_mode") {
       const std::string& m = value.as_string();
@@ -180,7 +182,7 @@ Status ValidateOptions(const ProfileOptions& o) {
                                     "TRACE_ONLY_XLA, TRACE_COMPUTE, TRACE_COMPUTE_AND_SYNC; got " + QuoteInput(m));
     }
   }
-  if (Status s = gpu::ValidateGpuOptions(o); !s.ok()) return s;
+  if (Status s = session::ValidateTracerOptions(o); !s.ok()) return s;
   if (o.buffer_bytes_per_thread == 0 || o.buffer_bytes_total == 0)
     return InvalidArgumentError("buffer bounds must be positive");
   session::FlightRecorderConfig ring;

@@ -121,7 +121,8 @@ Status StopTrace(bool write) {
     st.session.reset();
     session::ClearMetadata();
     st.last_space = space;
-    st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads};
+    st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads,
+                               summary.cpu_samples};
     options = st.options;
     if (st.log_dir.empty() || !write) {  // in memory only (jax.profiler.trace(None))
       st.last_files = {};

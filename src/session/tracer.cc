@@ -11,6 +11,7 @@ struct Entry {
   std::string name;
   int rank;
   TracerFactory factory;
+  TracerOptionSpec options;
 };
 
 // Never destroyed: registrars of other libraries may run after our statics
@@ -27,7 +28,7 @@ std::vector<Entry>& registry() {
 
 }  // namespace
 
-bool RegisterTracer(const std::string& name, int rank, TracerFactory factory) {
+bool RegisterTracer(const std::string& name, int rank, TracerFactory factory, TracerOptionSpec options) {
   std::lock_guard<std::mutex> lock(registry_mu());
   std::vector<Entry>& r = registry();
   for (const Entry& e : r)
@@ -36,8 +37,27 @@ bool RegisterTracer(const std::string& name, int rank, TracerFactory factory) {
                              [](const auto& key, const Entry& e) {
                                return key.first != e.rank ? key.first < e.rank : key.second < e.name;
                              });
-  r.insert(at, Entry{name, rank, std::move(factory)});
+  r.insert(at, Entry{name, rank, std::move(factory), std::move(options)});
   return true;
+}
+
+std::vector<OptionKey> RegisteredOptionKeys() {
+  std::vector<OptionKey> keys;
+  std::lock_guard<std::mutex> lock(registry_mu());
+  for (const Entry& e : registry()) keys.insert(keys.end(), e.options.keys.begin(), e.options.keys.end());
+  return keys;
+}
+
+Status ValidateTracerOptions(const profiler::ProfileOptions& options) {
+  std::vector<std::function<Status(const profiler::ProfileOptions&)>> checks;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    for (const Entry& e : registry())
+      if (e.options.validate) checks.push_back(e.options.validate);
+  }
+  for (const auto& check : checks)
+    if (Status s = check(options); !s.ok()) return s;
+  return Status::Ok();
 }
 
 std::vector<std::unique_ptr<Tracer>> CreateTracers(const profiler::ProfileOptions& options) {

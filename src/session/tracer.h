@@ -6,6 +6,16 @@
 //
 //   SPYGLASS_REGISTER_TRACER(host, session::kRankHost, MakeHostTracer);
 //
+// A tracer with options of its own (advanced_configuration keys) registers
+// them with it (see src/gpu/gpu_tracer.cc):
+//
+//   SPYGLASS_REGISTER_TRACER_WITH_OPTIONS(device, session::kRankDevice,
+//                                         MakeGpuTracer, GpuOptionSpec());
+//
+// ValidateOptions and SPYGLASS_OPTIONS's parser then accept those keys with
+// their types and run the tracer's validation; the session knows no tracer's
+// keys.
+//
 // A tracer that works only after some setup calls RegisterTracer itself once
 // the setup is done (the Python tracer, at module init).
 //
@@ -46,6 +56,7 @@ struct SessionSummary {
   uint64_t dropped_events = 0;
   uint64_t incomplete_events = 0;
   uint64_t threads = 0;
+  uint64_t cpu_samples = 0;
 };
 
 class Tracer {
@@ -81,13 +92,32 @@ enum TracerRank : int {
   kRankMemoryTimeline = 400,   // live-bytes counters on the host plane
 };
 
+// The type of an advanced_configuration value.
+enum class OptionType { kBool, kInt, kString };
+struct OptionKey {
+  std::string name;
+  OptionType type;
+};
+// What a tracer adds to option checking: its keys (types checked, negative
+// ints refused, by ValidateOptions) and a check of their values (ranges,
+// words), called by every ValidateOptions; it names the key it refuses.
+struct TracerOptionSpec {
+  std::vector<OptionKey> keys;
+  std::function<Status(const profiler::ProfileOptions&)> validate;
+};
+
 // Makes a tracer for a session's options, or nullptr when they turn it off.
 using TracerFactory = std::function<std::unique_ptr<Tracer>(const profiler::ProfileOptions&)>;
 
 // Adds a tracer to every later session. `name` is unique: a second
 // registration under the same name is ignored and returns false. Equal ranks
 // start in name order.
-bool RegisterTracer(const std::string& name, int rank, TracerFactory factory);
+bool RegisterTracer(const std::string& name, int rank, TracerFactory factory, TracerOptionSpec options = {});
+
+// The keys every registered tracer declared (tracers in rank order).
+std::vector<OptionKey> RegisteredOptionKeys();
+// Runs every registered tracer's validation; the first error.
+Status ValidateTracerOptions(const profiler::ProfileOptions& options);
 
 // One tracer of each registered kind that `options` turn on, in rank order
 // (what Session::Create starts).
@@ -100,7 +130,9 @@ void TracerRegistryAfterForkChild();
 // program's; lower runs first, all before the default).
 inline constexpr int kTracerRegistrationPriority = 1000;
 struct TracerRegistrar {
-  TracerRegistrar(const char* name, int rank, TracerFactory factory) { RegisterTracer(name, rank, std::move(factory)); }
+  TracerRegistrar(const char* name, int rank, TracerFactory factory, TracerOptionSpec options = {}) {
+    RegisterTracer(name, rank, std::move(factory), std::move(options));
+  }
 };
 
 }  // namespace spyglass::session
@@ -113,3 +145,8 @@ struct TracerRegistrar {
 #define SPYGLASS_REGISTER_TRACER(name, rank, factory)                                                   \
   __attribute__((init_priority(::spyglass::session::kTracerRegistrationPriority))) static ::spyglass::session::TracerRegistrar \
       spyglass_tracer_registrar_##name(#name, rank, factory)
+
+// The same with the tracer's options (a TracerOptionSpec).
+#define SPYGLASS_REGISTER_TRACER_WITH_OPTIONS(name, rank, factory, options)                             \
+  __attribute__((init_priority(::spyglass::session::kTracerRegistrationPriority))) static ::spyglass::session::TracerRegistrar \
+      spyglass_tracer_registrar_##name(#name, rank, factory, options)

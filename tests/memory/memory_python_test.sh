@@ -37,9 +37,18 @@ for py in "${pythons[@]}"; do
   order=$(awk -v s="$script" '/^-----/{f=0; m=0} /ffi_call/{f=NR} index($0, "make_native " s) && f {m=NR}
                               index($0, "main " s) && m {print "ordered"; exit}' <<<"$traces")
   [ "$order" = ordered ] || { grep -B5 -A25 ffi_call <<<"$traces" > "$T/block" || true; head -60 "$T/block"; fail "$py: frames out of order"; }
+  # --python-mode light: malloc's blocks with the Python frames alone (no libffi frame above them).
+  "$cli" run --python-mode light -o "$out.light" -- "$py" "$script" 2>"$out.light.err" ||
+    { cat "$out.light.err"; fail "$py under spyglass run --python-mode light"; }
+  traces=$(go tool pprof -traces -lines "$(ls "$out.light"/memory.*.exit.prof)" 2>/dev/null)
+  grep -qF -- "make_native $script:$(line_of native)" <<<"$traces" || { head -60 <<<"$traces"; fail "$py light: no make_native"; }
+  if grep -qF ffi_call <<<"$traces"; then fail "$py light: native frames in the stacks"; fi
   echo "ok: $py"
 done
 
 if "$cli" run --python-allocator jemalloc -o "$T/bad" -- true 2>"$T/bad.err"; then fail "bad --python-allocator accepted"; fi
 grep -q "python-allocator" "$T/bad.err" || { cat "$T/bad.err"; fail "no clear error for --python-allocator"; }
 echo "ok: bad --python-allocator refused"
+if "$cli" run --python-mode fast -o "$T/bad" -- true 2>"$T/bad.err"; then fail "bad --python-mode accepted"; fi
+grep -q "python-mode" "$T/bad.err" || { cat "$T/bad.err"; fail "no clear error for --python-mode"; }
+echo "ok: bad --python-mode refused"

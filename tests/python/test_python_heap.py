@@ -173,10 +173,68 @@ def test_python_allocator_malloc(tmp_path):
   check_sites(exit_profile(str(tmp_path))[1], HAVE_NUMPY)
 
 
+def python_only(sample):
+  """Whether every frame of a sample is a Python frame (a .py file or a frozen module)."""
+  return all(f[1].endswith(".py") or f[1].startswith("<") for f in sample["frames"])
+
+
+def test_python_mode_light(tmp_path):
+  """--python-mode light (memray's default mode): the blocks malloc sees, each with the Python
+  frames alone; pymalloc's objects are not recorded one by one, its arenas are."""
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path / "sites"), "--python-mode",
+                      "light", SCRIPT], capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  samples = exit_profile(str(tmp_path / "sites"))[1]
+  # The bytearrays' buffers (100_001 bytes: malloc's), not their objects (pymalloc's).
+  arrays = at_line(samples, "make_bytearrays", "bytearray")
+  assert sum(s["count"] for s in arrays) == 10 and sum(s["bytes"] for s in arrays) == 10 * 100_001, arrays
+  native = at_line(samples, "make_native", "native")
+  assert sum(s["count"] for s in native) == 3 and sum(s["bytes"] for s in native) == 3 * 777_777, native
+  for marker, size in (("raw", 111_111), ("mem", 222_222), ("obj", 333_333)):
+    block = at_line(samples, "make_each_domain", marker)
+    assert [(s["bytes"], s["count"]) for s in block] == [(size, 1)], (marker, block)
+  for s in arrays + native + block:
+    assert python_only(s) and [f[0] for f in own(s)][1:] == ["main", "<module>"], s["frames"]
+  assert at_line(samples, "make_temporary", "temporary") == []
+  # Small objects: their pymalloc arenas, named by the Python frames that needed them.
+  script = tmp_path / "small.py"
+  script.write_text("keep = None\n\ndef make_small():\n  global keep\n  keep = [str(i) for i in range(200_000)]  # SITE\n\n"
+                    "make_small()\n")
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path / "small"), "--python-mode",
+                      "light", str(script)], capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  samples = exit_profile(str(tmp_path / "small"))[1]
+  small = [s for s in samples if s["frames"] and s["frames"][0][1:] == (str(script), 5)]  # <listcomp> or make_small
+  # 200_000 strings of ~55 bytes (11 MB: pymalloc's arenas of 256 KiB or 1 MiB) and the list's buffer,
+  # as a few blocks, not 200_000 objects.
+  assert sum(s["bytes"] for s in small) >= 11 << 20 and sum(s["count"] for s in small) < 100, small
+  assert all(python_only(s) for s in small), small
+
+
+def test_address_reused_while_its_erase_waits(tmp_path):
+  """A freed object's erase waits a few frees (its table slot prefetched); pymalloc hands the
+  address out again at once, and the new object there must stay recorded (exit profile exact).
+  The live bytes stay flat (each kept object replaces one), so no new peak settles the wait."""
+  script = tmp_path / "reuse.py"
+  script.write_text("N, M = 50_000, 1_000\nkeep = [None] * M\n\ndef reuse():\n  for i in range(N):\n"
+                    "    t, u = bytes(300), bytes(300)\n"
+                    "    del t  # back to pymalloc (not the latest allocation): the next object of its size gets its address\n"
+                    "    keep[i % M] = bytes(300)  # SITE\n    del u\n\nreuse()\n")
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "-o", str(tmp_path / "out"), str(script)],
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  samples = exit_profile(str(tmp_path / "out"))[1]
+  kept = [s for s in samples if s["frames"] and any(f[1:] == (str(script), 8) for f in s["frames"][:8])]
+  assert sum(s["count"] for s in kept) == 1_000 and sum(s["bytes"] for s in kept) == 1_000 * (300 + 33), kept
+
+
 def test_bad_arguments():
   p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--python-allocator", "jemalloc", SCRIPT],
                      capture_output=True, text=True, timeout=60)
   assert p.returncode == 2 and "--python-allocator must be pymalloc or malloc" in p.stderr, p.stderr
+  p = subprocess.run([sys.executable, "-m", "spyglass", "run", "--python-mode", "fast", SCRIPT],
+                     capture_output=True, text=True, timeout=60)
+  assert p.returncode == 2 and "--python-mode must be full or light" in p.stderr, p.stderr
   p = subprocess.run([sys.executable, "-m", "spyglass", "run"], capture_output=True, text=True, timeout=60)
   assert p.returncode == 2 and "no script given" in p.stderr, p.stderr
 

@@ -234,11 +234,10 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   EXPECT_EQ(tl.tracks.size(), report::kMaxTracks);
   EXPECT_EQ(tl.hidden_tracks, 5u);
   EXPECT_EQ(tl.hidden_track_events, 5u);
-  EXPECT_EQ(tl.tracks[0].name, "t0");  // in the order given
-  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(n - 1));
-  size_t busiest = 0;
-  for (const auto& t : tl.tracks) busiest += t.events == 3;
-  EXPECT_EQ(busiest, 5u);
+  // The busiest first (in the order given), then the others in the order given.
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(tl.tracks[i].name, "t" + std::to_string(report::kMaxTracks + i));
+  EXPECT_EQ(tl.tracks[5].name, "t0");  // of one event each, the last five given are left out
+  EXPECT_EQ(tl.tracks.back().name, "t" + std::to_string(report::kMaxTracks - 6));
 
   report::TimelineBuilder x;
   x.BeginLine("/host:CPU", "odd");
@@ -248,6 +247,136 @@ TEST(TimelineTest, ManyThreadsAndExtremeTimes) {
   ASSERT_EQ(odd.tracks.size(), 1u);
   EXPECT_EQ(odd.events, 2u);
   EXPECT_GE(odd.duration_ns, 0);
+}
+
+// A level of more than kChunkSpans spans marks where each chunk starts:
+// decoding from a mark gives the spans the whole decode gives there.
+TEST(TimelineTest, ChunkMarksStartDecodingMidLevel) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "busy");
+  const int n = 3 * static_cast<int>(report::kChunkSpans) + 100;
+  for (int i = 0; i < n; ++i) b.AddEvent(i % 3 ? "a" : "b", 7'000'000 + int64_t{i} * 3'000'000, 1'000'000 + (i % 5) * 1000);
+  b.EndLine();
+  b.BeginLine("/host:CPU", "small");
+  b.AddEvent("x", 0, 1000);
+  b.EndLine();
+  report::Timeline tl = b.Finish();
+  const report::TimelineTrack& t = tl.tracks[0];
+  const report::TimelineLevel& l = t.lanes[0][0];
+  ASSERT_EQ(l.marks.size(), 2u * 4);  // chunks of 8192, 8192, 8192, 100
+  auto all = Decode(tl, t, l);
+  for (size_t c = 0; c < 4; ++c) {
+    report::TimelineLevel from = l;
+    from.offset = l.offset + static_cast<uint64_t>(l.marks[2 * c]);
+    from.spans = std::min<uint64_t>(report::kChunkSpans, l.spans - c * report::kChunkSpans);
+    from.bytes = (c + 1 < 4 ? static_cast<uint64_t>(l.marks[2 * c + 2]) : l.bytes) - static_cast<uint64_t>(l.marks[2 * c]);
+    report::TimelineTrack at = t;
+    at.at_ns = t.at_ns + l.marks[2 * c + 1];
+    auto part = Decode(tl, at, from);
+    ASSERT_EQ(part.size(), from.spans);
+    const Span& want = all[c * report::kChunkSpans];
+    EXPECT_EQ(part[0].start, want.start) << "chunk " << c;
+    EXPECT_EQ(part.back().end, all[c * report::kChunkSpans + part.size() - 1].end) << "chunk " << c;
+    EXPECT_EQ(part[0].name, want.name);
+  }
+  EXPECT_TRUE(tl.tracks[1].lanes[0][0].marks.empty());
+}
+
+// What matters first: host planes, then each device, a plane's threads
+// together and the busiest first (40 one-event loaders after the trainer).
+TEST(TimelineTest, BusiestThreadsFirstGroupedByPlane) {
+  report::TimelineBuilder b;
+  auto line = [&](const char* plane, std::string name, int events) {
+    b.BeginLine(plane, name);
+    for (int i = 0; i < events; ++i) b.AddEvent("e", int64_t{i} * 1000, 500);
+    b.EndLine();
+  };
+  line("/device:GPU:0", "Stream #1", 2);
+  for (int i = 0; i < 40; ++i) line("/host:CPU", "loader" + std::to_string(i), 1);
+  line("/device:GPU:1", "Stream #9", 7);
+  line("/host:CPU", "trainer", 283);
+  line("/device:GPU:0", "Stream #2", 5);
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.tracks.size(), 44u);
+  EXPECT_EQ(tl.tracks[0].name, "trainer");
+  EXPECT_EQ(tl.tracks[1].name, "loader0");
+  EXPECT_EQ(tl.tracks[40].name, "loader39");
+  EXPECT_EQ(tl.tracks[41].name, "Stream #2");  // GPU 0's busiest stream
+  EXPECT_EQ(tl.tracks[42].name, "Stream #1");
+  EXPECT_EQ(tl.tracks[43].name, "Stream #9");  // GPU 1 after GPU 0, as given
+  EXPECT_EQ(tl.name_events, (std::vector<uint64_t>{2 + 40 + 7 + 283 + 5}));
+}
+
+// Events of one correlation id (a launch and its kernel) become an arrow
+// from the earlier one, its ends by track, lane and start; an id seen once
+// makes none.
+TEST(TimelineTest, FlowsJoinCorrelatedEvents) {
+  report::TimelineBuilder b;
+  b.BeginLine("/device:GPU:0", "Stream #7");
+  b.AddEvent("gemm", 5'000'000, 1'000'000, "", 42);
+  b.AddEvent("lonely", 9'000'000, 1'000'000, "", 77);
+  b.EndLine();
+  b.BeginLine("/host:CPU", "main");
+  b.AddEvent("step", 0, 20'000'000);
+  b.AddEvent("cudaLaunchKernel", 1'000'000, 500'000, "", 42);
+  b.EndLine();
+  report::Timeline tl = b.Finish();
+  ASSERT_EQ(tl.tracks.size(), 2u);
+  ASSERT_EQ(tl.tracks[0].name, "main");
+  ASSERT_EQ(tl.flows.size(), 1u);
+  const report::TimelineFlow& f = tl.flows[0];
+  EXPECT_EQ(f.from_track, 0u);  // main, after the sort
+  EXPECT_EQ(f.from_lane, 1u);
+  EXPECT_EQ(f.from_ns, 1'000);
+  EXPECT_EQ(f.to_track, 1u);
+  EXPECT_EQ(f.to_lane, 0u);
+  EXPECT_EQ(f.to_ns, 5'000);
+}
+
+// A page over its budget drops the finest levels of its biggest lanes
+// until it fits, and says what it dropped; the coarser levels stay whole.
+TEST(ReportPageTest, BoundedSizeCoarsensAndSaysSo) {
+  report::TimelineBuilder b;
+  b.BeginLine("/host:CPU", "busy");
+  // 400k events with varied gaps and durations (not all alike: they must not compress to nothing).
+  uint64_t x = 88172645463325252ull;
+  int64_t t = 0;
+  for (int i = 0; i < 400000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    // 0.1-50 us, 0-20 us apart: the first level that halves them merges at 65 us, 1/20 of the spans.
+    int64_t d = 100'000 + static_cast<int64_t>(x % 50'000) * 1000;
+    b.AddEvent(i % 2 ? "a" : "b", t, d);
+    t += d + static_cast<int64_t>((x >> 40) % 20'000) * 1000;
+  }
+  b.EndLine();
+  b.BeginLine("/host:CPU", "quiet");
+  b.AddEvent("once", 0, 1'000'000);
+  b.EndLine();
+  report::ReportInput in;
+  in.title = "big";
+  in.timeline = b.Finish();
+  const size_t full = report::RenderReport(in).size();
+  ASSERT_EQ(in.timeline.coarsened_lanes, 0u);
+  report::ReportInput small;
+  small.title = "big";
+  small.timeline = in.timeline;
+  small.max_page_bytes = full / 2;
+  std::string html = report::RenderReport(small);
+  EXPECT_LE(html.size(), small.max_page_bytes);
+  // What detail fits is kept: a level in between, not the next one alone
+  // (which made a page of a tenth of the budget).
+  EXPECT_GE(html.size(), small.max_page_bytes * 4 / 10);
+  EXPECT_EQ(small.timeline.coarsened_lanes, 1u);  // busy's, not quiet's
+  EXPECT_EQ(small.timeline.coarsened_events, 400000u);
+  EXPECT_GT(small.timeline.coarsened_ns, 0);
+  EXPECT_NE(html.find("\"coarsened_events\":400000"), std::string::npos);
+  // Every level kept decodes whole; quiet keeps its event.
+  for (const auto& t : small.timeline.tracks)
+    for (const auto& lane : t.lanes) {
+      ASSERT_FALSE(lane.empty());
+      for (const auto& level : lane) EXPECT_EQ(Decode(small.timeline, t, level).size(), level.spans);
+    }
+  EXPECT_EQ(small.timeline.tracks[1].lanes[0][0].threshold_ns, 0);
 }
 
 // The page's counter decoder (report.js, decodeCounter()), in C++.
@@ -388,6 +517,61 @@ TEST(FlameTest, KnownProfile) {
   EXPECT_EQ(g.top_sites[0].count, 10);
   EXPECT_EQ(g.top_sites[1].site.substr(0, 15), "grow_cache(int)");  // past the allocator frame
   EXPECT_EQ(g.top_sites[1].value, 500 << 10);
+}
+
+// The page's stacks: each distinct one once, root first, largest first,
+// with file:line and the frame's kind; beyond kMaxFlameStacks, counted.
+TEST(FlameTest, StacksForThePage) {
+  report::FlameGraph g = report::BuildFlameGraph(KnownProfile(), "memory.1.exit.prof");
+  ASSERT_EQ(g.stack_sizes, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(g.stack_values, (std::vector<int64_t>{640 << 10, 500 << 10}));
+  EXPECT_EQ(g.stack_counts, (std::vector<int64_t>{10, 500}));
+  auto frame = [&](size_t i) {
+    const report::FlameFrame& f = g.frames[g.stack_frames[i]];
+    return f.function + "@" + f.file + ":" + std::to_string(f.line) + (f.python ? " py" : "") + (f.interpreter ? " interp" : "");
+  };
+  EXPECT_EQ(frame(0), "main@w.cc:5");
+  EXPECT_EQ(frame(1), "build_table()@w.cc:12");
+  EXPECT_EQ(frame(2), "main@w.cc:5");  // the same frame, one id
+  EXPECT_EQ(g.stack_frames[2], g.stack_frames[0]);
+  EXPECT_EQ(frame(4), "operator new(unsigned long)@new.cc:2");
+  EXPECT_EQ(g.hidden_stacks, 0u);
+
+  // A Python program: Python frames marked, the interpreter's marked (not
+  // left out: the page folds them), the same C name outside Python kept native.
+  spyglass::memory::ProfileData d;
+  d.functions = {{"_PyEval_EvalFrameDefault", "", "", 0}, {"load", "", "/srv/app.py", 3}, {"malloc", "", "", 0}};
+  d.locations = {{0x10, {{1, 0}}}, {0x20, {{2, 7}}}, {0x30, {{3, 0}}}};
+  d.samples = {{{3, 2, 1}, 1, 64, "heap", "cpu:0"}, {{3, 1}, 1, 32, "heap", "cpu:0"}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::FlameGraph py = report::BuildFlameGraph(p, "py.prof");
+  ASSERT_EQ(py.stack_sizes, (std::vector<uint32_t>{3, 2}));
+  auto kind = [&](size_t i) {
+    const report::FlameFrame& f = py.frames[py.stack_frames[i]];
+    return f.function + (f.python ? " py" : "") + (f.interpreter ? " interp" : "");
+  };
+  EXPECT_EQ(kind(0), "_PyEval_EvalFrameDefault interp");
+  EXPECT_EQ(kind(1), "load py");
+  EXPECT_EQ(kind(2), "malloc");
+  EXPECT_EQ(kind(3), "_PyEval_EvalFrameDefault");  // no Python frame in that stack
+  EXPECT_TRUE(py.fold);
+  EXPECT_FALSE(report::BuildFlameGraph(p, "py.prof", {.fold_interpreter = false}).fold);
+
+  // Past kMaxFlameStacks distinct stacks: the smallest counted, not kept.
+  spyglass::memory::ProfileData many;
+  const size_t n = report::kMaxFlameStacks + 3;
+  for (size_t i = 0; i < n; ++i) {
+    many.functions.push_back({"f" + std::to_string(i), "", "m.cc", 1});
+    many.locations.push_back({0x10 * (i + 1), {{i + 1, 1}}});
+    many.samples.push_back({{i + 1}, 1, static_cast<int64_t>(i + 1), "heap", "cpu:0"});
+  }
+  spyglass::memory::PprofProfile mp;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(many), &mp).ok());
+  report::FlameGraph mg = report::BuildFlameGraph(mp, "many.prof");
+  EXPECT_EQ(mg.stack_sizes.size(), report::kMaxFlameStacks);
+  EXPECT_EQ(mg.hidden_stacks, 3u);
+  EXPECT_EQ(mg.hidden_value, 1 + 2 + 3);
 }
 
 // Several devices: a subtree each; negative values (not a live-memory

@@ -8,22 +8,20 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "profiler_service.grpc.pb.h"
+#include "server/rpc_util.h"
 #include "session/session.h"
 #include "spyglass/annotation.h"
 #include "spyglass/profiler.h"
@@ -455,22 +453,8 @@ TEST(HostileServerMemoryTest, CaptureMemoryIsReturnedAfterTheReply) {
 size_t RawProfileCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 120s);
-  grpc::Slice slice(request);
-  grpc::ByteBuffer req(&slice, 1), reply;
-  grpc::GenericStub stub(channel);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status g;
-  stub.UnaryCall(&ctx, "/tensorflow.ProfilerService/Profile", grpc::StubOptions(), &req, &reply,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   g = std::move(s);
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
+  grpc::ByteBuffer reply;
+  grpc::Status g = server::RawUnaryCall(&ctx, channel, "/tensorflow.ProfilerService/Profile", request, &reply);
   EXPECT_TRUE(g.ok()) << g.error_message();
   return g.ok() ? reply.Length() : 0;
 }

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "export/output_file.h"
 #include "memory/pprof.h"
+#include "memory/timeline.h"
 #include "analysis/summary.h"
 #include "report/report.h"
 #include "spyglass/profile_reader.h"
@@ -59,8 +60,9 @@ class Progress {
   std::thread thread_;
 };
 
-// memory.*.prof in the run folder, in the log dir above it, and in RUN.
-std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file) {
+// memory.*<suffix> (.prof, .timeline.tsv) in the run folder, in the log dir above it, and in RUN.
+std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file,
+                                              const std::string& suffix = ".prof") {
   std::error_code ec;
   std::vector<fs::path> dirs;
   fs::path run_dir = fs::path(first_file).parent_path();
@@ -74,7 +76,7 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
     if (!seen.insert(fs::weakly_canonical(d, ec).string()).second) continue;
     for (const auto& e : fs::directory_iterator(d, ec)) {
       std::string name = e.path().filename().string();
-      if (name.starts_with("memory.") && name.ends_with(".prof") && e.is_regular_file(ec))
+      if (name.starts_with("memory.") && name.ends_with(suffix) && e.is_regular_file(ec))
         found.insert(e.path().string());
     }
   }
@@ -82,6 +84,8 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
 }
 
 constexpr size_t kMaxNearbyProfiles = 16;
+
+uint64_t max_page_bytes = report::kMaxPageBytes;
 
 int RunReport(const std::string& run, const std::string& output, const std::vector<std::string>& memory_files) {
   Progress progress;
@@ -143,7 +147,22 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
     in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), flame_options));
   }
 
+  // Memory over time beside the profiles (what a range of it held).
+  if (memory_files.empty()) {
+    std::vector<std::string> series = NearbyMemoryProfiles(run, files.front(), ".timeline.tsv");
+    if (series.size() > kMaxNearbyProfiles) series.erase(series.begin(), series.end() - kMaxNearbyProfiles);
+    for (const std::string& path : series) {
+      memory::Timeline m;
+      if (Status s = memory::ReadTimelineFile(path, &m); !s.ok()) {
+        in.notes.push_back("memory timeline left out: " + s.message());
+        continue;
+      }
+      in.memory_timelines.emplace_back(fs::path(path).filename().string(), std::move(m));
+    }
+  }
+
   progress.Set("writing " + output);
+  in.max_page_bytes = max_page_bytes;
   std::string html = report::RenderReport(in);
   if (Status s = exporter::WriteOutputBytes(output, html); !s.ok()) {
     std::cerr << "spyglass report: " << s.message() << "\n";
@@ -153,6 +172,10 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
             << in.timeline.events << " events on " << in.timeline.tracks.size() << " threads, "
             << in.timeline.counters.size() << " counter" << (in.timeline.counters.size() == 1 ? "" : "s") << ", "
             << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << "\n";
+  if (in.timeline.coarsened_lanes || in.timeline.coarsened_counters)
+    std::cout << "  coarsened to fit " << memory::HumanBytes(static_cast<int64_t>(max_page_bytes)) << ": "
+              << in.timeline.coarsened_events << " events of " << in.timeline.coarsened_lanes
+              << " lanes shown merged (the page says so; spyglass summary has them all)\n";
   return 0;
 }
 
@@ -169,6 +192,11 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--memory", memory_files,
                   "memory profile(s) (.prof, pprof) to show as flame graphs; default: memory.*.prof in the run "
                   "folder and its log dir");
+  cmd->add_option("--max-bytes", max_page_bytes,
+                  "the page's budget: past it, the timeline's finest detail is merged where it takes the most bytes "
+                  "(the page says what)")
+      ->default_val(report::kMaxPageBytes)
+      ->check(CLI::Range(uint64_t{10000}, uint64_t{1} << 40));
   static bool all_frames = false;
   cmd->add_flag("--all-frames", all_frames,
                 "keep the interpreter's and the import system's frames in a Python program's flame graphs "

@@ -4,9 +4,11 @@
 // here by the same parser and handed to the program's environment: libspyglass
 // (linked, or loaded by the hook) starts them at load. The program keeps its
 // arguments (SplitRunProgram), gets the signals sent to this process once
-// (Forward) and its death is this process's (DieLike).
+// (Forward; Job keeps group signals from reaching it twice) and its death is
+// this process's (DieLike).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +28,7 @@
 #include "export/output_file.h"
 #include "memory/run_summary.h"
 #include "memory/tracker.h"
+#include "sampling/sampler_options.h"
 #include "session/env_start.h"
 
 namespace spyglass::cli {
@@ -44,18 +47,166 @@ std::vector<int> ForwardedSignals() {
 }
 
 volatile sig_atomic_t g_child = 0;
-// Passes a signal on to the program unless it got it already: the terminal
-// (Ctrl-C, Ctrl-\, a hangup) signals the whole foreground process group,
-// program included, and says so with SI_KERNEL; a signal the program sent
-// itself (kill(0, ...) reaches us too) goes back to nobody.
+volatile sig_atomic_t g_tty = -1;    // Job::tty
+volatile sig_atomic_t g_group = 0;   // Job::group
+volatile sig_atomic_t g_continued = 0;
+// Passes a signal on to the program. Only signals sent to this process reach
+// here: the program never shares a process group with it (Job), so a kill of
+// a whole group, a terminal's Ctrl-C and `timeout`'s group kill reach the
+// program directly or through here, never both. The checks that remain: the
+// terminal's signals (SI_KERNEL) went to its foreground group, which is the
+// program's unless this job just came to the foreground and has not handed
+// the terminal on yet; a signal the program sent us goes back to nobody.
 void Forward(int sig, siginfo_t* info, void*) {
   pid_t child = g_child;
   if (child <= 0) return;
-  if (info && (info->si_code == SI_KERNEL || (info->si_code <= 0 && info->si_pid == child))) return;
   int saved = errno;
-  kill(child, sig);
+  bool ours = info == nullptr || info->si_code != SI_KERNEL || (g_tty >= 0 && tcgetpgrp(g_tty) == g_group);
+  if (ours && !(info && info->si_code <= 0 && info->si_pid == child)) kill(child, sig);
   errno = saved;
 }
+void Continued(int) { g_continued = 1; }
+
+// The set of `sig` alone.
+sigset_t Only(int sig) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  return set;
+}
+
+// Gives `sig` the disposition `handler` (SIG_DFL, or a plain handler);
+// returns the one it had.
+struct sigaction Dispose(int sig, void (*handler)(int)) {
+  struct sigaction sa {}, was {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, &was);
+  return was;
+}
+
+// Where the program runs among the process groups, as a shell places a job,
+// so that no signal sent to a group reaches it twice.
+// - This process leads its group (a shell's job, setsid, a new session): the
+//   group is the job's, so the program gets a group of its own and, when the
+//   job is in the foreground of a terminal, the terminal (Ctrl-C and Ctrl-Z
+//   go to the program alone). A stop of the program stops this job too, and
+//   its continuation continues the program, in the foreground if the job is.
+//   A SIGKILL to the job's group cannot be passed on: the program gets it as
+//   its parent-death signal.
+// - Otherwise this process is one of another's group (`timeout`, make, a
+//   script, a parent's Popen): it steps out into a group of its own and
+//   leaves the program in that group, terminal and all, so that the group's
+//   signals (SIGKILL and SIGSTOP too) reach the program as they would without
+//   spyglass, and only those sent to this pid are passed on. It rejoins the
+//   group when the program is gone.
+struct Job {
+  pid_t self = 0;
+  pid_t group = 0;          // the group this process was started in
+  bool own_group = false;   // the program leads a new group (this process leads `group`)
+  int tty = -1;             // own_group: the controlling terminal, for job control
+  bool foreground = false;  // own_group: `group` was the terminal's foreground group
+  bool stepped_out = false; // !own_group: this process left `group` for one of its own
+
+  void Decide() {
+    self = getpid();
+    group = getpgrp();
+    own_group = group == self;
+    if (own_group) {
+      tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);  // fails without one
+      foreground = tty >= 0 && tcgetpgrp(tty) == group;
+      g_tty = tty;
+      g_group = group;
+    } else {
+      stepped_out = setpgid(0, 0) == 0;
+    }
+  }
+  // Both sides place the child (a shell's way: whichever runs first), before
+  // it can read the terminal or be signalled as the group's.
+  void Place(pid_t child) const {
+    if (own_group) {
+      setpgid(child, child);
+      if (foreground) tcsetpgrp(tty, child);  // SIGTTOU blocked: allowed from the background
+    } else if (stepped_out) {
+      setpgid(child, group);
+    }
+  }
+  // In the child, before exec.
+  void PlaceChild() const {
+    Place(getpid());
+    if (own_group) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != self) raise(SIGKILL);  // the parent died before the prctl
+    }
+  }
+  // Waits for the program's end; with a terminal, follows its stops and the
+  // job's continuations (SIGCONT), and hands the terminal on when the job
+  // comes to the foreground (`fg` of a running job sends no signal: looked
+  // at every 100 ms; until then Forward passes Ctrl-C on).
+  int Wait(pid_t child) const {
+    int status = 0;
+    if (tty < 0) {
+      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      return status;
+    }
+    struct sigaction was = Dispose(SIGCONT, Continued);
+    sigset_t chld = Only(SIGCHLD), old;
+    sigprocmask(SIG_BLOCK, &chld, &old);
+    for (;;) {
+      pid_t got = waitpid(child, &status, WNOHANG | WUNTRACED);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == child && WIFSTOPPED(status)) {
+        int sig = WSTOPSIG(status);
+        // A read or write of the terminal while it was still ours: hand it on.
+        // Otherwise (Ctrl-Z, SIGSTOP) the job stops as a whole.
+        if (tcgetpgrp(tty) != group || (sig != SIGTTIN && sig != SIGTTOU)) {
+          if (tcgetpgrp(tty) == child) tcsetpgrp(tty, group);
+          StopLike(sig);
+        }
+        Resume(child);
+        continue;
+      }
+      if (got != 0) break;
+      if (g_continued)
+        Resume(child);
+      else if (tcgetpgrp(tty) == group)
+        tcsetpgrp(tty, child);
+      struct timespec tick {0, 100 * 1000 * 1000};
+      sigtimedwait(&chld, nullptr, &tick);
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigaction(SIGCONT, &was, nullptr);
+    return status;
+  }
+  // The job was continued (fg, bg, or a stop that an orphaned group does not
+  // take): the program goes on, with the terminal if the job has it.
+  void Resume(pid_t child) const {
+    g_continued = 0;
+    if (tcgetpgrp(tty) == group) tcsetpgrp(tty, child);
+    kill(-child, SIGCONT);
+  }
+  // The program is gone: the terminal and the group go back as they were.
+  void Restore(pid_t child) {
+    if (tty >= 0) {
+      if (tcgetpgrp(tty) == child) tcsetpgrp(tty, group);
+      g_tty = -1;
+      close(tty);
+      tty = -1;
+    }
+    if (stepped_out) setpgid(0, group);
+  }
+  // Stops this process by `sig`'s default action (the shell reports the
+  // job's stop as the program's); returns once continued.
+  static void StopLike(int sig) {
+    struct sigaction was = Dispose(sig, SIG_DFL);
+    sigset_t one = Only(sig), old;
+    sigprocmask(SIG_UNBLOCK, &one, &old);
+    raise(sig);  // discarded in an orphaned group: nothing to return to then
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigaction(sig, &was, nullptr);
+  }
+};
 
 // Ends this process the way the program ended, so that its parent sees the
 // same death (a Python parent reads -6, a shell 134): the signal's default
@@ -67,9 +218,7 @@ int DieLike(int sig) {
   struct rlimit no_core {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   signal(sig, SIG_DFL);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, sig);
+  sigset_t set = Only(sig);
   sigprocmask(SIG_UNBLOCK, &set, nullptr);
   raise(sig);
   return 128 + sig;
@@ -184,18 +333,24 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   // The forwarded signals wait, blocked, until the handler knows the child;
   // the exec's errno comes back through a pipe that a successful exec closes.
+  // SIGTTOU stays blocked here (the program gets the mask back): handing the
+  // terminal over and back (tcsetpgrp) from the background is then allowed.
   sigset_t forwarded, old_mask;
   sigemptyset(&forwarded);
   for (int sig : ForwardedSignals()) sigaddset(&forwarded, sig);
+  sigaddset(&forwarded, SIGTTOU);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
     std::perror("spyglass run: pipe");
     return 2;
   }
   sigprocmask(SIG_BLOCK, &forwarded, &old_mask);
+  Job job;
+  job.Decide();
   pid_t pid = fork();
   if (pid < 0) {
     std::perror("spyglass run: fork");
+    job.Restore(-1);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     close(exec_pipe[0]), close(exec_pipe[1]);
     return 2;
@@ -206,6 +361,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
   std::string prog = fs::path(command[0]).filename().string();
   bool python = prog.rfind("python", 0) == 0 && prog.find_first_not_of("python0123456789.") == std::string::npos;
   if (pid == 0) {
+    job.PlaceChild();
     if (memory || !python) setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("SPYGLASS_HEAP", memory ? "1" : "0", 1);
     if (memory) setenv("SPYGLASS_HEAP_PROFILE_DIR", dir.c_str(), 1);
@@ -235,6 +391,7 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     _exit(127);
   }
   close(exec_pipe[1]);
+  job.Place(pid);
   g_child = pid;
   struct sigaction sa {};
   sa.sa_sigaction = Forward;
@@ -248,19 +405,21 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     if (sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
     if (sigaction(sig, &sa, nullptr) == 0) installed.push_back(sig);
   }
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  sigset_t unblock = forwarded;
+  sigdelset(&unblock, SIGTTOU);
+  sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
   int exec_errno = 0;
   ssize_t got;
   while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
   }
   close(exec_pipe[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  int status = job.Wait(pid);
   // The program is gone: a signal now is for this process (a Ctrl-C during a
   // long summary ends it), as before the program ran.
   g_child = 0;
   for (int sig : installed) signal(sig, SIG_DFL);
+  job.Restore(pid);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (got == sizeof exec_errno) {
     // Nothing ran: no profile to look for. A shell's statuses: 127 not found, 126 not runnable.
     std::cerr << "spyglass run: cannot run " << command[0] << ": " << std::strerror(exec_errno) << "\n";
@@ -277,8 +436,17 @@ int Run(bool memory, const Settings& settings, const std::string& out_dir, uint6
     std::set_difference(runs.begin(), runs.end(), runs_before.begin(), runs_before.end(), std::back_inserter(written));
     if (written.empty())
       std::cerr << "spyglass run: no trace was written under " << trace_dir << "/plugins/profile/\n";
-    for (const std::string& run : written)
+    for (const std::string& run : written) {
       std::cerr << "spyglass run: trace in " << trace_dir << "/plugins/profile/" << run << "/\n";
+      std::error_code dir_ec;
+      for (fs::directory_iterator it(fs::path(trace_dir) / "plugins" / "profile" / run, dir_ec), end;
+           !dir_ec && it != end; it.increment(dir_ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.rfind("cpu.", 0) == 0 && name.size() > 9 && name.compare(name.size() - 5, 5, ".prof") == 0)
+          std::cerr << "spyglass run: CPU profile " << it->path().string() << " (go tool pprof -top "
+                    << it->path().string() << ")\n";
+      }
+    }
     if (!written.empty())
       std::cerr << "Read it with: spyglass summary " << trace_dir << "   or   spyglass report " << trace_dir
                 << (memory && dir == trace_dir ? "   (the memory profiles are beside it)" : "") << "\n";
@@ -328,6 +496,16 @@ void AddRunCommand(CLI::App& app) {
                   "sample one allocation per N bytes on average (0 = every allocation, the default; at most " +
                       std::to_string(memory::internal::kMaxSampleBytes) + ")")
       ->default_val("0");
+  static std::string sample_hz, sample_mode = "cpu";
+  run->add_option("--sample", sample_hz,
+                  "sample every thread's CPU time at HZ per second (default " +
+                      std::to_string(sampling::kDefaultSampleHz) +
+                      "): the samples go on the trace's threads and into cpu.<pid>.<program>.prof (pprof) beside it; "
+                      "a trace is recorded into -o's folder unless --trace says where; SPYGLASS_OPTIONS="
+                      "spyglass_cpu_sample_hz=HZ")
+      ->expected(0, 1);
+  run->add_option("--sample-mode", sample_mode, "cpu (default) or wall (spyglass_cpu_sample_mode)")
+      ->check(CLI::IsMember({"cpu", "wall"}));
   static std::string python_allocator = "pymalloc";
   run->add_option("--python-allocator", python_allocator,
                   "Python programs: 'pymalloc' (default) records Python's objects as Python allocates them; "
@@ -335,6 +513,14 @@ void AddRunCommand(CLI::App& app) {
                   "but the profile is the process's heap as malloc sees it)")
       ->check(CLI::IsMember({"pymalloc", "malloc"}))
       ->default_val("pymalloc");
+  static std::string python_mode = "full";
+  run->add_option("--python-mode", python_mode,
+                  "Python programs: 'full' (default) records every object of Python's allocators and every malloc, "
+                  "Python frames interleaved with native ones (memray --native --trace-python-allocators); 'light' "
+                  "records malloc's blocks and pymalloc's arenas with the Python frames only (memray's default "
+                  "mode), close to the program's own speed (SPYGLASS_PYTHON_MODE)")
+      ->check(CLI::IsMember({"full", "light"}))
+      ->default_val("full");
   run->footer("usage: spyglass run [OPTIONS] [--] PROGRAM [ARGS...]\n"
               "Everything from PROGRAM on is the program's, its options too: `spyglass run sort -r f` runs `sort -r f`.\n"
               "Stacks are unwound with DWARF CFI (.eh_frame): complete without frame pointers, as distributions build. "
@@ -348,13 +534,42 @@ void AddRunCommand(CLI::App& app) {
       std::exit(2);
     }
     Settings settings;
+    std::string all_options = options;
+    if (g_run->count("--sample") > 0) {
+      uint64_t hz = sampling::kDefaultSampleHz;
+      if (!sample_hz.empty()) {
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long v = std::strtoull(sample_hz.c_str(), &end, 10);
+        if (sample_hz[0] < '0' || sample_hz[0] > '9' || *end != '\0' || errno != 0 || v == 0 ||
+            v > sampling::MaxSampleRate()) {
+          std::cerr << "spyglass run: --sample takes a rate from 1 to " << sampling::MaxSampleRate()
+                    << " per second (the kernel's perf_event_max_sample_rate), got '" << sample_hz.substr(0, 32)
+                    << "'\n";
+          std::exit(2);
+        }
+        hz = v;
+      }
+      all_options += std::string(all_options.empty() ? "" : ",") + "spyglass_cpu_sample_hz=" + std::to_string(hz);
+      if (g_run->count("--sample-mode") > 0) all_options += ",spyglass_cpu_sample_mode=" + sample_mode;
+      // Samples live in a trace: one is recorded into -o's folder when --trace does not say where.
+      if (trace_dir.empty() && server.empty() && flight_recorder.empty()) trace_dir = out_dir;
+    } else if (g_run->count("--sample-mode") > 0) {
+      std::cerr << "spyglass run: --sample-mode needs --sample\n";
+      std::exit(2);
+    }
     if (!trace_dir.empty()) settings.emplace_back(session::kEnvTraceDir, trace_dir);
     if (!server.empty()) settings.emplace_back(session::kEnvServerPort, server);
     if (!flight_recorder.empty()) settings.emplace_back(session::kEnvFlightRecorder, flight_recorder);
-    if (!options.empty()) settings.emplace_back(session::kEnvOptions, options);
+    if (!all_options.empty()) settings.emplace_back(session::kEnvOptions, all_options);
     // One folder for everything a run writes: with --trace and no -o, the
     // memory profiles go beside the trace (spyglass report DIR finds both).
     const std::string out = !trace_dir.empty() && g_run->count("--out") == 0 ? trace_dir : out_dir;
+    // Read by the Python startup module (src/memory/python_startup/sitecustomize.py).
+    if (python_mode == "light")
+      setenv("SPYGLASS_PYTHON_MODE", "light", 1);
+    else
+      unsetenv("SPYGLASS_PYTHON_MODE");
     std::exit(Run(memory, settings, out, bytes, python_allocator, follow_children, timeline, g_program));
   });
 }
@@ -385,6 +600,8 @@ std::vector<char*> SplitRunProgram(CLI::App& app, int argc, char** argv) {
     bool attached = long_name ? name.size() < a.size() : a.size() > 2;
     const CLI::Option* opt = run->get_option_no_throw(name);
     if (opt && opt->get_expected_min() > 0 && !attached) ++i;
+    // --sample's rate is optional: the next word is it when it is a number.
+    if (name == "--sample" && !attached && i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9') ++i;
   }
   return mine;
 }

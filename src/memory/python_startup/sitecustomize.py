@@ -3,7 +3,9 @@
 `spyglass run` (and `python -m spyglass run`) put this directory on PYTHONPATH
 next to the preloaded heap hook (libspyglass_heap.so). At start-up it turns on
 the hook's Python part (src/memory/heap_python.cc): CPython's allocators are
-wrapped and every allocation gets the Python frames of its thread. Then it
+wrapped and every allocation gets the Python frames of its thread
+(SPYGLASS_PYTHON_MODE=light: malloc's blocks and pymalloc's arenas only, with
+Python frames alone). Then it
 takes itself off sys.path and runs the sitecustomize it hides, if there is one.
 Pure Python: the same file serves every CPython version.
 """
@@ -39,7 +41,10 @@ def _spyglass_start():
     except (ImportError, OSError, AttributeError):
       start = None  # the hook is not loaded: nothing to do
     if start is not None:
-      rc = start(1)
+      # full (the default): every object of Python's allocators, Python frames
+      # spliced into native stacks; light: malloc-level blocks and pymalloc's
+      # arenas with Python frames only (memray's default mode), cheaper.
+      rc = start(2 if _os.environ.get("SPYGLASS_PYTHON_MODE") == "light" else 1)
       if rc == 0:
         import atexit
         atexit.register(end)  # registered first, so it runs last: the main program has ended

@@ -1,0 +1,105 @@
+// The capture side of the CPU sampler: perf_event_open software clock
+// events, one per thread of the process, each with its own small mmap ring
+// that the kernel fills with the thread's user registers and the top of its
+// user stack at each sample (PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER).
+// One reader thread drains the rings, unwinds each copied stack with the heap
+// profiler's CFI unwinder (memory/unwind.h, UnwindCopiedStack) and interns
+// the stacks. Nothing runs in the sampled threads: no signal, no handler.
+//
+// Threads: those in /proc/self/task at Start, and the ones created later,
+// found by the reader, which lists /proc/self/task again when the thread
+// count changed (checked every kRescanIntervalMs) and every kFullRescanMs (a
+// per-thread ring cannot be inherited: the kernel refuses to mmap an
+// inherited per-task event; a thread that lives shorter than the interval
+// may be missed).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "spyglass/status.h"
+
+namespace spyglass::sampling {
+
+inline constexpr int kMaxDepth = 128;               // frames kept of a stack (deeper: truncated, counted)
+inline constexpr uint32_t kStackCopyBytes = 8192;    // user stack copied per sample (perf's default too)
+inline constexpr size_t kMaxSamples = size_t{4} << 20;  // samples held per session (more: dropped, counted)
+inline constexpr int kRescanIntervalMs = 50;   // how often the thread count is checked (a reader wake-up: ~50 us here)
+inline constexpr int kFullRescanMs = 500;       // how often /proc/self/task is listed regardless
+
+enum class SampleMode { kCpu, kWall };
+
+struct CpuSample {
+  uint64_t time_ns;    // CLOCK_MONOTONIC
+  uint64_t period_ns;  // the time the sample stands for
+  uint32_t tid;
+  uint32_t stack;  // index into CpuCapture::stacks
+};
+
+// What a session's sampling saw.
+struct CpuCapture {
+  std::vector<CpuSample> samples;
+  // Interned stacks: return-address form (memory/unwind.h), innermost first;
+  // the first entry is the interrupted pc + 1. truncated[i]: stack i lost
+  // its outer frames (depth cap, stack copy, a frame the rules cannot unwind).
+  std::vector<std::vector<uintptr_t>> stacks;
+  std::vector<uint8_t> truncated;
+  std::map<uint32_t, std::string> thread_names;  // tid -> comm
+  uint64_t lost = 0;             // samples the kernel could not write (ring full)
+  uint64_t dropped = 0;          // over kMaxSamples
+  uint64_t truncated_samples = 0;
+  uint64_t threads_unsampled = 0;  // threads whose event or ring could not be set up
+  uint64_t period_ns = 0;
+  uint64_t unwind_ns = 0;      // the reader's time unwinding and interning (all samples)
+  uint64_t reader_cpu_ns = 0;  // the reader thread's CPU time in all (draining, unwinding, rescans)
+  std::string mechanism;  // one line: what samples and why
+};
+
+class CpuSampler {
+ public:
+  CpuSampler(uint64_t hz, SampleMode mode);
+  ~CpuSampler();
+  // Opens the events of every thread and starts the reader. An error: nothing
+  // is sampled (perf events refused: seccomp, perf_event_paranoid=3).
+  Status Start();
+  // Stops sampling, drains what the rings hold; idempotent.
+  void Stop();
+  // After Stop: what was captured (moved out).
+  CpuCapture Take();
+
+ private:
+  struct Ring;
+  bool OpenThread(uint32_t tid, int* err);
+  void ReaderLoop();
+  void Rescan();
+  void DrainAll();
+  void Drain(Ring& r);
+  void HandleSample(const uint8_t* rec, size_t size);
+  uint32_t Intern(const uintptr_t* frames, int n, bool truncated);
+
+  uint64_t hz_;
+  SampleMode mode_;
+  uint64_t period_ns_ = 0;
+  std::vector<std::unique_ptr<Ring>> rings_;  // the reader's only, after Start
+  std::unordered_map<uint32_t, bool> known_tids_;
+  std::thread reader_;
+  std::atomic<bool> stop_{false};
+  int wake_fd_ = -1;
+  uint32_t reader_tid_ = 0;
+  bool started_ = false, stopped_ = false;
+  CpuCapture cap_;
+  std::unordered_map<std::string, uint32_t> stack_ids_;  // frames as bytes -> index
+  std::vector<uint8_t> scratch_;
+};
+
+// Reads /proc/sys/kernel/perf_event_max_sample_rate (100000 when unreadable).
+uint64_t MaxSampleRate();
+
+}  // namespace spyglass::sampling

@@ -1,0 +1,176 @@
+// The CPU sampler inside a session: the model layout of samples in the
+// .xplane.pb (docs/sampling.md), the annotation open on a sample's thread,
+// threads started during the session, the pprof profile beside the trace,
+// and the sampler's options (registered with its tracer).
+#include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "memory/pprof.h"
+#include "spyglass/profiler.h"
+#include "test_util.h"
+
+namespace prof = spyglass::profiler;
+namespace fs = std::filesystem;
+using spyglass::testing::FindPlane;
+using spyglass::testing::MakeTempDir;
+using spyglass::testing::ReadXSpace;
+using spyglass::testing::StatText;
+
+namespace {
+
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+volatile uint64_t g_sink;
+
+extern "C" __attribute__((noinline)) void SamplerTestBurn(uint64_t ns) {
+  const uint64_t start = ThreadCpuNs();
+  uint64_t x = start;
+  while (ThreadCpuNs() - start < ns)
+    for (int i = 0; i < 20000; ++i) x = x * 6364136223846793005ull + 1;
+  g_sink = x;
+  asm volatile("" ::: "memory");
+}
+
+prof::TraceOptions Sampling(int64_t hz) {
+  prof::TraceOptions o;
+  o.profiler_options.advanced_configuration.emplace("spyglass_cpu_sample_hz", hz);
+  return o;
+}
+
+// The frames of a sample (its event's metadata and the parent chain), innermost first.
+std::vector<std::string> StackOf(const tensorflow::profiler::XPlane& p, int64_t id) {
+  std::vector<std::string> out;
+  for (int guard = 0; id != 0 && guard < 1000; ++guard) {
+    const auto& md = p.event_metadata().at(id);
+    out.push_back(md.display_name());
+    int64_t parent = 0;
+    for (const auto& s : md.stats())
+      if (p.stat_metadata().at(s.metadata_id()).name() == "cpu_stack_parent") parent = static_cast<int64_t>(s.uint64_value());
+    id = parent;
+  }
+  return out;
+}
+
+TEST(CpuSampler, SamplesSitOnTheirThreadsWithStacksAndAnnotations) {
+  const std::string dir = MakeTempDir();
+  ASSERT_TRUE(prof::start_trace(dir, Sampling(999)).ok());
+  const int64_t main_tid = syscall(SYS_gettid);
+  {
+    prof::TraceAnnotation outer("outer");
+    prof::TraceAnnotation inner("inner");
+    SamplerTestBurn(200'000'000);
+  }
+  // A thread started during the session is sampled too (found within the
+  // reader's rescan interval).
+  int64_t late_tid = 0;
+  std::thread late([&] {
+    late_tid = syscall(SYS_gettid);
+    SamplerTestBurn(300'000'000);
+  });
+  late.join();
+  ASSERT_TRUE(prof::stop_trace().ok());
+
+  auto space = ReadXSpace(prof::last_trace_files().xplane_path);
+  const auto* host = FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  std::map<std::string, std::string> plane_stats;
+  for (const auto& s : host->stats()) plane_stats[host->stat_metadata().at(s.metadata_id()).name()] = StatText(*host, s);
+  EXPECT_EQ(plane_stats["cpu_sample_period_ns"], std::to_string(1000000000 / 999));
+  // The kernel drops samples only when the reader stays off the CPU for
+  // tens of ms (a busy machine): few, and counted.
+  EXPECT_LE(std::stoll(plane_stats["cpu_samples_lost"]), std::stoll(plane_stats["cpu_samples"]) / 50);
+  EXPECT_NE(plane_stats["cpu_sample_mechanism"].find("perf_event_open"), std::string::npos);
+
+  std::map<int64_t, const tensorflow::profiler::XLine*> sample_lines;
+  for (const auto& l : host->lines())
+    if (l.name() == "CPU samples") sample_lines[l.id() - (int64_t{1} << 32)] = &l;
+  ASSERT_TRUE(sample_lines.count(main_tid));
+  ASSERT_TRUE(sample_lines.count(late_tid)) << "the thread started during the session has no samples";
+
+  int in_burn = 0, annotated = 0;
+  for (const auto& e : sample_lines[main_tid]->events()) {
+    EXPECT_EQ(e.duration_ps(), int64_t{1000000000 / 999} * 1000);
+    std::vector<std::string> stack = StackOf(*host, e.metadata_id());
+    if (stack.empty() || stack[0] != "SamplerTestBurn") continue;
+    ++in_burn;
+    EXPECT_EQ(stack.back(), "_start");  // complete to the process's entry
+    for (const auto& s : e.stats())
+      if (host->stat_metadata().at(s.metadata_id()).name() == "annotation_stack" && StatText(*host, s) == "outer::inner")
+        ++annotated;
+  }
+  EXPECT_GT(in_burn, 150);  // 200 ms at 999 Hz: about 200
+  EXPECT_GE(annotated, in_burn * 95 / 100);
+  int late_in_burn = 0;
+  for (const auto& e : sample_lines[late_tid]->events())
+    late_in_burn += StackOf(*host, e.metadata_id()).front() == "SamplerTestBurn";
+  EXPECT_GT(late_in_burn, 200);  // 300 ms, less the first rescan interval
+
+  // The pprof profile of the process, beside the trace.
+  std::string pprof_path;
+  for (const auto& f : fs::directory_iterator(prof::last_trace_files().run_dir))
+    if (f.path().filename().string().rfind("cpu." + std::to_string(getpid()) + ".", 0) == 0) pprof_path = f.path();
+  ASSERT_FALSE(pprof_path.empty());
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ReadPprofFile(pprof_path, &p).ok());
+  ASSERT_EQ(p.sample_types.size(), 2u);
+  EXPECT_EQ(p.sample_types[0], (std::pair<std::string, std::string>{"samples", "count"}));
+  EXPECT_EQ(p.sample_types[1], (std::pair<std::string, std::string>{"cpu", "nanoseconds"}));
+  int64_t annotated_in_pprof = 0;
+  for (const auto& s : p.samples)
+    if (s.labels.count("annotation") && s.labels.at("annotation") == "outer::inner" && !s.frames.empty() &&
+        s.frames[0].function == "SamplerTestBurn")
+      annotated_in_pprof += s.values[0];
+  EXPECT_EQ(annotated_in_pprof, annotated);
+}
+
+TEST(CpuSampler, OptionsAreCheckedNamingTheKey) {
+  struct Case {
+    const char* key;
+    prof::AdvancedValue value;
+  };
+  const Case cases[] = {
+      {"spyglass_cpu_sample_hz", int64_t{-1}},
+      {"spyglass_cpu_sample_hz", int64_t{100000000}},
+      {"spyglass_cpu_sample_hz", "fast"},
+      {"spyglass_cpu_sample_mode", "sometimes"},
+  };
+  for (const Case& c : cases) {
+    prof::TraceOptions o = Sampling(99);
+    o.profiler_options.advanced_configuration.insert_or_assign(c.key, c.value);
+    auto s = prof::start_trace(MakeTempDir(), o);
+    EXPECT_EQ(s.code(), spyglass::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(c.key), std::string::npos) << s.message();
+  }
+  prof::TraceOptions mode_alone;
+  mode_alone.profiler_options.advanced_configuration.emplace("spyglass_cpu_sample_mode", "cpu");
+  auto s = prof::start_trace(MakeTempDir(), mode_alone);
+  EXPECT_NE(s.message().find("spyglass_cpu_sample_hz"), std::string::npos) << s.message();
+  // An unknown key's message lists what the tracers registered.
+  prof::TraceOptions unknown;
+  unknown.profiler_options.advanced_configuration.emplace("spyglass_cpu_sample_hzz", int64_t{1});
+  s = prof::start_trace(MakeTempDir(), unknown);
+  EXPECT_NE(s.message().find("spyglass_cpu_sample_hz,"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("gpu_pm_sample_counters"), std::string::npos) << s.message();
+}
+
+TEST(CpuSampler, ZeroIsOff) {
+  const std::string dir = MakeTempDir();
+  ASSERT_TRUE(prof::start_trace(dir, Sampling(0)).ok());
+  SamplerTestBurn(20'000'000);
+  ASSERT_TRUE(prof::stop_trace().ok());
+  auto space = ReadXSpace(prof::last_trace_files().xplane_path);
+  for (const auto& l : FindPlane(space, "/host:CPU")->lines()) EXPECT_NE(l.name(), "CPU samples");
+}
+
+}  // namespace

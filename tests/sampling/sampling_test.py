@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The CPU sampler from outside, against the truth and perf.
+
+  sampling_test.py CASE SPYGLASS WORKLOAD BLOCKING
+
+shares        the known workload (cpu_workload: burn_a/b/c 50/30/20 of the CPU,
+              two threads, one partly asleep) under `spyglass run --sample 999`:
+              the pprof's self shares (read by `go tool pprof`) within 3 points
+              of the truth the program measured and of `perf record -g`'s on
+              the same workload; the sample count within 5% of rate x CPU s.
+unprivileged  the same as an unprivileged user (perf_event_paranoid=2 rules).
+blocking      blocking read, futex wait, nanosleep, poll, the program's own
+              SIGPROF timer: same output and exit status with sampling at 4 kHz.
+options       bad rates fail naming the option; SPYGLASS_OPTIONS's rate is used.
+capture       `spyglass collect PORT MS --spyglass_cpu_sample_hz=999` against a
+              program under `spyglass run --server 0`: the option passes in
+              the capture request like the others; the profile comes back.
+Exit 77: a peer tool (go, perf) is missing (ctest SKIP_RETURN_CODE)."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+
+
+def go_pprof(args, path):
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.path.exists(go):
+        print("go not found: skipped")
+        sys.exit(SKIP)
+    r = run([go, "tool", "pprof"] + args + [path], env=dict(os.environ, HOME=os.environ.get("HOME", "/tmp")))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def flat_shares(top_text):
+    """function -> flat % from `pprof -top` or `perf report` text."""
+    out = {}
+    for line in top_text.splitlines():
+        m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
+        if m:
+            out[m.group(2).strip()] = float(m.group(1))
+    return out
+
+
+def truth_of(stdout):
+    return {k: float(v) for k, v in re.findall(r"^(\w+) ([\d.]+)$", stdout, re.M)}
+
+
+def sampled_run(spyglass, workload, out, hz, seconds, prefix=()):
+    r = run(list(prefix) + [spyglass, "run", "--sample", str(hz), "-o", out, "--", workload, str(seconds)])
+    assert r.returncode == 0, r.stderr
+    profs = glob.glob(os.path.join(out, "plugins", "profile", "*", "cpu.*.cpu_workload.prof"))
+    assert len(profs) == 1, (profs, r.stderr)
+    return truth_of(r.stdout), profs[0]
+
+
+def check_shares(truth, prof, label):
+    top = go_pprof(["-top", "-sample_index=cpu", "-nodecount=100"], prof)
+    shares = flat_shares(top)
+    for fn in ("burn_a", "burn_b", "burn_c"):
+        got, want = shares.get(fn, 0.0), 100 * truth[fn]
+        print(f"{label}: {fn} profile {got:.1f}% truth {want:.1f}%")
+        assert abs(got - want) <= 3, f"{fn}: {got:.1f}% vs the truth {want:.1f}%\n{top}"
+    return shares
+
+
+def case_shares(spyglass, workload, blocking):
+    hz = 999
+    with tempfile.TemporaryDirectory() as d:
+        truth, prof = sampled_run(spyglass, workload, d, hz, 2)
+        shares = check_shares(truth, prof, "spyglass")
+        total = go_pprof(["-top", "-sample_index=samples", "-nodecount=1"], prof)
+        n = int(re.search(r"Total samples = (\d+)", total).group(1))
+        want = hz * truth["user_seconds"]
+        print(f"samples {n}, rate x user CPU seconds {want:.0f}")
+        assert abs(n - want) <= 0.05 * want, f"{n} samples, expected {want:.0f} +- 5%"
+        perf = shutil.which("perf")
+        if not perf:
+            print("perf not found: the comparison with perf skipped")
+            sys.exit(SKIP)
+        data = os.path.join(d, "perf.data")
+        r = run([perf, "record", "--all-user", "-F", str(hz), "-g", "-o", data, "--", workload, "2"])
+        assert r.returncode == 0, r.stderr
+        rep = run([perf, "report", "-i", data, "--no-children", "--sort", "sym", "-F", "overhead,sym", "--stdio",
+                   "-g", "none"])
+        perf_shares = {}
+        for line in rep.stdout.splitlines():
+            m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
+            if m:
+                perf_shares[m.group(2)] = float(m.group(1))
+        for fn in ("burn_a", "burn_b", "burn_c"):
+            print(f"{fn}: spyglass {shares.get(fn, 0):.1f}% perf {perf_shares.get(fn, 0):.1f}%")
+            assert abs(shares.get(fn, 0) - perf_shares.get(fn, 0)) <= 3, (fn, shares, perf_shares)
+        # The sleeping worker's samples carry its thread's name.
+        worker = go_pprof(["-top", "-sample_index=cpu", "-tagfocus=thread=worker", "-nodecount=100"], prof)
+        ws = flat_shares(worker)
+        assert ws.get("burn_c", 0) > 15, worker  # burn_c runs on the worker only
+
+
+def case_unprivileged(spyglass, workload, blocking):
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        print("not root (already unprivileged) or no setpriv: the shares case covers it")
+        return case_shares(spyglass, workload, blocking)
+    print("perf_event_paranoid", open("/proc/sys/kernel/perf_event_paranoid").read().strip())
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o777)
+    try:
+        truth, prof = sampled_run(spyglass, workload, d, 999, 1,
+                                  prefix=[setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        check_shares(truth, prof, "unprivileged")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def case_blocking(spyglass, workload, blocking):
+    plain = run([blocking])
+    with tempfile.TemporaryDirectory() as d:
+        sampled = run([spyglass, "run", "--sample", "4000", "-o", d, "--", blocking])
+        print(plain.stdout)
+        assert plain.returncode == 3, plain
+        assert sampled.returncode == plain.returncode, (sampled.returncode, sampled.stderr)
+        assert sampled.stdout == plain.stdout, (sampled.stdout, plain.stdout)
+        assert "own SIGPROF timer fired: yes" in sampled.stdout
+        assert glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof")), sampled.stderr
+
+
+def case_options(spyglass, workload, blocking):
+    for bad in ("0", "100000000"):
+        r = run([spyglass, "run", "--sample", bad, "--", "true"])
+        assert r.returncode == 2 and "--sample" in r.stderr, (bad, r.returncode, r.stderr)
+    with tempfile.TemporaryDirectory() as d:
+        r = run([spyglass, "run", "--trace", d, "--options", "spyglass_cpu_sample_hz=-3", "--", "true"])
+        assert r.returncode == 2 and "spyglass_cpu_sample_hz" in r.stderr, (r.returncode, r.stderr)
+        r = run([spyglass, "run", "--trace", d, "--options", "spyglass_cpu_sample_mode=often", "--", "true"])
+        assert r.returncode == 2 and "spyglass_cpu_sample_mode" in r.stderr, (r.returncode, r.stderr)
+        # The SPYGLASS_OPTIONS route: the program's environment names the rate.
+        r = run([workload, "0.3"], env=dict(os.environ, SPYGLASS_TRACE_DIR=d,
+                                            SPYGLASS_OPTIONS="spyglass_cpu_sample_hz=499",
+                                            LD_PRELOAD=os.path.join(os.path.dirname(spyglass), "libspyglass.so")))
+        assert r.returncode == 0, r.stderr
+        profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))
+        assert len(profs) == 1, (profs, r.stderr)
+        raw = go_pprof(["-raw"], profs[0])
+        assert re.search(r"^Period: %d$" % (10**9 // 499), raw, re.M), raw[:400]
+
+
+def case_capture(spyglass, workload, blocking):
+    with tempfile.TemporaryDirectory() as d:
+        prog = subprocess.Popen([spyglass, "run", "--server", "0", "--", workload, "60"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            port = None
+            for line in prog.stderr:
+                m = re.search(r"profiler server on [\d.]+:(\d+)", line)
+                if m:
+                    port = m.group(1)
+                    break
+            assert port, "no server port printed"
+            r = run([spyglass, "collect", port, "1000", "--log_dir", d, "--no_perfetto_link",
+                     "--spyglass_cpu_sample_hz=999"])
+            assert r.returncode == 0, r.stderr
+        finally:
+            prog.terminate()
+            prog.wait()
+        profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))
+        assert len(profs) == 1, (profs, r.stderr)
+        top = go_pprof(["-top", "-sample_index=samples", "-nodecount=20"], profs[0])
+        n = int(re.search(r"Total samples = (\d+)", top).group(1))
+        assert n > 200, top  # a 1 s window of two busy threads at 999 Hz
+        assert "burn_a" in top, top
+
+
+if __name__ == "__main__":
+    case, spyglass, workload, blocking = sys.argv[1:5]
+    globals()["case_" + case](spyglass, workload, blocking)
+    print("ok")
