@@ -13,7 +13,9 @@
 # at the repository, those builds reuse the C++ core compiled for the first
 # one: only the extension's Python-dependent files compile again.
 # On the newest one, the newest jax too (0.12 needs Python 3.12+): our
-# ProfileData/ProfileSession names and outputs against jax's own classes.
+# ProfileData/ProfileSession names and outputs against jax's own classes,
+# FDO/PGLE and device memory against jax's, and JAX's own profiler tests on
+# spyglass.profiler where their files are found (test_jax_own_tests.py).
 #   SPYGLASS_PYTHONS="3.10 3.13"   the extra versions (empty: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,8 @@ install_and_test() {
 
 VENV=${SPYGLASS_VENV:-.venv-test}
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check jax xprof memray
+# absl-py and portpicker: what JAX's own profiler tests import (test_jax_own_tests.py).
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check jax xprof memray absl-py portpicker
 install_and_test "$VENV" python3 .
 
 pythons=${SPYGLASS_PYTHONS-3.10 3.13}
@@ -55,8 +58,9 @@ for v in $pythons; do
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   install_and_test "$venv" "$py" -k "not jax and not xprof and not memray" --ignore=test_jax_compat.py --ignore=test_xprof_and_processes.py .
   if [ "$v" = "$newest" ]; then
-    echo "== CPython $v with the newest jax: test_api.py, test_profile_data.py"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check jax
-    (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_profile_data.py)
+    echo "== CPython $v with the newest jax: names, ProfileData, FDO/PGLE, device memory, JAX's own tests"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check jax absl-py portpicker
+    (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_profile_data.py \
+      test_jax_fdo.py test_jax_device_memory.py test_jax_own_tests.py)
   fi
 done

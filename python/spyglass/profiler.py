@@ -31,17 +31,25 @@ Names and semantics follow jax.profiler:
 * ``ProfileOptions()``: JAX's attributes and defaults (``python_tracer_level=1``,
   ``host_tracer_level=2``, ``advanced_configuration={}`` ...).
 
+* ``stop_and_get_fdo_profile()`` and ``PGLEProfiler`` (jax._src.profiler's):
+  the FDO profile (XLA's ProfiledInstructionsProto) of a trace, through
+  jaxlib's converter where jaxlib is present; b'' on CPU, as in jax.
+
 With ``python_tracer_level=1`` (the default, as in JAX) every Python function
 call is recorded as an event named ``$<file>:<line> <function>`` on its
 thread, next to the annotations.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
 import platform
+import sys
 import threading
+import time
+import warnings
 from typing import Any, Callable, Optional, Union
 
 from . import _spyglass
@@ -69,6 +77,8 @@ __all__ = [
     "stop_server",
     "stop_trace",
     "dump_flight_recorder",
+    "stop_and_get_fdo_profile",
+    "PGLEProfiler",
     "flight_recorder_active",
     "trace",
     # Spyglass extras
@@ -149,11 +159,20 @@ class ProfileSession:
     with _state.lock:
       if self._is_running:
         raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
-      _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
-                            bool(self.create_perfetto_trace), options,
-                            int(self.perfetto_link_timeout_s))
-      # Recorded in the /host:metadata plane (the core clears it at every start).
-      _spyglass.set_metadata("python_version", platform.python_version())
+      _ensure_jax_memory_sampler()  # before the start: its thread's own frames stay out of the trace
+      with _sample_lock:
+        _spyglass.start_trace(self.log_dir or "", bool(self.create_perfetto_link),
+                              bool(self.create_perfetto_trace), options,
+                              int(self.perfetto_link_timeout_s))
+      try:
+        global _sampling_armed
+        _sampling_armed = True
+        # Recorded in the /host:metadata plane (the core clears it at every start).
+        _spyglass.set_metadata("python_version", platform.python_version())
+      except BaseException:
+        _disarm_sampling()
+        _spyglass._stop_trace_in_memory()  # a failed start leaves no session running
+        raise
       self._is_running = True
       self._profile_data = None
       _state.session = self
@@ -174,7 +193,12 @@ class ProfileSession:
     # Outside the lock: the Perfetto link may wait for the browser. A start
     # meanwhile fails in the core ("already started") until the trace stopped.
     try:
-      _spyglass.stop_trace()
+      with _sample_lock:  # the core's stop too: no sample is cut by it
+        try:
+          _sample_jax_memory()  # the track's last point, at the stop
+        finally:
+          _disarm_sampling()
+          _spyglass.stop_trace()  # whatever happened before
     finally:
       self._profile_data = _spyglass._last_trace_profile_data()
     return self._profile_data
@@ -242,6 +266,8 @@ def stop_trace() -> Optional[ProfileData]:
   with _state.lock:
     session = _state.session
   if session is None:
+    if _private_sessions:  # PGLE's session is not the trace's to stop (as in jax)
+      raise RuntimeError("No profile started")
     _spyglass.stop_trace()  # RuntimeError("No profile started") (the core has no session either)
     return _spyglass._last_trace_profile_data()
   return session.stop()
@@ -431,14 +457,24 @@ def register_subprocess(pid: int, port: int) -> Callable[[], None]:
 
 
 def device_memory_profile(backend: Optional[str] = None) -> bytes:
-  """A snapshot of the tracked live allocations as gzipped pprof bytes.
+  """A snapshot of the live allocations as gzipped pprof bytes (jax's device_memory_profile).
 
-  Allocations recorded from Python (``record_allocation``, numpy arrays after
-  ``track_numpy()``) carry their Python stacks, as in JAX's profiles.
+  Ours: the tracked allocations (``record_allocation``, numpy arrays after
+  ``track_numpy()``, GPU allocations, the host heap under the heap hook),
+  with their stacks (Python's for those recorded from Python). In a JAX
+  program, also everything jax's holds: each live PJRT buffer (kind
+  ``buffer``, per device) and executable (kind ``executable``) with the
+  Python stack that made it. One profile, labelled ``kind`` and ``device``.
+  ``backend``: None, every device (and every JAX backend in use); a JAX
+  backend name ("cpu", "gpu", ...) or one of ours ("gpu", "gpu:1").
   """
   if not _HAVE_MEMORY:
     _missing("device_memory_profile", "include/spyglass/memory.h")
-  return _spyglass.device_memory_profile(backend or "")
+  ours = _spyglass.device_memory_profile(backend or "")
+  theirs = _jax_heap_profiles(backend)
+  if not theirs:
+    return ours
+  return _spyglass._merge_pprof([ours] + theirs)
 
 
 def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
@@ -449,4 +485,422 @@ def save_device_memory_profile(filename, backend: Optional[str] = None) -> None:
   """
   if not _HAVE_MEMORY:
     _missing("save_device_memory_profile", "include/spyglass/memory.h")
-  _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")
+  if "jax" not in sys.modules:
+    _spyglass.save_device_memory_profile(os.fspath(filename), backend or "")
+    return
+  _spyglass._write_output_bytes(os.fspath(filename), device_memory_profile(backend))
+
+
+# --- JAX's device memory ------------------------------------------------------
+# Inside a JAX program PJRT owns the device memory: its clients know each live
+# buffer and executable with the Python stack that made it (jaxlib's
+# heap_profile, what jax.profiler.device_memory_profile returns). Nothing here
+# imports jax: a program that did not is left alone.
+
+
+def _jax_clients(backend: Optional[str]) -> list:
+  """The PJRT clients of the JAX backends in use (of `backend` when named); [] without jax."""
+  if "jax" not in sys.modules:
+    return []
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return []
+  if backend is None:
+    initialized = getattr(xla_bridge, "backends_are_initialized", lambda: True)
+    if not initialized():
+      return []  # no backend yet, so no buffer or executable (and no backend started for us)
+    clients = list(xla_bridge.backends().values())
+  else:
+    try:
+      clients = [xla_bridge.get_backend(backend)]
+    except (RuntimeError, ValueError):  # not a JAX backend name ("gpu:1"): ours only
+      return []
+  unique = []
+  for c in clients:
+    if all(c is not u for u in unique):
+      unique.append(c)
+  return unique
+
+
+def _jax_heap_profiles(backend: Optional[str]) -> list:
+  """jaxlib's heap profiles (serialized pprof) of the JAX backends in use."""
+  return [c.heap_profile() for c in _jax_clients(backend) if hasattr(c, "heap_profile")]
+
+
+def _add_array_bytes(array, by_device: dict, labels: dict) -> None:
+  """Adds each addressable shard's bytes of a jax.Array to its device's count.
+
+  From the sharding's shard shape: reading the shards' data would make new
+  arrays. `labels`: device -> label, filled as devices are met.
+  """
+  sharding = array.sharding
+  devices = sharding.addressable_devices
+  if len(devices) == 1:
+    shard_bytes = array.nbytes
+  else:
+    try:
+      shape = sharding.shard_shape(array.shape)
+      n = 1
+      for dim in shape:
+        n *= int(dim)
+      shard_bytes = n * array.dtype.itemsize
+    except Exception:  # pylint: disable=broad-except
+      shard_bytes = int(array.nbytes) // len(devices)  # uneven shards: an even split
+  for d in devices:
+    label = labels.get(d)
+    if label is None:
+      label = labels[d] = f"{d.platform}:{d.id}"
+    if label in by_device:
+      by_device[label] += shard_bytes
+
+
+def _jax_device_bytes() -> Optional[list]:
+  """[(device label, live bytes)] of JAX's devices now, None outside a JAX program.
+
+  PJRT's own count where it keeps one (memory_stats' bytes_in_use: GPU, TPU),
+  else the bytes of the live buffers on the device (CPU), labelled as the
+  heap profiles label them ("cpu:0", "cuda:0").
+  """
+  out = []
+  for client in _jax_clients(None):
+    by_device = {}
+    counted = False
+    for d in client.local_devices():
+      label = f"{d.platform}:{d.id}"
+      stats = None
+      try:
+        stats = d.memory_stats()
+      except Exception:  # pylint: disable=broad-except
+        pass
+      if stats and "bytes_in_use" in stats:
+        by_device[label] = int(stats["bytes_in_use"])
+      else:
+        by_device.setdefault(label, 0)
+        counted = True
+    if counted:
+      labels = {}
+      for array in client.live_arrays():
+        try:
+          if array.is_deleted():
+            continue
+          _add_array_bytes(array, by_device, labels)
+        except Exception:  # pylint: disable=broad-except
+          continue  # deleted meanwhile
+    out.extend(by_device.items())
+  return out if out else None
+
+
+# JAX's device bytes on the memory timeline: a Python thread samples them
+# (_jax_device_bytes) while a session runs and pushes each value to the
+# core's "jax memory <device>" counters (python/src/jax_memory.cc). The thread
+# is started with the first session started here in a JAX program; it then
+# serves every later session, remote captures included.
+# SPYGLASS_JAX_MEMORY_INTERVAL_MS sets the period (default 0: off, until its
+# interplay with XLA's session in remote captures is fixed; 10 is the tested value).
+
+_sampler_lock = threading.Lock()
+_sampler_thread: Optional[threading.Thread] = None
+
+
+def _jax_memory_interval_s() -> float:
+  try:
+    return max(0.0, float(os.environ.get("SPYGLASS_JAX_MEMORY_INTERVAL_MS", "0"))) / 1000.0
+  except ValueError:
+    return 0.0
+
+
+def _sample_jax_memory() -> bool:
+  """Pushes JAX's device bytes now; False once no session runs (or sampling is off)."""
+  if _jax_memory_interval_s() == 0:
+    return False
+  try:
+    values = _jax_device_bytes() if "jax" in sys.modules else None
+  except Exception:  # pylint: disable=broad-except
+    values = None  # a backend torn down meanwhile: this point is skipped
+  if values:
+    return _spyglass._jax_memory_push(values)
+  return _spyglass._jax_memory_open()
+
+
+class _SampleLock:
+  """Held by each JAX memory sample and around the core's start and stop of a
+  session started here: a session never begins or ends in the middle of a
+  sample (the Python tracer would record the rest of it, or cut it as
+  incomplete). A C++ mutex (jax_memory.cc), taken without the GIL."""
+
+  # Untraced: the start's own frames after the core's start are not recorded.
+  @_spyglass._untraced
+  def __enter__(self):
+    if _HAVE_JAX_MEMORY:
+      _spyglass._jax_memory_lock()
+
+  @_spyglass._untraced
+  def __exit__(self, *exc):
+    if _HAVE_JAX_MEMORY:
+      _spyglass._jax_memory_unlock()
+
+
+_HAVE_JAX_MEMORY = hasattr(_spyglass, "_jax_memory_run")
+# Only sessions started by ProfileSession.start are sampled: in a remote
+# capture XLA's session (started from the server's thread) and the sampler's
+# jaxlib calls wait for each other.
+_sampling_armed = False
+_sample_lock = _SampleLock()
+
+
+@_spyglass._untraced  # called by the sampler thread's C++ loop only, the sample lock held
+def _jax_memory_sampling_step() -> Optional[float]:
+  """One sample; the pause before the next (seconds), None: none for this session."""
+  try:
+    interval = _jax_memory_interval_s()
+    if interval == 0 or not _sampling_armed:
+      return None
+    began = time.perf_counter()
+    if not _sample_jax_memory():
+      return None
+    # Thousands of live arrays make a sample cost milliseconds: the period
+    # stretches so that sampling holds the GIL at most 5% of the time.
+    return max(interval, 20 * (time.perf_counter() - began))
+  except Exception:  # pylint: disable=broad-except
+    return None  # the thread lives on for the next session
+
+
+def _disarm_sampling() -> None:
+  global _sampling_armed
+  _sampling_armed = False
+
+
+def _ensure_jax_memory_sampler() -> None:
+  global _sampler_thread
+  if "jax" not in sys.modules or not _HAVE_JAX_MEMORY or _jax_memory_interval_s() == 0:
+    return
+  with _sampler_lock:
+    if _sampler_thread is not None:
+      return
+    # The thread runs the C++ loop (_jax_memory_run): none of its Python
+    # frames but the untraced step is ever running inside a session.
+    _sampler_thread = threading.Thread(target=_spyglass._jax_memory_run, args=(_jax_memory_sampling_step,),
+                                       name="spyglass-jax-memory", daemon=True)
+    _sampler_thread.start()
+    deadline = time.monotonic() + 5
+    while not _spyglass._jax_memory_runner_ready() and time.monotonic() < deadline:
+      time.sleep(0.0005)  # until it waits in C++: its start stays out of the session about to start
+
+
+def _stop_jax_memory_sampler() -> None:
+  # At exit, before the interpreter finalizes: the thread must not take the
+  # GIL then.
+  global _sampler_thread
+  thread, _sampler_thread = _sampler_thread, None
+  if thread is not None:
+    _spyglass._jax_memory_runner_exit()
+    thread.join(2.0)
+
+
+atexit.register(_stop_jax_memory_sampler)
+
+
+def _forget_sampler_in_child():
+  global _sampler_thread, _sampler_lock
+  _sampler_thread = None  # threads do not survive a fork
+  _sampler_lock = threading.Lock()
+  if _HAVE_JAX_MEMORY:
+    _spyglass._jax_memory_after_fork_child()
+
+
+os.register_at_fork(after_in_child=_forget_sampler_in_child)
+
+
+# --- FDO profiles and PGLE (jax._src.profiler's) -----------------------------
+# XLA's profile-guided latency estimation reads a ProfiledInstructionsProto:
+# the mean time of each HLO instruction on the devices, built by XLA's
+# converter (jaxlib) from the device planes of a trace. The session stops
+# first and writes nothing; only then is its XSpace converted, so that a
+# failing conversion never leaves a session running.
+
+
+def _jaxlib_profiler():
+  """jaxlib's profiler module (XLA's converters), or None where jaxlib is absent."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if "jaxlib._profiler" in sys.modules:
+    return sys.modules["jaxlib._profiler"]
+  try:
+    if importlib.util.find_spec("jaxlib") is None:
+      return None
+    import jaxlib._profiler as jaxlib_profiler  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return jaxlib_profiler
+
+
+def _has_device_planes(data: ProfileData) -> bool:
+  return any(p.name.startswith("/device:") for p in data.planes)
+
+
+def _fdo_profile_of(data: Optional[ProfileData], as_textproto: bool = False) -> bytes:
+  """The ProfiledInstructionsProto of a stopped trace (serialized; text with as_textproto).
+
+  XLA's converter reads device planes only: a trace without them (CPU) gives
+  what it gives there, b''. Where jaxlib is absent no trace holds XLA's
+  instructions, so the profile is empty too.
+  """
+  if data is None:
+    return b""
+  if "jax" not in sys.modules and not _has_device_planes(data):
+    return b""  # what the converter returns, without loading jaxlib into a program that does not use it
+  converter = _jaxlib_profiler()
+  if converter is None:
+    return b""
+  xspace = _spyglass._serialize_xspace(data)
+  if as_textproto:
+    return converter.get_fdo_profile(xspace, True)
+  return converter.get_fdo_profile(xspace)
+
+
+@_spyglass._untraced
+def _stop_in_memory(session: "ProfileSession") -> Optional[ProfileData]:
+  """Stops `session` without writing its run; its ProfileData (also session.profile_data)."""
+  with _state.lock:
+    if not session._is_running:  # pylint: disable=protected-access
+      raise RuntimeError("No profile started")
+    session._is_running = False  # pylint: disable=protected-access
+    if _state.session is session:
+      _state.session = None
+  try:
+    with _sample_lock:  # no JAX memory sample is cut by the stop
+      _disarm_sampling()
+      _spyglass._stop_trace_in_memory()
+  finally:
+    session._profile_data = _spyglass._last_trace_profile_data()  # pylint: disable=protected-access
+  return session._profile_data  # pylint: disable=protected-access
+
+
+@_spyglass._untraced
+def stop_and_get_fdo_profile() -> Union[bytes, str]:
+  """Stops the running trace and returns its FDO profile (jax's stop_and_get_fdo_profile).
+
+  The serialized ProfiledInstructionsProto that XLA's converter builds from
+  the trace's device events (GPU; b'' on CPU, as jax returns there). Nothing
+  is written under the trace's log_dir. Raises RuntimeError("No profile
+  started") without a trace. The trace is stopped before the conversion:
+  an error there never leaves it running.
+  """
+  with _state.lock:
+    session = _state.session
+  if session is None:
+    raise RuntimeError("No profile started")
+  return _fdo_profile_of(_stop_in_memory(session))
+
+
+class PGLEProfiler:
+  """Runs a program under the profiler a given number of times, then hands
+  XLA the aggregated FDO profile (jax._src.profiler.PGLEProfiler).
+
+  ``PGLEProfiler.trace(runner)`` profiles its block while the runner is
+  enabled (``retries > 0``), not running and not consumed: a session of its
+  own (``enable_hlo_proto`` and ``raise_error_on_start_failure`` on; not the
+  one stop_trace stops), whose FDO profile is appended to ``fdo_profiles``.
+  ``consume_fdo_profile()`` returns None until ``called_times == retries``,
+  then XLA's aggregate of the profiles at ``percentile`` (cached).
+  """
+
+  def __init__(self, retries: int, percentile: int):
+    self.retries: int = retries
+    self.percentile: int = percentile
+    self.collected_fdo: Optional[bytes] = None
+    self.called_times: int = 0
+    self.fdo_profiles: list = []
+    self.current_session: Optional[ProfileSession] = None
+
+  def consume_fdo_profile(self) -> Optional[bytes]:
+    if self.collected_fdo is not None:
+      return self.collected_fdo
+    if not self.is_enabled() or self.called_times != self.retries:
+      return None
+    self.collected_fdo = _aggregate_fdo_profiles(self.fdo_profiles, self.percentile)
+    return self.collected_fdo
+
+  def is_fdo_consumed(self) -> bool:
+    return self.collected_fdo is not None
+
+  def disable(self) -> None:
+    self.retries = 0
+
+  def is_enabled(self) -> bool:
+    return self.retries > 0
+
+  def is_running(self) -> bool:
+    return self.current_session is not None
+
+  @classmethod
+  @contextlib.contextmanager
+  def trace(cls, runner: Optional["PGLEProfiler"]):
+    if (runner is None or runner.is_running() or not runner.is_enabled()
+        or runner.is_fdo_consumed()):
+      yield
+      return
+    options = ProfileOptions()
+    options.enable_hlo_proto = True
+    options.raise_error_on_start_failure = True
+    if not _jax_uses_gpus():
+      # As in XLA's session there: no device tracer where jax runs no GPU
+      # (ours would fail the start for want of a driver).
+      options.device_tracer_level = 0
+    runner.current_session = _start_private_session(options)
+    try:
+      yield
+    finally:
+      session, runner.current_session = runner.current_session, None
+      try:
+        data = _stop_in_memory(session)
+      finally:
+        _private_sessions.discard(session)
+      runner.fdo_profiles.append(_fdo_profile_of(data))
+      runner.called_times += 1
+      if runner.fdo_profiles[-1] == b"":
+        warnings.warn(
+            "PGLE collected an empty trace, may be due to contention with "
+            "another tool that subscribes to CUPTI, such as Nsight Systems - check "
+            "for CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED from XLA. "
+            "Consider populating a persistent compilation cache with PGLE enabled, "
+            "and then profiling a second run that has the "
+            "JAX_COMPILATION_CACHE_EXPECT_PGLE option enabled.",
+            RuntimeWarning)
+
+
+def _jax_uses_gpus() -> bool:
+  jax = sys.modules.get("jax")
+  if jax is None:
+    return False
+  try:
+    return any(d.platform == "gpu" for d in jax.devices())
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+# PGLE's sessions: running in the core, but not the trace stop_trace stops.
+_private_sessions: set = set()
+
+
+def _start_private_session(options: ProfileOptions) -> ProfileSession:
+  session = ProfileSession(None, profiler_options=options)
+  with _state.lock:
+    if _state.session is not None:
+      raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
+    _ensure_jax_memory_sampler()
+    with _sample_lock:
+      _spyglass.start_trace("", False, False, options, 0)
+    session._is_running = True  # pylint: disable=protected-access
+    _private_sessions.add(session)
+  return session
+
+
+def _aggregate_fdo_profiles(profiles: list, percentile: int) -> bytes:
+  """XLA's aggregate of FDO profiles (each instruction's cost at `percentile`)."""
+  if all(p == b"" for p in profiles):
+    return b""  # what XLA's aggregate of empty profiles is
+  converter = _jaxlib_profiler()
+  if converter is None:  # only XLA's converter makes non-empty ones
+    raise RuntimeError("aggregating FDO profiles needs jaxlib (XLA's aggregate_profiled_instructions)")
+  return converter.aggregate_profiled_instructions(profiles, percentile)

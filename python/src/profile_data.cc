@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "export/xplane/xplane_writer.h"
 #include "model/xspace.h"
 #include "model/xspace_read.h"
 #include "session/profiler_api_internal.h"
@@ -310,6 +311,25 @@ void BindProfileData(nb::module_& m) {
     if (!space) return std::nullopt;
     return Wrap(std::move(space));
   });
+  // jax's stop_and_get_fdo_profile and PGLEProfiler (profiler.py): stop
+  // without writing the run, then hand the XSpace to XLA's converter.
+  m.def("_stop_trace_in_memory", [] {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = session::StopTraceInMemory();
+    }
+    if (!s.ok()) RaiseRuntimeError(s);
+  });
+  m.def("_serialize_xspace", [](nb::handle data) {
+    std::string bytes;
+    {
+      std::shared_ptr<const model::Space> space = SpaceOf(data);
+      nb::gil_scoped_release release;
+      bytes = exporter::SerializeXSpace(*space);
+    }
+    return nb::bytes(bytes.data(), bytes.size());
+  }, "profile_data"_a, "The ProfileData as a serialized XSpace (what jaxlib's ProfilerSession.stop returns).");
 }
 
 }  // namespace spyglass::python

@@ -10,10 +10,14 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
 #include "errors.h"
+#include "jax_memory.h"
+#include "export/output_file.h"
+#include "memory/pprof_merge.h"
 #include "spyglass/memory.h"
 #include "spyglass/server.h"
 
@@ -91,6 +95,31 @@ void BindServerAndMemory(nb::module_& m) {
     }
     Check(s);
   }, "path"_a, "backend"_a = "");
+  BindJaxMemory(m);
+  // In a JAX program (profiler.py): our snapshot and PJRT's heap profiles in
+  // one, written as every Spyglass output is (never through a link, renamed
+  // into place when complete).
+  m.def("_merge_pprof", [](const std::vector<nb::bytes>& profiles) {
+    std::vector<std::string_view> views;
+    for (const nb::bytes& b : profiles) views.emplace_back(b.c_str(), b.size());
+    std::string out;
+    Status s;
+    {
+      nb::gil_scoped_release rel;
+      s = memory::MergePprof(views, &out);
+    }
+    Check(s);
+    return nb::bytes(out.data(), out.size());
+  }, "profiles"_a);
+  m.def("_write_output_bytes", [](const std::string& path, nb::bytes data) {
+    Status s;
+    {
+      std::string_view view(data.c_str(), data.size());
+      nb::gil_scoped_release rel;
+      s = exporter::WriteOutputBytes(path, view);
+    }
+    Check(s);
+  }, "path"_a, "data"_a);
   // record_allocation / record_free (with Python stacks) and numpy tracking: python_memory.cc.
 
   // `python -m spyglass.collect_profile ARGS`: the CLI's own `collect` (one

@@ -414,6 +414,16 @@ std::string Shown(std::string_view s) {
   return std::string(s.substr(0, kMaxShown - 3)) + "...";
 }
 
+// JAX's own Python frames (jax and jaxlib, installed or in a source tree).
+// A JAX program's heap profile records each buffer's stack from inside JAX
+// (dispatch, pxla, ...): the call site is the frame that called into it.
+bool IsJaxFrame(const PprofFrame& f) {
+  for (std::string_view part : {"/site-packages/jax/", "/dist-packages/jax/", "/site-packages/jaxlib/",
+                                "/dist-packages/jaxlib/", "/jax/_src/"})
+    if (f.file.find(part) != std::string_view::npos) return true;
+  return false;
+}
+
 std::string_view Basename(std::string_view p) {
   if (p.size() > kMaxScan) p = p.substr(p.size() - kMaxScan);
   size_t s = p.rfind('/');
@@ -526,6 +536,11 @@ std::string CallSite(const PprofSample& s, const SiteOptions& o) {
       if (!IsPlumbing(s.frames[i].function) && !IsAllocatorWrapper(s.frames[i].function)) native = i;
     for (size_t i = 0; i < s.frames.size() && python == s.frames.size(); ++i)
       if (IsPythonSource(s.frames[i].file)) python = i;
+    if (python < s.frames.size() && IsJaxFrame(s.frames[python])) {
+      size_t caller = python;
+      while (caller < s.frames.size() && IsJaxFrame(s.frames[caller])) ++caller;
+      if (caller < s.frames.size()) python = caller;  // all JAX's: its innermost frame
+    }
     first = !o.native && python < s.frames.size() ? python : native < s.frames.size() ? native : 0;
   }
   const size_t end = o.frames == 0 ? s.frames.size() : std::min(s.frames.size(), first + static_cast<size_t>(o.frames));

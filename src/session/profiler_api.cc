@@ -108,7 +108,11 @@ Status start_trace(const std::string& log_dir, const TraceOptions& options) {
   return Status::Ok();
 }
 
-Status stop_trace() {
+namespace {
+
+// stop_trace's body; `write` false keeps the trace in memory whatever the
+// log dir (session::StopTraceInMemory).
+Status StopTrace(bool write) {
   ApiState& st = state();
   TraceOptions options;
   TraceFiles files;
@@ -126,7 +130,7 @@ Status stop_trace() {
     st.last_stats = TraceStats{summary.events, summary.dropped_events, summary.incomplete_events, summary.threads,
                                summary.cpu_samples};
     options = st.options;
-    if (st.log_dir.empty()) {  // in memory only (jax.profiler.trace(None))
+    if (st.log_dir.empty() || !write) {  // in memory only (jax.profiler.trace(None))
       st.last_files = {};
       return collect;
     }
@@ -138,6 +142,10 @@ Status stop_trace() {
   // Outside the lock: the link server blocks until the browser fetched it.
   return ServeLinkIfAsked(options, files);
 }
+
+}  // namespace
+
+Status stop_trace() { return StopTrace(/*write=*/true); }
 
 Status export_last_trace(const std::string& log_dir, const TraceOptions& options) {
   ApiState& st = state();
@@ -219,6 +227,8 @@ std::shared_ptr<const model::Space> LastTraceSpace() {
   std::lock_guard<std::mutex> lock(st.mu);
   return st.last_space;
 }
+
+Status StopTraceInMemory() { return profiler::StopTrace(/*write=*/false); }
 
 Status ExportSpace(const model::Space& space, const std::string& log_dir, const profiler::TraceOptions& options) {
   profiler::TraceFiles files;

@@ -547,6 +547,14 @@ TEST(Pprof, CallSitesSkipWrappersAndNamePythonFrames) {
   EXPECT_EQ(mem::CallSite(py, {.frames = 0}),
             "malloc <- PyUnicode_New <- scanstring_unicode <- raw_decode  decoder.py:353 <- main  tool.py:67 <- "
             "_run_module_as_main  <frozen runpy>:198");
+  // A JAX buffer (jaxlib's heap profile): JAX's frames, then the program's.
+  auto jax = sample({{"__call__", "/venv/lib/python3.11/site-packages/jax/_src/interpreters/pxla.py", 395},
+                     {"apply_primitive", "/venv/lib/python3.11/site-packages/jax/_src/dispatch.py", 88},
+                     {"grow_cache", "/src/train.py", 7}, {"<module>", "<string>", 12}});
+  EXPECT_EQ(mem::CallSite(jax), "grow_cache  train.py:7");
+  EXPECT_EQ(mem::CallSite(jax, {.frames = 2}), "grow_cache  train.py:7 <- <module>  <string>:12");
+  auto jax_only = sample({{"backend_compile_and_load", "/usr/lib/python3/dist-packages/jax/_src/compiler.py", 353}});
+  EXPECT_EQ(mem::CallSite(jax_only), "backend_compile_and_load  compiler.py:353");
   // A stack of plumbing only keeps its innermost frame.
   EXPECT_EQ(mem::CallSite(sample({{"malloc", "", 0}, {"xmalloc", "", 0}})), "malloc");
   // A user function whose name merely holds "alloc" as a word part is kept.
