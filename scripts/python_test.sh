@@ -61,6 +61,6 @@ for v in $pythons; do
     echo "== CPython $v with the newest jax: names, ProfileData, FDO/PGLE, device memory, JAX's own tests"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check jax absl-py portpicker
     (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_profile_data.py \
-      test_jax_fdo.py test_jax_device_memory.py test_jax_own_tests.py)
+      test_jax_fdo.py test_jax_device_memory.py test_jax_own_tests.py test_jax_plugin.py)
   fi
 done
