@@ -90,10 +90,21 @@ bool FindKey(std::string_view key, KnownKey* out) {
   return false;
 }
 
+// The known keys for an error message. Capped: every tracer adds keys, and an
+// error answering a request must stay short whatever registers.
 std::string KeyList() {
+  constexpr size_t kMaxListBytes = 640;
   std::vector<session::OptionKey> storage;
   std::string list;
-  for (const KnownKey& k : AllKeys(&storage)) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  size_t left_out = 0;
+  for (const KnownKey& k : AllKeys(&storage)) {
+    if (list.size() + k.name.size() + 2 > kMaxListBytes) {
+      ++left_out;
+      continue;
+    }
+    list += (list.empty() ? "" : ", ") + std::string(k.name);
+  }
+  if (left_out > 0) list += ", and " + std::to_string(left_out) + " more";
   return list;
 }
 
