@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/gzip.h"
 #include "export/xplane/xplane_writer.h"
@@ -647,6 +649,56 @@ TEST(ReportPageTest, NamesCannotEndTheScript) {
   // Nothing to fetch: no src= or href= to anything but the page's own anchors.
   EXPECT_EQ(html.find(" src="), std::string::npos);
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
+}
+
+// A CPU profile (cpu.<pid>.<comm>.prof): two threads, one annotation. The
+// page's CPU flame data keeps each stack's thread and annotation, values in
+// CPU nanoseconds and counts in samples.
+TEST(FlameTest, CpuProfileByThreadAndAnnotation) {
+  spyglass::memory::ProfileData d;
+  d.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+  d.functions = {{"main", "main", "w.cc", 1}, {"spin_a()", "", "w.cc", 10}, {"spin_b()", "", "w.cc", 20}};
+  d.locations = {{0x10, {{1, 5}}}, {0x20, {{2, 12}}}, {0x30, {{3, 22}}}};
+  constexpr int64_t kPeriod = 10'000'000;
+  d.samples = {{{2, 1}, 30, 30 * kPeriod, "", "", {{"thread", "worker-a 11"}, {"annotation", "step::train"}}},
+               {{2, 1}, 5, 5 * kPeriod, "", "", {{"thread", "worker-a 11"}}},
+               {{3, 1}, 12, 12 * kPeriod, "", "", {{"thread", "worker-b 12"}}}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::ReportInput in;
+  in.cpu_flames.push_back(report::BuildCpuFlameGraph(p, "cpu.1.w.prof"));
+  EXPECT_EQ(in.cpu_flames[0].total, 47 * kPeriod);
+  EXPECT_TRUE(in.cpu_flames[0].top_sites.empty());
+  std::string html = report::RenderReport(in);
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  a += open.size();
+  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  ASSERT_EQ(data["cpu_flames"].size(), 1u);
+  const nlohmann::json& g = data["cpu_flames"][0];
+  EXPECT_EQ(g["unit"], "nanoseconds");
+  EXPECT_EQ(g["cpu"], true);
+  // Samples and CPU time of each (thread, annotation, leaf function).
+  std::map<std::string, std::pair<int64_t, int64_t>> got;
+  size_t off = 0;
+  for (size_t i = 0; i < g["stack_sizes"].size(); ++i) {
+    size_t n = g["stack_sizes"][i];
+    uint32_t leaf = g["stack_frames"][off + n - 1];
+    uint32_t root = g["stack_frames"][off];
+    off += n;
+    std::string key = g["threads"][g["stack_thread"][i].get<size_t>()].get<std::string>() + "|" +
+                      g["annotations"][g["stack_annotation"][i].get<size_t>()].get<std::string>() + "|" +
+                      g["strings"][g["frame_fn"][root].get<size_t>()].get<std::string>() + ">" +
+                      g["strings"][g["frame_fn"][leaf].get<size_t>()].get<std::string>();
+    got[key].first += g["stack_counts"][i].get<int64_t>();
+    got[key].second += g["stack_values"][i].get<int64_t>();
+  }
+  std::map<std::string, std::pair<int64_t, int64_t>> want = {
+      {"worker-a 11|step::train|main>spin_a()", {30, 30 * kPeriod}},
+      {"worker-a 11||main>spin_a()", {5, 5 * kPeriod}},
+      {"worker-b 12||main>spin_b()", {12, 12 * kPeriod}}};
+  EXPECT_EQ(got, want);
 }
 
 // ---- the real CLI ----------------------------------------------------------------
