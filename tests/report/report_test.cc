@@ -721,6 +721,52 @@ Result Cli(const std::string& args) {
   return r;
 }
 
+// The known CPU workload under `spyglass run --sample`: the page's CPU flame
+// data has burn_a and burn_b on the main thread, burn_a, burn_b and burn_c on
+// the worker, each stack's CPU time its samples times the period.
+TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
+  const char* cli = std::getenv("SPYGLASS_CLI");
+  const char* workload = std::getenv("SPYGLASS_CPU_WORKLOAD");
+  if (!cli || !workload) GTEST_SKIP() << "SPYGLASS_CLI or SPYGLASS_CPU_WORKLOAD not set";
+  std::string dir = MakeTempDir("spyglass-report-cpu");
+  std::string run = std::string(cli) + " run --sample 999 -o " + dir + " -- " + workload + " 1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(run.c_str()), 0) << run;
+  Result r = Cli(dir + " -o " + dir + "/r.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 CPU profile"), std::string::npos) << r.out;
+  std::string html = ReadFile(dir + "/r.html");
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  a += open.size();
+  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  ASSERT_EQ(data["cpu_flames"].size(), 1u);
+  const nlohmann::json& g = data["cpu_flames"][0];
+  EXPECT_EQ(g["unit"], "nanoseconds");
+  // Samples by (thread name without its tid, leaf function).
+  std::map<std::string, int64_t> samples;
+  int64_t total = 0, period = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < g["stack_sizes"].size(); ++i) {
+    size_t n = g["stack_sizes"][i];
+    uint32_t leaf = g["stack_frames"][off + n - 1];
+    off += n;
+    std::string thread = g["threads"][g["stack_thread"][i].get<size_t>()].get<std::string>();
+    thread = thread.substr(0, thread.rfind(' '));
+    int64_t count = g["stack_counts"][i], value = g["stack_values"][i];
+    ASSERT_GT(count, 0);
+    if (period == 0) period = value / count;
+    EXPECT_EQ(value, count * period) << "stack " << i;
+    samples[thread + "/" + g["strings"][g["frame_fn"][leaf].get<size_t>()].get<std::string>()] += count;
+    total += value;
+  }
+  EXPECT_EQ(total, g["total"].get<int64_t>());
+  for (const char* k : {"cpu_workload/burn_a", "cpu_workload/burn_b", "worker/burn_a", "worker/burn_b", "worker/burn_c"})
+    EXPECT_GT(samples[k], 10) << k;
+  EXPECT_EQ(samples["cpu_workload/burn_c"], 0);  // the main thread never runs burn_c
+  fs::remove_all(dir);
+}
+
 class ReportCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
