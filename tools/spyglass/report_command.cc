@@ -200,7 +200,7 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
 
 void AddReportCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "report", "One self-contained HTML page of a run: step times, summary, a zoomable timeline and memory flame graphs");
+      "report", "One self-contained HTML page of a run: step times, summary, a zoomable timeline, CPU and memory flame graphs");
   static std::string run, output;
   static std::vector<std::string> memory_files;
   cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")
