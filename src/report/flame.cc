@@ -44,7 +44,17 @@ std::string Capped(std::string_view s) {
 }
 
 // The page's stacks: distinct ones merged, the largest kept.
-void AddStacks(const memory::PprofProfile& p, int index, bool by_label, FlameGraph* g) {
+void AddStacks(const memory::PprofProfile& p, int index, int count_index, bool by_label, FlameGraph* g) {
+  // CPU: stacks of different threads or annotations stay apart.
+  std::map<std::string, uint32_t> thread_ids, annotation_ids;
+  auto group = [](std::map<std::string, uint32_t>& m, std::vector<std::string>& names, const memory::PprofSample& s,
+                  std::string_view key) {
+    auto it = s.labels.find(key);
+    std::string v = it == s.labels.end() ? std::string() : Capped(it->second);
+    auto [at, added] = m.emplace(v, static_cast<uint32_t>(names.size()));
+    if (added) names.push_back(v);
+    return at->second;
+  };
   std::map<std::tuple<std::string, std::string, int64_t, int>, uint32_t> frame_ids;
   auto frame = [&](std::string_view fn, std::string_view file, int64_t line, int kind) {
     auto key = std::make_tuple(Capped(fn), Capped(file), line, kind);
@@ -64,11 +74,12 @@ void AddStacks(const memory::PprofProfile& p, int index, bool by_label, FlameGra
   struct Stack {
     int64_t value = 0, count = 0;
   };
-  std::map<std::vector<uint32_t>, Stack> stacks;
+  using Key = std::pair<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>>;  // ((thread, annotation), frames)
+  std::map<Key, Stack> stacks;
   std::vector<uint32_t> ids;
   for (const memory::PprofSample& s : p.samples) {
     int64_t v = index < static_cast<int>(s.values.size()) ? std::max<int64_t>(s.values[index], 0) : 0;
-    int64_t c = p.count_index >= 0 && p.count_index < static_cast<int>(s.values.size()) ? s.values[p.count_index] : 0;
+    int64_t c = count_index >= 0 && count_index < static_cast<int>(s.values.size()) ? s.values[count_index] : 0;
     ids.clear();
     if (by_label) ids.push_back(frame("[" + Label(s) + "]", "", 0, 3));
     const bool python_stack = std::any_of(s.frames.begin(), s.frames.end(), IsPythonFrame);
@@ -79,11 +90,14 @@ void AddStacks(const memory::PprofProfile& p, int index, bool by_label, FlameGra
       int kind = IsPythonFrame(f) ? (IsInterpreterFrame(f) ? 2 : 1) : (python_stack && IsInterpreterFrame(f) ? 2 : 0);
       ids.push_back(frame(f.function, f.file, f.line, kind));
     }
-    Stack& st = stacks[ids];
+    std::pair<uint32_t, uint32_t> where{0, 0};
+    if (g->cpu)
+      where = {group(thread_ids, g->threads, s, "thread"), group(annotation_ids, g->annotations, s, "annotation")};
+    Stack& st = stacks[Key{where, ids}];
     st.value = SatAdd(st.value, v);
     st.count = SatAdd(st.count, std::max<int64_t>(c, 0));
   }
-  std::vector<const std::pair<const std::vector<uint32_t>, Stack>*> order;
+  std::vector<const std::pair<const Key, Stack>*> order;
   for (const auto& e : stacks) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.value > b->second.value; });
   for (size_t i = 0; i < order.size(); ++i) {
@@ -92,8 +106,13 @@ void AddStacks(const memory::PprofProfile& p, int index, bool by_label, FlameGra
       g->hidden_value = SatAdd(g->hidden_value, order[i]->second.value);
       continue;
     }
-    g->stack_frames.insert(g->stack_frames.end(), order[i]->first.begin(), order[i]->first.end());
-    g->stack_sizes.push_back(static_cast<uint32_t>(order[i]->first.size()));
+    const std::vector<uint32_t>& frames = order[i]->first.second;
+    g->stack_frames.insert(g->stack_frames.end(), frames.begin(), frames.end());
+    g->stack_sizes.push_back(static_cast<uint32_t>(frames.size()));
+    if (g->cpu) {
+      g->stack_thread.push_back(order[i]->first.first.first);
+      g->stack_annotation.push_back(order[i]->first.first.second);
+    }
     g->stack_values.push_back(order[i]->second.value);
     g->stack_counts.push_back(order[i]->second.count);
   }
@@ -119,11 +138,14 @@ bool IsInterpreterFrame(const memory::PprofFrame& f) {
   return f.function == "main" && f.file.empty();
 }
 
-FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& title, const FlameOptions& options) {
+namespace {
+
+FlameGraph Build(const memory::PprofProfile& p, const std::string& title, const FlameOptions& options, int index,
+                 int count_index, std::string unit, bool cpu) {
   FlameGraph g;
   g.title = title;
-  int index = p.bytes_index >= 0 ? p.bytes_index : p.count_index >= 0 ? p.count_index : 0;
-  g.unit = p.bytes_index >= 0 ? "bytes" : "count";
+  g.unit = std::move(unit);
+  g.cpu = cpu;
   std::unordered_map<std::string, uint32_t> ids;
   auto intern = [&](const std::string& n) {
     auto [it, added] = ids.emplace(n, static_cast<uint32_t>(g.names.size()));
@@ -142,7 +164,7 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
       ++g.negative_samples;
       v = 0;
     }
-    int64_t c = p.count_index >= 0 && p.count_index < static_cast<int>(s.values.size()) ? s.values[p.count_index] : 0;
+    int64_t c = count_index >= 0 && count_index < static_cast<int>(s.values.size()) ? s.values[count_index] : 0;
     FlameSite& site = sites[memory::CallSite(s)];
     site.value = SatAdd(site.value, v);
     site.count = SatAdd(site.count, std::max<int64_t>(c, 0));
@@ -199,9 +221,28 @@ FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& tit
   std::stable_sort(g.top_sites.begin(), g.top_sites.end(),
                    [](const FlameSite& a, const FlameSite& b) { return a.value > b.value; });
   if (g.top_sites.size() > kFlameTopSites) g.top_sites.resize(kFlameTopSites);
+  // Allocation sites mean nothing for CPU time.
+  if (cpu) g.top_sites.clear();
   g.fold = options.fold_interpreter;
-  AddStacks(p, index, by_label, &g);
+  AddStacks(p, index, count_index, by_label, &g);
   return g;
+}
+
+}  // namespace
+
+FlameGraph BuildFlameGraph(const memory::PprofProfile& p, const std::string& title, const FlameOptions& options) {
+  int index = p.bytes_index >= 0 ? p.bytes_index : p.count_index >= 0 ? p.count_index : 0;
+  return Build(p, title, options, index, p.count_index, p.bytes_index >= 0 ? "bytes" : "count", false);
+}
+
+FlameGraph BuildCpuFlameGraph(const memory::PprofProfile& p, const std::string& title, const FlameOptions& options) {
+  int index = -1, count = -1;
+  for (size_t i = 0; i < p.sample_types.size(); ++i) {
+    if (p.sample_types[i].second == "nanoseconds") index = static_cast<int>(i);
+    if (p.sample_types[i].first == "samples") count = static_cast<int>(i);
+  }
+  if (index < 0) return Build(p, title, options, count >= 0 ? count : 0, count, "count", true);
+  return Build(p, title, options, index, count, "nanoseconds", true);
 }
 
 }  // namespace spyglass::report

@@ -49,6 +49,12 @@ struct FlameGraph {
   uint64_t hidden_stacks = 0;
   int64_t hidden_value = 0;
   bool fold = true;  // the page folds the interpreter's frames at first (FlameOptions)
+  // A CPU profile (BuildCpuFlameGraph): values in CPU nanoseconds, counts
+  // in samples, and each stack's thread and annotation (ids into threads
+  // and annotations; "" when it had none) for the page's selector.
+  bool cpu = false;
+  std::vector<std::string> threads, annotations;
+  std::vector<uint32_t> stack_thread, stack_annotation;
 };
 
 struct FlameOptions {
@@ -66,6 +72,12 @@ inline constexpr size_t kMaxFlameNameLength = 512;
 
 FlameGraph BuildFlameGraph(const memory::PprofProfile& profile, const std::string& title,
                            const FlameOptions& options = {});
+
+// A CPU profile (cpu.<pid>.<comm>.prof: samples/count, cpu/nanoseconds,
+// labels thread and annotation) as a flame graph in CPU time, its stacks
+// kept apart by thread and annotation.
+FlameGraph BuildCpuFlameGraph(const memory::PprofProfile& profile, const std::string& title,
+                              const FlameOptions& options = {});
 
 // Whether `frame`, in a stack with Python frames, is the interpreter's or
 // the import system's (what fold_interpreter leaves out).

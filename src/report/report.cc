@@ -98,12 +98,20 @@ json FlameJson(const FlameGraph& g) {
     line.push_back(f.line);
     kind.push_back(f.label ? 3 : f.interpreter ? 2 : f.python ? 1 : 0);
   }
-  return {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"strings", std::move(strings)},
+  json out = {{"title", g.title}, {"unit", g.unit}, {"total", g.total}, {"strings", std::move(strings)},
           {"frame_fn", std::move(fn)}, {"frame_file", std::move(file)}, {"frame_line", std::move(line)},
           {"frame_kind", std::move(kind)}, {"stack_frames", g.stack_frames}, {"stack_sizes", g.stack_sizes},
           {"stack_values", g.stack_values}, {"stack_counts", g.stack_counts}, {"hidden_stacks", g.hidden_stacks},
           {"hidden_value", g.hidden_value}, {"fold", g.fold},
           {"sites", std::move(sites)}, {"negative_samples", g.negative_samples}};
+  if (g.cpu) {
+    out["cpu"] = true;
+    out["threads"] = g.threads;
+    out["annotations"] = g.annotations;
+    out["stack_thread"] = g.stack_thread;
+    out["stack_annotation"] = g.stack_annotation;
+  }
+  return out;
 }
 
 json MemoryTimelineJson(const std::string& title, const memory::Timeline& m) {
@@ -164,6 +172,8 @@ std::string RenderReport(ReportInput& in) {
   if (summary.is_discarded()) summary = nullptr;
   json flames = json::array();
   for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
+  json cpu_flames = json::array();
+  for (const FlameGraph& g : in.cpu_flames) cpu_flames.push_back(FlameJson(g));
   json memory_timelines = json::array();
   for (const auto& [title, m] : in.memory_timelines) memory_timelines.push_back(MemoryTimelineJson(title, m));
   const size_t code_bytes = embedded_report_html().size() + embedded_report_css().size() + embedded_report_js().size();
@@ -180,7 +190,7 @@ std::string RenderReport(ReportInput& in) {
   double scale = 1.0;
   for (int round = 0;; ++round) {
     json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
-                 {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames},
+                 {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames}, {"cpu_flames", cpu_flames},
                  {"memory_timelines", memory_timelines}};
     // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
     data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));

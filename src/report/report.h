@@ -20,6 +20,7 @@ struct ReportInput {
   Timeline timeline;
   std::string summary_json;   // the analysis summary as JSON ("" if none)
   std::vector<FlameGraph> flames;
+  std::vector<FlameGraph> cpu_flames;  // BuildCpuFlameGraph: the CPU sampler's profiles (cpu.*.prof)
   // Live bytes over time per device and top call site (memory.*.timeline.tsv):
   // a chart whose range selection shows what was live and allocated in it.
   std::vector<std::pair<std::string, memory::Timeline>> memory_timelines;  // (file name, series)

@@ -3,7 +3,7 @@
 //   node report_check.mjs REPORT.html [--steps N] [--step-ms A,B,...]
 //        [--track NAME]... [--counter NAME]... [--counter-at NAME@MS=TEXT]...
 //        [--tip-at TRACK/LANE@MS=TEXT]...
-//        [--flame FUNCTION] [--no-flame] [--timing]
+//        [--flame FUNCTION] [--no-flame] [--cpu-flame F1,F2] [--timing]
 //        [--order TRACK,TRACK,...] [--search TEXT=COUNT]...
 //        [--click TRACK/LANE@MS=NAME|DURATION|SELF]... [--enclosing TRACK/LANE@MS=NAME,NAME...]...
 //        [--flow TRACK/LANE@MS=TRACK2/NAME2@MS2]... [--range-vs-summary SUMMARY.json]
@@ -84,6 +84,7 @@ while (argv.length) {
   else if (a === '--memory-range') { const m = /^([0-9.]+):([0-9.]+)=(.*)$/.exec(argv.shift() || ''); (opt.memRange = opt.memRange || []).push({ a: Number(m[1]), b: Number(m[2]), want: m[3].split('|') }); }
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
+  else if (a === '--cpu-flame') opt.cpuFlame = argv.shift().split(',');
   else if (a === '--timing') opt.timing = true;
   else { console.error(`unknown argument ${a}`); process.exit(2); }
 }
@@ -521,6 +522,29 @@ try {
     check(fl.length > 1, `no flame graph of the range (${fl})`);
   }
   if (opt.noFlame) check(await page.locator('.profile').count() === 0, 'a memory profile is shown');
+  if (opt.cpuFlame) {
+    // The CPU section: these functions drawn; each thread's root total is
+    // smaller than all threads', and they add up to it.
+    const sec = page.locator('#sg-cpu .profile').first();
+    check(await sec.count() === 1, 'no CPU flame graph');
+    await sec.scrollIntoViewIfNeeded();
+    const names = await page.locator('#sg-cpu .fl-node').evaluateAll((ds) => ds.map((d) => d.dataset.name));
+    for (const f of opt.cpuFlame) check(names.includes(f), `CPU flame graph: no frame ${f} (${names.slice(0, 20)})`);
+    const rootTotal = async () => Number(await page.locator('#sg-cpu .flame .fl-node[data-kind="root"]').first().getAttribute('data-value'));
+    const all = await rootTotal();
+    const threads = await page.locator('#sg-cpu select.fl-who option').evaluateAll((os) => os.map((o) => o.value).filter((v) => v[0] === 't'));
+    check(threads.length >= 2, `CPU thread selector: ${threads.length} threads`);
+    let sum = 0;
+    for (const t of threads) {
+      await page.locator('#sg-cpu select.fl-who').first().selectOption(t);
+      const v = await rootTotal();
+      check(v > 0 && v < all, `CPU thread ${t}: root ${v}, all threads ${all}`);
+      sum += v;
+    }
+    check(sum === all, `CPU threads add up to ${sum}, all threads ${all}`);
+    await page.locator('#sg-cpu select.fl-who').first().selectOption('all');
+    check(await rootTotal() === all, 'CPU selector back to all threads');
+  }
   check(requests.length === 0, `requests were attempted: ${requests.slice(0, 5).join(', ')}`);
   if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
 } finally {

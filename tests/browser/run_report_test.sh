@@ -3,9 +3,9 @@
 # blocked, steps, timeline, flame graph), for a run with known numbers and
 # memory profiles of an unmodified program beside it, for one .xplane.pb
 # with --memory, and for a run that JAX wrote.
-#   run_report_test.sh SPYGLASS_CLI LIBSPYGLASS_HEAP MAKE_KNOWN_RUN HEAP_WORKLOAD
+#   run_report_test.sh SPYGLASS_CLI LIBSPYGLASS_HEAP MAKE_KNOWN_RUN HEAP_WORKLOAD CPU_WORKLOAD
 set -euo pipefail
-cli=$1 heap=$2 known=$3 workload=$4
+cli=$1 heap=$2 known=$3 workload=$4 cpu_workload=$5
 here=$(cd "$(dirname "$0")" && pwd)
 [ -d "$here/node_modules/playwright-core" ] || { echo "FAIL: run scripts/setup.sh --browser (npm ci in tests/browser)"; exit 1; }
 T=$(mktemp -d /tmp/spyglass-report-XXXXXX)
@@ -75,4 +75,9 @@ with jax.profiler.trace(sys.argv[1]):
 PY
 "$cli" report "$T/jaxlog" -o "$T/jax.html"
 node "$here/report_check.mjs" "$T/jax.html" --steps 3 --no-flame
+# 4. The CPU sampler's profile of the known CPU workload (two threads): its
+#    CPU flame graph, and the thread selector's totals.
+"$cli" run --sample 999 -o "$T/cpu" -- "$cpu_workload" 1 >/dev/null 2>&1
+"$cli" report "$T/cpu" -o "$T/cpu.html"
+node "$here/report_check.mjs" "$T/cpu.html" --cpu-flame burn_a,burn_b,burn_c,main
 echo "run_report_test: all passed"

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/gzip.h"
 #include "export/xplane/xplane_writer.h"
@@ -649,6 +651,56 @@ TEST(ReportPageTest, NamesCannotEndTheScript) {
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
 }
 
+// A CPU profile (cpu.<pid>.<comm>.prof): two threads, one annotation. The
+// page's CPU flame data keeps each stack's thread and annotation, values in
+// CPU nanoseconds and counts in samples.
+TEST(FlameTest, CpuProfileByThreadAndAnnotation) {
+  spyglass::memory::ProfileData d;
+  d.sample_types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+  d.functions = {{"main", "main", "w.cc", 1}, {"spin_a()", "", "w.cc", 10}, {"spin_b()", "", "w.cc", 20}};
+  d.locations = {{0x10, {{1, 5}}}, {0x20, {{2, 12}}}, {0x30, {{3, 22}}}};
+  constexpr int64_t kPeriod = 10'000'000;
+  d.samples = {{{2, 1}, 30, 30 * kPeriod, "", "", {{"thread", "worker-a 11"}, {"annotation", "step::train"}}},
+               {{2, 1}, 5, 5 * kPeriod, "", "", {{"thread", "worker-a 11"}}},
+               {{3, 1}, 12, 12 * kPeriod, "", "", {{"thread", "worker-b 12"}}}};
+  spyglass::memory::PprofProfile p;
+  ASSERT_TRUE(spyglass::memory::ParsePprof(spyglass::memory::EncodePprofGz(d), &p).ok());
+  report::ReportInput in;
+  in.cpu_flames.push_back(report::BuildCpuFlameGraph(p, "cpu.1.w.prof"));
+  EXPECT_EQ(in.cpu_flames[0].total, 47 * kPeriod);
+  EXPECT_TRUE(in.cpu_flames[0].top_sites.empty());
+  std::string html = report::RenderReport(in);
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  a += open.size();
+  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  ASSERT_EQ(data["cpu_flames"].size(), 1u);
+  const nlohmann::json& g = data["cpu_flames"][0];
+  EXPECT_EQ(g["unit"], "nanoseconds");
+  EXPECT_EQ(g["cpu"], true);
+  // Samples and CPU time of each (thread, annotation, leaf function).
+  std::map<std::string, std::pair<int64_t, int64_t>> got;
+  size_t off = 0;
+  for (size_t i = 0; i < g["stack_sizes"].size(); ++i) {
+    size_t n = g["stack_sizes"][i];
+    uint32_t leaf = g["stack_frames"][off + n - 1];
+    uint32_t root = g["stack_frames"][off];
+    off += n;
+    std::string key = g["threads"][g["stack_thread"][i].get<size_t>()].get<std::string>() + "|" +
+                      g["annotations"][g["stack_annotation"][i].get<size_t>()].get<std::string>() + "|" +
+                      g["strings"][g["frame_fn"][root].get<size_t>()].get<std::string>() + ">" +
+                      g["strings"][g["frame_fn"][leaf].get<size_t>()].get<std::string>();
+    got[key].first += g["stack_counts"][i].get<int64_t>();
+    got[key].second += g["stack_values"][i].get<int64_t>();
+  }
+  std::map<std::string, std::pair<int64_t, int64_t>> want = {
+      {"worker-a 11|step::train|main>spin_a()", {30, 30 * kPeriod}},
+      {"worker-a 11||main>spin_a()", {5, 5 * kPeriod}},
+      {"worker-b 12||main>spin_b()", {12, 12 * kPeriod}}};
+  EXPECT_EQ(got, want);
+}
+
 // ---- the real CLI ----------------------------------------------------------------
 struct Result {
   int code;
@@ -667,6 +719,52 @@ Result Cli(const std::string& args) {
   int status = pclose(f);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// The known CPU workload under `spyglass run --sample`: the page's CPU flame
+// data has burn_a and burn_b on the main thread, burn_a, burn_b and burn_c on
+// the worker, each stack's CPU time its samples times the period.
+TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
+  const char* cli = std::getenv("SPYGLASS_CLI");
+  const char* workload = std::getenv("SPYGLASS_CPU_WORKLOAD");
+  if (!cli || !workload) GTEST_SKIP() << "SPYGLASS_CLI or SPYGLASS_CPU_WORKLOAD not set";
+  std::string dir = MakeTempDir("spyglass-report-cpu");
+  std::string run = std::string(cli) + " run --sample 999 -o " + dir + " -- " + workload + " 1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(run.c_str()), 0) << run;
+  Result r = Cli(dir + " -o " + dir + "/r.html");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 CPU profile"), std::string::npos) << r.out;
+  std::string html = ReadFile(dir + "/r.html");
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  a += open.size();
+  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  ASSERT_EQ(data["cpu_flames"].size(), 1u);
+  const nlohmann::json& g = data["cpu_flames"][0];
+  EXPECT_EQ(g["unit"], "nanoseconds");
+  // Samples by (thread name without its tid, leaf function).
+  std::map<std::string, int64_t> samples;
+  int64_t total = 0, period = 0;
+  size_t off = 0;
+  for (size_t i = 0; i < g["stack_sizes"].size(); ++i) {
+    size_t n = g["stack_sizes"][i];
+    uint32_t leaf = g["stack_frames"][off + n - 1];
+    off += n;
+    std::string thread = g["threads"][g["stack_thread"][i].get<size_t>()].get<std::string>();
+    thread = thread.substr(0, thread.rfind(' '));
+    int64_t count = g["stack_counts"][i], value = g["stack_values"][i];
+    ASSERT_GT(count, 0);
+    if (period == 0) period = value / count;
+    EXPECT_EQ(value, count * period) << "stack " << i;
+    samples[thread + "/" + g["strings"][g["frame_fn"][leaf].get<size_t>()].get<std::string>()] += count;
+    total += value;
+  }
+  EXPECT_EQ(total, g["total"].get<int64_t>());
+  for (const char* k : {"cpu_workload/burn_a", "cpu_workload/burn_b", "worker/burn_a", "worker/burn_b", "worker/burn_c"})
+    EXPECT_GT(samples[k], 10) << k;
+  EXPECT_EQ(samples["cpu_workload/burn_c"], 0);  // the main thread never runs burn_c
+  fs::remove_all(dir);
 }
 
 class ReportCliTest : public ::testing::Test {

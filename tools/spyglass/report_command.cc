@@ -62,7 +62,8 @@ class Progress {
 
 // memory.*<suffix> (.prof, .timeline.tsv) in the run folder, in the log dir above it, and in RUN.
 std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std::string& first_file,
-                                              const std::string& suffix = ".prof") {
+                                              const std::string& suffix = ".prof",
+                                              const std::string& prefix = "memory.") {
   std::error_code ec;
   std::vector<fs::path> dirs;
   fs::path run_dir = fs::path(first_file).parent_path();
@@ -76,7 +77,7 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
     if (!seen.insert(fs::weakly_canonical(d, ec).string()).second) continue;
     for (const auto& e : fs::directory_iterator(d, ec)) {
       std::string name = e.path().filename().string();
-      if (name.starts_with("memory.") && name.ends_with(suffix) && e.is_regular_file(ec))
+      if (name.starts_with(prefix) && name.ends_with(suffix) && e.is_regular_file(ec))
         found.insert(e.path().string());
     }
   }
@@ -147,6 +148,21 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
     in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), flame_options));
   }
 
+  // The CPU sampler's profiles beside the run (spyglass run --sample).
+  {
+    std::vector<std::string> cpu = NearbyMemoryProfiles(run, files.front(), ".prof", "cpu.");
+    if (cpu.size() > kMaxNearbyProfiles) cpu.erase(cpu.begin(), cpu.end() - kMaxNearbyProfiles);
+    for (const std::string& path : cpu) {
+      progress.Set("reading " + path);
+      memory::PprofProfile p;
+      if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
+        in.notes.push_back("CPU profile left out: " + s.message());
+        continue;
+      }
+      in.cpu_flames.push_back(report::BuildCpuFlameGraph(p, fs::path(path).filename().string(), flame_options));
+    }
+  }
+
   // Memory over time beside the profiles (what a range of it held).
   if (memory_files.empty()) {
     std::vector<std::string> series = NearbyMemoryProfiles(run, files.front(), ".timeline.tsv");
@@ -171,7 +187,8 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
   std::cout << "wrote " << output << " (" << memory::HumanBytes(static_cast<int64_t>(html.size())) << "): "
             << in.timeline.events << " events on " << in.timeline.tracks.size() << " threads, "
             << in.timeline.counters.size() << " counter" << (in.timeline.counters.size() == 1 ? "" : "s") << ", "
-            << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << "\n";
+            << in.flames.size() << " memory profile" << (in.flames.size() == 1 ? "" : "s") << ", " << in.cpu_flames.size()
+            << " CPU profile" << (in.cpu_flames.size() == 1 ? "" : "s") << "\n";
   if (in.timeline.coarsened_lanes || in.timeline.coarsened_counters)
     std::cout << "  coarsened to fit " << memory::HumanBytes(static_cast<int64_t>(max_page_bytes)) << ": "
               << in.timeline.coarsened_events << " events of " << in.timeline.coarsened_lanes
@@ -183,7 +200,7 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
 
 void AddReportCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "report", "One self-contained HTML page of a run: step times, summary, a zoomable timeline and memory flame graphs");
+      "report", "One self-contained HTML page of a run: step times, summary, a zoomable timeline, CPU and memory flame graphs");
   static std::string run, output;
   static std::vector<std::string> memory_files;
   cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")

@@ -1195,13 +1195,15 @@
     const fnOf = (f) => S[g.frame_fn[f]], fileOf = (f) => S[g.frame_file[f]];
     const kindOf = (f) => g.frame_kind[f];
     const loc = (f) => (fileOf(f) ? fileOf(f) + (g.frame_line[f] ? ':' + g.frame_line[f] : '') : '');
-    const all = [];
+    const every = [];
     for (let i = 0, off = 0; i < g.stack_sizes.length; off += g.stack_sizes[i], i++)
-      all.push({ frames: g.stack_frames.slice(off, off + g.stack_sizes[i]), value: g.stack_values[i] });
-    const fmt = g.unit === 'bytes' ? fmtBytes : (v) => String(v);
+      every.push({ frames: g.stack_frames.slice(off, off + g.stack_sizes[i]), value: g.stack_values[i],
+        thread: g.cpu ? g.stack_thread[i] : 0, annotation: g.cpu ? g.stack_annotation[i] : 0 });
+    let all = every;
+    const fmt = g.unit === 'bytes' ? fmtBytes : g.unit === 'nanoseconds' ? fmtNs : (v) => String(v);
     const pct = (v) => (g.total ? ((100 * v) / g.total).toFixed(1) : '0') + ' %';
     const sec = el('div', { class: cls || 'profile', 'data-title': g.title });
-    sec.appendChild(el(cls ? 'h4' : 'h3', {}, `${g.title} — ${fmt(g.total)}${cls ? '' : g.unit === 'bytes' ? ' live' : ' samples'}`));
+    sec.appendChild(el(cls ? 'h4' : 'h3', {}, `${g.title} — ${fmt(g.total)}${cls ? '' : g.unit === 'bytes' ? ' live' : g.cpu ? ' CPU time' : ' samples'}`));
     if (g.negative_samples) sec.appendChild(el('div', { class: 'more' }, `${g.negative_samples} samples with negative values counted as 0`));
     if (g.hidden_stacks) sec.appendChild(el('div', { class: 'more' }, `${g.hidden_stacks} smaller stacks (${fmt(g.hidden_value)}) are not in this page's flame graph`));
     if (g.sites.length) {
@@ -1221,6 +1223,14 @@
     foldLabel.appendChild(document.createTextNode(` fold interpreter and import frames (${interp} such frames)`));
     const find = el('input', { type: 'search', class: 'fl-search', placeholder: 'search frames', size: 18 });
     const found = el('span', { class: 'fl-found' });
+    // CPU: all threads, one thread, or one annotation (the samples' labels).
+    const who = el('select', { class: 'fl-who' });
+    if (g.cpu) {
+      who.appendChild(el('option', { value: 'all' }, 'all threads'));
+      (g.threads || []).forEach((t, k) => { if (t) who.appendChild(el('option', { value: 't' + k }, 'thread ' + t)); });
+      (g.annotations || []).forEach((a, k) => { if (a) who.appendChild(el('option', { value: 'a' + k }, 'annotation ' + a)); });
+      bar.appendChild(who);
+    }
     bar.appendChild(viewSel); bar.appendChild(foldLabel); bar.appendChild(find); bar.appendChild(found);
     const legend = el('span', { class: 'fl-legend' });
     for (const k of [1, 0, 2]) { const sw = el('span', { class: 'fl-swatch' }); sw.style.background = kindColor(k, 'x'); legend.appendChild(sw); legend.appendChild(document.createTextNode(KIND[k] + ' ')); }
@@ -1277,6 +1287,12 @@
       root = 0;
       draw();
     }
+    who.addEventListener('change', () => {
+      const v = who.value, k = Number(v.slice(1));
+      all = v === 'all' ? every : every.filter((s) => (v[0] === 't' ? s.thread === k : s.annotation === k));
+      focusFn = null;
+      rebuild();
+    });
     const matches = (f) => query && (fnOf(f).toLowerCase().includes(query) || fileOf(f).toLowerCase().includes(query));
     function drawTree(div, t, r) {
       div.textContent = '';
@@ -1363,6 +1379,8 @@
     return {
       setView: (v) => { viewSel.value = v; view = v; rebuild(); },
       setFold: (on) => { fold.checked = on; rebuild(); },
+      // CPU: 'all', 't<k>' (thread k) or 'a<k>' (annotation k); the root's total after.
+      select: (v) => { who.value = v; who.dispatchEvent(new Event('change')); return tree ? tree.value[0] : 0; },
       search: (q) => { find.value = q; query = q.toLowerCase(); draw(); return found.textContent; },
       sandwich: (fn) => { viewSel.value = 'sandwich'; view = 'sandwich'; focusFn = null; for (let f = 0; f < g.frame_fn.length; f++) if (fnOf(f) === fn) focusFn = fnKey(f); rebuild(); },
       // Each node as drawn: name, file:line, kind, depth, value, self.
@@ -1527,6 +1545,11 @@
       box.textContent = '';
       report.flames = data.flames.map((g, i) => renderFlame(box, g, i));
       report.memoryTimelines = (data.memory_timelines || []).map((m) => renderMemoryTimeline(box, m));
+    }
+    if ((data.cpu_flames || []).length) {
+      const box = $('sg-cpu');
+      box.textContent = '';
+      report.cpuFlames = data.cpu_flames.map((g, i) => renderFlame(box, g, i));
     }
     const blob = await inflate($('sg-blob').textContent);
     if (blob.length !== data.timeline.blob_bytes) throw new Error('timeline data is damaged');
