@@ -90,21 +90,10 @@ bool FindKey(std::string_view key, KnownKey* out) {
   return false;
 }
 
-// The known keys for an error message. Capped: every tracer adds keys, and an
-// error answering a request must stay short whatever registers.
 std::string KeyList() {
-  constexpr size_t kMaxListBytes = 640;
   std::vector<session::OptionKey> storage;
   std::string list;
-  size_t left_out = 0;
-  for (const KnownKey& k : AllKeys(&storage)) {
-    if (list.size() + k.name.size() + 2 > kMaxListBytes) {
-      ++left_out;
-      continue;
-    }
-    list += (list.empty() ? "" : ", ") + std::string(k.name);
-  }
-  if (left_out > 0) list += ", and " + std::to_string(left_out) + " more";
+  for (const KnownKey& k : AllKeys(&storage)) list += (list.empty() ? "" : ", ") + std::string(k.name);
   return list;
 }
 
@@ -179,8 +168,11 @@ Status ValidateOptions(const ProfileOptions& o) {
   for (const auto& [key, value] : o.advanced_configuration) {
     KnownKey known;
     if (!FindKey(key, &known))
-      return InvalidArgumentError("unknown advanced_configuration key " + QuoteInput(key) + " (known keys: " +
-                                  KeyList() + ")");
+      // A key too long to quote whole is no typo: no list, so that the
+      // answer to a hostile request stays short.
+      return InvalidArgumentError("unknown advanced_configuration key " + QuoteInput(key) +
+                                  (key.size() > kQuotedInputBytes ? std::string()
+                                                                  : " (known keys: " + KeyList() + ")"));
     if (!Matches(value, known.type))
       return InvalidArgumentError("advanced_configuration key '" + key + "' takes a " + TypeName(known.type) +
                                   " value");

@@ -38,7 +38,8 @@ token=${url#*token=}
 [ "$(code -H 'Host: attacker.example' "$url")" = 403 ] || fail "another Host must be 403"
 [ "$(code -X POST "$url")" = 405 ] || fail "POST must be 405"
 [ "$(code "$base/window?token=$token&t0=zz&t1=1&px=1")" = 400 ] || fail "a bad window must be 400"
-curl -s "$url" | grep -q "connect-src 'self'" || fail "the page's CSP"
+page=$(curl -s "$url")  # read whole: grep -q would close the pipe early (SIGPIPE under pipefail)
+grep -q "connect-src 'self'" <<<"$page" || fail "the page's CSP"
 curl -s "$base/window?token=$token&t0=32000000&t1=62000000&px=1000" -o "$T/w.bin"
 [ "$(stat -c %s "$T/w.bin")" -gt 4 ] || fail "the window answer"
 # A second instance gets another port and token.
