@@ -36,7 +36,7 @@ install_and_test() {
     "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy protobuf
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "${build_args[@]}" .
   # Run from outside the source tree so that `import spyglass` is the installed package.
-  (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
+  (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@")
 }
 
 VENV=${SPYGLASS_VENV:-.venv-test}

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage says when it starts, so that the CI log shows where the time goes.
-stage() { echo "== [$(date -u +%T), ${SECONDS}s] $*"; }
+# `times`: CPU used so far (its second line: user and system time of the stages).
+stage() { echo "== [$(date -u +%T), ${SECONDS}s] $*"; times; }
 stage setup
 bash scripts/setup.sh --browser
 jobs=${JOBS:-2}
