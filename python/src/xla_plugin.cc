@@ -8,7 +8,9 @@
 #include <cstring>
 #include <memory>
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -21,7 +23,10 @@
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_import.h"
+#include "sampling/cpu_model.h"
+#include "server/options_convert.h"
 #include "server/merge.h"
+#include "session/env_start.h"
 #include "session/flight_recorder.h"
 #include "session/session.h"
 #include "session/tracer.h"
@@ -209,6 +214,9 @@ void FromXlaLineIds(model::Plane* plane) {
 
 struct PluginProfiler {
   std::unique_ptr<session::Session> session;  // null when passive or disabled
+  // The advanced_configuration of the options XLA handed to create (newest
+  // XLA: jax.profiler's profiler_options), e.g. spyglass_cpu_sample_hz.
+  std::map<std::string, profiler::AdvancedValue> advanced;
 
   std::string bytes;  // the serialized XSpace we supply, kept until destroy
 };
@@ -232,7 +240,14 @@ extern "C" SgPluginError* PluginErrorGetCode(SgErrorGetCodeArgs* args) {
   return nullptr;
 }
 extern "C" SgPluginError* PluginCreate(SgCreateArgs* args) {
-  args->profiler = reinterpret_cast<SgPluginProfiler*>(new PluginProfiler);
+  auto* p = new PluginProfiler;
+  tensorflow::ProfileOptions xla_options;
+  if (args->options != nullptr && args->options_size > 0 &&
+      xla_options.ParseFromArray(args->options, static_cast<int>(args->options_size))) {
+    for (auto& [key, value] : server::FromProto(xla_options).advanced_configuration)
+      if (key.rfind("spyglass_", 0) == 0) p->advanced.insert_or_assign(key, value);  // ours; XLA's own keys stay XLA's
+  }
+  args->profiler = reinterpret_cast<SgPluginProfiler*>(p);
   return nullptr;
 }
 extern "C" SgPluginError* PluginDestroy(SgProfilerArgs* args) {
@@ -240,11 +255,21 @@ extern "C" SgPluginError* PluginDestroy(SgProfilerArgs* args) {
   return nullptr;
 }
 
-// Our tracers for an XLA session: annotations (C++ and Python) and memory
-// counters. XLA's own Python tracer records the Python calls and XLA's CUPTI
-// tracer the device: ours stay off so that nothing is recorded twice.
-profiler::ProfileOptions PluginSessionOptions() {
-  profiler::ProfileOptions o;
+// Our tracers for an XLA session: annotations (C++ and Python), memory
+// counters, and what SPYGLASS_OPTIONS and the spyglass_* keys of XLA's
+// options turn on (the CPU sampler: spyglass_cpu_sample_hz). XLA's own
+// Python tracer records the Python calls and XLA's CUPTI tracer the device:
+// ours stay off so that nothing is recorded twice.
+profiler::ProfileOptions PluginSessionOptions(const PluginProfiler& p) {
+  session::StartSettings env;
+  auto only_options = [](const char* name) -> const char* {
+    return std::strcmp(name, session::kEnvOptions) == 0 ? std::getenv(name) : nullptr;
+  };
+  // A bad SPYGLASS_OPTIONS was reported at import; XLA's session runs on with the defaults.
+  profiler::ProfileOptions o = session::ParseStartSettings(only_options, &env).ok() ? env.options
+                                                                                   : profiler::ProfileOptions{};
+  for (const auto& [key, value] : p.advanced) o.advanced_configuration.insert_or_assign(key, value);
+  if (!profiler::ValidateOptions(o).ok()) o.advanced_configuration.clear();
   o.python_tracer_level = 0;
   o.device_tracer_level = 0;
   return o;
@@ -260,7 +285,7 @@ extern "C" SgPluginError* PluginStart(SgProfilerArgs* args) {
   }
   LearnPythonThreads();
   g_plugin_starting.store(true);
-  Status s = session::Session::Create(PluginSessionOptions(), "Profile has already been started.", &p->session);
+  Status s = session::Session::Create(PluginSessionOptions(*p), "Profile has already been started.", &p->session);
   g_plugin_starting.store(false);
   if (!s.ok()) {  // lost a race with a Spyglass start: passive then
     g_passive_sessions.fetch_add(1);
@@ -286,6 +311,9 @@ extern "C" SgPluginError* PluginStop(SgProfilerArgs* args) {
     if (plane.name == model::kTaskEnvPlaneName || plane.name == model::kMetadataPlaneName) continue;
     if (plane.name == model::kHostPlaneName) {
       if (plane.lines.empty()) continue;
+      // XLA merges this plane into its /host:CPU by event name: the CPU
+      // samples' stacks go by node name too.
+      sampling::MakeCpuStacksPortable(&plane);
       plane.name = kPluginHostPlaneName;
       ToXlaLineIds(&plane);
     }
