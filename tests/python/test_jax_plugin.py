@@ -290,6 +290,17 @@ def test_spyglass_collect_of_a_jax_program_holds_xla_events(tmp_path, xplane_pb2
     assert name in names, (name, sorted(names)[:40])
 
 
+def test_spyglass_collect_of_a_jax_program_holds_jax_device_bytes(tmp_path, xplane_pb2):
+  # The memory timeline's JAX track in a remote capture, by default: the
+  # program traced itself once (which starts the sampler thread), then serves.
+  path = capture(tmp_path, "with sp.trace(None):\n    jnp.ones(8).block_until_ready()\nport = sp.start_server(0)",
+                 lambda port, logs: [sys.executable, "-m", "spyglass", "collect", str(port), "800",
+                                     "--log_dir", logs, "--no_perfetto_link"])
+  planes, _ = planes_and_lines(xplane_pb2, path)
+  counters = [n for names in planes["/host:CPU"].values() for n in names if n == "jax memory cpu:0"]
+  assert len(counters) >= 5, len(counters)  # 800 ms at a 10 ms period, on a loaded machine
+
+
 def test_jax_collect_profile_of_a_jax_program_holds_spyglass_annotations(tmp_path, xplane_pb2):
   pytest.importorskip("xprof")  # jax.collect_profile needs it
   path = capture(tmp_path, "import socket, spyglass.jax\ns = socket.socket(); s.bind(('127.0.0.1', 0))\n"
