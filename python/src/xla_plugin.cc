@@ -2,6 +2,8 @@
 
 #include <nanobind/stl/string.h>
 
+#include <link.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -15,11 +17,13 @@
 #include <thread>
 #include <unordered_map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "export/xplane/xplane_writer.h"
+#include "gpu/gpu_options.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_import.h"
@@ -536,9 +540,38 @@ std::unique_ptr<session::Tracer> MakeXlaSessionTracer(const profiler::ProfileOpt
   return std::make_unique<XlaSessionTracer>(options);
 }
 
+// jaxlib's native module is mapped (jax was imported): found without the
+// GIL, from the loader's list (jaxlib/_jax.so; xla_extension.so before 0.5).
+bool JaxlibLoaded() {
+  return dl_iterate_phdr(
+             [](dl_phdr_info* info, size_t, void*) {
+               std::string_view path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+               size_t slash = path.rfind('/');
+               std::string_view dir = slash == std::string_view::npos ? "" : path.substr(0, slash);
+               std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+               const bool in_jaxlib = dir.size() >= 7 && dir.substr(dir.size() - 7) == "/jaxlib";
+               return in_jaxlib && (base.rfind("_jax.", 0) == 0 || base.rfind("xla_extension.", 0) == 0) ? 1 : 0;
+             },
+             nullptr) != 0;
+}
+
+// The device's tracer in a JAX process: XLA's, in the XLA session that ours
+// drives (docs/jax-plugin.md, "Which tracer traces the device"). Asked by the
+// GPU tracer's factory at each session's creation (remote captures and
+// `run --trace` too, whose options are not the Python package's).
+std::string XlaTracesTheDevice() {
+  if (g_plugin_starting.load()) return "";  // the plugin's own session has no device tracer
+  const char* off = std::getenv("SPYGLASS_JAX_SESSION");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return "";  // no XLA session: ours traces it
+  return JaxlibLoaded() ? "XLA's device tracer (jax)" : "";
+}
+
 }  // namespace
 
 void BindXlaPlugin(nb::module_& m) {
+  // Whether our GPU tracer holds CUPTI: an XLA session started later in the
+  // same session (jax imported after it began) leaves the device to it.
+  m.def("_gpu_tracer_active", []() { return gpu::GpuTracerActive(); });
   m.def("_xla_plugin_capsule", []() {
     // What jaxlib's register_plugin_profiler takes: a PJRT_Api in a "pjrt_c_api" capsule.
     return nb::capsule(&g_pjrt_api_head, "pjrt_c_api");
@@ -560,6 +593,7 @@ void BindXlaPlugin(nb::module_& m) {
       d.start = std::move(start);
       d.stop = std::move(stop);
     }
+    gpu::SetDeviceOwnerProbe(&XlaTracesTheDevice);
     session::RegisterTracer("xla_session", kRankXlaSession, MakeXlaSessionTracer);
     session::RegisterTracer("xla_session_zero", kRankZeroStamp, [](const profiler::ProfileOptions&) {
       return g_plugin_starting.load() ? nullptr : std::unique_ptr<session::Tracer>(new ZeroStampTracer);

@@ -288,6 +288,10 @@ def test_spyglass_collect_of_a_jax_program_holds_xla_events(tmp_path, xplane_pb2
   names = all_names(xplane_pb2, path)
   for name in ("PjitFunction(f)", "jax_inner", "sg_outer"):
     assert name in names, (name, sorted(names)[:40])
+  # The capture's options are the client's (device_tracer_level=1): in a JAX
+  # process our GPU tracer steps aside for XLA's (one CUPTI subscriber).
+  warnings = list(read_xspace(xplane_pb2, path).warnings)
+  assert any("GPU tracer off: XLA's device tracer (jax) traces the device" in w for w in warnings), warnings
 
 
 def test_spyglass_collect_of_a_jax_program_holds_jax_device_bytes(tmp_path, xplane_pb2):
