@@ -360,7 +360,11 @@ SAMPLED = textwrap.dedent("""\
     f = jax.jit(lambda x: jnp.sin(x) @ x)
     x = jnp.ones((256, 256))
     f(x).block_until_ready()
-    with jax.profiler.trace(sys.argv[1]):
+    options = None
+    if sys.argv[2] == "options":  # jax's own options: XLA hands them to the plugin
+        options = jax.profiler.ProfileOptions()
+        options.advanced_configuration = {"spyglass_cpu_sample_hz": 999}
+    with jax.profiler.trace(sys.argv[1], profiler_options=options):
         for _ in range(15):
             burn_python(100000)
             f(x).block_until_ready()
@@ -368,15 +372,18 @@ SAMPLED = textwrap.dedent("""\
     """)
 
 
-def test_plugin_puts_cpu_samples_in_jax_profiler_trace(tmp_path, xplane_pb2):
-  # The sampler on (SPYGLASS_OPTIONS): jax.profiler's trace holds its samples
+@pytest.mark.parametrize("how", ["env", "options"])
+def test_plugin_puts_cpu_samples_in_jax_profiler_trace(tmp_path, xplane_pb2, how):
+  # The sampler on (SPYGLASS_OPTIONS, or the advanced_configuration of the
+  # profiler_options given to jax.profiler): jax.profiler's trace holds its samples
   # on /host:CPU, one "CPU samples" line per thread, and their stacks survive
   # XLA's merge of our plane into its own (by event name: the stack table).
   script = tmp_path / "prog.py"
   script.write_text(SAMPLED)
   logs = tmp_path / "logs"
-  p = subprocess.run([sys.executable, str(script), str(logs)], capture_output=True, text=True, timeout=300,
-                     env=env(SPYGLASS_OPTIONS="spyglass_cpu_sample_hz=999"))
+  extra = {"SPYGLASS_OPTIONS": "spyglass_cpu_sample_hz=999"} if how == "env" else {}
+  p = subprocess.run([sys.executable, str(script), str(logs), how], capture_output=True, text=True, timeout=300,
+                     env=env(**extra))
   assert p.returncode == 0, p.stdout + p.stderr
   tid, owned = p.stdout.split()
   assert owned == "1", p.stdout
