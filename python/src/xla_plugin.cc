@@ -558,9 +558,12 @@ bool JaxlibLoaded() {
 // The device's tracer in a JAX process: XLA's, in the XLA session that ours
 // drives (docs/jax-plugin.md, "Which tracer traces the device"). Asked by the
 // GPU tracer's factory at each session's creation (remote captures and
-// `run --trace` too, whose options are not the Python package's).
-std::string XlaTracesTheDevice() {
+// `run --trace` too, whose options are not the Python package's). Not in a
+// flight recorder's session, which drives no XLA session (MakeXlaSessionTracer).
+std::string XlaTracesTheDevice(const profiler::ProfileOptions& options) {
   if (g_plugin_starting.load()) return "";  // the plugin's own session has no device tracer
+  session::FlightRecorderConfig ring;
+  if (session::ResolveFlightRecorder(options, &ring).ok() && ring.seconds > 0) return "";
   const char* off = std::getenv("SPYGLASS_JAX_SESSION");
   if (off != nullptr && std::strcmp(off, "0") == 0) return "";  // no XLA session: ours traces it
   return JaxlibLoaded() ? "XLA's device tracer (jax)" : "";

@@ -44,8 +44,9 @@ GpuOptions ParseGpuOptions(const profiler::ProfileOptions& options);
 // traces the device itself (XLA's device tracer in a JAX process, which
 // knows the HLO op of each kernel), our GPU tracer steps aside. The probe
 // names that profiler, "" when there is none; it is asked at each session's
-// creation, without the GIL (the Python package sets it: xla_plugin.cc).
-using DeviceOwnerProbe = std::string (*)();
+// creation, with the session's options, without the GIL (the Python package
+// sets it: xla_plugin.cc).
+using DeviceOwnerProbe = std::string (*)(const profiler::ProfileOptions& options);
 void SetDeviceOwnerProbe(DeviceOwnerProbe probe);
 // Whether a GPU tracer of ours holds CUPTI now (between its start and stop):
 // a profiler starting later leaves the device to it.

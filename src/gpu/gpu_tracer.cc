@@ -488,7 +488,7 @@ class SteppedAsideTracer : public session::Tracer {
 std::unique_ptr<session::Tracer> MakeGpuTracer(const profiler::ProfileOptions& options) {
   if (options.device_tracer_level == 0) return nullptr;
   if (DeviceOwnerProbe probe = g_owner_probe.load(); probe != nullptr) {
-    if (std::string owner = probe(); !owner.empty()) return std::make_unique<SteppedAsideTracer>(std::move(owner));
+    if (std::string owner = probe(options); !owner.empty()) return std::make_unique<SteppedAsideTracer>(std::move(owner));
   }
   return std::make_unique<GpuTracer>(options);
 }

@@ -139,7 +139,7 @@ TEST(GpuTracer, NoDriverHostTraceGoesOnWithAWarning) {
 // Another profiler of the process traces the device (XLA's in a JAX
 // process): ours steps aside before loading anything, and the trace says why.
 TEST(GpuTracer, StepsAsideWhereAnotherTracerOwnsTheDevice) {
-  gpu::SetDeviceOwnerProbe([] { return std::string("XLA's device tracer (test)"); });
+  gpu::SetDeviceOwnerProbe([](const profiler::ProfileOptions&) { return std::string("XLA's device tracer (test)"); });
   profiler::ProfileOptions o;  // device_tracer_level = 1
   model::Space space;
   session::SessionSummary summary;
@@ -156,7 +156,7 @@ TEST(GpuTracer, StepsAsideWhereAnotherTracerOwnsTheDevice) {
   EXPECT_FALSE(gpu::GpuTracerActive());
   EXPECT_GE(summary.events, 1u);  // the host trace goes on
   // A probe naming nobody: the GPU tracer is ours again (here: no driver, or a GPU).
-  gpu::SetDeviceOwnerProbe([] { return std::string(); });
+  gpu::SetDeviceOwnerProbe([](const profiler::ProfileOptions&) { return std::string(); });
   model::Space again;
   ASSERT_TRUE(testing::RunSessionCapturingStderr(o, &again, &summary, &err, [] {}).ok());
   gpu::SetDeviceOwnerProbe(nullptr);
