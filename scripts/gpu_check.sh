@@ -23,10 +23,23 @@
 # wheel, installed into a temporary folder) checks kernel_stats,
 # framework_op_stats, overview_page and trace_viewer@ on the same file; a
 # second traced run with gpu_pm_sample_counters reports the PM counter samples
-# (or the warning saying why there are none); the driver version is printed,
+# (or the warning saying why there are none); the JAX leg
+# (tests/gpu/gpu_jax_check.py, on the device's own jax with its CUDA plugin,
+# and the spyglass wheel for its Python 3.12 that the stage carries) checks
+# one CUPTI subscriber in a JAX process, XLA's: its kernels on /device:GPU:0
+# inside our TraceAnnotations, each kernel once, when spyglass.profiler drives
+# XLA's session, when a session from the environment steps aside, and in
+# jax.profiler's trace with `import spyglass.jax`; the driver version is printed,
 # and one older than CUDA 13's stops the check early. Then it prints the host
 # cost per kernel launch with no tracer, with CUPTI activity tracing alone
 # (the floor) and with Spyglass. Runs in well under 5 minutes.
+# `bash scripts/gpu_check.sh jax` runs the JAX leg alone.
+#
+# The jax CUDA wheels do not travel: jax-cuda13-pjrt alone is larger than the
+# 64 MiB a call may carry, and the lent machines' image holds jax, jaxlib,
+# jax-cuda13-plugin and jax-cuda13-pjrt (0.11.2, seen 2026-11; KINDS.md).
+# SPYGLASS_GPU_JAX_WHEELS=DIR at prepare adds the wheels in DIR to the stage
+# (for an image without them), refused when the stage would pass the limit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 carried=build/gpu_check
@@ -66,8 +79,63 @@ if [ "${1:-}" = "prepare" ]; then
   # in that machine's image).
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 -d "$carried" xprof==2.24.2
+  # The JAX leg: the spyglass package for the device's Python (3.12), built
+  # here in a venv of its own (its CMake build dir is build-wheel/cp312-*).
+  py312=$(ls -d "$HOME"/.pyenv/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+  [ -n "$py312" ] || py312=$(command -v python3.12 || true)
+  if [ -n "$py312" ]; then
+    venv=build/gpu_check_py312
+    [ -x "$venv/bin/python" ] || "$py312" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
+    launcher=()
+    command -v ccache >/dev/null && launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+                                              --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
+    "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation "${launcher[@]}" \
+      -w "$carried" .
+  else
+    echo "gpu_check.sh prepare: no CPython 3.12 here (pyenv install 3.12): the JAX leg will be skipped" >&2
+  fi
+  if [ -n "${SPYGLASS_GPU_JAX_WHEELS:-}" ]; then
+    cp "$SPYGLASS_GPU_JAX_WHEELS"/*.whl "$carried/"
+  fi
   du -sh "$carried"
+  # What a call may carry: the whole working tree travels too.
+  kib=$(du -sk "$carried" | cut -f1)
+  if [ "$kib" -gt $((56 * 1024)) ]; then
+    echo "gpu_check.sh prepare: $carried is $((kib / 1024)) MiB; with the tree it passes the 64 MiB a call carries" >&2
+    exit 4
+  fi
   exit 0
+fi
+
+# The JAX leg: JAX's trace and ours on the GPU, one CUPTI subscriber (XLA's).
+# Returns 0 (passed, or skipped: no wheel, no GPU backend in jax) or 1.
+jax_leg() {
+  local whl rc=0
+  echo "== JAX on the GPU: one CUPTI subscriber (XLA's device tracer), our annotations around XLA's kernels"
+  whl="$(ls "$carried"/spyglass-*-cp312-*.whl 2>/dev/null | head -1 || true)"
+  if [ -z "$whl" ]; then
+    echo "(no spyglass cp312 wheel in $carried: JAX leg skipped; 'prepare' builds it)"
+    return 0
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$tmp/sg" "$whl" || return 1
+  # Carried jax wheels (SPYGLASS_GPU_JAX_WHEELS at prepare) only where the image lacks jax.
+  if ! python3 -c 'import jax' 2>/dev/null && ls "$carried"/jax*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$tmp/sg" "$carried"/jax*.whl || return 1
+  fi
+  PYTHONPATH="$tmp/sg${PYTHONPATH:+:$PYTHONPATH}" timeout 600 python3 tests/gpu/gpu_jax_check.py "$tmp/jax" || rc=$?
+  case $rc in
+    0) return 0 ;;
+    77) echo "(jax has no GPU backend here: JAX leg skipped)"; return 0 ;;
+    *) echo "the JAX leg FAILED (exit $rc)"; return 1 ;;
+  esac
+}
+
+if [ "${1:-}" = "jax" ]; then
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  jax_leg
+  exit $?
 fi
 
 [ -f "$carried/stage.tar.gz" ] || { echo "no $carried: run 'bash scripts/gpu_check.sh prepare' first" >&2; exit 2; }
@@ -114,6 +182,9 @@ else
   echo "the run with PM sampling FAILED (exit $?)"
 fi
 
+jax_failed=0
+jax_leg || jax_failed=1
+
 echo "== host cost per kernel launch (20000 empty kernels, best of 3)"
 best() {
   local mode=$1 b=""
@@ -130,4 +201,5 @@ awk -v n="$none" -v c="$cupti" -v s="$spy" 'BEGIN {
   printf "Spyglass             %8.1f ns/launch (+%.1f)\n", s, s - n
   if (c - n > 0) printf "Spyglass added cost / floor added cost: %.2fx (goal <= 1.2x)\n", (s - n) / (c - n)
 }'
+[ "$jax_failed" = 0 ] || { echo "GPU CHECK DONE (the JAX leg FAILED)"; exit 1; }
 echo "GPU CHECK DONE"

@@ -122,6 +122,18 @@ class _XlaSession:
       o = _profiler.ProfileOptions()
       o.host_tracer_level = int(self.options["host_tracer_level"])
       o.python_tracer_level = 0  # Spyglass's Python tracer records the calls
+      # One CUPTI subscriber: XLA's device tracer, unless ours began first
+      # (jax imported during a session that started without it, on a GPU).
+      # A jaxlib that cannot turn XLA's off (0.10 has no device_tracer_level)
+      # gets no session then: XLA's tracer would enable CUPTI's activity API
+      # even where its subscription failed, taking our activity buffers.
+      if _spyglass._gpu_tracer_active():
+        if not hasattr(o, "device_tracer_level"):
+          sys.stderr.write("spyglass: XLA's events are not in this trace: Spyglass's GPU tracer began before jax "
+                           "was imported and this jaxlib cannot start XLA's session without its own\n")
+          self.stopped = True
+          return
+        o.device_tracer_level = 0
       o.enable_hlo_proto = bool(self.options["enable_hlo_proto"])
       o.include_dataset_ops = bool(self.options["include_dataset_ops"])
       _set_jax_metadata(_profiler)

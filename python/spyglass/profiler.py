@@ -165,12 +165,9 @@ class ProfileSession:
                               bool(self.create_perfetto_trace), options,
                               int(self.perfetto_link_timeout_s))
       try:
-        global _sampling_armed
-        _sampling_armed = True
         # Recorded in the /host:metadata plane (the core clears it at every start).
         _spyglass.set_metadata("python_version", platform.python_version())
       except BaseException:
-        _disarm_sampling()
         _spyglass._stop_trace_in_memory()  # a failed start leaves no session running
         raise
       self._is_running = True
@@ -197,7 +194,6 @@ class ProfileSession:
         try:
           _sample_jax_memory()  # the track's last point, at the stop
         finally:
-          _disarm_sampling()
           _spyglass.stop_trace()  # whatever happened before
     finally:
       self._profile_data = _spyglass._last_trace_profile_data()
@@ -596,8 +592,7 @@ def _jax_device_bytes() -> Optional[list]:
 # core's "jax memory <device>" counters (python/src/jax_memory.cc). The thread
 # is started with the first session started here in a JAX program; it then
 # serves every later session, remote captures included.
-# SPYGLASS_JAX_MEMORY_INTERVAL_MS sets the period (default 0: off, until its
-# interplay with XLA's session in remote captures is fixed; 10 is the tested value).
+# SPYGLASS_JAX_MEMORY_INTERVAL_MS sets the period (default 10; 0: off).
 
 _sampler_lock = threading.Lock()
 _sampler_thread: Optional[threading.Thread] = None
@@ -605,9 +600,9 @@ _sampler_thread: Optional[threading.Thread] = None
 
 def _jax_memory_interval_s() -> float:
   try:
-    return max(0.0, float(os.environ.get("SPYGLASS_JAX_MEMORY_INTERVAL_MS", "0"))) / 1000.0
+    return max(0.0, float(os.environ.get("SPYGLASS_JAX_MEMORY_INTERVAL_MS", "10"))) / 1000.0
   except ValueError:
-    return 0.0
+    return 0.01
 
 
 def _sample_jax_memory() -> bool:
@@ -642,10 +637,6 @@ class _SampleLock:
 
 
 _HAVE_JAX_MEMORY = hasattr(_spyglass, "_jax_memory_run")
-# Only sessions started by ProfileSession.start are sampled: in a remote
-# capture XLA's session (started from the server's thread) and the sampler's
-# jaxlib calls wait for each other.
-_sampling_armed = False
 _sample_lock = _SampleLock()
 
 
@@ -654,7 +645,7 @@ def _jax_memory_sampling_step() -> Optional[float]:
   """One sample; the pause before the next (seconds), None: none for this session."""
   try:
     interval = _jax_memory_interval_s()
-    if interval == 0 or not _sampling_armed:
+    if interval == 0:
       return None
     began = time.perf_counter()
     if not _sample_jax_memory():
@@ -664,11 +655,6 @@ def _jax_memory_sampling_step() -> Optional[float]:
     return max(interval, 20 * (time.perf_counter() - began))
   except Exception:  # pylint: disable=broad-except
     return None  # the thread lives on for the next session
-
-
-def _disarm_sampling() -> None:
-  global _sampling_armed
-  _sampling_armed = False
 
 
 def _ensure_jax_memory_sampler() -> None:
@@ -769,7 +755,6 @@ def _stop_in_memory(session: "ProfileSession") -> Optional[ProfileData]:
       _state.session = None
   try:
     with _sample_lock:  # no JAX memory sample is cut by the stop
-      _disarm_sampling()
       _spyglass._stop_trace_in_memory()
   finally:
     session._profile_data = _spyglass._last_trace_profile_data()  # pylint: disable=protected-access

@@ -358,8 +358,8 @@ __attribute__((noinline)) const char* CodeNameSlow(PyCodeObject* code) {
   return name;
 }
 
-// "$<owner> <method>" of a C method definition `ml`; the key (definition
-// and, for methods, the type of self) names one function.
+// "$<module> <method>" of a C method definition `ml`, as XLA names it; the
+// key (definition and, for methods, the type of self) names one function.
 // In front of the map, a direct-mapped cache: a C call's name is then a few
 // loads (the map's hash and probe cost as much as the rest of the event).
 struct CNameEntry {
@@ -395,20 +395,12 @@ __attribute__((noinline)) const char* CMethodNameSlow(uint64_t key, PyMethodDef*
                                                       PyObject* self, bool module_named) {
   auto it = g_cfunc_names->find(key);
   if (it != g_cfunc_names->end()) return it->second;
-  std::string owner;
-  if (module_named) {
-    owner = Utf8(module);
-  } else if (self != nullptr && PyModule_Check(self)) {
-    const char* m = PyModule_GetName(self);
-    if (m == nullptr) PyErr_Clear();
-    owner = m != nullptr ? m : "<unknown>";
-  } else if (self != nullptr && PyType_Check(self)) {
-    owner = reinterpret_cast<PyTypeObject*>(self)->tp_name;
-  } else if (self != nullptr) {
-    owner = Py_TYPE(self)->tp_name;
-  } else {
-    owner = "<unknown>";
-  }
+  // XLA's Python tracer's names (jax.profiler's traces): the defining module
+  // where the function names one (a str m_module), else "<unknown>"; the
+  // type of self is not part of the name, so that both traces of a program
+  // hold the same names.
+  (void)self;
+  std::string owner = module_named ? Utf8(module) : "<unknown>";
   const char* name = Intern("$" + owner + " " + (ml->ml_name ? ml->ml_name : "<unknown>"));
   g_cfunc_names->emplace(key, name);
   return name;

@@ -2,26 +2,35 @@
 
 #include <nanobind/stl/string.h>
 
+#include <link.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "export/xplane/xplane_writer.h"
+#include "gpu/gpu_options.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_import.h"
+#include "sampling/cpu_model.h"
+#include "server/options_convert.h"
 #include "server/merge.h"
+#include "session/env_start.h"
 #include "session/flight_recorder.h"
 #include "session/session.h"
 #include "session/tracer.h"
@@ -209,6 +218,9 @@ void FromXlaLineIds(model::Plane* plane) {
 
 struct PluginProfiler {
   std::unique_ptr<session::Session> session;  // null when passive or disabled
+  // The advanced_configuration of the options XLA handed to create (newest
+  // XLA: jax.profiler's profiler_options), e.g. spyglass_cpu_sample_hz.
+  std::map<std::string, profiler::AdvancedValue> advanced;
 
   std::string bytes;  // the serialized XSpace we supply, kept until destroy
 };
@@ -232,7 +244,14 @@ extern "C" SgPluginError* PluginErrorGetCode(SgErrorGetCodeArgs* args) {
   return nullptr;
 }
 extern "C" SgPluginError* PluginCreate(SgCreateArgs* args) {
-  args->profiler = reinterpret_cast<SgPluginProfiler*>(new PluginProfiler);
+  auto* p = new PluginProfiler;
+  tensorflow::ProfileOptions xla_options;
+  if (args->options != nullptr && args->options_size > 0 &&
+      xla_options.ParseFromArray(args->options, static_cast<int>(args->options_size))) {
+    for (auto& [key, value] : server::FromProto(xla_options).advanced_configuration)
+      if (key.rfind("spyglass_", 0) == 0) p->advanced.insert_or_assign(key, value);  // ours; XLA's own keys stay XLA's
+  }
+  args->profiler = reinterpret_cast<SgPluginProfiler*>(p);
   return nullptr;
 }
 extern "C" SgPluginError* PluginDestroy(SgProfilerArgs* args) {
@@ -240,11 +259,21 @@ extern "C" SgPluginError* PluginDestroy(SgProfilerArgs* args) {
   return nullptr;
 }
 
-// Our tracers for an XLA session: annotations (C++ and Python) and memory
-// counters. XLA's own Python tracer records the Python calls and XLA's CUPTI
-// tracer the device: ours stay off so that nothing is recorded twice.
-profiler::ProfileOptions PluginSessionOptions() {
-  profiler::ProfileOptions o;
+// Our tracers for an XLA session: annotations (C++ and Python), memory
+// counters, and what SPYGLASS_OPTIONS and the spyglass_* keys of XLA's
+// options turn on (the CPU sampler: spyglass_cpu_sample_hz). XLA's own
+// Python tracer records the Python calls and XLA's CUPTI tracer the device:
+// ours stay off so that nothing is recorded twice.
+profiler::ProfileOptions PluginSessionOptions(const PluginProfiler& p) {
+  session::StartSettings env;
+  auto only_options = [](const char* name) -> const char* {
+    return std::strcmp(name, session::kEnvOptions) == 0 ? std::getenv(name) : nullptr;
+  };
+  // A bad SPYGLASS_OPTIONS was reported at import; XLA's session runs on with the defaults.
+  profiler::ProfileOptions o = session::ParseStartSettings(only_options, &env).ok() ? env.options
+                                                                                   : profiler::ProfileOptions{};
+  for (const auto& [key, value] : p.advanced) o.advanced_configuration.insert_or_assign(key, value);
+  if (!profiler::ValidateOptions(o).ok()) o.advanced_configuration.clear();
   o.python_tracer_level = 0;
   o.device_tracer_level = 0;
   return o;
@@ -260,7 +289,7 @@ extern "C" SgPluginError* PluginStart(SgProfilerArgs* args) {
   }
   LearnPythonThreads();
   g_plugin_starting.store(true);
-  Status s = session::Session::Create(PluginSessionOptions(), "Profile has already been started.", &p->session);
+  Status s = session::Session::Create(PluginSessionOptions(*p), "Profile has already been started.", &p->session);
   g_plugin_starting.store(false);
   if (!s.ok()) {  // lost a race with a Spyglass start: passive then
     g_passive_sessions.fetch_add(1);
@@ -286,6 +315,9 @@ extern "C" SgPluginError* PluginStop(SgProfilerArgs* args) {
     if (plane.name == model::kTaskEnvPlaneName || plane.name == model::kMetadataPlaneName) continue;
     if (plane.name == model::kHostPlaneName) {
       if (plane.lines.empty()) continue;
+      // XLA merges this plane into its /host:CPU by event name: the CPU
+      // samples' stacks go by node name too.
+      sampling::MakeCpuStacksPortable(&plane);
       plane.name = kPluginHostPlaneName;
       ToXlaLineIds(&plane);
     }
@@ -508,9 +540,41 @@ std::unique_ptr<session::Tracer> MakeXlaSessionTracer(const profiler::ProfileOpt
   return std::make_unique<XlaSessionTracer>(options);
 }
 
+// jaxlib's native module is mapped (jax was imported): found without the
+// GIL, from the loader's list (jaxlib/_jax.so; xla_extension.so before 0.5).
+bool JaxlibLoaded() {
+  return dl_iterate_phdr(
+             [](dl_phdr_info* info, size_t, void*) {
+               std::string_view path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+               size_t slash = path.rfind('/');
+               std::string_view dir = slash == std::string_view::npos ? "" : path.substr(0, slash);
+               std::string_view base = slash == std::string_view::npos ? path : path.substr(slash + 1);
+               const bool in_jaxlib = dir.size() >= 7 && dir.substr(dir.size() - 7) == "/jaxlib";
+               return in_jaxlib && (base.rfind("_jax.", 0) == 0 || base.rfind("xla_extension.", 0) == 0) ? 1 : 0;
+             },
+             nullptr) != 0;
+}
+
+// The device's tracer in a JAX process: XLA's, in the XLA session that ours
+// drives (docs/jax-plugin.md, "Which tracer traces the device"). Asked by the
+// GPU tracer's factory at each session's creation (remote captures and
+// `run --trace` too, whose options are not the Python package's). Not in a
+// flight recorder's session, which drives no XLA session (MakeXlaSessionTracer).
+std::string XlaTracesTheDevice(const profiler::ProfileOptions& options) {
+  if (g_plugin_starting.load()) return "";  // the plugin's own session has no device tracer
+  session::FlightRecorderConfig ring;
+  if (session::ResolveFlightRecorder(options, &ring).ok() && ring.seconds > 0) return "";
+  const char* off = std::getenv("SPYGLASS_JAX_SESSION");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return "";  // no XLA session: ours traces it
+  return JaxlibLoaded() ? "XLA's device tracer (jax)" : "";
+}
+
 }  // namespace
 
 void BindXlaPlugin(nb::module_& m) {
+  // Whether our GPU tracer holds CUPTI: an XLA session started later in the
+  // same session (jax imported after it began) leaves the device to it.
+  m.def("_gpu_tracer_active", []() { return gpu::GpuTracerActive(); });
   m.def("_xla_plugin_capsule", []() {
     // What jaxlib's register_plugin_profiler takes: a PJRT_Api in a "pjrt_c_api" capsule.
     return nb::capsule(&g_pjrt_api_head, "pjrt_c_api");
@@ -532,6 +596,7 @@ void BindXlaPlugin(nb::module_& m) {
       d.start = std::move(start);
       d.stop = std::move(stop);
     }
+    gpu::SetDeviceOwnerProbe(&XlaTracesTheDevice);
     session::RegisterTracer("xla_session", kRankXlaSession, MakeXlaSessionTracer);
     session::RegisterTracer("xla_session_zero", kRankZeroStamp, [](const profiler::ProfileOptions&) {
       return g_plugin_starting.load() ? nullptr : std::unique_ptr<session::Tracer>(new ZeroStampTracer);

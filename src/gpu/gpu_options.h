@@ -40,4 +40,16 @@ Status ValidateGpuOptions(const profiler::ProfileOptions& options);
 // The values (call after ValidateGpuOptions succeeded).
 GpuOptions ParseGpuOptions(const profiler::ProfileOptions& options);
 
+// One CUPTI subscriber per process: where another profiler of the process
+// traces the device itself (XLA's device tracer in a JAX process, which
+// knows the HLO op of each kernel), our GPU tracer steps aside. The probe
+// names that profiler, "" when there is none; it is asked at each session's
+// creation, with the session's options, without the GIL (the Python package
+// sets it: xla_plugin.cc).
+using DeviceOwnerProbe = std::string (*)(const profiler::ProfileOptions& options);
+void SetDeviceOwnerProbe(DeviceOwnerProbe probe);
+// Whether a GPU tracer of ours holds CUPTI now (between its start and stop):
+// a profiler starting later leaves the device to it.
+bool GpuTracerActive();
+
 }  // namespace spyglass::gpu

@@ -464,12 +464,43 @@ class GpuTracer : public session::Tracer {
   uint64_t events_ = 0, dropped_ = 0;
 };
 
+std::atomic<DeviceOwnerProbe> g_owner_probe{nullptr};
+
+// In place of the GPU tracer when another profiler traces the device: the
+// trace says so (a second subscriber would fail, or take the other's
+// activity buffers: CUPTI's buffer callbacks are one per process).
+class SteppedAsideTracer : public session::Tracer {
+ public:
+  explicit SteppedAsideTracer(std::string owner) : owner_(std::move(owner)) {}
+  Status Start() override { return Status::Ok(); }
+  Status Stop() override { return Status::Ok(); }
+  Status CollectData(model::Space* space) override {
+    space->warnings.push_back("GPU tracer off: " + owner_ +
+                              " traces the device in this process (CUPTI takes one subscriber); its device "
+                              "planes are in this trace where it runs");
+    return Status::Ok();
+  }
+
+ private:
+  std::string owner_;
+};
+
 std::unique_ptr<session::Tracer> MakeGpuTracer(const profiler::ProfileOptions& options) {
   if (options.device_tracer_level == 0) return nullptr;
+  if (DeviceOwnerProbe probe = g_owner_probe.load(); probe != nullptr) {
+    if (std::string owner = probe(options); !owner.empty()) return std::make_unique<SteppedAsideTracer>(std::move(owner));
+  }
   return std::make_unique<GpuTracer>(options);
 }
 
 }  // namespace
+
+void SetDeviceOwnerProbe(DeviceOwnerProbe probe) { g_owner_probe.store(probe); }
+
+bool GpuTracerActive() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_active != nullptr;
+}
 }  // namespace spyglass::gpu
 
 SPYGLASS_REGISTER_TRACER_WITH_OPTIONS(device, spyglass::session::kRankDevice, spyglass::gpu::MakeGpuTracer,

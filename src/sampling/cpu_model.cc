@@ -1,6 +1,9 @@
 #include "sampling/cpu_model.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string_view>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -180,8 +183,101 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
   }
 }
 
+namespace {
+
+std::string TableField(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c == '\t' || c == '\n') c = ' ';
+  return out;
+}
+
+struct TableNode {
+  std::string_view parent, kind, function, file;
+  int64_t line = 0;
+  uint64_t address = 0;
+};
+
+// The parsed table of the last plane asked (readers ask once per leaf).
+struct ParsedTable {
+  const model::Plane* plane = nullptr;
+  const char* text = nullptr;
+  size_t hash = 0;  // of the text: a plane at a freed one's address is not taken for it
+  std::unordered_map<std::string_view, TableNode> nodes;
+};
+
+const ParsedTable& TableOf(const model::Plane& plane, std::string_view text) {
+  thread_local ParsedTable cached;
+  const size_t hash = std::hash<std::string_view>{}(text);
+  if (cached.plane == &plane && cached.text == text.data() && cached.hash == hash) return cached;
+  cached = ParsedTable{&plane, text.data(), hash, {}};
+  while (!text.empty()) {
+    size_t end = text.find('\n');
+    std::string_view row = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    std::string_view f[7];
+    for (int i = 0; i < 7; ++i) {
+      size_t tab = i < 6 ? row.find('\t') : std::string_view::npos;
+      f[i] = row.substr(0, tab);
+      row = tab == std::string_view::npos ? std::string_view() : row.substr(tab + 1);
+    }
+    TableNode n{f[1], f[2], f[5], f[6]};
+    n.address = std::strtoull(std::string(f[3]).c_str(), nullptr, 10);
+    n.line = std::strtoll(std::string(f[4]).c_str(), nullptr, 10);
+    cached.nodes.emplace(f[0], n);
+  }
+  return cached;
+}
+
+}  // namespace
+
+void MakeCpuStacksPortable(model::Plane* host) {
+  std::string table;
+  for (size_t id = 1; id < host->event_metadata().size(); ++id) {
+    model::EventMetadata& md = host->event_metadata_at(static_cast<uint32_t>(id));
+    if (md.name.rfind(kCpuStackNodePrefix, 0) != 0) continue;
+    ModelFrame f;
+    std::string parent;
+    std::vector<model::Stat> kept;
+    for (const model::Stat& s : md.stats) {
+      std::string_view key = host->stat_name(s);
+      if (key == kCpuParentStat) {
+        if (s.u64 < host->event_metadata().size()) parent = host->event_metadata()[s.u64].name;
+        continue;
+      }
+      if (key == kCpuFileStat) f.file = RefText(*host, s);
+      else if (key == kCpuLineStat) f.line = s.i64;
+      else if (key == kCpuAddressStat) f.address = s.u64;
+      else if (key == kCpuFrameKindStat) f.python = RefText(*host, s) == "python";
+      kept.push_back(s);
+    }
+    table += md.name + "\t" + parent + "\t" + (f.python ? "python" : "native") + "\t" + std::to_string(f.address) +
+             "\t" + std::to_string(f.line) + "\t" + TableField(md.display_name) + "\t" + TableField(f.file) + "\n";
+    md.stats = std::move(kept);
+  }
+  if (!table.empty()) host->stats.push_back(host->str_stat(kCpuStackTableStat, std::move(table)));
+}
+
 std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf) {
   std::vector<ModelFrame> out;
+  if (const model::Stat* t = FindStat(plane, plane.stats, kCpuStackTableStat)) {
+    if (leaf == 0 || leaf >= plane.event_metadata().size()) return out;
+    const ParsedTable& table = TableOf(plane, plane.stat_str(*t));
+    std::string_view name = plane.event_metadata()[leaf].name;
+    for (int guard = 0; !name.empty() && guard < 4096; ++guard) {
+      auto it = table.nodes.find(name);
+      if (it == table.nodes.end()) break;
+      ModelFrame f;
+      f.function = it->second.function;
+      f.file = it->second.file;
+      f.line = it->second.line;
+      f.address = it->second.address;
+      f.python = it->second.kind == "python";
+      out.push_back(f);
+      name = it->second.parent;
+    }
+    return out;
+  }
   for (int guard = 0; leaf != 0 && leaf < plane.event_metadata().size() && guard < 4096; ++guard) {
     const model::EventMetadata& md = plane.event_metadata()[leaf];
     ModelFrame f;

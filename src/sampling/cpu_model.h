@@ -54,12 +54,24 @@ inline constexpr std::string_view kCpuStacksTruncatedStat = "cpu_stacks_truncate
 inline constexpr std::string_view kCpuUnwindNsStat = "cpu_sampler_unwind_ns";
 inline constexpr std::string_view kCpuReaderCpuNsStat = "cpu_sampler_reader_cpu_ns";
 inline constexpr std::string_view kTruncatedFrame = "[truncated]";
+// A plane stat (string) that holds the stack trie by node name, one node a
+// line: "<name>\t<parent name>\t<kind>\t<address>\t<line>\t<function>\t<file>".
+// Written for planes that another profiler merges into its own (XLA's
+// plugin API: its merge copies a plane's stats and each sampled event's
+// metadata by name, so that metadata ids, kCpuParentStat, and the nodes no
+// sample ends in are lost). Where it is present, stacks are read from it.
+inline constexpr std::string_view kCpuStackTableStat = "cpu_stack_table";
 
 // Writes `cap` onto `host` (the layout above): symbolizes its stacks (the
 // process must still have the modules mapped), and gives each sample the
 // annotations open on its thread's host line. `start_mono_ns`: the
 // CLOCK_MONOTONIC time of offset 0.
 void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, model::Plane* host);
+
+// Makes `host`'s samples survive a merge by event name into another plane
+// (kCpuStackTableStat): the table written, kCpuParentStat taken off the
+// nodes. Nothing is done to a plane without samples.
+void MakeCpuStacksPortable(model::Plane* host);
 
 // A stack of the model read back, innermost first.
 struct ModelFrame {

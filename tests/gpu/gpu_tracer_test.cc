@@ -136,6 +136,33 @@ TEST(GpuTracer, NoDriverHostTraceGoesOnWithAWarning) {
   EXPECT_EQ(space.find_plane("/device:GPU:0"), nullptr);
 }
 
+// Another profiler of the process traces the device (XLA's in a JAX
+// process): ours steps aside before loading anything, and the trace says why.
+TEST(GpuTracer, StepsAsideWhereAnotherTracerOwnsTheDevice) {
+  gpu::SetDeviceOwnerProbe([](const profiler::ProfileOptions&) { return std::string("XLA's device tracer (test)"); });
+  profiler::ProfileOptions o;  // device_tracer_level = 1
+  model::Space space;
+  session::SessionSummary summary;
+  std::string err;
+  Status s = testing::RunSessionCapturingStderr(o, &space, &summary, &err, [] {
+    profiler::TraceAnnotation a("host_work");
+  });
+  gpu::SetDeviceOwnerProbe(nullptr);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(space.warnings.size(), 1u);
+  EXPECT_NE(space.warnings[0].find("GPU tracer off: XLA's device tracer (test) traces the device in this process"),
+            std::string::npos)
+      << space.warnings[0];
+  EXPECT_FALSE(gpu::GpuTracerActive());
+  EXPECT_GE(summary.events, 1u);  // the host trace goes on
+  // A probe naming nobody: the GPU tracer is ours again (here: no driver, or a GPU).
+  gpu::SetDeviceOwnerProbe([](const profiler::ProfileOptions&) { return std::string(); });
+  model::Space again;
+  ASSERT_TRUE(testing::RunSessionCapturingStderr(o, &again, &summary, &err, [] {}).ok());
+  gpu::SetDeviceOwnerProbe(nullptr);
+  for (const std::string& w : again.warnings) EXPECT_EQ(w.find("traces the device in this process"), std::string::npos) << w;
+}
+
 TEST(GpuTracer, NoDriverWithAGpuKeySaysSoOnStderrOnce) {
   if (HasDriver()) GTEST_SKIP() << "this machine has an NVIDIA driver";
   profiler::ProfileOptions o = With("gpu_max_activity_api_events", 1000);

@@ -184,6 +184,17 @@ def test_memory_timeline_holds_jaxs_device_bytes(tmp_path, xplane_pb2):
   assert all(v <= r["peak"] + 64 for v in values), values
 
 
+def test_memory_timeline_is_on_by_default(tmp_path, xplane_pb2):
+  from conftest import host_events  # pylint: disable=g-import-not-at-top
+  env = {k: v for k, v in JAX_ENV.items() if k != "SPYGLASS_JAX_MEMORY_INTERVAL_MS"}
+  p = run_python(TIMELINE_PROGRAM, str(tmp_path / "logs"), env=env, timeout=300)
+  r = json.loads(p.stdout.strip().splitlines()[-1])
+  events = [e for e in host_events(xplane_pb2, r["files"]["xplane_path"]) if e[1] == "jax memory cpu:0"]
+  # 5 x 50 ms of sleeps at a 10 ms period, and the last point at the stop.
+  assert len(events) >= 3, len(events)
+  assert max(e[4]["live_bytes"] for e in events) >= r["base"] + 4 * 256 * 1024
+
+
 HEAP_PROGRAM = r"""
 import json
 import jax, jax.numpy as jnp

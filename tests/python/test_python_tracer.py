@@ -61,6 +61,19 @@ def test_default_options_trace_python_calls_with_jax_names(tmp_path, xplane_pb2)
   assert not any("__exit__" in n and "TraceAnnotation" in n for n in names)
 
 
+def test_c_method_names_are_xlas(tmp_path, xplane_pb2):
+  # XLA's Python tracer names a C function "$<m_module> <name>" and a method
+  # of a builtin type (no module) "$<unknown> <name>": jax.profiler's trace of
+  # the same program holds these names, not the type's ("$dict get").
+  d, lst = {"a": 1}, []
+  with profiler.trace(tmp_path):
+    d.get("a")
+    lst.append(1)
+    len(lst)
+  names = {e[1] for e in events(xplane_pb2)}
+  assert {"$<unknown> get", "$<unknown> append", "$builtins len"} <= names, sorted(names)
+  assert not {"$dict get", "$list append"} & names, sorted(names)
+
 def test_level_zero_records_no_python_events(tmp_path, xplane_pb2):
   o = profiler.ProfileOptions()
   o.python_tracer_level = 0

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "memory/pprof.h"
+#include "model/xspace.h"
+#include "sampling/cpu_model.h"
 #include "spyglass/profiler.h"
 #include "test_util.h"
 
@@ -171,6 +173,55 @@ TEST(CpuSampler, ZeroIsOff) {
   ASSERT_TRUE(prof::stop_trace().ok());
   auto space = ReadXSpace(prof::last_trace_files().xplane_path);
   for (const auto& l : FindPlane(space, "/host:CPU")->lines()) EXPECT_NE(l.name(), "CPU samples");
+}
+
+// XLA merges a plugin's host plane into its /host:CPU by event name: only the
+// metadata of events is copied (a sample's innermost node), under new ids,
+// with the plane's stats. The stack table keeps the stacks readable then.
+TEST(CpuModel, StacksSurviveAMergeByEventName) {
+  namespace model = spyglass::model;
+  namespace sampling = spyglass::sampling;
+  model::Plane ours;
+  auto node = [&](const std::string& name, const std::string& fn, const std::string& file, uint32_t parent) {
+    uint32_t id = ours.intern_event(name);
+    std::vector<model::Stat> stats = {ours.ref_stat(sampling::kCpuFrameStat, fn), ours.ref_stat(sampling::kCpuFileStat, file),
+                                      ours.int_stat(sampling::kCpuLineStat, 7)};
+    if (parent != 0) stats.push_back(ours.uint_stat(sampling::kCpuParentStat, parent));
+    stats.push_back(ours.ref_stat(sampling::kCpuFrameKindStat, parent == 0 ? "native" : "python"));
+    ours.event_metadata_at(id).display_name = fn;
+    ours.event_metadata_at(id).stats = std::move(stats);
+    return id;
+  };
+  ours.intern_event("an annotation");  // ids of ours and the merged plane differ
+  uint32_t root = node("cpu_stack#0", "main", "main.cc", 0);
+  uint32_t mid = node("cpu_stack#1", "run\twith a tab", "prog.py", root);
+  uint32_t leaf = node("cpu_stack#2", "burn", "prog.py", mid);
+  ASSERT_EQ(sampling::StackOfNode(ours, leaf).size(), 3u);
+  sampling::MakeCpuStacksPortable(&ours);
+  for (const auto& md : ours.event_metadata())
+    for (const model::Stat& s : md.stats) EXPECT_NE(ours.stat_name(s), sampling::kCpuParentStat);
+
+  // The merge: XLA's plane has metadata of its own first; only the sample's
+  // leaf is copied (by name, with its stats), and the plane's stats.
+  model::Plane xla;
+  xla.intern_event("PjitFunction(f)");
+  xla.intern_event("ThunkExecutor::Execute");
+  uint32_t copied = xla.intern_event("cpu_stack#2");
+  xla.event_metadata_at(copied).display_name = "burn";
+  for (const model::Stat& s : ours.stats)
+    if (ours.stat_name(s) == sampling::kCpuStackTableStat)
+      xla.stats.push_back(xla.str_stat(sampling::kCpuStackTableStat, std::string(ours.stat_str(s))));
+  std::vector<sampling::ModelFrame> frames = sampling::StackOfNode(xla, copied);
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].function, "burn");
+  EXPECT_EQ(frames[1].function, "run with a tab");  // a tab in a name cannot break a row
+  EXPECT_TRUE(frames[1].python);
+  EXPECT_EQ(frames[1].file, "prog.py");
+  EXPECT_EQ(frames[1].line, 7);
+  EXPECT_EQ(frames[2].function, "main");
+  EXPECT_FALSE(frames[2].python);
+  // Asked again (the parsed table is kept for the plane), the same answer.
+  EXPECT_EQ(sampling::StackOfNode(xla, copied).size(), 3u);
 }
 
 }  // namespace
