@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "view/http_server.h"
 #include "view/view_index.h"
@@ -11,6 +12,9 @@
 namespace spyglass::view {
 
 inline constexpr int kFirstPaintPixels = 4000;
+// The report's policy, and fetches from this server.
+inline constexpr std::string_view kViewPolicy =
+    "default-src 'none'; connect-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
 
 class ViewApp {
  public:

@@ -57,6 +57,19 @@ size_t LevelFor(const std::vector<report::TimelineLevel>& levels, double ns_per_
   return k;
 }
 
+// The last seek point at or before t0: every span (point) before it ends by then.
+size_t SeekBefore(const std::vector<ViewIndex::Seek>& seeks, int64_t t0) {
+  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0,
+                             [](int64_t t, const ViewIndex::Seek& s) { return t < s.prev_ns; });
+  return it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+}
+
+// Decodes `l` (in `blob`) from `seek` to its end.
+Reader ReaderAt(const std::string& blob, const report::TimelineLevel& l, const ViewIndex::Seek& seek) {
+  const auto* base = reinterpret_cast<const uint8_t*>(blob.data());
+  return Reader{base + seek.offset, base + l.offset + l.bytes};
+}
+
 }  // namespace
 
 Status ViewIndex::Build(const std::vector<std::string>& files) {
@@ -106,11 +119,8 @@ report::TimelineLevel ViewIndex::CutLane(const report::TimelineLevel& l, int64_t
   report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
   if (l.spans == 0) return cut;
   const std::vector<Seek>& seeks = SeeksOf(l);
-  // The last seek point at or before t0: every span before it ends by then.
-  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
-  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
-  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
-  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
+  const size_t si = SeekBefore(seeks, t0);
+  Reader r = ReaderAt(tl_.blob, l, seeks[si]);
   int64_t prev = seeks[si].prev_ns, last_end = at_ns;
   for (uint64_t i = uint64_t{si} * kSeekStride; i < l.spans; i++) {
     int64_t start = prev + r.Zigzag();
@@ -136,11 +146,9 @@ report::TimelineLevel ViewIndex::CutCounter(const report::TimelineLevel& l, int6
   report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
   if (l.spans == 0) return cut;
   const std::vector<Seek>& seeks = SeeksOf(l);
-  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
-  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+  const size_t si = SeekBefore(seeks, t0);
   const size_t value_bytes = l.threshold_ns > 0 ? 24 : 8;
-  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
-  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
+  Reader r = ReaderAt(tl_.blob, l, seeks[si]);
   int64_t prev = seeks[si].prev_ns, last = at_ns;
   // The point before t0 is held until the first one in the window.
   int64_t held_t = 0;

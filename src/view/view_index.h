@@ -34,11 +34,12 @@ class ViewIndex {
   // one after too). Its blob holds only those.
   report::Timeline Window(int64_t t0_ns, int64_t t1_ns, int pixels) const;
 
- private:
   struct Seek {
     uint64_t offset;  // in the blob, of the span (point) that follows
     int64_t prev_ns;  // end of the span (time of the point) before it
   };
+
+ private:
   void IndexLevel(const report::TimelineLevel& level, int64_t at_ns, bool counter);
   report::TimelineLevel CutLane(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
                                 std::string* out) const;
