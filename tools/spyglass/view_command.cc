@@ -44,7 +44,7 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
   std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
   std::cout << url << std::endl;
   std::cerr << "spyglass view: " << index.timeline().events << " events on " << index.timeline().tracks.size()
-            << " threads, an index of " << (index.timeline().blob.size() >> 20)
+            << " threads, an index of " << (index.index_bytes() >> 20)
             << " MiB; serving until interrupted (Ctrl-C)\n";
   if (open_browser) {
     // The URL holds the token: given as an argument, never through a shell.
