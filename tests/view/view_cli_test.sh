@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # `spyglass view` end to end: prints a URL on 127.0.0.1 with a token, 403
 # without the token, a window of a known run, bad requests refused; then a
-# generated trace of SPYGLASS_VIEW_EVENTS events (default 3M) indexed with
-# peak RSS printed against the goal of 0.2x the file + 200 MB, not yet met
-# (the index holds each line's spans while its levels are made): asserted
-# under 100 bytes per event + 200 MB (the whole model imported is more).
+# generated trace of SPYGLASS_VIEW_EVENTS events (default 3M) indexed, a
+# page and a window served, with peak RSS asserted under the goal of 0.2x the
+# file + 200 MB (the index streams; its levels live in a mapped file).
 # Timing is printed, not asserted.
 #   view_cli_test.sh SPYGLASS_CLI MAKE_KNOWN_RUN
 set -euo pipefail
@@ -63,7 +62,6 @@ curl -s "${url%%/\?*}/window?token=${url#*token=}&t0=1000000&t1=1010000&px=1000"
 hwm_kb=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 stop
 goal_kb=$(( bytes / 5 / 1024 + 200 * 1024 ))
-limit_kb=$(( events * 100 / 1024 + 200 * 1024 ))
-echo "view of $events events ($((bytes >> 20)) MiB): URL after $(echo "$t_url - $t_start" | bc) s, peak RSS $((hwm_kb >> 10)) MiB (goal $((goal_kb >> 10)) MiB, asserted $((limit_kb >> 10)) MiB)"
-[ "$hwm_kb" -le "$limit_kb" ] || fail "peak RSS $hwm_kb KiB over 100 bytes per event + 200 MB ($limit_kb KiB)"
+echo "view of $events events ($((bytes >> 20)) MiB): URL after $(echo "$t_url - $t_start" | bc) s, peak RSS $((hwm_kb >> 10)) MiB (goal $((goal_kb >> 10)) MiB)"
+[ "$hwm_kb" -le "$goal_kb" ] || fail "peak RSS $hwm_kb KiB over 0.2x the file + 200 MB ($goal_kb KiB)"
 echo "view_cli_test: all passed"
