@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "report/timeline.h"
+#include "spyglass/profile_reader.h"
 #include "view/http_server.h"
 #include "view/view_app.h"
 #include "view/view_index.h"
@@ -223,6 +226,64 @@ TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
         compared++;
       }
   EXPECT_GE(compared, 8u);
+}
+
+// KiB of `path` resident in this process (its mappings in /proc/self/smaps).
+uint64_t ResidentKiBOf(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' '))
+      in = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+    else if (in && line.rfind("Rss:", 0) == 0)
+      kib += std::stoull(line.substr(4));
+  }
+  return kib;
+}
+
+// One thread of 2M events (a line of ~30 MB): the scan gives back the pages
+// it has read within the line, not only between lines, so a line of
+// gigabytes (spyglass view of 100M events) is never resident whole.
+TEST(ViewIndexTest, ScanOfOneBigLineKeepsLittleOfTheFileResident) {
+  namespace model = spyglass::model;
+  const std::string dir = testing::TempDir() + "/view_one_line";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = fs::canonical(dir).string() + "/host.xplane.pb";
+  {
+    model::Space space;
+    space.plane(model::kHostPlaneName);
+    model::Plane& host = space.planes[0];
+    host.line_with_id(1).name = "busy";
+    model::Line& line = host.lines[0];
+    const uint32_t name = host.intern_event("op");
+    line.events.reserve(2'000'000);
+    for (int64_t i = 0; i < 2'000'000; i++) line.events.push_back({i * 3'000'000, 2'000'000, name});
+    ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  }
+  const uint64_t file_kib = fs::file_size(file) >> 10;
+  ASSERT_GT(file_kib, 24u << 10);
+  struct Visitor : profile::ProfileVisitor {
+    std::string path;
+    uint64_t events = 0, most_kib = 0;
+    void OnEvent(const profile::EventRecord&) override {
+      if (++events % 250'000 == 0) most_kib = std::max(most_kib, ResidentKiBOf(path));
+    }
+    bool OnLine(const profile::LineHeader&) override {
+      most_kib = std::max(most_kib, ResidentKiBOf(path));
+      return true;
+    }
+    void OnLineEnd() override { most_kib = std::max(most_kib, ResidentKiBOf(path)); }
+  } visitor;
+  visitor.path = file;
+  profile::ProfileReader reader;
+  ASSERT_TRUE(reader.Open(file).ok());
+  ASSERT_TRUE(reader.Scan(visitor).ok());
+  EXPECT_EQ(visitor.events, 2'000'000u);
+  // The release step (16 MiB) and the page in hand, not the line.
+  EXPECT_LE(visitor.most_kib, (16u << 10) + 64) << "of a file of " << file_kib << " KiB";
 }
 
 TEST(ViewIndexTest, ZoomedInGivesSingleEventsAnywhereInABigLane) {
