@@ -30,9 +30,7 @@ nlohmann::json Levels(const std::vector<report::TimelineLevel>& levels) {
 
 }  // namespace
 
-ViewApp::ViewApp(const ViewIndex* index, std::string title) : index_(index) {
-  report::ReportInput in;
-  in.title = std::move(title);
+ViewApp::ViewApp(const ViewIndex* index, report::ReportInput in) : index_(index) {
   const report::Timeline& tl = index->timeline();
   in.timeline = index->Window(0, tl.duration_ns, kFirstPaintPixels);
   in.timeline.names = tl.names;
