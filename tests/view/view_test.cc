@@ -228,6 +228,54 @@ TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
   EXPECT_GE(compared, 8u);
 }
 
+// An async pair (XProf's producer "_p"/"_pt" and consumer "_c"/"_ct", as
+// tf.data's prefetch) across two threads is an arrow on the timeline, in the
+// report's builder and in view's index; one event both consumes and
+// produces (a chain); a consumer of another type is not linked.
+TEST(ViewIndexTest, AsyncPairsAreFlows) {
+  namespace model = spyglass::model;
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  model::Plane& host = space.planes[0];
+  host.line_with_id(1).name = "producer";
+  host.line_with_id(2).name = "consumer";
+  host.line_with_id(3).name = "stage2";
+  constexpr int64_t kUs = 1'000'000;  // ps
+  auto add = [&](size_t line, const char* name, int64_t at, std::vector<model::Stat> stats) {
+    model::Line& l = host.lines[line];
+    l.events.push_back({at, 5 * kUs, host.intern_event(name)});
+    l.add_stats(l.events.back(), stats);
+  };
+  add(0, "PrefetchProduce", 10 * kUs, {host.int_stat("_pt", 7), host.uint_stat("_p", 42)});
+  add(1, "PrefetchConsume", 30 * kUs,
+      {host.int_stat("_ct", 7), host.uint_stat("_c", 42), host.int_stat("_pt", 8), host.uint_stat("_p", 43)});
+  add(2, "Stage2", 50 * kUs, {host.int_stat("_ct", 8), host.uint_stat("_c", 43)});
+  add(2, "OtherType", 70 * kUs, {host.int_stat("_ct", 9), host.uint_stat("_c", 42)});
+  const std::string dir = testing::TempDir() + "/view_async";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
+  report::Timeline want = builder.Finish();
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  for (const report::Timeline* tl : {static_cast<const report::Timeline*>(&want), &index.timeline()}) {
+    ASSERT_EQ(tl->flows.size(), 2u);
+    const size_t p = TrackNamed(*tl, "producer"), c = TrackNamed(*tl, "consumer"), s2 = TrackNamed(*tl, "stage2");
+    const int64_t at0 = 10'000;  // ns: the run starts at the producer
+    EXPECT_EQ(tl->flows[0].from_track, p);
+    EXPECT_EQ(tl->flows[0].from_ns, 10'000 - at0);
+    EXPECT_EQ(tl->flows[0].to_track, c);
+    EXPECT_EQ(tl->flows[0].to_ns, 30'000 - at0);
+    EXPECT_EQ(tl->flows[1].from_track, c);
+    EXPECT_EQ(tl->flows[1].from_ns, 30'000 - at0);
+    EXPECT_EQ(tl->flows[1].to_track, s2);
+    EXPECT_EQ(tl->flows[1].to_ns, 50'000 - at0);
+  }
+}
+
 // KiB of `path` resident in this process (its mappings in /proc/self/smaps).
 uint64_t ResidentKiBOf(const std::string& path) {
   std::ifstream smaps("/proc/self/smaps");
