@@ -149,7 +149,7 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
 }
 
 void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
-                               uint64_t flow) {
+                               uint64_t flow, uint64_t consumes, uint64_t produces) {
   // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
   // more it had: a megabyte name on every event is neither hashed per event
   // nor drawn whole.
@@ -178,7 +178,7 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   ++tl_.name_events[it->second];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow};
+  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow, consumes, produces};
   if (!streaming_line_) {
     spans_.push_back(span);
     return;
@@ -210,27 +210,31 @@ int TimelineBuilder::Place(const Span& s) {
   }
   if (d == lane_end_.size()) lane_end_.push_back(INT64_MIN);
   lane_end_[d] = s.end;
-  if (s.flow != 0) {
-    // Two events of one id: an arrow from the earlier; a third continues from the second.
-    FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), static_cast<uint32_t>(d), Ns(s.start)};
-    // Ids seen once are held until their partner comes: bounded, so that
-    // millions of kernels without their launches hold little.
-    auto at = open_flows_.find(s.flow);
-    bool first = at == open_flows_.end();
-    if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(s.flow, here);
-    if (!first) {
-      if (raw_flows_.size() < kMaxFlows) {
-        bool in_order = at->second.ns <= here.ns;
-        raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
-      } else {
-        ++tl_.hidden_flows;
-      }
-      at->second = here;
-    }
-  }
+  if (s.flow != 0) AddFlowEnd(s.flow, static_cast<uint32_t>(d), s.start);
+  if (s.consumes != 0) AddFlowEnd(s.consumes, static_cast<uint32_t>(d), s.start);
+  if (s.produces != 0 && s.produces != s.consumes) AddFlowEnd(s.produces, static_cast<uint32_t>(d), s.start);
   open_.emplace_back(s.end, d);
   end_ps_ = std::max(end_ps_, s.end);
   return static_cast<int>(d);
+}
+
+void TimelineBuilder::AddFlowEnd(uint64_t flow, uint32_t lane, int64_t start_ps) {
+  // Two events of one id: an arrow from the earlier; a third continues from the second.
+  FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), lane, Ns(start_ps)};
+  // Ids seen once are held until their partner comes: bounded, so that
+  // millions of kernels without their launches hold little.
+  auto at = open_flows_.find(flow);
+  bool first = at == open_flows_.end();
+  if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(flow, here);
+  if (!first) {
+    if (raw_flows_.size() < kMaxFlows) {
+      bool in_order = at->second.ns <= here.ns;
+      raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
+    } else {
+      ++tl_.hidden_flows;
+    }
+    at->second = here;
+  }
 }
 
 // Thresholds of the streamed levels: as AddLevels, 16 ns, then 4 times the last.

@@ -140,9 +140,10 @@ class TimelineBuilder {
   void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0, bool sorted = false);
   // `detail`: what the tooltip shows besides the name (cut to kMaxDetailLength).
   // `flow`: an id shared with the event at the other end of an arrow (a
-  // correlation id; 0: none).
+  // correlation id; 0: none). `consumes`, `produces`: an async pair's ids
+  // (an arrow from the producer to its consumer; one event may be both).
   void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail = {},
-                uint64_t flow = 0);
+                uint64_t flow = 0, uint64_t consumes = 0, uint64_t produces = 0);
   void EndLine();
   // One sample of the counter `name` on `plane` (any order; non-finite
   // values are counted and left out).
@@ -159,7 +160,9 @@ class TimelineBuilder {
     int64_t longest;  // duration of its longest event: that one names it
     uint32_t detail;  // id + 1 in Timeline::details (0: none)
     uint64_t flow;    // 0: none
+    uint64_t consumes, produces;  // an async pair's ids (0: none)
   };
+  void AddFlowEnd(uint64_t flow, uint32_t lane, int64_t start_ps);
   static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
   TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
   void AddLevels(const std::vector<Span>& lane, int64_t base_ns, std::vector<TimelineLevel>* levels);

@@ -35,7 +35,8 @@ class TimelineVisitor : public profile::ProfileVisitor {
   }
   void OnEvent(const profile::EventRecord& e) override {
     if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e));
+      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"),
+                   AsyncFlow(e, "_p", "_pt"));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -84,6 +85,28 @@ class TimelineVisitor : public profile::ProfileVisitor {
       return flow != 0 ? flow : 1;
     }
     return 0;
+  }
+  // An async pair (a producer and its consumers, XProf's "_p"/"_pt" and
+  // "_c"/"_ct": a prefetch and where it is consumed, on other threads) by
+  // its type and id; kept apart from correlation ids and from other hosts'.
+  uint64_t AsyncFlow(const profile::EventRecord& e, std::string_view id_stat, std::string_view type_stat) const {
+    uint64_t id = 0, type = 0;
+    bool has_id = false;
+    for (const profile::ProfileStat& s : e.stats) {
+      if (s.name != id_stat && s.name != type_stat) continue;
+      uint64_t v = s.kind == profile::ProfileStat::Kind::kUint64  ? s.u64
+                   : s.kind == profile::ProfileStat::Kind::kInt64 ? static_cast<uint64_t>(s.i64)
+                                                                  : 0;
+      if (s.name == id_stat) id = v, has_id = true;
+      else type = v;
+    }
+    if (!has_id) return 0;
+    // splitmix64 of (type, id): spread over 64 bits, the top one set (correlation ids are small).
+    uint64_t z = id + 0x9e3779b97f4a7c15ull * (type + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z ^ host_hash_) | (uint64_t{1} << 63);
   }
   std::string detail_;
   TimelineBuilder* b_;
