@@ -130,6 +130,7 @@ void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, i
   line_ = line;
   line_id_ = id;
   spans_.clear();
+  links_.clear();
   streaming_line_ = sink_ != nullptr && sorted;
   track_ = {};
 }
@@ -178,8 +179,14 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   ++tl_.name_events[it->second];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow, consumes, produces};
+  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), 0};
+  const Links links{flow, consumes, produces};
+  const bool linked = (flow | consumes | produces) != 0;
   if (!streaming_line_) {
+    if (linked) {
+      links_.push_back(links);
+      span.links = static_cast<uint32_t>(links_.size());
+    }
     spans_.push_back(span);
     return;
   }
@@ -190,10 +197,10 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
     return;
   }
   last_ = span;
-  StreamSpan(span);
+  StreamSpan(span, linked ? &links : nullptr);
 }
 
-int TimelineBuilder::Place(const Span& s) {
+int TimelineBuilder::Place(const Span& s, const Links* links) {
   if (track_.events++ == 0) {
     track_.plane = plane_;
     track_.name = line_;
@@ -210,9 +217,12 @@ int TimelineBuilder::Place(const Span& s) {
   }
   if (d == lane_end_.size()) lane_end_.push_back(INT64_MIN);
   lane_end_[d] = s.end;
-  if (s.flow != 0) AddFlowEnd(s.flow, static_cast<uint32_t>(d), s.start);
-  if (s.consumes != 0) AddFlowEnd(s.consumes, static_cast<uint32_t>(d), s.start);
-  if (s.produces != 0 && s.produces != s.consumes) AddFlowEnd(s.produces, static_cast<uint32_t>(d), s.start);
+  if (links != nullptr) {
+    if (links->flow != 0) AddFlowEnd(links->flow, static_cast<uint32_t>(d), s.start);
+    if (links->consumes != 0) AddFlowEnd(links->consumes, static_cast<uint32_t>(d), s.start);
+    if (links->produces != 0 && links->produces != links->consumes)
+      AddFlowEnd(links->produces, static_cast<uint32_t>(d), s.start);
+  }
   open_.emplace_back(s.end, d);
   end_ps_ = std::max(end_ps_, s.end);
   return static_cast<int>(d);
@@ -244,12 +254,12 @@ constexpr size_t kMaxStages = [] {
   return n;
 }();
 
-void TimelineBuilder::StreamSpan(const Span& s) {
+void TimelineBuilder::StreamSpan(const Span& s, const Links* links) {
   if (track_.events == 0) {
     line_base_ns_ = Ns(s.start);
     stream_lanes_.clear();
   }
-  int d = Place(s);
+  int d = Place(s, links);
   if (d < 0) return;
   if (static_cast<size_t>(d) == stream_lanes_.size()) {
     StreamLane& lane = stream_lanes_.emplace_back();
@@ -434,15 +444,17 @@ void TimelineBuilder::EndLine() {
     // Held because out of order: placed now as a streamed line.
     streaming_line_ = true;
     track_ = {};
-    for (const Span& s : spans_) StreamSpan(s);
+    for (const Span& s : spans_) StreamSpan(s, s.links ? &links_[s.links - 1] : nullptr);
     spans_.clear();
     spans_.shrink_to_fit();
+    links_.clear();
+    links_.shrink_to_fit();
     return EndStreamedLine();
   }
   track_ = {};
   std::vector<std::vector<Span>> lanes;
   for (const Span& s : spans_) {
-    int d = Place(s);
+    int d = Place(s, s.links ? &links_[s.links - 1] : nullptr);
     if (d < 0) continue;
     if (static_cast<size_t>(d) == lanes.size()) lanes.emplace_back();
     lanes[static_cast<size_t>(d)].push_back(s);
@@ -453,6 +465,8 @@ void TimelineBuilder::EndLine() {
   // The lanes hold the spans now: freed before the levels are made (peak memory of a big line).
   spans_.clear();
   spans_.shrink_to_fit();
+  links_.clear();
+  links_.shrink_to_fit();
   for (std::vector<Span>& lane : lanes) {
     track.lanes.emplace_back();
     AddLevels(lane, base_ns, &track.lanes.back());

@@ -159,9 +159,12 @@ class TimelineBuilder {
     uint32_t count;   // events merged into it
     int64_t longest;  // duration of its longest event: that one names it
     uint32_t detail;  // id + 1 in Timeline::details (0: none)
-    uint64_t flow;    // 0: none
-    uint64_t consumes, produces;  // an async pair's ids (0: none)
+    uint32_t links;   // index + 1 in links_ (0: none): few events have any
   };
+  struct Links {
+    uint64_t flow, consumes, produces;  // AddEvent's (0: none)
+  };
+  std::vector<Links> links_;  // of the line's held spans
   void AddFlowEnd(uint64_t flow, uint32_t lane, int64_t start_ps);
   static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
   TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
@@ -169,7 +172,7 @@ class TimelineBuilder {
 
   // The current line's placement: an event goes one lane below its
   // innermost open parent, or further down while that lane is busy.
-  int Place(const Span& s);
+  int Place(const Span& s, const Links* links);
   std::vector<int64_t> lane_end_;
   std::vector<std::pair<int64_t, size_t>> open_;  // (end, lane) of enclosing events
   TimelineTrack track_;
@@ -192,7 +195,7 @@ class TimelineBuilder {
     std::vector<Stage> stages;
     int64_t first_start = 0, last_end = 0;  // ps
   };
-  void StreamSpan(const Span& s);
+  void StreamSpan(const Span& s, const Links* links);
   void Feed(StreamLane& lane, size_t stage, const Span& s);
   void EncodeStaged(Stage& st, const Span& s);
   void FlushStage(Stage& st);
