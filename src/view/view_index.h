@@ -18,7 +18,8 @@
 
 namespace spyglass::view {
 
-// Spans decoded between two seek points at most.
+// Counter points decoded between two seek points at most (lanes seek by
+// their chunks, report::kStreamChunkBytes each).
 inline constexpr uint32_t kSeekStride = 256;
 inline constexpr int kMaxWindowPixels = 20000;
 
