@@ -97,7 +97,7 @@ std::vector<PlainSpan> MergePlain(const std::vector<PlainSpan>& spans, int64_t t
 }
 
 TimelineLevel EncodePlain(const std::vector<PlainSpan>& spans, int64_t threshold_ns, std::string* blob) {
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}, {}};
   int64_t prev = 0;
   for (size_t i = 0; i < spans.size(); ++i) {
     const PlainSpan& s = spans[i];
@@ -398,7 +398,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
 
 TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns) {
   std::string* blob = &tl_.blob;
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}, {}};
   int64_t prev_end = base_ns;
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
@@ -517,7 +517,7 @@ void TimelineBuilder::EncodeCounter(TimelineCounter& c, std::vector<Sample>& sam
   c.min = c.max = points.front().last;
   for (const Point& p : points) c.min = std::min(c.min, p.lo), c.max = std::max(c.max, p.hi);
   auto encode = [&](int64_t threshold_ns) {
-    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}};
+    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}, {}};
     int64_t prev = points.front().ns;
     for (const Point& p : points) {
       PutZigzag(&tl_.blob, p.ns - prev);

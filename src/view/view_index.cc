@@ -232,7 +232,7 @@ report::TimelineLevel ViewIndex::CutLane(const report::TimelineLevel& l, int64_t
 
 report::TimelineLevel ViewIndex::CutCounter(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
                                             std::string* out) const {
-  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
+  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0, {}, {}};
   if (l.spans == 0) return cut;
   const std::vector<Seek>& seeks = SeeksOf(l);
   const size_t si = SeekBefore(seeks, t0);
