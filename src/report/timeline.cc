@@ -311,11 +311,20 @@ void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
     st.buf_prev_ns = st.prev_end_ns - line_base_ns_;
   }
   int64_t start = Ns(s.start), end = Ns(s.end);
-  PutZigzag(&st.buf, start - st.prev_end_ns);  // may round to -1
-  PutVarint(&st.buf, static_cast<uint64_t>(end - start));
-  PutVarint(&st.buf, s.name);
-  PutVarint(&st.buf, s.detail);
-  if (st.threshold_ns > 0) PutVarint(&st.buf, s.count);
+  // Every span of every level passes here: its varints go in one append.
+  char bytes[5 * 10];
+  char* p = bytes;
+  auto put = [&p](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
+    *p++ = static_cast<char>(v);
+  };
+  const int64_t gap = start - st.prev_end_ns;  // may round to -1
+  put((static_cast<uint64_t>(gap) << 1) ^ static_cast<uint64_t>(gap >> 63));
+  put(static_cast<uint64_t>(end - start));
+  put(s.name);
+  put(s.detail);
+  if (st.threshold_ns > 0) put(s.count);
+  st.buf.append(bytes, static_cast<size_t>(p - bytes));
   st.prev_end_ns = end;
   ++st.spans;
   if (st.buf.size() >= kStreamChunkBytes) FlushStage(st);
