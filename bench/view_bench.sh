@@ -6,27 +6,42 @@
 # the floor (reading the file once) and the naive one (`spyglass report` of
 # the same run: the whole timeline in one page), seconds and peak RSS.
 #   bench/view_bench.sh BUILD_DIR [N]   (default 10000000)
+# VIEW_BENCH_RUN=DIR: a run made before (make_known_run DIR --busy N) instead
+# of a new one; VIEW_BENCH_NAIVE=0: no naive baseline (at 100M events
+# `spyglass report` needs about 10 GB).
 set -euo pipefail
 build=$1 n=${2:-10000000}
 here=$(cd "$(dirname "$0")/.." && pwd)
 T=$(mktemp -d /tmp/spyglass-viewbench-XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$T"' EXIT
-"$build/tests/report/make_known_run" "$T/log" --busy "$n" > /dev/null
-file=$(ls "$T"/log/plugins/profile/run1/*.xplane.pb)
+run=${VIEW_BENCH_RUN:-$T/log}
+[ -n "${VIEW_BENCH_RUN:-}" ] || "$build/tests/report/make_known_run" "$run" --busy "$n" > /dev/null
+file=$(ls "$run"/plugins/profile/run1/*.xplane.pb)
 bytes=$(stat -c %s "$file")
 t0=$(date +%s.%N)
-"$build/spyglass" view "$T/log" > "$T/url" 2> "$T/err" &
+"$build/spyglass" view "$run" > "$T/url" 2> "$T/err" &
 pid=$!
 until [ -s "$T/url" ]; do kill -0 "$pid" || { cat "$T/err"; exit 1; }; sleep 0.05; done
 t1=$(date +%s.%N)
 url=$(head -1 "$T/url")
-node "$here/tests/browser/view_check.mjs" "$url" --track busy --zoom-ms 90,90.01 --expect-name outer | tee "$T/page"
+# The first response of the page, then of one data request (a window of the whole run), by curl.
+base=${url%%/\?*} token=${url#*token=}
+page_s=$(curl -s -o /dev/null -w '%{time_total}' "$url")
+dur_ns=$(( n / 3 * 4500 ))
+window_s=$(curl -s -o /dev/null -w '%{time_total}' "$base/window?token=$token&t0=0&t1=$dur_ns&px=4000")
+echo "first page response ${page_s} s, first window (whole run, 4000 px) ${window_s} s"
+# VIEW_BENCH_ZOOM_MS: where to zoom to single events (default 90 ms, "outer" #20000).
+node "$here/tests/browser/view_check.mjs" "$url" --track busy --zoom-ms "${VIEW_BENCH_ZOOM_MS:-90,90.01}" --expect-name outer | tee "$T/page"
 t2=$(date +%s.%N)
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 kill -INT "$pid"; wait "$pid"; pid=
 floor_s=$( { /usr/bin/time -f %e cat "$file" > /dev/null; } 2>&1 )
-naive=$( { /usr/bin/time -f "%e %M" "$build/spyglass" report "$T/log" -o "$T/r.html" > /dev/null; } 2>&1 | tail -1)
-echo "floor (cat the file): ${floor_s} s; naive (spyglass report): ${naive%% *} s, peak RSS $(( ${naive##* } >> 10 )) MiB, page $(( $(stat -c %s "$T/r.html") >> 10 )) KiB"
+if [ "${VIEW_BENCH_NAIVE:-1}" != 0 ]; then
+  naive=$( { /usr/bin/time -f "%e %M" "$build/spyglass" report "$run" -o "$T/r.html" > /dev/null; } 2>&1 | tail -1)
+  echo "floor (cat the file): ${floor_s} s; naive (spyglass report): ${naive%% *} s, peak RSS $(( ${naive##* } >> 10 )) MiB, page $(( $(stat -c %s "$T/r.html") >> 10 )) KiB"
+else
+  echo "floor (cat the file): ${floor_s} s; naive not run (VIEW_BENCH_NAIVE=0)"
+fi
 echo "events=$n file=$((bytes >> 20))MiB index_s=$(echo "$t1 - $t0" | bc) url_to_zoomed_s=$(echo "$t2 - $t1" | bc)" \
   "peak_rss=$((hwm >> 10))MiB goal=$(( (bytes / 5 >> 20) + 200 ))MiB"

@@ -457,13 +457,17 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
       std::string_view line = lines[li];
       uint64_t at = static_cast<uint64_t>(line.data() - data_);
       // The pages read so far leave this process (they stay in the page
-      // cache, and come back if read again): memory stays near what the
-      // visitor keeps, whatever the file's size.
-      if (at - released >= kReleaseStep) {
-        uint64_t end = at & ~(kPage - 1);
+      // cache, and come back if read again: clean pages of the file, so what
+      // points into them stays valid): memory stays near what the visitor
+      // keeps, whatever the file's size, a line of gigabytes included.
+      auto release = [&](const char* p, bool now = false) {
+        uint64_t here = static_cast<uint64_t>(p - data_);
+        if (here < released || (here - released < kReleaseStep && !now)) return;
+        uint64_t end = here & ~(kPage - 1);
         if (end > released) madvise(const_cast<char*>(data_) + released, end - released, MADV_DONTNEED);
         released = std::max(released, end);
-      }
+      };
+      release(line.data());
       if (options_.progress && at >= next_progress) {
         options_.progress(at, size_);
         next_progress = at + kProgressStep;
@@ -472,6 +476,7 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
       lh.index = li;
       size_t lpos = 0;
       while ((r = NextField(line, &lpos, &pn, &pt, &pp, &v)) == Next::kField) {
+        if (pt == kLengthDelimited) release(pp.data());  // (a varint field leaves pp as it was)
         switch (pn) {
           case f::kLineId: lh.id = static_cast<int64_t>(v); break;
           case f::kLineName: lh.name = pp; break;
@@ -482,10 +487,14 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
         }
       }
       if (r != Next::kEnd) return error(r, line.substr(lpos));
+      // The events' pass reads the line again: what the first left goes now.
+      if (line.size() > kReleaseStep) release(line.data() + line.size(), true);
+      released = at & ~(kPage - 1);
       if (!visitor.OnLine(lh)) continue;
       lpos = 0;
       while ((r = NextField(line, &lpos, &pn, &pt, &pp, &v)) == Next::kField) {
         if (pn != f::kLineEvents || pt != kLengthDelimited) continue;
+        release(pp.data());
         EventRecord e;
         event_stats.clear();
         size_t epos = 0;

@@ -166,7 +166,7 @@ std::string HtmlEscape(std::string_view s) {
 
 }  // namespace
 
-std::string RenderReport(ReportInput& in) {
+std::string RenderReport(ReportInput& in, std::string_view policy) {
   Timeline& tl = in.timeline;
   json summary = in.summary_json.empty() ? json(nullptr) : json::parse(in.summary_json, nullptr, false);
   if (summary.is_discarded()) summary = nullptr;
@@ -210,6 +210,7 @@ std::string RenderReport(ReportInput& in) {
   std::string out;
   out.reserve(page.size() + data_text.size() + blob.size() + embedded_report_js().size() + 1024);
   const std::pair<std::string_view, std::string> slots[] = {
+      {"{{POLICY}}", HtmlEscape(policy)},
       {"{{TITLE}}", HtmlEscape(in.title)},
       {"{{STYLE}}", std::string(embedded_report_css())},
       {"{{DATA}}", std::move(data_text)},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memory/timeline.h"
@@ -30,9 +31,14 @@ struct ReportInput {
   uint64_t max_page_bytes = kMaxPageBytes;
 };
 
-// The HTML page. The timeline's levels (at most twice the events, a few
+// What the page may load: nothing but its own inline code and images.
+inline constexpr std::string_view kReportPolicy =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
+
+// The HTML page, under the Content-Security-Policy `policy` (a page served
+// by spyglass view also fetches from its server). The timeline's levels (at most twice the events, a few
 // bytes each) are gzipped and base64-encoded into it; when the page would
 // be larger than in.max_page_bytes, in.timeline is coarsened first.
-std::string RenderReport(ReportInput& in);
+std::string RenderReport(ReportInput& in, std::string_view policy = kReportPolicy);
 
 }  // namespace spyglass::report

@@ -97,7 +97,7 @@ std::vector<PlainSpan> MergePlain(const std::vector<PlainSpan>& spans, int64_t t
 }
 
 TimelineLevel EncodePlain(const std::vector<PlainSpan>& spans, int64_t threshold_ns, std::string* blob) {
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}, {}};
   int64_t prev = 0;
   for (size_t i = 0; i < spans.size(); ++i) {
     const PlainSpan& s = spans[i];
@@ -125,11 +125,14 @@ int PlaneOrder(std::string_view name) {
 
 }  // namespace
 
-void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, int64_t id) {
+void TimelineBuilder::BeginLine(std::string_view plane, std::string_view line, int64_t id, bool sorted) {
   plane_ = plane;
   line_ = line;
   line_id_ = id;
   spans_.clear();
+  links_.clear();
+  streaming_line_ = sink_ != nullptr && sorted;
+  track_ = {};
 }
 
 uint32_t TimelineBuilder::DetailId(std::string_view detail) {
@@ -147,7 +150,7 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
 }
 
 void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
-                               uint64_t flow) {
+                               uint64_t flow, uint64_t consumes, uint64_t produces) {
   // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
   // more it had: a megabyte name on every event is neither hashed per event
   // nor drawn whole.
@@ -176,7 +179,208 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
   ++tl_.name_events[it->second];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  spans_.push_back({start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), flow});
+  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), 0};
+  const Links links{flow, consumes, produces};
+  const bool linked = (flow | consumes | produces) != 0;
+  if (!streaming_line_) {
+    if (linked) {
+      links_.push_back(links);
+      span.links = static_cast<uint32_t>(links_.size());
+    }
+    spans_.push_back(span);
+    return;
+  }
+  if (track_.events > 0 &&
+      (span.start < last_.start || (span.start == last_.start && span.end > last_.end))) {
+    ++track_.events;  // out of order after all: counted, not drawn
+    ++track_.hidden;
+    return;
+  }
+  last_ = span;
+  StreamSpan(span, linked ? &links : nullptr);
+}
+
+int TimelineBuilder::Place(const Span& s, const Links* links) {
+  if (track_.events++ == 0) {
+    track_.plane = plane_;
+    track_.name = line_;
+    track_.id = line_id_;
+    lane_end_.clear();
+    open_.clear();
+  }
+  while (!open_.empty() && open_.back().first <= s.start) open_.pop_back();
+  size_t d = open_.empty() ? 0 : open_.back().second + 1;
+  while (d < lane_end_.size() && lane_end_[d] > s.start) ++d;
+  if (d >= kMaxLanes) {
+    ++track_.hidden;
+    return -1;
+  }
+  if (d == lane_end_.size()) lane_end_.push_back(INT64_MIN);
+  lane_end_[d] = s.end;
+  if (links != nullptr) {
+    if (links->flow != 0) AddFlowEnd(links->flow, static_cast<uint32_t>(d), s.start);
+    if (links->consumes != 0) AddFlowEnd(links->consumes, static_cast<uint32_t>(d), s.start);
+    if (links->produces != 0 && links->produces != links->consumes)
+      AddFlowEnd(links->produces, static_cast<uint32_t>(d), s.start);
+  }
+  open_.emplace_back(s.end, d);
+  end_ps_ = std::max(end_ps_, s.end);
+  return static_cast<int>(d);
+}
+
+void TimelineBuilder::AddFlowEnd(uint64_t flow, uint32_t lane, int64_t start_ps) {
+  // Two events of one id: an arrow from the earlier; a third continues from the second.
+  FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), lane, Ns(start_ps)};
+  // Ids seen once are held until their partner comes: bounded, so that
+  // millions of kernels without their launches hold little.
+  auto at = open_flows_.find(flow);
+  bool first = at == open_flows_.end();
+  if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(flow, here);
+  if (!first) {
+    if (raw_flows_.size() < kMaxFlows) {
+      bool in_order = at->second.ns <= here.ns;
+      raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
+    } else {
+      ++tl_.hidden_flows;
+    }
+    at->second = here;
+  }
+}
+
+// Thresholds of the streamed levels: as AddLevels, 16 ns, then 4 times the last.
+constexpr size_t kMaxStages = [] {
+  size_t n = 1;
+  for (int64_t t = 16; t < INT64_MAX / 4000; t *= 4) ++n;
+  return n;
+}();
+
+void TimelineBuilder::StreamSpan(const Span& s, const Links* links) {
+  if (track_.events == 0) {
+    line_base_ns_ = Ns(s.start);
+    stream_lanes_.clear();
+  }
+  int d = Place(s, links);
+  if (d < 0) return;
+  if (static_cast<size_t>(d) == stream_lanes_.size()) {
+    StreamLane& lane = stream_lanes_.emplace_back();
+    lane.stages.reserve(kMaxStages);  // Feed holds references across its growth
+    lane.stages.emplace_back().prev_end_ns = line_base_ns_;
+    lane.first_start = s.start;
+  }
+  StreamLane& lane = stream_lanes_[static_cast<size_t>(d)];
+  lane.last_end = s.end;
+  EncodeStaged(lane.stages[0], s);
+  Feed(lane, 1, s);
+}
+
+void TimelineBuilder::Feed(StreamLane& lane, size_t stage, const Span& s) {
+  if (stage >= kMaxStages) return;
+  if (stage == lane.stages.size()) {
+    Stage& st = lane.stages.emplace_back();
+    st.threshold_ns = int64_t{16} << (2 * (stage - 1));
+    st.prev_end_ns = line_base_ns_;
+  }
+  Stage& st = lane.stages[stage];
+  const int64_t t = st.threshold_ns * 1000;
+  if (!st.has_pending) {
+    st.pending = s;
+    st.has_pending = true;
+    return;
+  }
+  Span& m = st.pending;
+  // As Merge: only what would be under a pixel joins.
+  if (SaturatedSub(s.start, m.end) < t && (s.end - s.start < t || m.end - m.start < t)) {
+    m.end = std::max(m.end, s.end);
+    m.count += s.count;
+    m.detail = 0;
+    if (s.longest > m.longest) {
+      m.longest = s.longest;
+      m.name = s.name;
+    }
+    return;
+  }
+  const Span done = m;
+  m = s;
+  EncodeStaged(st, done);
+  Feed(lane, stage + 1, done);
+}
+
+void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
+  if (st.buf.empty()) {
+    st.buf_first_span = st.spans;
+    st.buf_prev_ns = st.prev_end_ns - line_base_ns_;
+  }
+  int64_t start = Ns(s.start), end = Ns(s.end);
+  // Every span of every level passes here: its varints go in one append.
+  char bytes[5 * 10];
+  char* p = bytes;
+  auto put = [&p](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) *p++ = static_cast<char>(v | 0x80);
+    *p++ = static_cast<char>(v);
+  };
+  const int64_t gap = start - st.prev_end_ns;  // may round to -1
+  put((static_cast<uint64_t>(gap) << 1) ^ static_cast<uint64_t>(gap >> 63));
+  put(static_cast<uint64_t>(end - start));
+  put(s.name);
+  put(s.detail);
+  if (st.threshold_ns > 0) put(s.count);
+  st.buf.append(bytes, static_cast<size_t>(p - bytes));
+  st.prev_end_ns = end;
+  ++st.spans;
+  if (st.buf.size() >= kStreamChunkBytes) FlushStage(st);
+}
+
+void TimelineBuilder::FlushStage(Stage& st) {
+  if (st.buf.empty()) return;
+  uint64_t at = sink_->Append(st.buf);
+  st.chunks.push_back({at, st.buf.size(), st.buf_first_span, st.buf_prev_ns});
+  st.buf.clear();
+}
+
+void TimelineBuilder::EndStreamedLine() {
+  streaming_line_ = false;
+  if (track_.events == 0) return;
+  TimelineTrack track = std::move(track_);
+  track_ = {};
+  for (StreamLane& lane : stream_lanes_) {
+    // The merges still open, from the finest (each flush feeds the next level).
+    for (size_t k = 1; k < lane.stages.size(); ++k) {
+      Stage& st = lane.stages[k];
+      if (!st.has_pending) continue;
+      st.has_pending = false;
+      const Span last = st.pending;
+      EncodeStaged(st, last);
+      Feed(lane, k + 1, last);
+    }
+    // The levels kept, as AddLevels: each at most half the last one kept.
+    std::vector<size_t> kept{0};
+    const uint64_t events = lane.stages[0].spans;
+    if (events >= 2) {
+      const int64_t extent_ns = Ns(lane.last_end) - Ns(lane.first_start);
+      uint64_t last_kept = events;
+      for (size_t k = 1; k < lane.stages.size() && lane.stages[k].threshold_ns / 4 <= extent_ns; ++k) {
+        const uint64_t n = lane.stages[k].spans;
+        if (n * 2 > last_kept) continue;
+        kept.push_back(k);
+        if (n <= 1) break;
+        last_kept = n;
+      }
+    }
+    std::vector<TimelineLevel>& levels = track.lanes.emplace_back();
+    for (size_t k : kept) {
+      Stage& st = lane.stages[k];
+      FlushStage(st);
+      TimelineLevel l{st.threshold_ns, st.spans, st.chunks.empty() ? 0 : st.chunks.front().offset, 0, {}, {}};
+      for (const TimelineChunk& c : st.chunks) l.bytes += c.bytes;
+      l.chunks = std::move(st.chunks);
+      levels.push_back(std::move(l));
+    }
+  }
+  stream_lanes_.clear();
+  stream_lanes_.shrink_to_fit();
+  tl_.events += track.events;
+  tl_.tracks.push_back(std::move(track));
+  base_ns_.push_back(line_base_ns_);
 }
 
 std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span>& spans, int64_t threshold_ps) {
@@ -203,7 +407,7 @@ std::vector<TimelineBuilder::Span> TimelineBuilder::Merge(const std::vector<Span
 
 TimelineLevel TimelineBuilder::Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns) {
   std::string* blob = &tl_.blob;
-  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}};
+  TimelineLevel level{threshold_ns, spans.size(), blob->size(), 0, {}, {}};
   int64_t prev_end = base_ns;
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span& s = spans[i];
@@ -240,59 +444,38 @@ void TimelineBuilder::AddLevels(const std::vector<Span>& lane, int64_t base_ns, 
 }
 
 void TimelineBuilder::EndLine() {
+  if (streaming_line_) return EndStreamedLine();
   if (spans_.empty()) return;
-  // Parents before children, then one lane per depth: an event goes one
-  // below its innermost open parent, or further down while that lane is
-  // still busy (events that overlap without nesting).
+  // Parents before children, then one lane per depth (Place).
   auto before = [](const Span& a, const Span& b) { return a.start != b.start ? a.start < b.start : a.end > b.end; };
   if (!std::is_sorted(spans_.begin(), spans_.end(), before)) std::sort(spans_.begin(), spans_.end(), before);
-  TimelineTrack track;
-  track.plane = plane_;
-  track.name = line_;
-  track.id = line_id_;
-  track.events = spans_.size();
-  std::vector<std::vector<Span>> lanes;
-  std::vector<int64_t> lane_end;
-  std::vector<std::pair<int64_t, size_t>> open;  // (end, lane) of enclosing events
-  for (const Span& s : spans_) {
-    while (!open.empty() && open.back().first <= s.start) open.pop_back();
-    size_t d = open.empty() ? 0 : open.back().second + 1;
-    while (d < lane_end.size() && lane_end[d] > s.start) ++d;
-    if (d >= kMaxLanes) {
-      ++track.hidden;
-      continue;
-    }
-    if (d == lanes.size()) {
-      lanes.emplace_back();
-      lane_end.push_back(INT64_MIN);
-    }
-    lanes[d].push_back(s);
-    lane_end[d] = s.end;
-    if (s.flow != 0) {
-      // Two events of one id: an arrow from the earlier; a third continues from the second.
-      FlowEnd here{static_cast<uint32_t>(tl_.tracks.size()), static_cast<uint32_t>(d), Ns(s.start)};
-      // Ids seen once are held until their partner comes: bounded, so that
-      // millions of kernels without their launches hold little.
-      auto at = open_flows_.find(s.flow);
-      bool first = at == open_flows_.end();
-      if (first && open_flows_.size() < kMaxOpenFlows && raw_flows_.size() < kMaxFlows) open_flows_.emplace(s.flow, here);
-      if (!first) {
-        if (raw_flows_.size() < kMaxFlows) {
-          bool in_order = at->second.ns <= here.ns;
-          raw_flows_.push_back({in_order ? at->second : here, in_order ? here : at->second});
-        } else {
-          ++tl_.hidden_flows;
-        }
-        at->second = here;
-      }
-    }
-    open.emplace_back(s.end, d);
-    end_ps_ = std::max(end_ps_, s.end);
+  if (sink_ != nullptr) {
+    // Held because out of order: placed now as a streamed line.
+    streaming_line_ = true;
+    track_ = {};
+    for (const Span& s : spans_) StreamSpan(s, s.links ? &links_[s.links - 1] : nullptr);
+    spans_.clear();
+    spans_.shrink_to_fit();
+    links_.clear();
+    links_.shrink_to_fit();
+    return EndStreamedLine();
   }
+  track_ = {};
+  std::vector<std::vector<Span>> lanes;
+  for (const Span& s : spans_) {
+    int d = Place(s, s.links ? &links_[s.links - 1] : nullptr);
+    if (d < 0) continue;
+    if (static_cast<size_t>(d) == lanes.size()) lanes.emplace_back();
+    lanes[static_cast<size_t>(d)].push_back(s);
+  }
+  TimelineTrack track = std::move(track_);
+  track_ = {};
   const int64_t base_ns = Ns(spans_.front().start);
   // The lanes hold the spans now: freed before the levels are made (peak memory of a big line).
   spans_.clear();
   spans_.shrink_to_fit();
+  links_.clear();
+  links_.shrink_to_fit();
   for (std::vector<Span>& lane : lanes) {
     track.lanes.emplace_back();
     AddLevels(lane, base_ns, &track.lanes.back());
@@ -302,8 +485,6 @@ void TimelineBuilder::EndLine() {
   tl_.events += track.events;
   tl_.tracks.push_back(std::move(track));
   base_ns_.push_back(base_ns);
-  spans_.clear();
-  spans_.shrink_to_fit();
 }
 
 void TimelineBuilder::AddCounterSample(std::string_view plane, std::string_view name, int64_t time_ps, double value,
@@ -345,7 +526,7 @@ void TimelineBuilder::EncodeCounter(TimelineCounter& c, std::vector<Sample>& sam
   c.min = c.max = points.front().last;
   for (const Point& p : points) c.min = std::min(c.min, p.lo), c.max = std::max(c.max, p.hi);
   auto encode = [&](int64_t threshold_ns) {
-    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}};
+    TimelineLevel level{threshold_ns, points.size(), tl_.blob.size(), 0, {}, {}};
     int64_t prev = points.front().ns;
     for (const Point& p : points) {
       PutZigzag(&tl_.blob, p.ns - prev);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -23,6 +24,13 @@
 
 namespace spyglass::report {
 
+// Whole spans of a streamed level, in order.
+struct TimelineChunk {
+  uint64_t offset = 0, bytes = 0;  // in the sink
+  uint64_t first_span = 0;
+  int64_t prev_ns = 0;  // the end of the span before it, in ns from its track's at_ns
+};
+
 struct TimelineLevel {
   int64_t threshold_ns = 0;  // 0: the events themselves
   uint64_t spans = 0;
@@ -31,8 +39,21 @@ struct TimelineLevel {
   // starts decoding, as pairs (byte from offset, the previous span's end in
   // ns from its track's at_ns): the page decodes only what is in view.
   std::vector<int64_t> marks;
+  // A level streamed to a TimelineSink (TimelineBuilder::StreamTo): its
+  // bytes there, in pieces (offset and bytes above then unused).
+  std::vector<TimelineChunk> chunks;
 };
 inline constexpr uint64_t kChunkSpans = 8192;
+
+inline constexpr size_t kStreamChunkBytes = 2048;
+
+// Where a streamed timeline's lane levels go (spyglass view: a file it maps).
+class TimelineSink {
+ public:
+  virtual ~TimelineSink() = default;
+  // Keeps `bytes`; returns the offset of their first byte.
+  virtual uint64_t Append(std::string_view bytes) = 0;
+};
 
 struct TimelineTrack {
   std::string plane, name;
@@ -110,12 +131,19 @@ inline constexpr size_t kMaxOpenFlows = 200000;  // ids waiting for their other 
 // line's events at a time besides the encoded levels.
 class TimelineBuilder {
  public:
-  void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0);
+  // From now on lanes go to `sink` as their events come, each level in
+  // chunks of about kStreamChunkBytes (TimelineLevel::chunks), not to the
+  // blob: a line begun `sorted` (events by start, the longest first at one
+  // start) is placed event by event and holds no spans (one out of order
+  // is counted as hidden); other lines are held and sorted as without a sink.
+  void StreamTo(TimelineSink* sink) { sink_ = sink; }
+  void BeginLine(std::string_view plane, std::string_view line, int64_t id = 0, bool sorted = false);
   // `detail`: what the tooltip shows besides the name (cut to kMaxDetailLength).
   // `flow`: an id shared with the event at the other end of an arrow (a
-  // correlation id; 0: none).
+  // correlation id; 0: none). `consumes`, `produces`: an async pair's ids
+  // (an arrow from the producer to its consumer; one event may be both).
   void AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail = {},
-                uint64_t flow = 0);
+                uint64_t flow = 0, uint64_t consumes = 0, uint64_t produces = 0);
   void EndLine();
   // One sample of the counter `name` on `plane` (any order; non-finite
   // values are counted and left out).
@@ -131,11 +159,52 @@ class TimelineBuilder {
     uint32_t count;   // events merged into it
     int64_t longest;  // duration of its longest event: that one names it
     uint32_t detail;  // id + 1 in Timeline::details (0: none)
-    uint64_t flow;    // 0: none
+    uint32_t links;   // index + 1 in links_ (0: none): few events have any
   };
+  struct Links {
+    uint64_t flow, consumes, produces;  // AddEvent's (0: none)
+  };
+  std::vector<Links> links_;  // of the line's held spans
+  void AddFlowEnd(uint64_t flow, uint32_t lane, int64_t start_ps);
   static std::vector<Span> Merge(const std::vector<Span>& spans, int64_t threshold_ps);
   TimelineLevel Encode(const std::vector<Span>& spans, int64_t threshold_ns, int64_t base_ns);
   void AddLevels(const std::vector<Span>& lane, int64_t base_ns, std::vector<TimelineLevel>* levels);
+
+  // The current line's placement: an event goes one lane below its
+  // innermost open parent, or further down while that lane is busy.
+  int Place(const Span& s, const Links* links);
+  std::vector<int64_t> lane_end_;
+  std::vector<std::pair<int64_t, size_t>> open_;  // (end, lane) of enclosing events
+  TimelineTrack track_;
+
+  // Streaming: each lane's levels made as its spans come, level k merging
+  // the output of level k - 1 (as AddLevels); which are kept is decided
+  // when the line ends.
+  struct Stage {
+    int64_t threshold_ns = 0;  // 0: the events
+    bool has_pending = false;
+    Span pending{};  // being merged
+    uint64_t spans = 0;
+    int64_t prev_end_ns = 0;  // absolute
+    std::string buf;          // encoded, not yet in the sink
+    uint64_t buf_first_span = 0;
+    int64_t buf_prev_ns = 0;
+    std::vector<TimelineChunk> chunks;
+  };
+  struct StreamLane {
+    std::vector<Stage> stages;
+    int64_t first_start = 0, last_end = 0;  // ps
+  };
+  void StreamSpan(const Span& s, const Links* links);
+  void Feed(StreamLane& lane, size_t stage, const Span& s);
+  void EncodeStaged(Stage& st, const Span& s);
+  void FlushStage(Stage& st);
+  void EndStreamedLine();
+  TimelineSink* sink_ = nullptr;
+  bool streaming_line_ = false;
+  Span last_{};  // the previous event of a streamed line
+  int64_t line_base_ns_ = 0;
+  std::vector<StreamLane> stream_lanes_;
 
   Timeline tl_;
   std::vector<int64_t> base_ns_;  // of each track: absolute ns of its first event
@@ -183,6 +252,13 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several
 // hosts in one run).
-Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder);
+// `unsorted` (optional): the lines (plane index in the file, line index in
+// its plane) whose events are out of order (FindUnsortedLines); the others
+// are begun sorted, so that a streaming builder holds none of their spans.
+Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
+                      const std::set<std::pair<size_t, size_t>>* unsorted = nullptr);
+// One pass over the file: the lines whose events do not come by start (the
+// longest first at one start), as TimelineBuilder places them.
+Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, size_t>>* unsorted);
 
 }  // namespace spyglass::report

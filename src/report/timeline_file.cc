@@ -1,5 +1,7 @@
 // Reading a profile file into the report's timeline (timeline.h): every
 // line through the public streaming reader, in bounded memory.
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <functional>
 
@@ -15,22 +17,26 @@ namespace {
 // the summary's counter peaks).
 class TimelineVisitor : public profile::ProfileVisitor {
  public:
-  TimelineVisitor(TimelineBuilder* b, std::string host)
-      : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)) {}
+  TimelineVisitor(TimelineBuilder* b, std::string host, const std::set<std::pair<size_t, size_t>>* unsorted)
+      : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)),
+        unsorted_(unsorted) {}
   bool OnPlane(const profile::PlaneHeader& p) override {
     plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
+    ++plane_index_;
     return true;
   }
   bool OnLine(const profile::LineHeader& l) override {
     counters_ = l.name == model::kCounterLineName;
     if (counters_) return true;
     std::string name(l.display_name.empty() ? l.name : l.display_name);
-    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id);
+    const bool sorted = unsorted_ != nullptr && !unsorted_->contains({plane_index_ - 1, l.index});
+    b_->BeginLine(plane_, name.empty() ? "line " + std::to_string(l.id) : name, l.id, sorted);
     return true;
   }
   void OnEvent(const profile::EventRecord& e) override {
     if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e));
+      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"),
+                   AsyncFlow(e, "_p", "_pt"));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -80,18 +86,86 @@ class TimelineVisitor : public profile::ProfileVisitor {
     }
     return 0;
   }
+  // An async pair (a producer and its consumers, XProf's "_p"/"_pt" and
+  // "_c"/"_ct": a prefetch and where it is consumed, on other threads) by
+  // its type and id; kept apart from correlation ids and from other hosts'.
+  uint64_t AsyncFlow(const profile::EventRecord& e, std::string_view id_stat, std::string_view type_stat) const {
+    uint64_t id = 0, type = 0;
+    bool has_id = false;
+    for (const profile::ProfileStat& s : e.stats) {
+      if (s.name != id_stat && s.name != type_stat) continue;
+      uint64_t v = s.kind == profile::ProfileStat::Kind::kUint64  ? s.u64
+                   : s.kind == profile::ProfileStat::Kind::kInt64 ? static_cast<uint64_t>(s.i64)
+                                                                  : 0;
+      if (s.name == id_stat) id = v, has_id = true;
+      else type = v;
+    }
+    if (!has_id) return 0;
+    // splitmix64 of (type, id): spread over 64 bits, the top one set (correlation ids are small).
+    uint64_t z = id + 0x9e3779b97f4a7c15ull * (type + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z ^ host_hash_) | (uint64_t{1} << 63);
+  }
   std::string detail_;
   TimelineBuilder* b_;
   std::string host_, plane_;
   uint64_t host_hash_;
   bool counters_ = false;
+  const std::set<std::pair<size_t, size_t>>* unsorted_;
+  size_t plane_index_ = 0;
+};
+
+// Which lines' events come out of TimelineBuilder's order (by start, the
+// longest first at one start; durations clamped as AddEvent does).
+class OrderVisitor : public profile::ProfileVisitor {
+ public:
+  explicit OrderVisitor(std::set<std::pair<size_t, size_t>>* unsorted) : unsorted_(unsorted) {}
+  bool OnPlane(const profile::PlaneHeader&) override {
+    ++plane_index_;
+    return true;
+  }
+  bool OnLine(const profile::LineHeader& l) override {
+    line_ = l.index;
+    first_ = true;
+    in_order_ = true;
+    return l.name != model::kCounterLineName;
+  }
+  void OnEvent(const profile::EventRecord& e) override {
+    if (!in_order_) return;
+    const int64_t start = e.start_ps;
+    const int64_t end = start + std::clamp<int64_t>(e.duration_ps, 0, INT64_MAX - std::max<int64_t>(start, 0));
+    if (!first_ && (start < start_ || (start == start_ && end > end_))) {
+      in_order_ = false;
+      unsorted_->insert({plane_index_ - 1, line_});
+    }
+    first_ = false;
+    start_ = start;
+    end_ = end;
+  }
+
+ private:
+  std::set<std::pair<size_t, size_t>>* unsorted_;
+  size_t plane_index_ = 0, line_ = 0;
+  bool first_ = true, in_order_ = true;
+  int64_t start_ = 0, end_ = 0;
 };
 
 }  // namespace
 
-Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder) {
+Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, size_t>>* unsorted) {
   profile::ProfileReader reader;
-  TimelineVisitor visitor(builder, host);
+  OrderVisitor visitor(unsorted);
+  Status s = reader.Open(path);
+  if (s.ok()) s = reader.Scan(visitor);
+  return s;
+}
+
+Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
+                      const std::set<std::pair<size_t, size_t>>* unsorted) {
+  profile::ProfileReader reader;
+  TimelineVisitor visitor(builder, host, unsorted);
   Status s = reader.Open(path);
   if (s.ok()) s = reader.Scan(visitor);
   return s;

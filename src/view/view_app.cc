@@ -30,9 +30,7 @@ nlohmann::json Levels(const std::vector<report::TimelineLevel>& levels) {
 
 }  // namespace
 
-ViewApp::ViewApp(const ViewIndex* index, std::string title) : index_(index) {
-  report::ReportInput in;
-  in.title = std::move(title);
+ViewApp::ViewApp(const ViewIndex* index, report::ReportInput in) : index_(index) {
   const report::Timeline& tl = index->timeline();
   in.timeline = index->Window(0, tl.duration_ns, kFirstPaintPixels);
   in.timeline.names = tl.names;
@@ -44,10 +42,8 @@ ViewApp::ViewApp(const ViewIndex* index, std::string title) : index_(index) {
   in.timeline.hidden_flows = tl.hidden_flows;
   in.notes.push_back("served by spyglass view: the timeline loads what it shows as you zoom (" +
                      std::to_string(tl.events) + " events in all)");
-  std::string page = report::RenderReport(in);
   // The page may fetch from this server (and nothing else), and view.js runs after the report's code.
-  const std::string csp = "default-src 'none';";
-  if (size_t at = page.find(csp); at != std::string::npos) page.replace(at, csp.size(), "default-src 'none'; connect-src 'self';");
+  std::string page = report::RenderReport(in, kViewPolicy);
   std::string script = "<script>" + std::string(embedded_view_js()) + "</script>\n";
   if (size_t at = page.rfind("</body>"); at != std::string::npos) page.insert(at, script);
   page_ = std::move(page);

@@ -2,7 +2,19 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
+#include <set>
+
+#include "export/output_file.h"
+#include "view/http_server.h"
 
 namespace spyglass::view {
 namespace {
@@ -57,29 +69,116 @@ size_t LevelFor(const std::vector<report::TimelineLevel>& levels, double ns_per_
   return k;
 }
 
+// The last seek point at or before t0: every span (point) before it ends by then.
+size_t SeekBefore(const std::vector<ViewIndex::Seek>& seeks, int64_t t0) {
+  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0,
+                             [](int64_t t, const ViewIndex::Seek& s) { return t < s.prev_ns; });
+  return it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+}
+
+// Decodes `l` (in `blob`) from `seek` to its end.
+Reader ReaderAt(const std::string& blob, const report::TimelineLevel& l, const ViewIndex::Seek& seek) {
+  const auto* base = reinterpret_cast<const uint8_t*>(blob.data());
+  return Reader{base + seek.offset, base + l.offset + l.bytes};
+}
+
 }  // namespace
 
-Status ViewIndex::Build(const std::vector<std::string>& files) {
-  report::TimelineBuilder builder;
-  for (const std::string& f : files) {
-    std::string host;
-    if (files.size() > 1) {
-      host = std::filesystem::path(f).filename().string();
-      host = host.substr(0, host.rfind(".xplane.pb"));
-    }
-    if (Status s = report::AddProfileFile(f, host, &builder); !s.ok()) return s;
+// Writes what the builder streams to the index file, in large writes.
+class FileSink : public report::TimelineSink {
+ public:
+  explicit FileSink(int fd) : fd_(fd) {}
+  uint64_t Append(std::string_view bytes) override {
+    uint64_t at = written_ + buf_.size();
+    buf_.append(bytes);
+    if (buf_.size() >= (1u << 20)) Flush();
+    return at;
   }
-  tl_ = builder.Finish();
-  tl_.blob.shrink_to_fit();
+  int Flush() {
+    if (error_ == 0 && !buf_.empty()) error_ = exporter::WriteAll(fd_, buf_);
+    written_ += buf_.size();
+    buf_.clear();
+    return error_;
+  }
+  uint64_t size() const { return written_ + buf_.size(); }
+
+ private:
+  int fd_;
+  std::string buf_;
+  uint64_t written_ = 0;
+  int error_ = 0;
+};
+
+ViewIndex::~ViewIndex() {
+  if (map_ != nullptr) munmap(const_cast<uint8_t*>(map_), map_bytes_);
+}
+
+Status ViewIndex::Build(const std::vector<std::string>& files) {
+  // Lines out of order are the only ones held while they are placed.
+  std::vector<std::set<std::pair<size_t, size_t>>> unsorted(files.size());
+  for (size_t i = 0; i < files.size(); i++)
+    if (Status s = report::FindUnsortedLines(files[i], &unsorted[i]); !s.ok()) return s;
+  const char* tmp = std::getenv("TMPDIR");
+  exporter::OutputDir dir;
+  if (Status s = exporter::OutputDir::Open(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", &dir); !s.ok()) return s;
+  const std::string name = "spyglass-view-" + std::to_string(getpid()) + "-" + RandomToken().substr(0, 16) + ".index";
+  Status built = Status::Ok();
+  uint64_t bytes = 0;
+  Status written = dir.Write(name, [&](int fd) {
+    FileSink sink(fd);
+    report::TimelineBuilder builder;
+    builder.StreamTo(&sink);
+    for (size_t i = 0; i < files.size() && built.ok(); i++) {
+      std::string host;
+      if (files.size() > 1) {
+        host = std::filesystem::path(files[i]).filename().string();
+        host = host.substr(0, host.rfind(".xplane.pb"));
+      }
+      built = report::AddProfileFile(files[i], host, &builder, &unsorted[i]);
+    }
+    if (!built.ok()) return EINVAL;
+    tl_ = builder.Finish();
+    bytes = sink.size();
+    return sink.Flush();
+  });
+  if (!built.ok()) {
+    unlinkat(dir.fd(), name.c_str(), 0);
+    return built;
+  }
+  if (!written.ok()) return written;
+  // Mapped, then unlinked: the file goes when the server ends, however it ends.
+  int fd = openat(dir.fd(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      static_cast<uint64_t>(st.st_size) != bytes) {
+    if (fd >= 0) close(fd);
+    unlinkat(dir.fd(), name.c_str(), 0);
+    return InternalError("cannot read back the index " + dir.PathOf(name));
+  }
+  unlinkat(dir.fd(), name.c_str(), 0);
+  if (bytes > 0) {
+    void* m = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      close(fd);
+      return InternalError("cannot map the index " + dir.PathOf(name) + ": " + std::strerror(errno));
+    }
+    map_ = static_cast<const uint8_t*>(m);
+    map_bytes_ = bytes;
+  }
+  close(fd);
   for (const report::TimelineTrack& t : tl_.tracks)
     for (const auto& levels : t.lanes)
-      for (const report::TimelineLevel& l : levels) IndexLevel(l, t.at_ns, false);
+      for (const report::TimelineLevel& l : levels)
+        for (const report::TimelineChunk& c : l.chunks)
+          if (c.offset > map_bytes_ || c.bytes > map_bytes_ - c.offset)
+            return InternalError("the index " + dir.PathOf(name) + " is shorter than written");
+  tl_.blob.shrink_to_fit();
   for (const report::TimelineCounter& c : tl_.counters)
-    for (const report::TimelineLevel& l : c.levels) IndexLevel(l, c.at_ns, true);
+    for (const report::TimelineLevel& l : c.levels) IndexCounterLevel(l, c.at_ns);
   return Status::Ok();
 }
 
-void ViewIndex::IndexLevel(const report::TimelineLevel& l, int64_t at_ns, bool counter) {
+void ViewIndex::IndexCounterLevel(const report::TimelineLevel& l, int64_t at_ns) {
   if (l.spans == 0) return;
   std::vector<Seek>& seeks = seeks_[l.offset];
   const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
@@ -87,45 +186,45 @@ void ViewIndex::IndexLevel(const report::TimelineLevel& l, int64_t at_ns, bool c
   int64_t prev = at_ns;
   for (uint64_t i = 0; i < l.spans && r.ok; i++) {
     if (i % kSeekStride == 0) seeks.push_back({static_cast<uint64_t>(r.p - base), prev});
-    if (counter) {
-      prev += r.Zigzag();
-      r.Skip(l.threshold_ns > 0 ? 24 : 8);
-    } else {
-      int64_t start = prev + r.Zigzag();
-      prev = start + static_cast<int64_t>(r.Varint());
-      r.Varint();
-      r.Varint();
-      if (l.threshold_ns > 0) r.Varint();
-    }
+    prev += r.Zigzag();
+    r.Skip(l.threshold_ns > 0 ? 24 : 8);
   }
   seeks.shrink_to_fit();
 }
 
 report::TimelineLevel ViewIndex::CutLane(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
-                                         std::string* out) const {
-  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
-  if (l.spans == 0) return cut;
-  const std::vector<Seek>& seeks = SeeksOf(l);
-  // The last seek point at or before t0: every span before it ends by then.
-  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
-  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
-  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
-  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
-  int64_t prev = seeks[si].prev_ns, last_end = at_ns;
-  for (uint64_t i = uint64_t{si} * kSeekStride; i < l.spans; i++) {
-    int64_t start = prev + r.Zigzag();
-    int64_t end = start + static_cast<int64_t>(r.Varint());
-    uint64_t name = r.Varint(), detail = r.Varint(), count = l.threshold_ns > 0 ? r.Varint() : 1;
-    if (!r.ok || start > t1) break;
-    prev = end;
-    if (end < t0) continue;
-    PutZigzag(out, start - last_end);
-    PutVarint(out, static_cast<uint64_t>(end - start));
-    PutVarint(out, name);
-    PutVarint(out, detail);
-    if (l.threshold_ns > 0) PutVarint(out, count);
-    last_end = end;
-    cut.spans++;
+                                         std::string* out, Touched* touched) const {
+  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0, {}, {}};
+  const std::vector<report::TimelineChunk>& chunks = l.chunks;
+  if (l.spans == 0 || chunks.empty()) return cut;
+  // The last chunk that starts at or before t0: every span before it ends by then.
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), t0,
+                             [at_ns](int64_t t, const report::TimelineChunk& c) { return t < at_ns + c.prev_ns; });
+  size_t ci = it == chunks.begin() ? 0 : static_cast<size_t>(it - chunks.begin()) - 1;
+  int64_t prev = at_ns + chunks[ci].prev_ns, last_end = at_ns;
+  for (bool past = false; ci < chunks.size() && !past; ci++) {
+    const report::TimelineChunk& c = chunks[ci];
+    touched->from = std::min<uint64_t>(touched->from, c.offset);
+    touched->to = std::max<uint64_t>(touched->to, c.offset + c.bytes);
+    Reader r{map_ + c.offset, map_ + c.offset + c.bytes};
+    while (r.p < r.end) {
+      int64_t start = prev + r.Zigzag();
+      int64_t end = start + static_cast<int64_t>(r.Varint());
+      uint64_t name = r.Varint(), detail = r.Varint(), count = l.threshold_ns > 0 ? r.Varint() : 1;
+      if (!r.ok || start > t1) {
+        past = true;
+        break;
+      }
+      prev = end;
+      if (end < t0) continue;
+      PutZigzag(out, start - last_end);
+      PutVarint(out, static_cast<uint64_t>(end - start));
+      PutVarint(out, name);
+      PutVarint(out, detail);
+      if (l.threshold_ns > 0) PutVarint(out, count);
+      last_end = end;
+      cut.spans++;
+    }
   }
   cut.bytes = out->size() - cut.offset;
   return cut;
@@ -133,14 +232,12 @@ report::TimelineLevel ViewIndex::CutLane(const report::TimelineLevel& l, int64_t
 
 report::TimelineLevel ViewIndex::CutCounter(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
                                             std::string* out) const {
-  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0};
+  report::TimelineLevel cut{l.threshold_ns, 0, out->size(), 0, {}, {}};
   if (l.spans == 0) return cut;
   const std::vector<Seek>& seeks = SeeksOf(l);
-  auto it = std::upper_bound(seeks.begin(), seeks.end(), t0, [](int64_t t, const Seek& s) { return t < s.prev_ns; });
-  size_t si = it == seeks.begin() ? 0 : static_cast<size_t>(it - seeks.begin()) - 1;
+  const size_t si = SeekBefore(seeks, t0);
   const size_t value_bytes = l.threshold_ns > 0 ? 24 : 8;
-  const auto* base = reinterpret_cast<const uint8_t*>(tl_.blob.data());
-  Reader r{base + seeks[si].offset, base + l.offset + l.bytes};
+  Reader r = ReaderAt(tl_.blob, l, seeks[si]);
   int64_t prev = seeks[si].prev_ns, last = at_ns;
   // The point before t0 is held until the first one in the window.
   int64_t held_t = 0;
@@ -184,11 +281,22 @@ report::Timeline ViewIndex::Window(int64_t t0, int64_t t1, int pixels) const {
   w.hidden_track_events = tl_.hidden_track_events;
   w.hidden_counters = tl_.hidden_counters;
   w.hidden_counter_samples = tl_.hidden_counter_samples;
+  Touched touched{UINT64_MAX, 0};
   for (const report::TimelineTrack& t : tl_.tracks) {
-    report::TimelineTrack c = t;
-    for (auto& levels : c.lanes)
-      if (!levels.empty()) levels = {CutLane(levels[LevelFor(levels, ns_per_px)], t.at_ns, t0, t1, &w.blob)};
+    report::TimelineTrack c;
+    c.plane = t.plane, c.name = t.name, c.id = t.id, c.at_ns = t.at_ns, c.events = t.events, c.hidden = t.hidden;
+    for (const auto& levels : t.lanes)
+      c.lanes.push_back(levels.empty() ? std::vector<report::TimelineLevel>{}
+                                       : std::vector<report::TimelineLevel>{CutLane(
+                                             levels[LevelFor(levels, ns_per_px)], t.at_ns, t0, t1, &w.blob, &touched)});
     w.tracks.push_back(std::move(c));
+  }
+  // The pages read go back (they stay in the page cache): memory does not
+  // grow with what has been looked at.
+  if (touched.from < touched.to) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t from = touched.from / page * page;
+    madvise(const_cast<uint8_t*>(map_) + from, touched.to - from, MADV_DONTNEED);
   }
   for (const report::TimelineCounter& k : tl_.counters) {
     report::TimelineCounter c = k;

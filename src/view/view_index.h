@@ -1,7 +1,11 @@
 // `spyglass view`'s index of a run: the report's timeline (levels of detail
-// per lane, report/timeline.h) built once by streaming the run's files, with
-// seek points into every level so that a window query decodes only the
-// spans it returns (plus at most one seek stride before them).
+// per lane, report/timeline.h) built once by streaming the run's files, each
+// sorted line placed event by event (no line held in memory), the lanes'
+// levels written to an index file (in $TMPDIR, through OutputDir: no link
+// followed) that is mapped and unlinked at once, so that nothing is left
+// behind. A window query reads only the chunks of the levels it returns
+// (kStreamChunkBytes each) and gives their pages back after: memory stays
+// the names, the seek points and what one answer holds.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +18,24 @@
 
 namespace spyglass::view {
 
-// Spans decoded between two seek points at most.
+// Counter points decoded between two seek points at most (lanes seek by
+// their chunks, report::kStreamChunkBytes each).
 inline constexpr uint32_t kSeekStride = 256;
 inline constexpr int kMaxWindowPixels = 20000;
 
 class ViewIndex {
  public:
+  ViewIndex() = default;
+  ~ViewIndex();
+  ViewIndex(const ViewIndex&) = delete;
+  ViewIndex& operator=(const ViewIndex&) = delete;
+
   // Reads every file (several: hosts of one run, their planes prefixed by
   // the file's stem), one line at a time.
   Status Build(const std::vector<std::string>& files);
   const report::Timeline& timeline() const { return tl_; }
+  // Bytes of the lanes' levels in the index file (all levels made, kept or not).
+  uint64_t index_bytes() const { return map_bytes_; }
 
   // The run between t0_ns and t1_ns (from timeline().start_ns) as drawn on
   // `pixels` columns: a Timeline with the same tracks, lanes and counters
@@ -34,20 +46,26 @@ class ViewIndex {
   // one after too). Its blob holds only those.
   report::Timeline Window(int64_t t0_ns, int64_t t1_ns, int pixels) const;
 
- private:
   struct Seek {
     uint64_t offset;  // in the blob, of the span (point) that follows
     int64_t prev_ns;  // end of the span (time of the point) before it
   };
-  void IndexLevel(const report::TimelineLevel& level, int64_t at_ns, bool counter);
+
+ private:
+  void IndexCounterLevel(const report::TimelineLevel& level, int64_t at_ns);
+  struct Touched {
+    uint64_t from, to;  // bytes of the index file read
+  };
   report::TimelineLevel CutLane(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
-                                std::string* out) const;
+                                std::string* out, Touched* touched) const;
   report::TimelineLevel CutCounter(const report::TimelineLevel& l, int64_t at_ns, int64_t t0, int64_t t1,
                                    std::string* out) const;
   const std::vector<Seek>& SeeksOf(const report::TimelineLevel& l) const { return seeks_.at(l.offset); }
 
   report::Timeline tl_;
-  std::unordered_map<uint64_t, std::vector<Seek>> seeks_;  // by the level's offset in the blob
+  std::unordered_map<uint64_t, std::vector<Seek>> seeks_;  // of counter levels, by offset in the blob
+  const uint8_t* map_ = nullptr;  // the index file
+  size_t map_bytes_ = 0;
 };
 
 }  // namespace spyglass::view

@@ -1,9 +1,12 @@
 // A page served by `spyglass view` in Debian's chromium, headless:
-//   node view_check.mjs URL [--track NAME]... [--zoom-ms A,B --expect-name NAME]
+//   node view_check.mjs URL [--track NAME]... [--zoom-ms A,B --expect-name NAME] [--same-panels-as REPORT.html]
 // Fails (exit 1) unless the page loads with no request outside the server
 // and no script error, draws the named tracks, and, zoomed to [A, B] ms,
 // asks the server for that window and draws single events (level 0) there,
 // the first of them (under the mouse in lane 0 of the first --track) named NAME. Prints the page's ready time.
+// --same-panels-as: the step chart, summary, CPU and memory sections (flame
+// graphs, memory timelines) read as those of `spyglass report`'s page of the
+// same run, and are not empty.
 import { chromium } from 'playwright-core';
 
 const argv = process.argv.slice(2);
@@ -14,6 +17,7 @@ while (argv.length) {
   if (a === '--track') opt.tracks.push(argv.shift());
   else if (a === '--zoom-ms') opt.zoom = argv.shift().split(',').map(Number);
   else if (a === '--expect-name') opt.name = argv.shift();
+  else if (a === '--same-panels-as') opt.report = argv.shift();
   else { console.error(`unknown argument ${a}`); process.exit(2); }
 }
 const origin = new URL(url).origin;
@@ -74,6 +78,24 @@ if (opt.zoom) {
       check(tip.startsWith(opt.name + '\n'), `tooltip "${tip}" is not one event named ${opt.name}`);
     }
   }
+}
+if (opt.report) {
+  // What each section shows, as text, and how many flame frames it draws.
+  const panels = (p) => p.evaluate(() => Object.fromEntries(['sg-steps', 'sg-summary', 'sg-cpu', 'sg-memory'].map((id) => {
+    const e = document.getElementById(id);
+    return [id, { text: e.innerText, canvases: e.querySelectorAll('canvas, svg').length }];
+  })));
+  const report = await browser.newPage();
+  await report.goto('file://' + opt.report);
+  await report.waitForFunction(() => document.body && (document.body.dataset.ready || document.body.dataset.error), null, { timeout: 60000 });
+  const want = await panels(report), got = await panels(page);
+  for (const id of Object.keys(want)) {
+    check(got[id].text === want[id].text, `${id} differs from the report's:\n--- view\n${got[id].text.slice(0, 400)}\n--- report\n${want[id].text.slice(0, 400)}`);
+    check(got[id].canvases === want[id].canvases, `${id}: ${got[id].canvases} drawings, the report's ${want[id].canvases}`);
+  }
+  check(!/^No summary/.test(got['sg-summary'].text), 'no summary in the view page');
+  check(got['sg-memory'].canvases > 0, 'no memory flame graph in the view page');
+  console.log(`panels as the report's: summary ${got['sg-summary'].text.length} chars, memory ${got['sg-memory'].canvases} drawings, cpu ${got['sg-cpu'].canvases}`);
 }
 check(outside.length === 0, `requests outside the server: ${outside.join(', ')}`);
 check(errors.length === 0, `script errors: ${errors.join('; ')}`);

@@ -6,13 +6,22 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "export/xplane/xplane_writer.h"
+#include "model/schema.h"
+#include "model/xspace.h"
+#include "report/timeline.h"
+#include "spyglass/profile_reader.h"
 #include "view/http_server.h"
 #include "view/view_app.h"
 #include "view/view_index.h"
@@ -104,6 +113,225 @@ TEST(ViewIndexTest, WindowGivesTheEventsOfAKnownRun) {
   // A window with nothing in it (between steps 3 and 4).
   report::Timeline gap = index.Window(62 * kMsNs + 1, 63 * kMsNs - 1, 100);
   EXPECT_TRUE(Decode(gap, tl, main, 0).empty());
+}
+
+// The streamed index (lines placed as their events come, levels written in
+// chunks to the mapped file) holds the same timeline as the report's
+// builder holding every line: tracks, lanes, levels and their bytes, flows.
+// A line out of order (held, then placed), one deeper than kMaxLanes, one
+// with events of one start (the longest first) and hostile times.
+TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
+  namespace model = spyglass::model;
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  space.plane(std::string(model::kGpuPlanePrefix) + "0");
+  model::Plane& host = space.planes[0];
+  model::Plane& gpu = space.planes[1];
+  for (int64_t id = 1; id <= 4; id++) host.line_with_id(id).name = "t" + std::to_string(id);
+  gpu.line_with_id(7).name = "Stream #7";
+  constexpr int64_t kUs = 1'000'000;  // ps
+  auto add = [](model::Line& line, model::Plane& plane, const std::string& name, int64_t at, int64_t dur) {
+    line.events.push_back({at, dur, plane.intern_event(name)});
+    return line.events.size() - 1;
+  };
+  // t1: 40k events, irregular, nested three deep, in order, with launches.
+  uint64_t x = 88172645463325252ull;
+  int64_t at = 0;
+  for (int i = 0; i < 10000; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int64_t d = 100'000 + static_cast<int64_t>(x % 50'000) * 1000;
+    add(host.lines[0], host, "op_" + std::to_string(x % 37), at, d);
+    add(host.lines[0], host, "child", at, d / 2);
+    add(host.lines[0], host, "child", at, d / 4);  // same start: the longest first
+    size_t launch = add(host.lines[0], host, "launch", at + d / 2, d / 8);
+    if (i % 100 == 0) {
+      host.lines[0].add_stats(host.lines[0].events[launch],
+                              std::vector<model::Stat>{host.uint_stat(model::kCorrelationIdStat, 1000 + i)});
+      size_t k = add(gpu.lines[0], gpu, "kernel", at + d, d);
+      gpu.lines[0].add_stats(gpu.lines[0].events[k],
+                             std::vector<model::Stat>{gpu.uint_stat(model::kCorrelationIdStat, 1000 + i)});
+    }
+    at += d + static_cast<int64_t>((x >> 40) % 20'000) * 1000;
+  }
+  // t2: the same spans backwards (held, sorted, placed).
+  for (auto it = host.lines[0].events.rbegin(); it != host.lines[0].events.rend(); ++it)
+    add(host.lines[1], host, "back", it->offset_ps, it->duration_ps);
+  // t3: 200 nested events: past kMaxLanes.
+  for (int i = 0; i < 200; i++) add(host.lines[2], host, "deep", i * kUs, (400 - 2 * i) * kUs);
+  // t4: hostile times (far apart, huge durations, negative).
+  add(host.lines[3], host, "neg", -5 * kUs, kUs);
+  add(host.lines[3], host, "huge", 0, INT64_MAX / 2);
+  add(host.lines[3], host, "far", INT64_MAX / 4, 3);
+  const std::string dir = testing::TempDir() + "/view_streamed";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
+  report::Timeline want = builder.Finish();
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  const report::Timeline& got = index.timeline();
+  EXPECT_EQ(got.events, want.events);
+  EXPECT_EQ(got.start_ns, want.start_ns);
+  EXPECT_EQ(got.duration_ns, want.duration_ns);
+  EXPECT_EQ(got.names, want.names);
+  EXPECT_EQ(got.name_events, want.name_events);
+  ASSERT_EQ(got.tracks.size(), want.tracks.size());
+  size_t levels = 0;
+  for (size_t t = 0; t < want.tracks.size(); t++) {
+    const report::TimelineTrack &g = got.tracks[t], &w = want.tracks[t];
+    SCOPED_TRACE(w.name);
+    EXPECT_EQ(g.name, w.name);
+    EXPECT_EQ(g.at_ns, w.at_ns);
+    EXPECT_EQ(g.events, w.events);
+    EXPECT_EQ(g.hidden, w.hidden);
+    ASSERT_EQ(g.lanes.size(), w.lanes.size());
+    for (size_t l = 0; l < w.lanes.size(); l++) {
+      ASSERT_EQ(g.lanes[l].size(), w.lanes[l].size()) << "lane " << l;
+      for (size_t k = 0; k < w.lanes[l].size(); k++, levels++) {
+        EXPECT_EQ(g.lanes[l][k].threshold_ns, w.lanes[l][k].threshold_ns);
+        EXPECT_EQ(g.lanes[l][k].spans, w.lanes[l][k].spans);
+        EXPECT_EQ(g.lanes[l][k].bytes, w.lanes[l][k].bytes);
+        EXPECT_TRUE(w.lanes[l][k].chunks.empty());
+        EXPECT_EQ(g.lanes[l][k].chunks.empty(), g.lanes[l][k].spans == 0);
+      }
+    }
+  }
+  EXPECT_GT(levels, 10u);
+  EXPECT_EQ(want.tracks[TrackNamed(want, "t3")].hidden, 200 - report::kMaxLanes);
+  ASSERT_EQ(got.flows.size(), want.flows.size());
+  EXPECT_EQ(want.flows.size(), 100u);
+  for (size_t i = 0; i < want.flows.size(); i++) {
+    EXPECT_EQ(got.flows[i].from_track, want.flows[i].from_track);
+    EXPECT_EQ(got.flows[i].from_ns, want.flows[i].from_ns);
+    EXPECT_EQ(got.flows[i].to_lane, want.flows[i].to_lane);
+    EXPECT_EQ(got.flows[i].to_ns, want.flows[i].to_ns);
+  }
+  // Every level's spans, read back from the file, are the builder's.
+  size_t compared = 0;
+  for (size_t t = 0; t < want.tracks.size(); t++)
+    for (size_t l = 0; l < want.tracks[t].lanes.size(); l++)
+      for (const report::TimelineLevel& wl : want.tracks[t].lanes[l]) {
+        // A window as wide as the run, at the pixels that pick this level.
+        int px = static_cast<int>(std::clamp<int64_t>(
+            wl.threshold_ns == 0 ? kMaxWindowPixels : want.duration_ns / wl.threshold_ns, 1, kMaxWindowPixels));
+        report::Timeline w = index.Window(0, want.duration_ns, px);
+        const report::TimelineLevel& cut = w.tracks[t].lanes[l].at(0);
+        if (cut.threshold_ns != wl.threshold_ns) continue;  // past the widest window's pixels
+        ASSERT_EQ(cut.spans, wl.spans) << want.tracks[t].name << " lane " << l << " at " << wl.threshold_ns;
+        EXPECT_EQ(w.blob.substr(cut.offset, cut.bytes), want.blob.substr(wl.offset, wl.bytes));
+        compared++;
+      }
+  EXPECT_GE(compared, 8u);
+}
+
+// An async pair (XProf's producer "_p"/"_pt" and consumer "_c"/"_ct", as
+// tf.data's prefetch) across two threads is an arrow on the timeline, in the
+// report's builder and in view's index; one event both consumes and
+// produces (a chain); a consumer of another type is not linked.
+TEST(ViewIndexTest, AsyncPairsAreFlows) {
+  namespace model = spyglass::model;
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  model::Plane& host = space.planes[0];
+  host.line_with_id(1).name = "producer";
+  host.line_with_id(2).name = "consumer";
+  host.line_with_id(3).name = "stage2";
+  constexpr int64_t kUs = 1'000'000;  // ps
+  auto add = [&](size_t line, const char* name, int64_t at, std::vector<model::Stat> stats) {
+    model::Line& l = host.lines[line];
+    l.events.push_back({at, 5 * kUs, host.intern_event(name)});
+    l.add_stats(l.events.back(), stats);
+  };
+  add(0, "PrefetchProduce", 10 * kUs, {host.int_stat("_pt", 7), host.uint_stat("_p", 42)});
+  add(1, "PrefetchConsume", 30 * kUs,
+      {host.int_stat("_ct", 7), host.uint_stat("_c", 42), host.int_stat("_pt", 8), host.uint_stat("_p", 43)});
+  add(2, "Stage2", 50 * kUs, {host.int_stat("_ct", 8), host.uint_stat("_c", 43)});
+  add(2, "OtherType", 70 * kUs, {host.int_stat("_ct", 9), host.uint_stat("_c", 42)});
+  const std::string dir = testing::TempDir() + "/view_async";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
+  report::Timeline want = builder.Finish();
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  for (const report::Timeline* tl : {static_cast<const report::Timeline*>(&want), &index.timeline()}) {
+    ASSERT_EQ(tl->flows.size(), 2u);
+    const size_t p = TrackNamed(*tl, "producer"), c = TrackNamed(*tl, "consumer"), s2 = TrackNamed(*tl, "stage2");
+    const int64_t at0 = 10'000;  // ns: the run starts at the producer
+    EXPECT_EQ(tl->flows[0].from_track, p);
+    EXPECT_EQ(tl->flows[0].from_ns, 10'000 - at0);
+    EXPECT_EQ(tl->flows[0].to_track, c);
+    EXPECT_EQ(tl->flows[0].to_ns, 30'000 - at0);
+    EXPECT_EQ(tl->flows[1].from_track, c);
+    EXPECT_EQ(tl->flows[1].from_ns, 30'000 - at0);
+    EXPECT_EQ(tl->flows[1].to_track, s2);
+    EXPECT_EQ(tl->flows[1].to_ns, 50'000 - at0);
+  }
+}
+
+// KiB of `path` resident in this process (its mappings in /proc/self/smaps).
+uint64_t ResidentKiBOf(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' '))
+      in = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+    else if (in && line.rfind("Rss:", 0) == 0)
+      kib += std::stoull(line.substr(4));
+  }
+  return kib;
+}
+
+// One thread of 2M events (a line of ~30 MB): the scan gives back the pages
+// it has read within the line, not only between lines, so a line of
+// gigabytes (spyglass view of 100M events) is never resident whole.
+TEST(ViewIndexTest, ScanOfOneBigLineKeepsLittleOfTheFileResident) {
+  namespace model = spyglass::model;
+  const std::string dir = testing::TempDir() + "/view_one_line";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = fs::canonical(dir).string() + "/host.xplane.pb";
+  {
+    model::Space space;
+    space.plane(model::kHostPlaneName);
+    model::Plane& host = space.planes[0];
+    host.line_with_id(1).name = "busy";
+    model::Line& line = host.lines[0];
+    const uint32_t name = host.intern_event("op");
+    line.events.reserve(2'000'000);
+    for (int64_t i = 0; i < 2'000'000; i++) line.events.push_back({i * 3'000'000, 2'000'000, name});
+    ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  }
+  const uint64_t file_kib = fs::file_size(file) >> 10;
+  ASSERT_GT(file_kib, 24u << 10);
+  struct Visitor : profile::ProfileVisitor {
+    std::string path;
+    uint64_t events = 0, most_kib = 0;
+    void OnEvent(const profile::EventRecord&) override {
+      if (++events % 250'000 == 0) most_kib = std::max(most_kib, ResidentKiBOf(path));
+    }
+    bool OnLine(const profile::LineHeader&) override {
+      most_kib = std::max(most_kib, ResidentKiBOf(path));
+      return true;
+    }
+    void OnLineEnd() override { most_kib = std::max(most_kib, ResidentKiBOf(path)); }
+  } visitor;
+  visitor.path = file;
+  profile::ProfileReader reader;
+  ASSERT_TRUE(reader.Open(file).ok());
+  ASSERT_TRUE(reader.Scan(visitor).ok());
+  EXPECT_EQ(visitor.events, 2'000'000u);
+  // The release step (16 MiB) and the page in hand, not the line.
+  EXPECT_LE(visitor.most_kib, (16u << 10) + 64) << "of a file of " << file_kib << " KiB";
 }
 
 TEST(ViewIndexTest, ZoomedInGivesSingleEventsAnywhereInABigLane) {

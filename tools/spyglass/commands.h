@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+namespace spyglass::report {
+struct ReportInput;
+struct FlameOptions;
+}  // namespace spyglass::report
+
 namespace spyglass::cli {
 
 // `spyglass collect`: remote capture (tools/spyglass/collect_command.cc).
@@ -27,6 +32,14 @@ std::string OtherCommandFor(const std::string& path, bool from_summary);
 void AddSummaryCommands(CLI::App& app);
 // `spyglass report` (tools/spyglass/report_command.cc).
 void AddReportCommand(CLI::App& app);
+// What the report page shows besides the timeline (report_command.cc): the
+// run's summary, the memory profiles (`memory_files`, else memory.*.prof
+// near the run), the CPU profiles and memory timelines near it; `progress`
+// is told what is read. False, with a message on stderr after `command`, if
+// the summary or a named profile cannot be read. `spyglass view` shows them too.
+bool AddRunPanels(const std::string& command, const std::string& run, const std::string& first_file,
+                  const std::vector<std::string>& memory_files, const report::FlameOptions& options,
+                  report::ReportInput* in, const std::function<void(const std::string&)>& progress);
 // `spyglass view` (tools/spyglass/view_command.cc).
 void AddViewCommand(CLI::App& app);
 // `spyglass run` (tools/spyglass/run_command.cc).

@@ -86,6 +86,82 @@ std::vector<std::string> NearbyMemoryProfiles(const std::string& run, const std:
 
 constexpr size_t kMaxNearbyProfiles = 16;
 
+}  // namespace
+
+// What the report page shows besides the timeline, read beside the run.
+bool AddRunPanels(const std::string& command, const std::string& run, const std::string& first_file,
+                  const std::vector<std::string>& memory_files, const report::FlameOptions& options,
+                  report::ReportInput* in, const std::function<void(const std::string&)>& progress) {
+  progress("summarizing " + run);
+  analysis::SummaryOptions summary_options;
+  summary_options.top = 20;
+  analysis::Summary summary;
+  if (Status s = analysis::Summarize(run, summary_options, &summary); !s.ok()) {
+    std::cerr << command << ": " << s.message() << "\n";
+    return false;
+  }
+  in->summary_json = analysis::SummaryToJson(summary);
+
+  // Memory profiles: those named must read; those found nearby are shown if they do.
+  std::vector<std::pair<std::string, bool>> profiles;
+  for (const std::string& m : memory_files) profiles.emplace_back(m, true);
+  if (memory_files.empty()) {
+    std::vector<std::string> nearby = NearbyMemoryProfiles(run, first_file);
+    if (nearby.size() > kMaxNearbyProfiles) {
+      in->notes.push_back(std::to_string(nearby.size()) + " memory profiles found; the last " +
+                         std::to_string(kMaxNearbyProfiles) + " are shown (choose with --memory)");
+      nearby.erase(nearby.begin(), nearby.end() - kMaxNearbyProfiles);
+    }
+    for (const std::string& m : nearby) profiles.emplace_back(m, false);
+  }
+  for (const auto& [path, required] : profiles) {
+    progress("reading " + path);
+    memory::PprofProfile p;
+    if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
+      if (required) {
+        std::cerr << command << ": " << s.message() << "\n";
+        return false;
+      }
+      in->notes.push_back("memory profile left out: " + s.message());
+      continue;
+    }
+    in->flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), options));
+  }
+
+  // The CPU sampler's profiles beside the run (spyglass run --sample).
+  {
+    std::vector<std::string> cpu = NearbyMemoryProfiles(run, first_file, ".prof", "cpu.");
+    if (cpu.size() > kMaxNearbyProfiles) cpu.erase(cpu.begin(), cpu.end() - kMaxNearbyProfiles);
+    for (const std::string& path : cpu) {
+      progress("reading " + path);
+      memory::PprofProfile p;
+      if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
+        in->notes.push_back("CPU profile left out: " + s.message());
+        continue;
+      }
+      in->cpu_flames.push_back(report::BuildCpuFlameGraph(p, fs::path(path).filename().string(), options));
+    }
+  }
+
+  // Memory over time beside the profiles (what a range of it held).
+  if (memory_files.empty()) {
+    std::vector<std::string> series = NearbyMemoryProfiles(run, first_file, ".timeline.tsv");
+    if (series.size() > kMaxNearbyProfiles) series.erase(series.begin(), series.end() - kMaxNearbyProfiles);
+    for (const std::string& path : series) {
+      memory::Timeline m;
+      if (Status s = memory::ReadTimelineFile(path, &m); !s.ok()) {
+        in->notes.push_back("memory timeline left out: " + s.message());
+        continue;
+      }
+      in->memory_timelines.emplace_back(fs::path(path).filename().string(), std::move(m));
+    }
+  }
+
+  return true;
+}
+
+namespace {
+
 uint64_t max_page_bytes = report::kMaxPageBytes;
 
 int RunReport(const std::string& run, const std::string& output, const std::vector<std::string>& memory_files) {
@@ -112,70 +188,9 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
     }
   }
   in.timeline = timeline.Finish();
-  progress.Set("summarizing " + run);
-  analysis::SummaryOptions options;
-  options.top = 20;
-  analysis::Summary summary;
-  if (Status s = analysis::Summarize(run, options, &summary); !s.ok()) {
-    std::cerr << "spyglass report: " << s.message() << "\n";
+  if (!AddRunPanels("spyglass report", run, files.front(), memory_files, flame_options, &in,
+                    [&progress](const std::string& what) { progress.Set(what); }))
     return 1;
-  }
-  in.summary_json = analysis::SummaryToJson(summary);
-
-  // Memory profiles: those named must read; those found nearby are shown if they do.
-  std::vector<std::pair<std::string, bool>> profiles;
-  for (const std::string& m : memory_files) profiles.emplace_back(m, true);
-  if (memory_files.empty()) {
-    std::vector<std::string> nearby = NearbyMemoryProfiles(run, files.front());
-    if (nearby.size() > kMaxNearbyProfiles) {
-      in.notes.push_back(std::to_string(nearby.size()) + " memory profiles found; the last " +
-                         std::to_string(kMaxNearbyProfiles) + " are shown (choose with --memory)");
-      nearby.erase(nearby.begin(), nearby.end() - kMaxNearbyProfiles);
-    }
-    for (const std::string& m : nearby) profiles.emplace_back(m, false);
-  }
-  for (const auto& [path, required] : profiles) {
-    progress.Set("reading " + path);
-    memory::PprofProfile p;
-    if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
-      if (required) {
-        std::cerr << "spyglass report: " << s.message() << "\n";
-        return 1;
-      }
-      in.notes.push_back("memory profile left out: " + s.message());
-      continue;
-    }
-    in.flames.push_back(report::BuildFlameGraph(p, fs::path(path).filename().string(), flame_options));
-  }
-
-  // The CPU sampler's profiles beside the run (spyglass run --sample).
-  {
-    std::vector<std::string> cpu = NearbyMemoryProfiles(run, files.front(), ".prof", "cpu.");
-    if (cpu.size() > kMaxNearbyProfiles) cpu.erase(cpu.begin(), cpu.end() - kMaxNearbyProfiles);
-    for (const std::string& path : cpu) {
-      progress.Set("reading " + path);
-      memory::PprofProfile p;
-      if (Status s = memory::ReadPprofFile(path, &p); !s.ok()) {
-        in.notes.push_back("CPU profile left out: " + s.message());
-        continue;
-      }
-      in.cpu_flames.push_back(report::BuildCpuFlameGraph(p, fs::path(path).filename().string(), flame_options));
-    }
-  }
-
-  // Memory over time beside the profiles (what a range of it held).
-  if (memory_files.empty()) {
-    std::vector<std::string> series = NearbyMemoryProfiles(run, files.front(), ".timeline.tsv");
-    if (series.size() > kMaxNearbyProfiles) series.erase(series.begin(), series.end() - kMaxNearbyProfiles);
-    for (const std::string& path : series) {
-      memory::Timeline m;
-      if (Status s = memory::ReadTimelineFile(path, &m); !s.ok()) {
-        in.notes.push_back("memory timeline left out: " + s.message());
-        continue;
-      }
-      in.memory_timelines.emplace_back(fs::path(path).filename().string(), std::move(m));
-    }
-  }
 
   progress.Set("writing " + output);
   in.max_page_bytes = max_page_bytes;

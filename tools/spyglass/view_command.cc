@@ -3,11 +3,14 @@
 // asks for what it shows as it is zoomed.
 #include <csignal>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <spawn.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "report/flame.h"
+#include "report/report.h"
 #include "spyglass/profile_reader.h"
 #include "view/http_server.h"
 #include "view/view_app.h"
@@ -19,19 +22,32 @@ namespace {
 volatile std::sig_atomic_t stop_requested = 0;
 void OnStop(int) { stop_requested = 1; }
 
-int RunView(const std::string& run, int port, bool open_browser, int max_connections) {
+int RunView(const std::string& run, int port, bool open_browser, int max_connections,
+            const std::vector<std::string>& memory_files, bool all_frames) {
   std::vector<std::string> files;
   if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) {
     std::cerr << "spyglass view: " << s.message() << "\n";
     return 1;
   }
   std::cerr << "spyglass view: indexing " << files.size() << " file" << (files.size() == 1 ? "" : "s") << " of " << run << "\n";
+  // The summary and the flame graphs, as spyglass report shows them: read
+  // while the index is built (each reads the file once, in bounded memory).
+  report::ReportInput page;
+  page.title = run;
+  report::FlameOptions flame_options;
+  flame_options.fold_interpreter = !all_frames;
+  std::future<bool> panels = std::async(std::launch::async, [&] {
+    return AddRunPanels("spyglass view", run, files.front(), memory_files, flame_options, &page,
+                        [](const std::string& what) { std::cerr << "spyglass view: " << what << "\n"; });
+  });
   view::ViewIndex index;
-  if (Status s = index.Build(files); !s.ok()) {
-    std::cerr << "spyglass view: " << s.message() << "\n";
+  Status built = index.Build(files);
+  if (!panels.get()) return 1;
+  if (!built.ok()) {
+    std::cerr << "spyglass view: " << built.message() << "\n";
     return 1;
   }
-  view::ViewApp app(&index, run);
+  view::ViewApp app(&index, std::move(page));
   view::HttpServer server;
   view::HttpOptions options;
   options.port = port;
@@ -44,7 +60,7 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
   std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
   std::cout << url << std::endl;
   std::cerr << "spyglass view: " << index.timeline().events << " events on " << index.timeline().tracks.size()
-            << " threads, an index of " << (index.timeline().blob.size() >> 20)
+            << " threads, an index of " << (index.index_bytes() >> 20)
             << " MiB; serving until interrupted (Ctrl-C)\n";
   if (open_browser) {
     // The URL holds the token: given as an argument, never through a shell.
@@ -68,17 +84,24 @@ void AddViewCommand(CLI::App& app) {
       "Serve a run's report page from this machine (127.0.0.1, a token in the URL): traces of any size, read on demand");
   static std::string run;
   static int port = 0, max_connections = 8;
-  static bool open_browser = false;
+  static bool open_browser = false, all_frames = false;
+  static std::vector<std::string> memory_files;
   cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")
       ->required();
   cmd->add_option("--port", port, "the port on 127.0.0.1 (default: a free one)")->check(CLI::Range(0, 65535));
   cmd->add_flag("--open", open_browser, "open the URL with xdg-open (default: only print it)");
   cmd->add_option("--max-connections", max_connections, "connections served at once (more get 503)")
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--memory", memory_files,
+                  "memory profile(s) (.prof, pprof) to show as flame graphs; default: memory.*.prof in the run "
+                  "folder and its log dir");
+  cmd->add_flag("--all-frames", all_frames,
+                "keep the interpreter's and the import system's frames in a Python program's flame graphs "
+                "(folded away by default)");
   cmd->footer(
       "Prints the page's URL (http://127.0.0.1:PORT/?token=...) on stdout and serves until interrupted.\n"
       "Only this machine can connect, and only with the token: other local users cannot read the trace.");
-  cmd->callback([] { std::exit(RunView(run, port, open_browser, max_connections)); });
+  cmd->callback([] { std::exit(RunView(run, port, open_browser, max_connections, memory_files, all_frames)); });
 }
 
 }  // namespace spyglass::cli
