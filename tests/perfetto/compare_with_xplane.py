@@ -359,7 +359,7 @@ def diff(what, expected, actual):
        f"  in the perfetto trace only: {sorted(extra, key=str)[:10]}")
 
 
-def check_with_trace_processor(path, n_slices):
+def check_with_trace_processor(path, n_slices, n_samples):
   shell = os.environ.get("SPYGLASS_TRACE_PROCESSOR")
   if not shell:
     print("trace_processor: not run (set SPYGLASS_TRACE_PROCESSOR to a local trace_processor_shell)")
@@ -369,6 +369,12 @@ def check_with_trace_processor(path, n_slices):
     count = next(iter(tp.query("select count(*) as n from slice"))).n
     if count != n_slices:
       fail(f"trace_processor imported {count} slices, expected {n_slices}")
+    # Every sample on a thread of a process, with its stack (what the UI's per-thread tracks and flame graph read).
+    samples = next(iter(tp.query(
+        "select count(*) as n from perf_sample join thread using (utid) "
+        "where callsite_id is not null and upid is not null"))).n
+    if samples != n_samples:
+      fail(f"trace_processor has {samples} perf samples with a stack on a process's thread, expected {n_samples}")
     bad = [(r.name, r.value) for r in tp.query(
         "select name, value from stats where value > 0 and severity = 'error'")]
     if bad:
@@ -419,7 +425,7 @@ def main():
     fail(f"no counter track in {a.expect_counter_unit}")
   if a.expect_overflow_lane and not act["lanes"]:
     fail("no overflow lane, though events overlap without nesting")
-  check_with_trace_processor(a.perfetto, n)
+  check_with_trace_processor(a.perfetto, n, sum(exp["samples"].values()))
   print(f"OK: {n} slices, {len(exp['threads'])} threads, {sum(exp['counters'].values())} counter samples, "
         f"{len(exp['flows'])} flows, {sum(exp['samples'].values())} CPU samples match")
 
