@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "analysis/json_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_read.h"
@@ -181,6 +182,48 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
                    [](const CpuScope& a, const CpuScope& b) { return a.cpu_ns > b.cpu_ns; });
   for (auto& [n, acc] : steps) out->steps.push_back(acc.Finish("step " + std::to_string(n), top));
   return Status::Ok();
+}
+
+void WriteCpuSummaryJson(JsonWriter& j, const CpuSummary& s) {
+  auto rows = [&](const std::vector<CpuFunctionRow>& v) {
+    j.begin_array();
+    for (const CpuFunctionRow& r : v) {
+      j.begin_object();
+      j.field("function", r.function);
+      j.field("file", r.file);
+      j.field("python", r.python);
+      j.field("samples", r.samples);
+      j.field("self_ns", r.self_ns);
+      j.field("total_ns", r.total_ns);
+      j.field("self_share", r.self_share);
+      j.field("total_share", r.total_share);
+      j.end_object();
+    }
+    j.end_array();
+  };
+  auto scope = [&](const CpuScope& sc) {
+    j.begin_object();
+    j.field("name", sc.name);
+    j.field("samples", sc.samples);
+    j.field("cpu_ns", sc.cpu_ns);
+    j.key("top_self");
+    rows(sc.top_self);
+    j.key("top_total");
+    rows(sc.top_total);
+    j.end_object();
+  };
+  j.begin_object();
+  j.field("samples", s.samples);
+  j.field("cpu_ns", s.cpu_ns);
+  j.key("all");
+  scope(s.all);
+  for (auto [key, scopes] : {std::pair{"threads", &s.threads}, std::pair{"steps", &s.steps}}) {
+    j.key(key);
+    j.begin_array();
+    for (const CpuScope& sc : *scopes) scope(sc);
+    j.end_array();
+  }
+  j.end_object();
 }
 
 std::string CpuSummaryToText(const CpuSummary& s) {
