@@ -182,7 +182,11 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
 
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several
-// hosts in one run).
-Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder);
+// hosts in one run). With `sample_lines`, the CPU sampler's lines ("CPU
+// samples") are left out and counted there: AddCpuSamples (cpu_samples.h)
+// adds them, named after each sample's function (the streaming reader knows
+// only their stack nodes' names, "cpu_stack#<n>").
+Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
+                      uint64_t* sample_lines = nullptr);
 
 }  // namespace spyglass::report

@@ -15,13 +15,18 @@ namespace {
 // the summary's counter peaks).
 class TimelineVisitor : public profile::ProfileVisitor {
  public:
-  TimelineVisitor(TimelineBuilder* b, std::string host)
-      : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)) {}
+  TimelineVisitor(TimelineBuilder* b, std::string host, uint64_t* sample_lines)
+      : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)),
+        sample_lines_(sample_lines) {}
   bool OnPlane(const profile::PlaneHeader& p) override {
     plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
     return true;
   }
   bool OnLine(const profile::LineHeader& l) override {
+    if (sample_lines_ != nullptr && l.name == kCpuSamplesLine) {
+      ++*sample_lines_;
+      return false;
+    }
     counters_ = l.name == model::kCounterLineName;
     if (counters_) return true;
     std::string name(l.display_name.empty() ? l.name : l.display_name);
@@ -84,14 +89,17 @@ class TimelineVisitor : public profile::ProfileVisitor {
   TimelineBuilder* b_;
   std::string host_, plane_;
   uint64_t host_hash_;
+  uint64_t* sample_lines_;
   bool counters_ = false;
+  static constexpr std::string_view kCpuSamplesLine = "CPU samples";  // sampling/cpu_model.h
 };
 
 }  // namespace
 
-Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder) {
+Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
+                      uint64_t* sample_lines) {
   profile::ProfileReader reader;
-  TimelineVisitor visitor(builder, host);
+  TimelineVisitor visitor(builder, host, sample_lines);
   Status s = reader.Open(path);
   if (s.ok()) s = reader.Scan(visitor);
   return s;

@@ -180,22 +180,28 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
   }
 }
 
+ModelFrame FrameOfNode(const model::Plane& plane, uint32_t node, uint32_t* parent) {
+  const model::EventMetadata& md = plane.event_metadata()[node];
+  ModelFrame f;
+  f.function = md.display_name;
+  *parent = 0;
+  for (const model::Stat& s : md.stats) {
+    std::string_view key = plane.stat_name(s);
+    if (key == kCpuFileStat) f.file = RefText(plane, s);
+    else if (key == kCpuLineStat) f.line = s.i64;
+    else if (key == kCpuAddressStat) f.address = s.u64;
+    else if (key == kCpuParentStat) *parent = static_cast<uint32_t>(s.u64);
+    else if (key == kCpuFrameKindStat) f.python = RefText(plane, s) == "python";
+  }
+  if (*parent >= plane.event_metadata().size()) *parent = 0;
+  return f;
+}
+
 std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf) {
   std::vector<ModelFrame> out;
   for (int guard = 0; leaf != 0 && leaf < plane.event_metadata().size() && guard < 4096; ++guard) {
-    const model::EventMetadata& md = plane.event_metadata()[leaf];
-    ModelFrame f;
-    f.function = md.display_name;
     uint32_t parent = 0;
-    for (const model::Stat& s : md.stats) {
-      std::string_view key = plane.stat_name(s);
-      if (key == kCpuFileStat) f.file = RefText(plane, s);
-      else if (key == kCpuLineStat) f.line = s.i64;
-      else if (key == kCpuAddressStat) f.address = s.u64;
-      else if (key == kCpuParentStat) parent = static_cast<uint32_t>(s.u64);
-      else if (key == kCpuFrameKindStat) f.python = RefText(plane, s) == "python";
-    }
-    out.push_back(f);
+    out.push_back(FrameOfNode(plane, leaf, &parent));
     leaf = parent;
   }
   return out;

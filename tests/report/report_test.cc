@@ -764,6 +764,21 @@ TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
   for (const char* k : {"cpu_workload/burn_a", "cpu_workload/burn_b", "worker/burn_a", "worker/burn_b", "worker/burn_c"})
     EXPECT_GT(samples[k], 10) << k;
   EXPECT_EQ(samples["cpu_workload/burn_c"], 0);  // the main thread never runs burn_c
+  // On the timeline, each sample is a span named after its function (not
+  // its stack node's name, cpu_stack#<n>), and the samples with their times
+  // are there for the flame graph of a range: as many as in the profile.
+  bool named = false, node_names = false;
+  for (const auto& n : data["timeline"]["names"]) {
+    named = named || n == "burn_a";
+    node_names = node_names || n.get<std::string>().rfind("cpu_stack#", 0) == 0;
+  }
+  EXPECT_TRUE(named);
+  EXPECT_FALSE(node_names);
+  int64_t counted = 0;
+  for (const auto& [k, n] : samples) counted += n;
+  ASSERT_EQ(data["cpu_samples"].size(), 1u);
+  EXPECT_EQ(data["cpu_samples"][0]["samples"].get<int64_t>(), counted);
+  EXPECT_EQ(data["cpu_samples"][0]["threads"].size(), 2u);
   fs::remove_all(dir);
 }
 
