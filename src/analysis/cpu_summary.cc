@@ -25,8 +25,22 @@ struct Acc {
   uint64_t samples = 0;
   double cpu_ns = 0;
   std::map<Key, CpuFunctionRow> rows;
-  void Add(const std::vector<sampling::ModelFrame>& frames, double ns) {
-    ++samples;
+  // Samples of one plane by innermost node, added up before their stacks
+  // are walked (AddPending): a stack is walked once per scope, not once per
+  // sample.
+  std::unordered_map<uint32_t, std::pair<uint64_t, double>> pending;
+  void AddLeaf(uint32_t leaf, double ns) {
+    auto& p = pending[leaf];
+    ++p.first;
+    p.second += ns;
+  }
+  template <class StackOf>
+  void AddPending(StackOf&& stack_of) {
+    for (const auto& [leaf, p] : pending) Add(stack_of(leaf), p.second, p.first);
+    pending.clear();
+  }
+  void Add(const std::vector<sampling::ModelFrame>& frames, double ns, uint64_t count = 1) {
+    samples += count;
     cpu_ns += ns;
     std::set<Key> seen;
     for (size_t i = 0; i < frames.size(); ++i) {
@@ -36,7 +50,7 @@ struct Acc {
       if (i == 0) r.self_ns += ns;  // innermost first
       if (seen.insert(k).second) {
         r.total_ns += ns;
-        ++r.samples;
+        r.samples += count;
       }
     }
   }
@@ -153,11 +167,9 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
         if (files.size() > 1) thread = file.substr(file.rfind('/') + 1) + " " + thread;
         Acc& t = threads[thread];
         for (const model::Event& e : line.events) {
-          auto it = stacks.find(e.metadata_id);
-          if (it == stacks.end()) it = stacks.emplace(e.metadata_id, sampling::StackOfNode(plane, e.metadata_id)).first;
           const double ns = static_cast<double>(e.duration_ps) / 1000;
-          all.Add(it->second, ns);
-          t.Add(it->second, ns);
+          all.AddLeaf(e.metadata_id, ns);
+          t.AddLeaf(e.metadata_id, ns);
           const int64_t at = line.timestamp_ns * 1000 + e.offset_ps;
           // The latest step started at or before the sample that is still open.
           auto r = std::upper_bound(ranges.begin(), ranges.end(), at,
@@ -165,13 +177,21 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
           while (r != ranges.begin()) {
             --r;
             if (at < r->end_ps) {
-              steps[r->number].Add(it->second, ns);
+              steps[r->number].AddLeaf(e.metadata_id, ns);
               break;
             }
             if (ranges.begin() + 8 < r) break;  // (only the few latest: steps do not nest deeply)
           }
         }
       }
+      auto stack_of = [&](uint32_t leaf) -> const std::vector<sampling::ModelFrame>& {
+        auto it = stacks.find(leaf);
+        if (it == stacks.end()) it = stacks.emplace(leaf, sampling::StackOfNode(plane, leaf)).first;
+        return it->second;
+      };
+      all.AddPending(stack_of);
+      for (auto& [name, acc] : threads) acc.AddPending(stack_of);
+      for (auto& [n, acc] : steps) acc.AddPending(stack_of);
     }
   }
   out->samples = all.samples;
