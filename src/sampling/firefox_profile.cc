@@ -222,13 +222,6 @@ void AppendThread(std::string* out, Thread& t, std::string_view name, bool main,
   *out += "}";
 }
 
-std::string PlainName(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64))
-    out.push_back((isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_');
-  return out.empty() ? "process" : out;
-}
-
 }  // namespace
 
 std::string FirefoxProfileJson(const model::Space& space, const model::Plane& host) {
@@ -303,11 +296,8 @@ Status WriteFirefoxProfiles(const model::Space& space, const exporter::OutputDir
     if (plane.name.rfind(model::kHostPlaneName, 0) != 0) continue;
     std::string json = FirefoxProfileJson(space, plane);
     if (json.empty()) continue;
-    const model::Stat* pid = FindStat(plane, plane.stats, model::kProcessIdStat);
-    const model::Stat* comm = FindStat(plane, plane.stats, model::kProcessNameStat);
     // Not cpu.*: that prefix is the pprof profiles' (tools look for them by it).
-    std::string name = "firefox." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +
-                       PlainName(comm ? plane.stat_text(*comm) : "") + ".json";
+    const std::string name = ProcessFileName(plane, "firefox", ".json");
     if (Status s = dir.WriteBytes(name, json); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));
   }

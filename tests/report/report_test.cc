@@ -651,6 +651,15 @@ TEST(ReportPageTest, NamesCannotEndTheScript) {
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
 }
 
+// The page's data (the JSON in its sg-data script); null if it has none.
+nlohmann::json PageData(const std::string& html) {
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  if (a == std::string::npos) return nullptr;
+  a += open.size();
+  return nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+}
+
 // A CPU profile (cpu.<pid>.<comm>.prof): two threads, one annotation. The
 // page's CPU flame data keeps each stack's thread and annotation, values in
 // CPU nanoseconds and counts in samples.
@@ -670,11 +679,8 @@ TEST(FlameTest, CpuProfileByThreadAndAnnotation) {
   EXPECT_EQ(in.cpu_flames[0].total, 47 * kPeriod);
   EXPECT_TRUE(in.cpu_flames[0].top_sites.empty());
   std::string html = report::RenderReport(in);
-  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
-  size_t a = html.find(open);
-  ASSERT_NE(a, std::string::npos);
-  a += open.size();
-  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  nlohmann::json data = PageData(html);
+  ASSERT_TRUE(data.is_object());
   ASSERT_EQ(data["cpu_flames"].size(), 1u);
   const nlohmann::json& g = data["cpu_flames"][0];
   EXPECT_EQ(g["unit"], "nanoseconds");
@@ -735,11 +741,8 @@ TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("1 CPU profile"), std::string::npos) << r.out;
   std::string html = ReadFile(dir + "/r.html");
-  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
-  size_t a = html.find(open);
-  ASSERT_NE(a, std::string::npos);
-  a += open.size();
-  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  nlohmann::json data = PageData(html);
+  ASSERT_TRUE(data.is_object());
   ASSERT_EQ(data["cpu_flames"].size(), 1u);
   const nlohmann::json& g = data["cpu_flames"][0];
   EXPECT_EQ(g["unit"], "nanoseconds");

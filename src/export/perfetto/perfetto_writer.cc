@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "export/join_workers.h"
 #include "export/output_file.h"
 #include "model/schema.h"
 #include "sampling/cpu_model.h"
@@ -926,20 +927,7 @@ int WriteSlices(const Doc& doc, int fd, int threads) {
     }
   };
   std::vector<std::thread> pool;
-  struct Join {  // also when encoding throws (bad_alloc)
-    std::vector<std::thread>& pool;
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& stop;
-    ~Join() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stop = true;
-      }
-      cv.notify_all();
-      for (std::thread& t : pool) t.join();
-    }
-  } join{pool, mu, work_cv, stop};
+  JoinWorkers join(pool, mu, work_cv, stop);
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
   int err = 0;

@@ -350,10 +350,16 @@
       let d = cache.get(key);
       if (d) return d;
       const [th, n, off, len] = tracks[ti].lanes[li][k];
+      d = spans(off, len, n, tracks[ti].at_ns, th);
+      cache.set(key, d);
+      return d;
+    }
+    // `n` spans of a level from byte `from` (`len` bytes), the first one's
+    // gap from `prev` (ns); a level above 0 (threshold `th`) has counts.
+    function spans(from, len, n, prev, th) {
       const start = new Float64Array(n), end = new Float64Array(n), name = new Uint32Array(n), detail = new Uint32Array(n),
         count = new Uint32Array(n);
-      const { varint, zigzag } = reader(off, len);
-      let prev = tracks[ti].at_ns;
+      const { varint, zigzag } = reader(from, len);
       for (let i = 0; i < n; i++) {
         start[i] = prev + zigzag();
         end[i] = start[i] + varint();
@@ -362,9 +368,7 @@
         count[i] = th > 0 ? varint() : 1;
         prev = end[i];
       }
-      d = { start, end, name, detail, count, threshold: th };
-      cache.set(key, d);
-      return d;
+      return { start, end, name, detail, count, threshold: th };
     }
     // A big level decodes by chunks of chunk_spans spans, from its marks:
     // a view of a few events decodes a chunk, not the lane.
@@ -376,20 +380,7 @@
       const [th, n, off, len, marks] = tracks[ti].lanes[li][k];
       const chunks = Math.ceil(n / K);
       const from = off + marks[2 * c], to = c + 1 < chunks ? off + marks[2 * c + 2] : off + len;
-      const m = Math.min(K, n - c * K);
-      const start = new Float64Array(m), end = new Float64Array(m), name = new Uint32Array(m), detail = new Uint32Array(m),
-        count = new Uint32Array(m);
-      const { varint, zigzag } = reader(from, to - from);
-      let prev = tracks[ti].at_ns + marks[2 * c + 1];
-      for (let i = 0; i < m; i++) {
-        start[i] = prev + zigzag();
-        end[i] = start[i] + varint();
-        name[i] = varint();
-        detail[i] = varint();
-        count[i] = th > 0 ? varint() : 1;
-        prev = end[i];
-      }
-      d = { start, end, name, detail, count, threshold: th };
+      d = spans(from, to - from, Math.min(K, n - c * K), tracks[ti].at_ns + marks[2 * c + 1], th);
       cache.set(key, d);
       return d;
     }
