@@ -22,6 +22,10 @@
 
 #include "analysis/diff.h"
 #include "analysis/summary.h"
+#include "export/xplane/xplane_writer.h"
+#include "model/schema.h"
+#include "model/xspace.h"
+#include "sampling/cpu_model.h"
 #include "analysis/text_table.h"
 #include "memory/pprof.h"
 #include "model/xspace_import.h"
@@ -629,6 +633,102 @@ TEST(Diff, GatedAnnotationGoneFromTheNewRunFails) {
 
 // --step or --thread that select nothing: an error naming what there is,
 // not empty tables.
+// A sampled run built as the sampler writes one (sampling/cpu_model.h): two
+// steps on "main" (tid 7), samples on main and on "worker" (tid 8), stacks
+// main > work > burn_a | burn_b, and a Python frame between main and work.
+std::string WriteSampledRun(const std::string& dir) {
+  spyglass::model::Space space;
+  namespace m = spyglass::model;
+  namespace smp = spyglass::sampling;
+  m::Plane& host = space.plane(m::kHostPlaneName);
+  host.stats.push_back(host.int_stat(m::kProcessIdStat, 77));
+  host.stats.push_back(host.uint_stat(smp::kCpuSamplePeriodStat, 1'000'000));
+  int next = 0;
+  auto node = [&](uint32_t parent, const char* fn, const char* file, bool python) {
+    uint32_t id = host.intern_event(std::string(smp::kCpuStackNodePrefix) + std::to_string(next++));
+    std::vector<m::Stat> st{host.ref_stat(smp::kCpuFrameStat, fn)};
+    if (*file) st.push_back(host.ref_stat(smp::kCpuFileStat, file));
+    if (parent) st.push_back(host.uint_stat(smp::kCpuParentStat, parent));
+    st.push_back(host.ref_stat(smp::kCpuFrameKindStat, python ? "python" : "native"));
+    host.event_metadata_at(id).display_name = fn;
+    host.event_metadata_at(id).stats = std::move(st);
+    return id;
+  };
+  uint32_t main_fn = node(0, "main", "main.cc", false);
+  uint32_t step_py = node(main_fn, "train_step", "/src/train.py", true);
+  uint32_t work = node(step_py, "work", "", false);
+  uint32_t a = node(work, "burn_a", "", false), b = node(work, "burn_b", "", false);
+  constexpr int64_t kMs = 1'000'000'000;  // ps
+  m::Line& main_line = host.line_with_id(7);
+  main_line.name = "main";
+  for (int n : {1, 2}) {
+    m::Event e;
+    e.offset_ps = (n - 1) * 10 * kMs;
+    e.duration_ps = 10 * kMs;
+    e.metadata_id = host.intern_event("train");
+    m::Stat st = host.int_stat(m::kStepNumStat, n);
+    main_line.add_stats(e, std::span<const m::Stat>(&st, 1));
+    main_line.events.push_back(e);
+  }
+  auto samples = [&](int64_t tid, const char* name, std::vector<std::pair<int64_t, uint32_t>> at) {
+    m::Line& l = host.line_with_id(smp::kCpuSampleLineIdBase + tid);
+    l.name = std::string(smp::kCpuSamplesLineName);
+    l.display_name = std::string(name) + " " + std::to_string(tid) + " CPU samples";
+    for (auto [ms, leaf] : at) {
+      m::Event e;
+      e.offset_ps = ms * kMs;
+      e.duration_ps = kMs;
+      e.metadata_id = leaf;
+      l.events.push_back(e);
+    }
+  };
+  samples(7, "main", {{1, a}, {2, a}, {3, a}, {12, b}, {13, a}});
+  samples(8, "worker", {{5, b}});
+  return WriteFile(dir, "sampled.xplane.pb", spyglass::exporter::SerializeXSpace(space));
+}
+
+TEST(Cli, SummaryJsonHasTheCpuTables) {
+  std::string dir = testing::MakeTempDir();
+  std::string run = WriteSampledRun(dir);
+  // Read back by json.load (valid JSON), one line per scope:
+  // name|samples|cpu_ns|self rows (function:self_ns:share)|total rows (function:total_ns:share)
+  WriteFile(dir, "scopes.py", R"PY(import json, sys
+d = json.load(sys.stdin)
+if "cpu" not in d:
+  sys.exit("no cpu key: " + ",".join(d))
+c = d["cpu"]
+def rows(v, ns, share):
+  return ",".join("%s%s:%d:%.3f" % (r["function"], "(py %s)" % r["file"] if r["python"] else "", r[ns], r[share])
+                  for r in v)
+print("samples", c["samples"], c["cpu_ns"])
+for s in [c["all"]] + c["threads"] + c["steps"]:
+  print("|".join([s["name"], str(s["samples"]), "%d" % s["cpu_ns"], rows(s["top_self"], "self_ns", "self_share"),
+                  rows(s["top_total"], "total_ns", "total_share")]))
+)PY");
+  CliResult r = Cli("summary --json " + run + " | python3 " + dir + "/scopes.py");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("samples 6 6000000\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all threads|6|6000000|burn_a:4000000:0.667,burn_b:2000000:0.333|"
+                       "main:6000000:1.000,train_step(py /src/train.py):6000000:1.000,work:6000000:1.000,"
+                       "burn_a:4000000:0.667,burn_b:2000000:0.333\n"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("thread main 7|5|5000000|burn_a:4000000:0.800,burn_b:1000000:0.200|"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("thread worker 8|1|1000000|burn_b:1000000:1.000|"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("thread main 7"), r.out.find("thread worker 8"));  // most CPU first
+  // Steps: samples of any thread inside step 1 [0, 10 ms) and step 2 [10, 20 ms).
+  EXPECT_NE(r.out.find("step 1|4|4000000|burn_a:3000000:0.750,burn_b:1000000:0.250|"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 2|2|2000000|"), std::string::npos) << r.out;
+  // --top applies to the CPU rows too.
+  r = Cli("summary --json --top 1 " + run + " | python3 " + dir + "/scopes.py");
+  EXPECT_NE(r.out.find("all threads|6|6000000|burn_a:4000000:0.667|main:6000000:1.000\n"), std::string::npos)
+      << r.out;
+  // A run without samples has no "cpu".
+  r = Cli("summary --json " + WriteKnown(dir, "plain.xplane.pb"));
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.find("\"cpu\""), std::string::npos) << r.out.substr(0, 300);
+}
+
 TEST(Cli, FiltersThatSelectNothingSayWhatThereIs) {
   std::string dir = testing::MakeTempDir();
   std::string base = WriteKnown(dir, "base.xplane.pb");

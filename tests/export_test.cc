@@ -482,6 +482,40 @@ TEST(PerfettoTrace, ThreadsWriteTheSameBytesAsOne) {
   EXPECT_TRUE(bytes == exporter::PerfettoTraceString(space));
 }
 
+// CPU samples of a hostile model: callers in a cycle, a node its own
+// caller, callers and innermost nodes that are not in the plane. The trace
+// is written, bounded (a stack stops at 4096 frames), the same with threads.
+TEST(PerfettoTrace, HostileSampleStacksAreBounded) {
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  auto node = [&](const std::string& fn, uint64_t parent) {
+    uint32_t id = host.intern_event("cpu_stack#" + fn);
+    host.event_metadata_at(id).display_name = fn;
+    host.event_metadata_at(id).stats = {host.ref_stat("cpu_frame", fn), host.uint_stat("cpu_stack_parent", parent),
+                                        host.ref_stat("cpu_frame_kind", "python")};
+    return id;
+  };
+  const uint32_t a = node("cycle_a", 0), b = node("cycle_b", a);
+  host.event_metadata_at(a).stats[1] = host.uint_stat("cpu_stack_parent", b);
+  const uint32_t self = node("own_caller", 0);
+  host.event_metadata_at(self).stats[1] = host.uint_stat("cpu_stack_parent", self);
+  const uint32_t lost = node("caller_not_there", 1u << 30);
+  model::Line& line = host.line_with_id((int64_t{1} << 32) + 7);
+  line.name = "CPU samples";
+  line.display_name = "t 7 CPU samples";
+  for (uint32_t leaf : {a, b, self, lost, 0u, 999999u})
+    line.events.push_back({static_cast<int64_t>(line.events.size()) * 1000000, 1000000, leaf});
+  const std::string one = exporter::PerfettoTraceString(space);
+  EXPECT_LT(one.size(), 64u * 1024);
+  for (const char* fn : {"cycle_a", "cycle_b", "own_caller", "caller_not_there"})
+    EXPECT_NE(one.find(fn), std::string::npos) << fn;
+  const std::string dir = MakeTempDir();
+  exporter::PerfettoTraceOptions four;
+  four.threads = 4;
+  ASSERT_TRUE(exporter::WritePerfettoTrace(space, dir + "/four.pb", four).ok());
+  EXPECT_TRUE(one == spyglass::testing::ReadFile(dir + "/four.pb"));
+}
+
 TEST(TraceMeName, ParsesLikeTheReference) {
   auto p = internal::ParseTraceMeName("step#_r=1,step_num=5,list=[1,2],q=\"a,b\",bad,=x,y=#");
   EXPECT_EQ(p.name, "step");

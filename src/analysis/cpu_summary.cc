@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "analysis/json_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
 #include "model/xspace_read.h"
@@ -20,38 +21,73 @@ namespace {
 
 using Key = std::tuple<std::string, std::string, bool>;  // function, file, python
 
+// The functions seen, as small ids shared by every scope (a stack is then
+// a few integers, not strings to compare per frame and scope).
+struct Functions {
+  std::map<Key, uint32_t> ids;
+  std::vector<const Key*> keys;
+  std::vector<uint64_t> seen;  // by id: the Acc::Add call that last counted its total
+  uint64_t call = 0;
+  uint32_t Id(const sampling::ModelFrame& f) {
+    auto [it, added] = ids.emplace(Key{std::string(f.function), std::string(f.file), f.python},
+                                   static_cast<uint32_t>(keys.size()));
+    if (added) {
+      keys.push_back(&it->first);
+      seen.push_back(0);
+    }
+    return it->second;
+  }
+};
+
 struct Acc {
   uint64_t samples = 0;
   double cpu_ns = 0;
-  std::map<Key, CpuFunctionRow> rows;
-  void Add(const std::vector<sampling::ModelFrame>& frames, double ns) {
-    ++samples;
+  std::unordered_map<uint32_t, CpuFunctionRow> rows;  // by function id
+  // Samples of one plane by innermost node, added up before their stacks
+  // are walked (AddPending): a stack is walked once per scope, not once per
+  // sample.
+  std::unordered_map<uint32_t, std::pair<uint64_t, double>> pending;
+  void AddLeaf(uint32_t leaf, double ns) {
+    auto& p = pending[leaf];
+    ++p.first;
+    p.second += ns;
+  }
+  template <class StackOf>
+  void AddPending(StackOf&& stack_of, Functions& fns) {
+    for (const auto& [leaf, p] : pending) Add(stack_of(leaf), p.second, p.first, fns);
+    pending.clear();
+  }
+  // `frames`: function ids, innermost first.
+  void Add(const std::vector<uint32_t>& frames, double ns, uint64_t count, Functions& fns) {
+    samples += count;
     cpu_ns += ns;
-    std::set<Key> seen;
+    const uint64_t call = ++fns.call;
     for (size_t i = 0; i < frames.size(); ++i) {
-      const auto& f = frames[i];
-      Key k{std::string(f.function), std::string(f.file), f.python};
-      CpuFunctionRow& r = rows[k];
-      if (i == 0) r.self_ns += ns;  // innermost first
-      if (seen.insert(k).second) {
+      CpuFunctionRow& r = rows[frames[i]];
+      if (i == 0) r.self_ns += ns;
+      if (fns.seen[frames[i]] != call) {  // a recursive function's total counts once
+        fns.seen[frames[i]] = call;
         r.total_ns += ns;
-        ++r.samples;
+        r.samples += count;
       }
     }
   }
-  CpuScope Finish(std::string name, size_t top) {
+  CpuScope Finish(std::string name, size_t top, const Functions& fns) {
     CpuScope s;
     s.name = std::move(name);
     s.samples = samples;
     s.cpu_ns = cpu_ns;
+    std::vector<std::pair<const Key*, CpuFunctionRow*>> by_key;
+    for (auto& [id, r] : rows) by_key.emplace_back(fns.keys[id], &r);
+    std::sort(by_key.begin(), by_key.end(), [](const auto& a, const auto& b) { return *a.first < *b.first; });
     std::vector<CpuFunctionRow> all;
-    for (auto& [k, r] : rows) {
-      r.function = std::get<0>(k);
-      r.file = std::get<1>(k);
-      r.python = std::get<2>(k);
-      r.self_share = cpu_ns > 0 ? r.self_ns / cpu_ns : 0;
-      r.total_share = cpu_ns > 0 ? r.total_ns / cpu_ns : 0;
-      all.push_back(r);
+    for (auto& [k, r] : by_key) {
+      r->function = std::get<0>(*k);
+      r->file = std::get<1>(*k);
+      r->python = std::get<2>(*k);
+      r->self_share = cpu_ns > 0 ? r->self_ns / cpu_ns : 0;
+      r->total_share = cpu_ns > 0 ? r->total_ns / cpu_ns : 0;
+      all.push_back(*r);
     }
     auto pick = [&](double CpuFunctionRow::*by) {
       std::vector<CpuFunctionRow> v = all;
@@ -115,6 +151,7 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
   *out = CpuSummary{};
   std::vector<std::string> files;
   if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) return s;
+  Functions fns;
   Acc all;
   std::map<std::string, Acc> threads;
   std::map<int64_t, Acc> steps;
@@ -144,7 +181,7 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
         }
       }
       std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.start_ps < b.start_ps; });
-      std::unordered_map<uint32_t, std::vector<sampling::ModelFrame>> stacks;
+      std::unordered_map<uint32_t, std::vector<uint32_t>> stacks;  // leaf -> function ids, innermost first
       for (const model::Line& line : plane.lines) {
         if (line.name != sampling::kCpuSamplesLineName) continue;
         std::string thread = line.display_name;
@@ -152,11 +189,9 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
         if (files.size() > 1) thread = file.substr(file.rfind('/') + 1) + " " + thread;
         Acc& t = threads[thread];
         for (const model::Event& e : line.events) {
-          auto it = stacks.find(e.metadata_id);
-          if (it == stacks.end()) it = stacks.emplace(e.metadata_id, sampling::StackOfNode(plane, e.metadata_id)).first;
           const double ns = static_cast<double>(e.duration_ps) / 1000;
-          all.Add(it->second, ns);
-          t.Add(it->second, ns);
+          all.AddLeaf(e.metadata_id, ns);
+          t.AddLeaf(e.metadata_id, ns);
           const int64_t at = line.timestamp_ns * 1000 + e.offset_ps;
           // The latest step started at or before the sample that is still open.
           auto r = std::upper_bound(ranges.begin(), ranges.end(), at,
@@ -164,23 +199,77 @@ Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out) {
           while (r != ranges.begin()) {
             --r;
             if (at < r->end_ps) {
-              steps[r->number].Add(it->second, ns);
+              steps[r->number].AddLeaf(e.metadata_id, ns);
               break;
             }
             if (ranges.begin() + 8 < r) break;  // (only the few latest: steps do not nest deeply)
           }
         }
       }
+      auto stack_of = [&](uint32_t leaf) -> const std::vector<uint32_t>& {
+        auto it = stacks.find(leaf);
+        if (it == stacks.end()) {
+          std::vector<uint32_t> ids;
+          for (const sampling::ModelFrame& f : sampling::StackOfNode(plane, leaf)) ids.push_back(fns.Id(f));
+          it = stacks.emplace(leaf, std::move(ids)).first;
+        }
+        return it->second;
+      };
+      all.AddPending(stack_of, fns);
+      for (auto& [name, acc] : threads) acc.AddPending(stack_of, fns);
+      for (auto& [n, acc] : steps) acc.AddPending(stack_of, fns);
     }
   }
   out->samples = all.samples;
   out->cpu_ns = all.cpu_ns;
-  out->all = all.Finish("all threads", top);
-  for (auto& [name, acc] : threads) out->threads.push_back(acc.Finish("thread " + name, top));
+  out->all = all.Finish("all threads", top, fns);
+  for (auto& [name, acc] : threads) out->threads.push_back(acc.Finish("thread " + name, top, fns));
   std::stable_sort(out->threads.begin(), out->threads.end(),
                    [](const CpuScope& a, const CpuScope& b) { return a.cpu_ns > b.cpu_ns; });
-  for (auto& [n, acc] : steps) out->steps.push_back(acc.Finish("step " + std::to_string(n), top));
+  for (auto& [n, acc] : steps) out->steps.push_back(acc.Finish("step " + std::to_string(n), top, fns));
   return Status::Ok();
+}
+
+void WriteCpuSummaryJson(JsonWriter& j, const CpuSummary& s) {
+  auto rows = [&](const std::vector<CpuFunctionRow>& v) {
+    j.begin_array();
+    for (const CpuFunctionRow& r : v) {
+      j.begin_object();
+      j.field("function", r.function);
+      j.field("file", r.file);
+      j.field("python", r.python);
+      j.field("samples", r.samples);
+      j.field("self_ns", r.self_ns);
+      j.field("total_ns", r.total_ns);
+      j.field("self_share", r.self_share);
+      j.field("total_share", r.total_share);
+      j.end_object();
+    }
+    j.end_array();
+  };
+  auto scope = [&](const CpuScope& sc) {
+    j.begin_object();
+    j.field("name", sc.name);
+    j.field("samples", sc.samples);
+    j.field("cpu_ns", sc.cpu_ns);
+    j.key("top_self");
+    rows(sc.top_self);
+    j.key("top_total");
+    rows(sc.top_total);
+    j.end_object();
+  };
+  j.begin_object();
+  j.field("samples", s.samples);
+  j.field("cpu_ns", s.cpu_ns);
+  j.key("all");
+  scope(s.all);
+  for (auto [key, scopes] : {std::pair{"threads", &s.threads}, std::pair{"steps", &s.steps}}) {
+    j.key(key);
+    j.begin_array();
+    for (const CpuScope& sc : *scopes) scope(sc);
+    j.end_array();
+  }
+  j.end_object();
 }
 
 std::string CpuSummaryToText(const CpuSummary& s) {

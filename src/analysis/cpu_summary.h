@@ -44,6 +44,11 @@ struct CpuSummary {
 Status SummarizeCpu(const std::string& run, size_t top, CpuSummary* out);
 // "" without samples.
 std::string CpuSummaryToText(const CpuSummary& s);
+// As one JSON value: {samples, cpu_ns, all, threads, steps}, each scope
+// {name, samples, cpu_ns, top_self, top_total}, each row the fields of
+// CpuFunctionRow (`spyglass summary --json`'s "cpu").
+class JsonWriter;
+void WriteCpuSummaryJson(JsonWriter& json, const CpuSummary& s);
 // Functions by self CPU time in both runs, biggest change first; "" when neither has samples.
 std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t top);
 

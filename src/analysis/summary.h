@@ -114,10 +114,13 @@ struct Summary {
 // InvalidArgument for a file that is not a profile, truncated, or newer.
 Status Summarize(const std::string& run, const SummaryOptions& options, Summary* out);
 
-// The summary as JSON (an object; the field names of the structs above).
-std::string SummaryToJson(const Summary& summary);
+// The summary as JSON (an object; the field names of the structs above),
+// with the CPU sampler's tables under "cpu" when `cpu` has samples
+// (cpu_summary.h: WriteCpuSummaryJson).
+struct CpuSummary;
+std::string SummaryToJson(const Summary& summary, const CpuSummary* cpu = nullptr);
 class JsonWriter;
-void WriteSummaryJson(JsonWriter& json, const Summary& summary);  // as one value
+void WriteSummaryJson(JsonWriter& json, const Summary& summary, const CpuSummary* cpu = nullptr);  // as one value
 // The summary as text tables at most `width` columns wide.
 std::string SummaryToText(const Summary& summary, size_t width = 100);
 

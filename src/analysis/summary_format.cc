@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "analysis/cpu_summary.h"
 #include "analysis/json_writer.h"
 #include "analysis/summary.h"
 #include "analysis/text_table.h"
@@ -64,7 +65,7 @@ void WriteOps(JsonWriter& j, const std::vector<DeviceOpRow>& rows) {
 
 }  // namespace
 
-void WriteSummaryJson(JsonWriter& j, const Summary& s) {
+void WriteSummaryJson(JsonWriter& j, const Summary& s, const CpuSummary* cpu) {
   j.begin_object();
   j.field("file", s.file);
   j.key("hostnames");
@@ -133,12 +134,16 @@ void WriteSummaryJson(JsonWriter& j, const Summary& s) {
   j.array(s.errors);
   j.key("warnings");
   j.array(s.warnings);
+  if (cpu != nullptr && cpu->samples > 0) {
+    j.key("cpu");
+    WriteCpuSummaryJson(j, *cpu);
+  }
   j.end_object();
 }
 
-std::string SummaryToJson(const Summary& s) {
+std::string SummaryToJson(const Summary& s, const CpuSummary* cpu) {
   JsonWriter j;
-  WriteSummaryJson(j, s);
+  WriteSummaryJson(j, s, cpu);
   return j.str() + "\n";
 }
 

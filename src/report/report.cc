@@ -114,6 +114,13 @@ json FlameJson(const FlameGraph& g) {
   return out;
 }
 
+json CpuSamplesJson(const CpuSampleSet& s, int64_t start_ns) {
+  return {{"title", s.title}, {"strings", s.strings}, {"node_parent", s.node_parent}, {"node_fn", s.node_fn},
+          {"node_file", s.node_file}, {"node_line", s.node_line}, {"node_kind", s.node_kind}, {"threads", s.threads},
+          {"samples", s.samples}, {"hidden_samples", s.hidden_samples}, {"first_ns", s.first_ns - start_ns},
+          {"encoded", Base64(GzipCompress(s.encoded, 6))}};
+}
+
 json MemoryTimelineJson(const std::string& title, const memory::Timeline& m) {
   json sites = json::array();
   std::unordered_map<uint32_t, size_t> index;
@@ -174,6 +181,8 @@ std::string RenderReport(ReportInput& in, std::string_view policy) {
   for (const FlameGraph& g : in.flames) flames.push_back(FlameJson(g));
   json cpu_flames = json::array();
   for (const FlameGraph& g : in.cpu_flames) cpu_flames.push_back(FlameJson(g));
+  json cpu_samples = json::array();
+  for (const CpuSampleSet& s : in.cpu_samples) cpu_samples.push_back(CpuSamplesJson(s, tl.start_ns));
   json memory_timelines = json::array();
   for (const auto& [title, m] : in.memory_timelines) memory_timelines.push_back(MemoryTimelineJson(title, m));
   const size_t code_bytes = embedded_report_html().size() + embedded_report_css().size() + embedded_report_js().size();
@@ -191,6 +200,7 @@ std::string RenderReport(ReportInput& in, std::string_view policy) {
   for (int round = 0;; ++round) {
     json data = {{"title", in.title}, {"generator", std::string("spyglass ") + spyglass::version()},
                  {"notes", in.notes}, {"timeline", TimelineJson(tl)}, {"summary", summary}, {"flames", flames}, {"cpu_flames", cpu_flames},
+                 {"cpu_samples", cpu_samples},
                  {"memory_timelines", memory_timelines}};
     // Invalid UTF-8 in a name (from a foreign file) becomes U+FFFD, not an exception.
     data_text = ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));

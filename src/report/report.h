@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memory/timeline.h"
+#include "report/cpu_samples.h"
 #include "report/flame.h"
 #include "report/timeline.h"
 
@@ -22,6 +23,9 @@ struct ReportInput {
   std::string summary_json;   // the analysis summary as JSON ("" if none)
   std::vector<FlameGraph> flames;
   std::vector<FlameGraph> cpu_flames;  // BuildCpuFlameGraph: the CPU sampler's profiles (cpu.*.prof)
+  // The same samples with their times (AddCpuSamples): a range selected on
+  // the timeline shows the flame graph of the samples in it.
+  std::vector<CpuSampleSet> cpu_samples;
   // Live bytes over time per device and top call site (memory.*.timeline.tsv):
   // a chart whose range selection shows what was live and allocated in it.
   std::vector<std::pair<std::string, memory::Timeline>> memory_timelines;  // (file name, series)

@@ -251,11 +251,15 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
 
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several
-// hosts in one run).
+// hosts in one run). With `sample_lines`, the CPU sampler's lines ("CPU
+// samples") are left out and counted there: AddCpuSamples (cpu_samples.h)
+// adds them, named after each sample's function (the streaming reader knows
+// only their stack nodes' names, "cpu_stack#<n>").
 // `unsorted` (optional): the lines (plane index in the file, line index in
 // its plane) whose events are out of order (FindUnsortedLines); the others
 // are begun sorted, so that a streaming builder holds none of their spans.
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
+                      uint64_t* sample_lines = nullptr,
                       const std::set<std::pair<size_t, size_t>>* unsorted = nullptr);
 // One pass over the file: the lines whose events do not come by start (the
 // longest first at one start), as TimelineBuilder places them.

@@ -17,15 +17,20 @@ namespace {
 // the summary's counter peaks).
 class TimelineVisitor : public profile::ProfileVisitor {
  public:
-  TimelineVisitor(TimelineBuilder* b, std::string host, const std::set<std::pair<size_t, size_t>>* unsorted)
+  TimelineVisitor(TimelineBuilder* b, std::string host, uint64_t* sample_lines,
+                  const std::set<std::pair<size_t, size_t>>* unsorted)
       : b_(b), host_(std::move(host)), host_hash_(host_.empty() ? 0 : std::hash<std::string>{}(host_)),
-        unsorted_(unsorted) {}
+        sample_lines_(sample_lines), unsorted_(unsorted) {}
   bool OnPlane(const profile::PlaneHeader& p) override {
     plane_ = host_.empty() ? std::string(p.name) : host_ + " " + std::string(p.name);
     ++plane_index_;
     return true;
   }
   bool OnLine(const profile::LineHeader& l) override {
+    if (sample_lines_ != nullptr && l.name == kCpuSamplesLine) {
+      ++*sample_lines_;
+      return false;
+    }
     counters_ = l.name == model::kCounterLineName;
     if (counters_) return true;
     std::string name(l.display_name.empty() ? l.name : l.display_name);
@@ -112,7 +117,9 @@ class TimelineVisitor : public profile::ProfileVisitor {
   TimelineBuilder* b_;
   std::string host_, plane_;
   uint64_t host_hash_;
+  uint64_t* sample_lines_;
   bool counters_ = false;
+  static constexpr std::string_view kCpuSamplesLine = "CPU samples";  // sampling/cpu_model.h
   const std::set<std::pair<size_t, size_t>>* unsorted_;
   size_t plane_index_ = 0;
 };
@@ -163,9 +170,9 @@ Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, siz
 }
 
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
-                      const std::set<std::pair<size_t, size_t>>* unsorted) {
+                      uint64_t* sample_lines, const std::set<std::pair<size_t, size_t>>* unsorted) {
   profile::ProfileReader reader;
-  TimelineVisitor visitor(builder, host, unsorted);
+  TimelineVisitor visitor(builder, host, sample_lines, unsorted);
   Status s = reader.Open(path);
   if (s.ok()) s = reader.Scan(visitor);
   return s;

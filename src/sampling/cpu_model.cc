@@ -64,13 +64,6 @@ std::vector<std::string> AnnotationsAt(const model::Plane& plane, const model::L
   return out;
 }
 
-std::string PlainName(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64))
-    out.push_back((isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_');
-  return out.empty() ? "process" : out;
-}
-
 }  // namespace
 
 void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, model::Plane* host) {
@@ -258,6 +251,35 @@ void MakeCpuStacksPortable(model::Plane* host) {
   if (!table.empty()) host->stats.push_back(host->str_stat(kCpuStackTableStat, std::move(table)));
 }
 
+ModelFrame FrameOfNode(const model::Plane& plane, uint32_t node, uint32_t* parent) {
+  const model::EventMetadata& md = plane.event_metadata()[node];
+  ModelFrame f;
+  f.function = md.display_name;
+  *parent = 0;
+  for (const model::Stat& s : md.stats) {
+    std::string_view key = plane.stat_name(s);
+    if (key == kCpuFileStat) f.file = RefText(plane, s);
+    else if (key == kCpuLineStat) f.line = s.i64;
+    else if (key == kCpuAddressStat) f.address = s.u64;
+    else if (key == kCpuParentStat) *parent = static_cast<uint32_t>(s.u64);
+    else if (key == kCpuFrameKindStat) f.python = RefText(plane, s) == "python";
+  }
+  if (*parent >= plane.event_metadata().size()) *parent = 0;
+  return f;
+}
+
+std::string ProcessFileName(const model::Plane& host, std::string_view prefix, std::string_view suffix) {
+  const model::Stat* pid = FindStat(host, host.stats, model::kProcessIdStat);
+  const model::Stat* comm = FindStat(host, host.stats, model::kProcessNameStat);
+  std::string name = std::string(prefix) + "." + (pid ? host.stat_text(*pid) : std::string("0")) + ".";
+  const std::string c = comm ? host.stat_text(*comm) : "";
+  const size_t plain_from = name.size();
+  for (char ch : std::string_view(c).substr(0, 64))
+    name.push_back((isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-') ? ch : '_');
+  if (name.size() == plain_from) name += "process";
+  return name + std::string(suffix);
+}
+
 std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf) {
   std::vector<ModelFrame> out;
   if (const model::Stat* t = FindStat(plane, plane.stats, kCpuStackTableStat)) {
@@ -279,19 +301,8 @@ std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf) {
     return out;
   }
   for (int guard = 0; leaf != 0 && leaf < plane.event_metadata().size() && guard < 4096; ++guard) {
-    const model::EventMetadata& md = plane.event_metadata()[leaf];
-    ModelFrame f;
-    f.function = md.display_name;
     uint32_t parent = 0;
-    for (const model::Stat& s : md.stats) {
-      std::string_view key = plane.stat_name(s);
-      if (key == kCpuFileStat) f.file = RefText(plane, s);
-      else if (key == kCpuLineStat) f.line = s.i64;
-      else if (key == kCpuAddressStat) f.address = s.u64;
-      else if (key == kCpuParentStat) parent = static_cast<uint32_t>(s.u64);
-      else if (key == kCpuFrameKindStat) f.python = RefText(plane, s) == "python";
-    }
-    out.push_back(f);
+    out.push_back(FrameOfNode(plane, leaf, &parent));
     leaf = parent;
   }
   return out;
@@ -357,8 +368,7 @@ Status WriteCpuProfiles(const model::Space& space, const exporter::OutputDir& di
                                  kCpuStacksTruncatedStat, kCpuUnwindNsStat, kCpuReaderCpuNsStat})
       if (const model::Stat* s = FindStat(plane, plane.stats, key))
         data.comments.push_back("spyglass: " + std::string(key) + " " + plane.stat_text(*s));
-    std::string name = "cpu." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +
-                       PlainName(comm ? plane.stat_text(*comm) : "") + ".prof";
+    const std::string name = ProcessFileName(plane, "cpu", ".prof");
     std::string bytes = memory::EncodePprofGz(data);
     if (Status s = dir.WriteBytes(name, bytes); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));

@@ -82,6 +82,13 @@ struct ModelFrame {
 };
 // The frames of node `leaf` (an event's metadata id) of `plane`.
 std::vector<ModelFrame> StackOfNode(const model::Plane& plane, uint32_t leaf);
+// The frame of one node (a valid event metadata id), and in `*parent` its
+// caller's node (0: outermost, or a parent id that is not in the plane).
+ModelFrame FrameOfNode(const model::Plane& plane, uint32_t node, uint32_t* parent);
+
+// "<prefix>.<pid>.<comm><suffix>" for the process of `host`: its comm cut to
+// 64 bytes of [A-Za-z0-9._-] (others become '_'; "process" if none).
+std::string ProcessFileName(const model::Plane& host, std::string_view prefix, std::string_view suffix);
 
 // For each host plane with samples: cpu.<pid>.<comm>.prof into `dir`
 // (pprof: samples/count, cpu/nanoseconds; labels thread, annotation).

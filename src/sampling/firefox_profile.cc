@@ -93,9 +93,13 @@ struct Thread {
     if (fresh) strings.emplace_back(s);
     return it->second;
   }
-  int64_t Stack(const model::Plane& plane, uint32_t leaf) {
+  // `stacks`: the plane's stacks read so far (shared by its threads).
+  int64_t Stack(const model::Plane& plane, uint32_t leaf,
+                std::unordered_map<uint32_t, std::vector<ModelFrame>>* stacks) {
     if (auto it = stack_of_node.find(leaf); it != stack_of_node.end()) return it->second;
-    std::vector<ModelFrame> frames = StackOfNode(plane, leaf);  // innermost first
+    auto cached = stacks->find(leaf);
+    if (cached == stacks->end()) cached = stacks->emplace(leaf, StackOfNode(plane, leaf)).first;
+    const std::vector<ModelFrame>& frames = cached->second;  // innermost first
     int64_t prefix = -1;
     for (size_t k = frames.size(); k-- > 0;) {
       const ModelFrame& f = frames[k];
@@ -222,13 +226,6 @@ void AppendThread(std::string* out, Thread& t, std::string_view name, bool main,
   *out += "}";
 }
 
-std::string PlainName(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64))
-    out.push_back((isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_');
-  return out.empty() ? "process" : out;
-}
-
 }  // namespace
 
 std::string FirefoxProfileJson(const model::Space& space, const model::Plane& host) {
@@ -249,13 +246,14 @@ std::string FirefoxProfileJson(const model::Space& space, const model::Plane& ho
     if (l.name != kCpuSamplesLineName && l.id > 0 && l.id < kCpuSampleLineIdBase) annotation_lines[l.id] = &l;
   std::string threads;
   size_t thread_count = 0;
+  std::unordered_map<uint32_t, std::vector<ModelFrame>> stacks;
   for (const model::Line& line : host.lines) {
     if (line.name != kCpuSamplesLineName) continue;
     const int64_t tid = line.id - kCpuSampleLineIdBase;
     Thread t;
     const double base_ms = static_cast<double>(line.timestamp_ns) / 1e6;
     for (const model::Event& e : line.events) {
-      t.sample_stack.push_back(t.Stack(host, e.metadata_id));
+      t.sample_stack.push_back(t.Stack(host, e.metadata_id, &stacks));
       t.sample_time_ms.push_back(base_ms + static_cast<double>(e.offset_ps) / 1e9);
       t.sample_cpu_us.push_back(static_cast<double>(e.duration_ps) / 1e6);
     }
@@ -303,11 +301,8 @@ Status WriteFirefoxProfiles(const model::Space& space, const exporter::OutputDir
     if (plane.name.rfind(model::kHostPlaneName, 0) != 0) continue;
     std::string json = FirefoxProfileJson(space, plane);
     if (json.empty()) continue;
-    const model::Stat* pid = FindStat(plane, plane.stats, model::kProcessIdStat);
-    const model::Stat* comm = FindStat(plane, plane.stats, model::kProcessNameStat);
     // Not cpu.*: that prefix is the pprof profiles' (tools look for them by it).
-    std::string name = "firefox." + (pid ? plane.stat_text(*pid) : std::string("0")) + "." +
-                       PlainName(comm ? plane.stat_text(*comm) : "") + ".json";
+    const std::string name = ProcessFileName(plane, "firefox", ".json");
     if (Status s = dir.WriteBytes(name, json); !s.ok()) return s;
     if (written) written->push_back(dir.PathOf(name));
   }

@@ -134,7 +134,7 @@ Status ViewIndex::Build(const std::vector<std::string>& files) {
         host = std::filesystem::path(files[i]).filename().string();
         host = host.substr(0, host.rfind(".xplane.pb"));
       }
-      built = report::AddProfileFile(files[i], host, &builder, &unsorted[i]);
+      built = report::AddProfileFile(files[i], host, &builder, nullptr, &unsorted[i]);
     }
     if (!built.ok()) return EINVAL;
     tl_ = builder.Finish();

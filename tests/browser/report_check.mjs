@@ -3,7 +3,7 @@
 //   node report_check.mjs REPORT.html [--steps N] [--step-ms A,B,...]
 //        [--track NAME]... [--counter NAME]... [--counter-at NAME@MS=TEXT]...
 //        [--tip-at TRACK/LANE@MS=TEXT]...
-//        [--flame FUNCTION] [--no-flame] [--cpu-flame F1,F2] [--timing]
+//        [--flame FUNCTION] [--no-flame] [--cpu-flame F1,F2] [--cpu-range A_MS:B_MS]... [--timing]
 //        [--order TRACK,TRACK,...] [--search TEXT=COUNT]...
 //        [--click TRACK/LANE@MS=NAME|DURATION|SELF]... [--enclosing TRACK/LANE@MS=NAME,NAME...]...
 //        [--flow TRACK/LANE@MS=TRACK2/NAME2@MS2]... [--range-vs-summary SUMMARY.json]
@@ -40,7 +40,11 @@
 // --python-flame: the flame graph of make_known_run --python's profile, in
 // each view (folded or not, inverted, sandwich, search, tooltip) through
 // the page's controls; --memory-range: a range dragged on the memory-over-
-// time chart lists SITE with these bytes.
+// time chart lists SITE with these bytes; --cpu-range: a range shift+dragged
+// over A..B ms of the first CPU samples track shows the flame graph of the
+// CPU samples that start in it, whose self time by function is the time of
+// the sample spans of that name in the range aggregate (the timeline's own
+// copy of the samples), and the whole run's equals the CPU profile's.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -85,6 +89,7 @@ while (argv.length) {
   else if (a === '--flame') opt.flame = argv.shift();
   else if (a === '--no-flame') opt.noFlame = true;
   else if (a === '--cpu-flame') opt.cpuFlame = argv.shift().split(',');
+  else if (a === '--cpu-range') { const m = /^([0-9.]+):([0-9.]+)$/.exec(argv.shift() || ''); (opt.cpuRange = opt.cpuRange || []).push({ a: Number(m[1]) * 1e6, b: Number(m[2]) * 1e6 }); }
   else if (a === '--timing') opt.timing = true;
   else { console.error(`unknown argument ${a}`); process.exit(2); }
 }
@@ -348,6 +353,47 @@ try {
       check(sum.top_total.length > 0, 'the summary has no annotation in the window');
       const shown = await page.locator('#tl-details table.range-agg tr').evaluateAll((trs) => trs.slice(1).map((tr) => tr.children[0].textContent));
       check(shown.includes(sum.top_total[0].name), `the range table lacks ${sum.top_total[0].name}`);
+    }
+    for (const { a, b } of opt.cpuRange || []) {
+      const track = await T(() => window.spyglassReport.data.timeline.tracks.map((t) => t.name).find((n) => n.endsWith(' CPU samples')));
+      check(track, 'no CPU samples track on the timeline');
+      if (!track) break;
+      await T(([a, b]) => window.spyglassReport.timeline.setView(a - (b - a) * 0.2, b + (b - a) * 0.2), [a, b]);
+      const p1 = await pointAt(track, 0, a / 1e6), p2 = await pointAt(track, 0, b / 1e6);
+      await page.keyboard.down('Shift');
+      await page.mouse.move(p1.x, p1.y);
+      await page.mouse.down();
+      await page.mouse.move(p2.x, p2.y, { steps: 8 });
+      await page.mouse.up();
+      await page.keyboard.up('Shift');
+      const drawn = await page.locator('#tl-details .range-cpu .fl-node').evaluateAll((ds) => ds.map((d) => d.dataset.name));
+      check(drawn.length > 1, `a shift+drag over ${a / 1e6}-${b / 1e6} ms drew no CPU flame graph (${drawn.length} frames)`);
+      const inRange = ([a, b]) => {
+        const r = window.spyglassReport.timeline.selectRange(a, b);
+        return { rows: r.rows, cpu: (r.cpu || []).map((c) => ({ samples: c.samples, total: c.total_ns, nodes: c.flame ? c.flame.nodes() : [] })) };
+      };
+      const got = await T(inRange, [a, b]);
+      const self = new Map();
+      let samples = 0, total = 0;
+      for (const c of got.cpu) {
+        samples += c.samples; total += c.total;
+        for (const n of c.nodes) if (n.depth > 0 && n.self > 0) self.set(n.name, (self.get(n.name) || 0) + n.self);
+      }
+      const spans = new Map(got.rows.map((r) => [r.name, r]));
+      check(samples > 0 && samples === got.rows.reduce((s, r) => s + r.count, 0),
+        `range ${a}-${b}: ${samples} CPU samples, ${got.rows.reduce((s, r) => s + r.count, 0)} sample spans start in it`);
+      check([...self.keys()].sort().join() === [...spans.keys()].sort().join(),
+        `range ${a}-${b}: innermost functions ${[...self.keys()].sort()} vs sample spans ${[...spans.keys()].sort()}`);
+      for (const [name, r] of spans) {
+        const want = r.count * r.mean_ns;
+        check(Math.abs((self.get(name) || 0) - want) <= 1e-6 * want + 1, `range ${a}-${b}: ${name} self ${self.get(name)}, its sample spans ${want}`);
+      }
+      // The whole run: more samples, and the CPU profile's (pprof) total.
+      const whole = await T(inRange, [0, await T(() => window.spyglassReport.data.timeline.duration_ns + 1)]);
+      const wholeTotal = whole.cpu.reduce((s, c) => s + c.total, 0);
+      check(wholeTotal > total, `range ${a}-${b}: ${total} ns of CPU, not less than the whole run's ${wholeTotal}`);
+      const profile = Number(await page.locator('#sg-cpu .flame .fl-node[data-kind="root"]').first().getAttribute('data-value'));
+      check(Math.abs(profile - wholeTotal) <= 1e-6 * profile, `the whole run's samples: ${wholeTotal} ns of CPU, the CPU profile ${profile}`);
     }
     if (opt.coarsened) {
       const note = await page.locator('#sg-coarsened').innerText().catch(() => '');

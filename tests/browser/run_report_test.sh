@@ -76,8 +76,9 @@ PY
 "$cli" report "$T/jaxlog" -o "$T/jax.html"
 node "$here/report_check.mjs" "$T/jax.html" --steps 3 --no-flame
 # 4. The CPU sampler's profile of the known CPU workload (two threads): its
-#    CPU flame graph, and the thread selector's totals.
+#    CPU flame graph, and the thread selector's totals; the flame graph of
+#    the samples in a range dragged on the timeline.
 "$cli" run --sample 999 -o "$T/cpu" -- "$cpu_workload" 1 >/dev/null 2>&1
 "$cli" report "$T/cpu" -o "$T/cpu.html"
-node "$here/report_check.mjs" "$T/cpu.html" --cpu-flame burn_a,burn_b,burn_c,main
+node "$here/report_check.mjs" "$T/cpu.html" --cpu-flame burn_a,burn_b,burn_c,main --cpu-range 100:400 --cpu-range 5:30
 echo "run_report_test: all passed"

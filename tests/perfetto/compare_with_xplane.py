@@ -11,7 +11,11 @@ used only when SPYGLASS_TRACE_PROCESSOR names a local binary.
 
 Compared with the .xplane.pb: processes and threads (pid, tid, names), every
 slice (process, thread, name, start and duration in ns, args), every counter
-sample (track, unit, time, value) and every flow (the slices it joins).
+sample (track, unit, time, value), every flow (the slices it joins) and every
+CPU sample (the "CPU samples" lines, docs/sampling.md) as a PerfSample:
+process, thread, time and its whole stack (function, file, line, native or
+Python) resolved through the interned callstacks, frames and mappings as
+trace_processor resolves them.
 
   compare_with_xplane.py RUN.xplane.pb perfetto_trace.pb [--expect-lost N]
 """
@@ -29,6 +33,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # the Perfe
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INTERNAL = {"_r", "_p", "_pt", "_c", "_ct", "flops", "program_id", "symbol_id"}
 COUNTERS = "_counters_"
+SAMPLES = "CPU samples"
 DEVICE_PID_BASE = 0x40000000
 
 
@@ -36,12 +41,33 @@ def fail(msg):
   sys.exit(f"FAIL: {msg}")
 
 
-def xplane_pb2():
+def compiled_pb2(name):
   out = tempfile.mkdtemp(prefix="sg_pb2_")
   subprocess.run([shutil.which("protoc") or "protoc", f"--python_out={out}", f"-I{REPO}/proto",
-                  f"{REPO}/proto/xplane.proto"], check=True)
+                  f"{REPO}/proto/{name}.proto"], check=True)
   sys.path.insert(0, out)
-  return importlib.import_module("xplane_pb2")
+  return importlib.import_module(f"{name}_pb2")
+
+
+def xplane_pb2():
+  return compiled_pb2("xplane")
+
+
+def pprof_samples(path):
+  """The pprof CPU profile's sample counts by (tid, functions outermost first), summed over annotations."""
+  import gzip
+  prof = compiled_pb2("profile").Profile()
+  with gzip.open(path, "rb") as f:
+    prof.ParseFromString(f.read())
+  st = prof.string_table
+  functions = {fn.id: st[fn.name] for fn in prof.function}
+  locations = {loc.id: [functions[l.function_id] for l in loc.line] for loc in prof.location}
+  out = collections.Counter()
+  for smp in prof.sample:
+    thread = next(st[l.str] for l in smp.label if st[l.key] == "thread")
+    names = [n for lid in smp.location_id for n in reversed(locations[lid])]  # leaf first
+    out[(int(thread.rsplit(" ", 1)[1]), tuple(reversed(names)))] += smp.value[0]
+  return out
 
 
 def stat_value(plane, s):
@@ -66,6 +92,7 @@ def expected_from_xplane(path):
   with open(path, "rb") as f:
     space.ParseFromString(f.read())
   threads, slices, counters = set(), collections.Counter(), collections.Counter()
+  samples = collections.Counter()
   flow_groups = collections.defaultdict(set)
   pids = {}
   lost = 0
@@ -78,9 +105,18 @@ def expected_from_xplane(path):
       continue
     os_pid = int_stat(plane, plane.stats, "process_id") or 0
     pids[plane.name] = os_pid
+    named_tids = {(l.display_id or l.id) & 0xFFFFFFFF for l in plane.lines
+                  if len(l.events) and l.name not in (COUNTERS, SAMPLES)}
     for line in plane.lines:
       tid = (line.display_id or line.id) & 0xFFFFFFFF
       line_name = line.display_name or line.name
+      if line.name == SAMPLES:
+        if len(line.events) and tid not in named_tids:  # "<thread> <tid> CPU samples": the thread's name
+          threads.add((plane.name, tid, line_name[:-len(" CPU samples")].rsplit(" ", 1)[0]))
+        for e in line.events:
+          ts = max(0, line.timestamp_ns + e.offset_ps // 1000)
+          samples[(plane.name, tid, ts, xplane_stack(plane, e.metadata_id))] += 1
+        continue
       if line.name != COUNTERS and len(line.events):
         threads.add((plane.name, tid, line_name))
       for e in line.events:
@@ -112,7 +148,19 @@ def expected_from_xplane(path):
           if v is not None:
             flow_groups[("pc", int_stat(plane, e.stats, t) or 0, v)].add(key)
   flows = {frozenset(g) for g in flow_groups.values() if len(g) > 1}
-  return dict(threads=threads, slices=slices, counters=counters, flows=flows, pids=pids, lost=lost)
+  return dict(threads=threads, slices=slices, counters=counters, flows=flows, pids=pids, lost=lost, samples=samples)
+
+
+def xplane_stack(plane, leaf):
+  """A sample's frames, outermost first: (function, file, line, kind) up the cpu_stack_parent chain."""
+  frames = []
+  while leaf:
+    md = plane.event_metadata[leaf]
+    f = {plane.stat_metadata[s.metadata_id].name: stat_value(plane, s) for s in md.stats}
+    frames.append((md.display_name or md.name, f.get("cpu_frame_file", ""), f.get("cpu_frame_line", 0),
+                   f.get("cpu_frame_kind", "native")))
+    leaf = f.get("cpu_stack_parent", 0)
+  return tuple(reversed(frames))
 
 
 def check_no_unknown_fields(msg, where):
@@ -139,6 +187,9 @@ def actual_from_perfetto(path):
   trace.ParseFromString(data)
   TE = pb.TrackEvent
   seq_valid, names, ann_names = {}, {}, {}
+  interned = collections.defaultdict(dict)  # (seq, InternedData field) -> iid -> entry
+  samples = collections.Counter()
+  PROFILE_TABLES = ("function_names", "source_paths", "mapping_paths", "mappings", "frames", "callstacks")
   tracks, processes = {}, {}
   open_slices = collections.defaultdict(list)
   slices, counters, flows = [], collections.Counter(), collections.defaultdict(list)
@@ -162,6 +213,13 @@ def actual_from_perfetto(path):
           if en.iid == 0 or en.iid in table:
             fail(f"{where}: iid {en.iid} is 0 or defined twice")
           table[en.iid] = en.name
+      for field in PROFILE_TABLES:
+        for en in getattr(p.interned_data, field):
+          if en.iid == 0 or en.iid in interned[(seq, field)]:
+            fail(f"{where}: {field} iid {en.iid} is 0 or defined twice")
+          interned[(seq, field)][en.iid] = en
+    if p.HasField("perf_sample"):
+      samples[sample_of(p, where, seq_valid, interned, processes)] += 1
     if p.HasField("trace_stats"):
       for b in p.trace_stats.buffer_stats:
         lost += b.trace_writer_packet_loss
@@ -246,10 +304,48 @@ def actual_from_perfetto(path):
   key = lambda s: (s["proc"], s["tid"], s["name"], s["ts"], s["dur"], s["args"])
   threads = {(processes[t["pid"]], t["tid"], t["name"]) for t in tracks.values() if t["kind"] == "thread"}
   pids = {t["name"]: t["pid"] for t in tracks.values() if t["kind"] == "process"}
-  return dict(threads=threads, slices=collections.Counter(key(s) for s in slices), counters=counters,
+  return dict(threads=threads, slices=collections.Counter(key(s) for s in slices), counters=counters, samples=samples,
               flows={frozenset(key(s) for s in g) for g in flows.values() if len(g) > 1}, pids=pids, lost=lost,
               lanes=sum(t["kind"] == "lane" for t in tracks.values()),
               labels={t["name"]: t["labels"] for t in tracks.values() if t["kind"] == "process"})
+
+
+def sample_of(p, where, seq_valid, interned, processes):
+  """A PerfSample resolved as trace_processor resolves it (stack_profile_sequence_state.cc)."""
+  seq = p.trusted_packet_sequence_id
+  if seq == 0 or not seq_valid.get(seq):
+    fail(f"{where}: a sample on a sequence without valid incremental state")
+  if not p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
+    fail(f"{where}: a sample using interned data without SEQ_NEEDS_INCREMENTAL_STATE")
+  ps = p.perf_sample
+  if ps.pid not in processes:
+    fail(f"{where}: a sample of pid {ps.pid}, which no process track declares")
+  if ps.cpu_mode != pb.Profiling.MODE_USER:
+    fail(f"{where}: cpu_mode {ps.cpu_mode}, not MODE_USER")
+  table = lambda field: interned[(seq, field)]
+  def string(field, iid):
+    if iid not in table(field):
+      fail(f"{where}: {field} iid {iid} not interned")
+    return table(field)[iid].str.decode()
+  cs = table("callstacks").get(ps.callstack_iid)
+  if cs is None or not cs.frame_ids:
+    fail(f"{where}: callstack {ps.callstack_iid} not interned or empty")
+  stack = []
+  for fid in cs.frame_ids:  # outermost first
+    fr = table("frames").get(fid)
+    if fr is None:
+      fail(f"{where}: frame {fid} not interned")
+    m = table("mappings").get(fr.mapping_id)
+    if m is None:
+      fail(f"{where}: frame {fid}'s mapping {fr.mapping_id} not interned (trace_processor drops the sample)")
+    for path in m.path_string_ids:
+      string("mapping_paths", path)
+    kind = {pb.Frame.KIND_NATIVE: "native", pb.Frame.KIND_INTERPRETED: "python"}.get(fr.kind)
+    if kind is None or (kind == "python") != (string("mapping_paths", m.path_string_ids[0]) == "[python]"):
+      fail(f"{where}: frame {fid}: kind {fr.kind} in mapping {fr.mapping_id}")
+    stack.append((string("function_names", fr.function_name_id),
+                  string("source_paths", fr.source_path_iid) if fr.source_path_iid else "", fr.line_number, kind))
+  return (processes[ps.pid], ps.tid, p.timestamp, tuple(stack))
 
 
 def diff(what, expected, actual):
@@ -263,7 +359,7 @@ def diff(what, expected, actual):
        f"  in the perfetto trace only: {sorted(extra, key=str)[:10]}")
 
 
-def check_with_trace_processor(path, n_slices):
+def check_with_trace_processor(path, n_slices, n_samples):
   shell = os.environ.get("SPYGLASS_TRACE_PROCESSOR")
   if not shell:
     print("trace_processor: not run (set SPYGLASS_TRACE_PROCESSOR to a local trace_processor_shell)")
@@ -273,6 +369,12 @@ def check_with_trace_processor(path, n_slices):
     count = next(iter(tp.query("select count(*) as n from slice"))).n
     if count != n_slices:
       fail(f"trace_processor imported {count} slices, expected {n_slices}")
+    # Every sample on a thread of a process, with its stack (what the UI's per-thread tracks and flame graph read).
+    samples = next(iter(tp.query(
+        "select count(*) as n from perf_sample join thread using (utid) "
+        "where callsite_id is not null and upid is not null"))).n
+    if samples != n_samples:
+      fail(f"trace_processor has {samples} perf samples with a stack on a process's thread, expected {n_samples}")
     bad = [(r.name, r.value) for r in tp.query(
         "select name, value from stats where value > 0 and severity = 'error'")]
     if bad:
@@ -288,6 +390,8 @@ def main():
   ap.add_argument("--expect-flows", type=int, default=0, help="at least this many flows")
   ap.add_argument("--expect-counter-unit", default=None, help="a counter track with this unit must be there")
   ap.add_argument("--expect-overflow-lane", action="store_true")
+  ap.add_argument("--min-samples", type=int, default=0, help="at least this many distinct CPU samples")
+  ap.add_argument("--pprof", help="the run's cpu.<pid>.<comm>.prof: its counts by thread and stack must match")
   a = ap.parse_args()
   exp = expected_from_xplane(a.xplane)
   act = actual_from_perfetto(a.perfetto)
@@ -295,6 +399,14 @@ def main():
   diff("slices", exp["slices"], act["slices"])
   diff("counter samples", exp["counters"], act["counters"])
   diff("flows", exp["flows"], act["flows"])
+  diff("CPU samples", exp["samples"], act["samples"])  # keyed by plane name = process track name
+  if a.pprof:  # the same samples, as the pprof profile counts them
+    by_stack = collections.Counter()
+    for (proc, tid, ts, stack), n in act["samples"].items():
+      by_stack[(tid, tuple(f[0] for f in stack))] += n
+    diff("CPU samples by thread and stack (pprof)", pprof_samples(a.pprof), by_stack)
+  if len(exp["samples"]) < a.min_samples:
+    fail(f"only {sum(exp['samples'].values())} CPU samples, expected at least {a.min_samples}")
   for plane, os_pid in exp["pids"].items():
     pid = act["pids"].get(plane)
     if plane.startswith("/host:CPU"):
@@ -313,9 +425,9 @@ def main():
     fail(f"no counter track in {a.expect_counter_unit}")
   if a.expect_overflow_lane and not act["lanes"]:
     fail("no overflow lane, though events overlap without nesting")
-  check_with_trace_processor(a.perfetto, n)
+  check_with_trace_processor(a.perfetto, n, sum(exp["samples"].values()))
   print(f"OK: {n} slices, {len(exp['threads'])} threads, {sum(exp['counters'].values())} counter samples, "
-        f"{len(exp['flows'])} flows match")
+        f"{len(exp['flows'])} flows, {sum(exp['samples'].values())} CPU samples match")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,19 @@
 // one export step, as <dir>/fixture.xplane.pb and <dir>/perfetto_trace.pb:
 // nesting, overlap that does not nest, instants, unsorted lines, args of
 // every kind, GPU launch -> kernel flows, producer/consumer pairs, memory
-// and PM counters, drops. compare_with_xplane.py checks one against the other.
+// and PM counters, drops, CPU samples (stacks sharing callers, native and
+// Python frames, a truncated stack, a sampled thread with annotations and one
+// without). compare_with_xplane.py checks one against the other.
+// `perfetto_fixture --from RUN.xplane.pb DIR`: the perfetto_trace.pb of a
+// recorded run (a sampled one: `spyglass run` writes no native trace).
 #include <cstdio>
 
 #include "export/export.h"
+#include "export/perfetto/perfetto_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
+#include "model/xspace_read.h"
+#include "sampling/cpu_model.h"
 
 namespace model = spyglass::model;
 namespace exporter = spyglass::exporter;
@@ -15,6 +22,25 @@ namespace exporter = spyglass::exporter;
 namespace {
 
 constexpr int64_t kNs = 1000;  // ps
+
+namespace sampling = spyglass::sampling;
+
+// A stack node as the sampler writes one (sampling/cpu_model.h).
+uint32_t Node(model::Plane& p, uint32_t parent, const char* fn, const char* file, int64_t line, uint64_t address,
+              bool python = false) {
+  static int next = 0;
+  uint32_t id = p.intern_event(std::string(sampling::kCpuStackNodePrefix) + std::to_string(next++));
+  std::vector<model::Stat> stats;
+  stats.push_back(p.ref_stat(sampling::kCpuFrameStat, fn));
+  if (*file) stats.push_back(p.ref_stat(sampling::kCpuFileStat, file));
+  if (line > 0) stats.push_back(p.int_stat(sampling::kCpuLineStat, line));
+  if (address) stats.push_back(p.uint_stat(sampling::kCpuAddressStat, address));
+  if (parent) stats.push_back(p.uint_stat(sampling::kCpuParentStat, parent));
+  stats.push_back(p.ref_stat(sampling::kCpuFrameKindStat, python ? "python" : "native"));
+  p.event_metadata_at(id).display_name = fn;
+  p.event_metadata_at(id).stats = std::move(stats);
+  return id;
+}
 
 model::Event Ev(model::Plane& p, const char* name, int64_t start_ns, int64_t dur_ps) {
   model::Event e;
@@ -27,8 +53,20 @@ model::Event Ev(model::Plane& p, const char* name, int64_t start_ns, int64_t dur
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string_view(argv[1]) == "--from") {
+    model::Space run;
+    exporter::OutputDir dir;
+    spyglass::Status s = model::ReadXSpaceFile(argv[2], &run);
+    if (s.ok()) s = exporter::OutputDir::Open(argv[3], &dir);
+    if (s.ok()) s = exporter::WritePerfettoTrace(run, dir, "perfetto_trace.pb");
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: perfetto_fixture DIR\n");
+    std::fprintf(stderr, "usage: perfetto_fixture DIR | perfetto_fixture --from RUN.xplane.pb DIR\n");
     return 2;
   }
   model::Space space;
@@ -80,6 +118,37 @@ int main(int argc, char** argv) {
       counters.add_stats(e, std::span<const model::Stat>(&s, 1));
       counters.events.push_back(e);
     }
+  }
+  {
+    // CPU samples: on "main" (which has annotations) and on a thread that
+    // has nothing else (its track is named by its sample line).
+    host.stats.push_back(host.uint_stat(sampling::kCpuSamplePeriodStat, 1'001'001));
+    uint32_t start = Node(host, 0, "_start", "", 0, 0x1010);
+    uint32_t main_fn = Node(host, start, "main", "main.cc", 12, 0x1200);
+    uint32_t py_step = Node(host, main_fn, "train_step", "train.py", 40, 0, /*python=*/true);
+    uint32_t matmul = Node(host, py_step, "matmul", "ops.cc", 7, 0x2400);
+    uint32_t relu = Node(host, py_step, "relu", "", 0, 0x2800);
+    uint32_t truncated = Node(host, 0, std::string(sampling::kTruncatedFrame).c_str(), "", 0, 0);
+    uint32_t deep = Node(host, truncated, "deep_leaf", "deep.cc", 99, 0x3000);
+    auto samples = [&](int64_t tid, const char* name, std::initializer_list<std::pair<int64_t, uint32_t>> at) {
+      model::Line& l = host.line_with_id(sampling::kCpuSampleLineIdBase + tid);
+      l.name = std::string(sampling::kCpuSamplesLineName);
+      l.display_name = std::string(name) + " " + std::to_string(tid) + " CPU samples";
+      l.timestamp_ns = 1'000'000'000;
+      for (auto [ns, leaf] : at) {
+        model::Event e;
+        e.offset_ps = ns * kNs;
+        e.duration_ps = 1'001'001 * kNs;
+        e.metadata_id = leaf;
+        if (leaf == matmul) {
+          model::Stat s = host.ref_stat(model::kAnnotationStackStat, "step::forward");
+          l.add_stats(e, std::span<const model::Stat>(&s, 1));
+        }
+        l.events.push_back(e);
+      }
+    };
+    samples(4242, "main", {{15, matmul}, {1100, matmul}, {2100, relu}, {3100, main_fn}, {3100, deep}});
+    samples(4244, "sampled only", {{200, relu}, {1200, deep}, {2200, start}});
   }
   model::Plane& gpu = space.plane(std::string(model::kGpuPlanePrefix) + "0");
   gpu.id = 0;

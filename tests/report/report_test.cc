@@ -651,6 +651,15 @@ TEST(ReportPageTest, NamesCannotEndTheScript) {
   EXPECT_EQ(html.find("href=\"http"), std::string::npos);
 }
 
+// The page's data (the JSON in its sg-data script); null if it has none.
+nlohmann::json PageData(const std::string& html) {
+  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
+  size_t a = html.find(open);
+  if (a == std::string::npos) return nullptr;
+  a += open.size();
+  return nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+}
+
 // A CPU profile (cpu.<pid>.<comm>.prof): two threads, one annotation. The
 // page's CPU flame data keeps each stack's thread and annotation, values in
 // CPU nanoseconds and counts in samples.
@@ -670,11 +679,8 @@ TEST(FlameTest, CpuProfileByThreadAndAnnotation) {
   EXPECT_EQ(in.cpu_flames[0].total, 47 * kPeriod);
   EXPECT_TRUE(in.cpu_flames[0].top_sites.empty());
   std::string html = report::RenderReport(in);
-  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
-  size_t a = html.find(open);
-  ASSERT_NE(a, std::string::npos);
-  a += open.size();
-  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  nlohmann::json data = PageData(html);
+  ASSERT_TRUE(data.is_object());
   ASSERT_EQ(data["cpu_flames"].size(), 1u);
   const nlohmann::json& g = data["cpu_flames"][0];
   EXPECT_EQ(g["unit"], "nanoseconds");
@@ -735,11 +741,8 @@ TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("1 CPU profile"), std::string::npos) << r.out;
   std::string html = ReadFile(dir + "/r.html");
-  const std::string open = "<script id=\"sg-data\" type=\"application/json\">";
-  size_t a = html.find(open);
-  ASSERT_NE(a, std::string::npos);
-  a += open.size();
-  nlohmann::json data = nlohmann::json::parse(html.substr(a, html.find("</script>", a) - a));
+  nlohmann::json data = PageData(html);
+  ASSERT_TRUE(data.is_object());
   ASSERT_EQ(data["cpu_flames"].size(), 1u);
   const nlohmann::json& g = data["cpu_flames"][0];
   EXPECT_EQ(g["unit"], "nanoseconds");
@@ -764,6 +767,21 @@ TEST(ReportCpuCliTest, SampledRunHasCpuFlame) {
   for (const char* k : {"cpu_workload/burn_a", "cpu_workload/burn_b", "worker/burn_a", "worker/burn_b", "worker/burn_c"})
     EXPECT_GT(samples[k], 10) << k;
   EXPECT_EQ(samples["cpu_workload/burn_c"], 0);  // the main thread never runs burn_c
+  // On the timeline, each sample is a span named after its function (not
+  // its stack node's name, cpu_stack#<n>), and the samples with their times
+  // are there for the flame graph of a range: as many as in the profile.
+  bool named = false, node_names = false;
+  for (const auto& n : data["timeline"]["names"]) {
+    named = named || n == "burn_a";
+    node_names = node_names || n.get<std::string>().rfind("cpu_stack#", 0) == 0;
+  }
+  EXPECT_TRUE(named);
+  EXPECT_FALSE(node_names);
+  int64_t counted = 0;
+  for (const auto& [k, n] : samples) counted += n;
+  ASSERT_EQ(data["cpu_samples"].size(), 1u);
+  EXPECT_EQ(data["cpu_samples"][0]["samples"].get<int64_t>(), counted);
+  EXPECT_EQ(data["cpu_samples"][0]["threads"].size(), 2u);
   fs::remove_all(dir);
 }
 

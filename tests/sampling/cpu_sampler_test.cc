@@ -16,6 +16,10 @@
 #include "model/xspace.h"
 #include "sampling/cpu_model.h"
 #include "spyglass/profiler.h"
+#include "model/schema.h"
+#include "model/xspace.h"
+#include "sampling/cpu_model.h"
+#include "server/merge.h"
 #include "test_util.h"
 
 namespace prof = spyglass::profiler;
@@ -225,3 +229,53 @@ TEST(CpuModel, StacksSurviveAMergeByEventName) {
 }
 
 }  // namespace
+
+// Two processes' samples merged into one model (a subprocess's or another
+// host's profile, server/merge.h): each plane keeps its own stack nodes
+// (ids are per plane, parents point into the same plane), so every sample
+// reads back its own process's stack, and its time moves to the parent's
+// time base with the other lines.
+TEST(CpuModelMerge, MergedPlanesKeepTheirStacksAndTimes) {
+  namespace model = spyglass::model;
+  namespace smp = spyglass::sampling;
+  auto child = [](int64_t pid, const std::vector<std::string>& stack, uint64_t start_ns) {
+    model::Space s;
+    model::Plane& env = s.plane(model::kTaskEnvPlaneName);
+    env.stats.push_back(env.uint_stat(model::kProfileStartTimeStat, start_ns));
+    model::Plane& host = s.plane(model::kHostPlaneName);
+    host.stats.push_back(host.int_stat(model::kProcessIdStat, pid));
+    // A node nobody samples first, so that the two children's node ids differ.
+    if (pid == 2) host.intern_event("unrelated");
+    uint32_t parent = 0;
+    for (size_t i = 0; i < stack.size(); ++i) {
+      uint32_t id = host.intern_event(std::string(smp::kCpuStackNodePrefix) + std::to_string(i));
+      std::vector<model::Stat> st{host.ref_stat(smp::kCpuFrameStat, stack[i])};
+      if (parent) st.push_back(host.uint_stat(smp::kCpuParentStat, parent));
+      host.event_metadata_at(id).display_name = stack[i];
+      host.event_metadata_at(id).stats = std::move(st);
+      parent = id;
+    }
+    model::Line& l = host.line_with_id(smp::kCpuSampleLineIdBase + pid);
+    l.name = std::string(smp::kCpuSamplesLineName);
+    l.events.push_back({5'000'000, 1'000'000, parent});  // 5 us after its process's start
+    return s;
+  };
+  model::Space parent;
+  const uint64_t start = 1'000'000'000'000;
+  spyglass::server::MergeChildSpace(child(1, {"main", "a", "leaf_a"}, start + 1000), start, "1", true, &parent);
+  spyglass::server::MergeChildSpace(child(2, {"main", "b", "c", "leaf_c"}, start + 3000), start, "2", true, &parent);
+  std::map<std::string, std::string> stacks;
+  std::map<std::string, int64_t> times;
+  for (const model::Plane& p : parent.planes)
+    for (const model::Line& l : p.lines)
+      for (const model::Event& e : l.events) {
+        std::string s;
+        for (const smp::ModelFrame& f : smp::StackOfNode(p, e.metadata_id)) s = std::string(f.function) + (s.empty() ? "" : ">") + s;
+        stacks[p.name] = s;
+        times[p.name] = l.timestamp_ns * 1000 + e.offset_ps;
+      }
+  EXPECT_EQ(stacks["/host:CPU [1]"], "main>a>leaf_a");
+  EXPECT_EQ(stacks["/host:CPU [2]"], "main>b>c>leaf_c");
+  EXPECT_EQ(times["/host:CPU [1]"], 1'000'000 + 5'000'000);  // ps from the parent's start
+  EXPECT_EQ(times["/host:CPU [2]"], 3'000'000 + 5'000'000);
+}

@@ -182,9 +182,20 @@ int RunReport(const std::string& run, const std::string& output, const std::vect
       host = fs::path(f).filename().string();
       host = host.substr(0, host.rfind(".xplane.pb"));
     }
-    if (Status s = report::AddProfileFile(f, host, &timeline); !s.ok()) {
+    uint64_t sample_lines = 0;
+    if (Status s = report::AddProfileFile(f, host, &timeline, &sample_lines); !s.ok()) {
       std::cerr << "spyglass report: " << s.message() << "\n";
       return 1;
+    }
+    // The CPU sampler's lines, from the whole model of a file that has
+    // them: on the timeline named after their functions, and with their
+    // stacks for the flame graph of a selected range.
+    if (sample_lines > 0) {
+      progress.Set("reading the CPU samples of " + f);
+      if (Status s = report::AddCpuSamples(f, host, &timeline, &in.cpu_samples); !s.ok()) {
+        std::cerr << "spyglass report: " << s.message() << "\n";
+        return 1;
+      }
     }
   }
   in.timeline = timeline.Finish();

@@ -166,10 +166,12 @@ void AddSummaryCommands(CLI::App& app) {
       std::cerr << "spyglass summary: " << why << "\n";
       std::exit(1);
     }
-    std::cout << (sf.json ? analysis::SummaryToJson(s) : analysis::SummaryToText(s));
-    // The CPU sampler's tables (text only), when the run has samples.
+    // The CPU sampler's tables, when the run has samples: after the text
+    // tables, or the JSON's "cpu".
     analysis::CpuSummary cpu;
-    if (!sf.json && analysis::SummarizeCpu(run, o.top, &cpu).ok()) std::cout << analysis::CpuSummaryToText(cpu);
+    const bool has_cpu = analysis::SummarizeCpu(run, o.top, &cpu).ok();
+    if (sf.json) std::cout << analysis::SummaryToJson(s, has_cpu ? &cpu : nullptr);
+    else std::cout << analysis::SummaryToText(s) << (has_cpu ? analysis::CpuSummaryToText(cpu) : "");
   });
 
   auto* diff = app.add_subcommand(

@@ -7,10 +7,13 @@
 #include <numeric>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "export/join_workers.h"
 #include "export/output_file.h"
 #include "model/schema.h"
+#include "sampling/cpu_model.h"
 
 namespace spyglass::exporter {
 namespace {
@@ -32,14 +35,25 @@ constexpr uint32_t kTracePacket = 1;
 // TracePacket
 constexpr uint32_t kPacketTimestamp = 8, kPacketSequenceId = 10, kPacketTrackEvent = 11, kPacketInternedData = 12,
                    kPacketSequenceFlags = 13, kPacketTraceStats = 35, kPacketTrackDescriptor = 60,
-                   kPacketFirstOnSequence = 87;
-constexpr uint32_t kSeqIncrementalStateCleared = 1;
+                   kPacketPerfSample = 66, kPacketFirstOnSequence = 87;
+constexpr uint32_t kSeqIncrementalStateCleared = 1, kSeqNeedsIncrementalState = 2;
 // TrackEvent
 constexpr uint32_t kEventDebugAnnotations = 4, kEventType = 9, kEventNameIid = 10, kEventTrackUuid = 11,
                    kEventCounterValue = 30, kEventDoubleCounterValue = 44, kEventFlowIds = 47;
 constexpr uint8_t kTypeSliceBegin = 1, kTypeSliceEnd = 2, kTypeInstant = 3, kTypeCounter = 4;
-// InternedData and its entries (EventName, DebugAnnotationName: iid 1, name 2)
-constexpr uint32_t kInternedEventNames = 2, kInternedDebugAnnotationNames = 3, kEntryIid = 1, kEntryName = 2;
+// InternedData and its entries (EventName, DebugAnnotationName, InternedString: iid 1, name 2)
+constexpr uint32_t kInternedEventNames = 2, kInternedDebugAnnotationNames = 3, kInternedFunctionNames = 5,
+                   kInternedFrames = 6, kInternedCallstacks = 7, kInternedMappingPaths = 17, kInternedSourcePaths = 18,
+                   kInternedMappings = 19, kEntryIid = 1, kEntryName = 2;
+// Mapping, Frame, Callstack (profile_common.proto)
+constexpr uint32_t kMappingPathIds = 7;
+constexpr uint32_t kFrameFunctionNameId = 2, kFrameMappingId = 3, kFrameRelPc = 4, kFrameSourcePathIid = 5,
+                   kFrameLineNumber = 6, kFrameKind = 7;
+constexpr uint32_t kFrameKindNative = 1, kFrameKindInterpreted = 3;
+constexpr uint32_t kCallstackFrameIds = 2;
+// PerfSample; Profiling.CpuMode
+constexpr uint32_t kSamplePid = 2, kSampleTid = 3, kSampleCallstackIid = 4, kSampleCpuMode = 5;
+constexpr uint32_t kCpuModeUser = 2;
 // DebugAnnotation
 constexpr uint32_t kAnnotationNameIid = 1, kAnnotationUint = 3, kAnnotationInt = 4, kAnnotationDouble = 5,
                    kAnnotationString = 6;
@@ -56,6 +70,14 @@ constexpr uint32_t kStatsBufferStats = 1, kBufferPacketLoss = 19;
 // (one generation, cleared at the first packet only, as a writer that never
 // loses data may do). Small and non-zero: one byte a packet.
 constexpr uint32_t kSequenceId = 1;
+// The CPU sampler's samples (PerfSample packets) on a sequence of their own:
+// their frames and callstacks are interned there, once, in the head.
+constexpr uint32_t kSampleSequenceId = 2;
+// The two mappings frames point to (the model keeps no module per frame):
+// trace_processor drops a frame whose mapping is not interned.
+constexpr uint64_t kNativeMappingIid = 1, kPythonMappingIid = 2;
+// A stack longer than this (a cycle of callers in a hostile model) is cut.
+constexpr size_t kMaxStackDepth = 4096;
 constexpr int64_t kDevicePidBase = 0x40000000;
 constexpr int64_t kHostPidFallback = 701;  // the host plane's pid in the trace JSON
 
@@ -216,6 +238,21 @@ struct Doc {
     std::vector<uint32_t> order;        // the events in (start, longest first) order; empty: already so
     std::vector<uint8_t> lane;          // by position in that order; empty: all on the thread's track
     std::vector<uint64_t> lane_uuids;   // [0]: the thread's track; then tracks beside it
+    // A line of CPU samples (sampling/cpu_model.h): PerfSample packets on the
+    // thread `tid`, not slices; a thread track of its own (for the thread's
+    // name) only when no other line of the plane is that thread.
+    bool samples = false;
+    uint32_t tid = 0;
+  };
+  // A CPU stack node (an event metadata id) that samples reach.
+  struct StackNode {
+    uint32_t parent = 0;  // the caller's node; 0: outermost
+    uint32_t file = 0;    // stat metadata id naming its source file; 0: none
+    int64_t line = 0;
+    uint64_t address = 0;
+    bool python = false;
+    bool used = false;  // on some sample's stack
+    bool leaf = false;  // some sample's innermost node
   };
   struct PlaneInfo {
     const model::Plane* plane = nullptr;
@@ -230,10 +267,13 @@ struct Doc {
     // (event, stat metadata id) of the counter line's values -> track uuid, in first-seen order.
     std::vector<std::pair<uint64_t, uint64_t>> counter_tracks;
     std::unordered_map<uint64_t, uint64_t> counter_uuid;
+    // By event metadata id; empty without CPU samples.
+    std::vector<StackNode> nodes;
   };
   std::vector<PlaneInfo> planes;
   uint64_t start_ns = 0;  // the earliest event: the descriptors' time
   uint64_t lost = 0;      // events the recorder dropped or overwrote
+  bool any_samples = false;
 
   explicit Doc(const model::Space& space) {
     uint64_t names = 1, stats = 1;  // iids start at 1: 0 never resolves
@@ -272,7 +312,10 @@ struct Doc {
         LineInfo& li = info.lines.emplace_back();
         li.line = &l;
         li.counters = l.name == model::kCounterLineName;
-        if (li.counters) {
+        li.samples = l.name == sampling::kCpuSamplesLineName;
+        if (li.samples) {
+          li.tid = static_cast<uint32_t>(l.display_id ? l.display_id : l.id);  // as a thread's track (Track)
+        } else if (li.counters) {
           for (const model::Event& e : l.events)
             for (const model::Stat& s : l.stats_of(e)) {
               if (!IsInt(s) && s.kind != model::StatKind::kDouble) continue;
@@ -287,6 +330,18 @@ struct Doc {
         for (const model::Event& e : l.events) min_ps = std::min(min_ps, e.offset_ps);
         first_ = std::min(first_, NsAt(l.timestamp_ns, min_ps));
       }
+      bool samples = false;
+      std::unordered_set<uint32_t> thread_tids;  // threads with a track already
+      for (const LineInfo& li : info.lines)
+        if (!li.samples && !li.counters)
+          thread_tids.insert(static_cast<uint32_t>(li.line->display_id ? li.line->display_id : li.line->id));
+      for (LineInfo& li : info.lines) {
+        if (!li.samples) continue;
+        samples = true;
+        if (thread_tids.insert(li.tid).second) li.lane_uuids.push_back(next_uuid++);
+      }
+      if (samples) StackNodes(info);
+      any_samples = any_samples || samples;
     }
     start_ns = first_ == UINT64_MAX ? 0 : first_;
     AssignPids();
@@ -331,6 +386,55 @@ struct Doc {
     li.lane_uuids.resize(open.size());
   }
 
+  // The nodes the samples' stacks reach, from each sample's innermost node
+  // up its callers (cpu_stack_parent) to one already reached: stacks share
+  // their outer nodes, so each node is read once.
+  static void StackNodes(PlaneInfo& info) {
+    const model::Plane& p = *info.plane;
+    constexpr uint32_t kAbsent = UINT32_MAX;
+    uint32_t parent_key = kAbsent, file_key = kAbsent, line_key = kAbsent, address_key = kAbsent,
+             kind_key = kAbsent;
+    for (size_t i = 1; i < p.stat_metadata().size(); ++i) {
+      const std::string& n = p.stat_metadata()[i].name;
+      const auto id = static_cast<uint32_t>(i);
+      if (n == sampling::kCpuParentStat) parent_key = id;
+      else if (n == sampling::kCpuFileStat) file_key = id;
+      else if (n == sampling::kCpuLineStat) line_key = id;
+      else if (n == sampling::kCpuAddressStat) address_key = id;
+      else if (n == sampling::kCpuFrameKindStat) kind_key = id;
+    }
+    const size_t n = p.event_metadata().size();
+    info.nodes.resize(n);
+    for (const LineInfo& li : info.lines) {
+      if (!li.samples) continue;
+      for (const model::Event& e : li.line->events) {
+        uint32_t id = e.metadata_id;
+        if (id == 0 || id >= n) continue;
+        info.nodes[id].leaf = true;
+        for (size_t depth = 0; id != 0 && !info.nodes[id].used && depth < kMaxStackDepth; ++depth) {
+          StackNode& node = info.nodes[id];
+          node.used = true;
+          for (const model::Stat& s : p.event_metadata()[id].stats) {
+            if (s.metadata_id == parent_key && IsInt(s)) {
+              const auto v = static_cast<uint64_t>(IntOf(s));
+              node.parent = v < n && v != id ? static_cast<uint32_t>(v) : 0;
+            } else if (s.metadata_id == file_key && s.kind == model::StatKind::kRef && s.ref != 0 &&
+                       s.ref < p.stat_metadata().size()) {
+              node.file = static_cast<uint32_t>(s.ref);
+            } else if (s.metadata_id == line_key && IsInt(s)) {
+              node.line = IntOf(s);
+            } else if (s.metadata_id == address_key && IsInt(s)) {
+              node.address = static_cast<uint64_t>(IntOf(s));
+            } else if (s.metadata_id == kind_key && s.kind == model::StatKind::kRef) {
+              node.python = s.ref < p.stat_metadata().size() && p.stat_metadata()[s.ref].name == "python";
+            }
+          }
+          id = node.parent;
+        }
+      }
+    }
+  }
+
   // Host planes: the recorded pid. Device planes have no process of their
   // own: their pids start above any real one (Linux's pid_max is at most
   // 2^22), so that a profiled pid 1 (a container's) never shares its process
@@ -350,6 +454,46 @@ struct Doc {
   }
 
   uint64_t first_ = UINT64_MAX;
+};
+
+// Interned entries of one sequence, kNamesPerPacket to a packet.
+class InternedPackets {
+ public:
+  InternedPackets(Out& o, uint64_t ts, uint32_t sequence) : o_(o), ts_(ts), sequence_(sequence) {}
+  ~InternedPackets() { Flush(); }
+  // Opens an entry of `table` (an InternedData field); its fields follow; then End.
+  size_t Begin(uint32_t table) {
+    if (in_packet_ == 0) {
+      packet_ = o_.Open(kTracePacket);
+      o_.VarintField(kPacketTimestamp, ts_);
+      o_.VarintField(kPacketSequenceId, sequence_);
+      data_ = o_.Open(kPacketInternedData);
+    }
+    return o_.Open(table);
+  }
+  void End(size_t entry) {
+    o_.Close(entry);
+    if (++in_packet_ == kNamesPerPacket) Flush();
+  }
+  // An entry of {iid, name}: EventName, DebugAnnotationName, InternedString.
+  void Name(uint32_t table, uint64_t iid, std::string_view name) {
+    const size_t e = Begin(table);
+    o_.VarintField(kEntryIid, iid);
+    o_.BytesField(kEntryName, name);
+    End(e);
+  }
+  void Flush() {
+    if (in_packet_ == 0) return;
+    o_.Close(data_);
+    o_.Close(packet_);
+    in_packet_ = 0;
+  }
+
+ private:
+  Out& o_;
+  const uint64_t ts_;
+  const uint32_t sequence_;
+  size_t in_packet_ = 0, packet_ = 0, data_ = 0;
 };
 
 // A slice of the trace that encodes on its own: the head (state, names,
@@ -384,6 +528,7 @@ class Encoder {
         const Doc::PlaneInfo& info = doc_.planes[slice.plane];
         const Doc::LineInfo& li = info.lines[slice.line];
         if (li.counters) Counters(info, *li.line, slice.begin, slice.end);
+        else if (li.samples) Samples(info, li, slice.begin, slice.end);
         else Events(info, li, slice.begin, slice.end);
         break;
       }
@@ -392,10 +537,10 @@ class Encoder {
   }
 
  private:
-  size_t BeginPacket(uint64_t ts) {
+  size_t BeginPacket(uint64_t ts, uint32_t sequence = kSequenceId) {
     size_t pk = o_.Open(kTracePacket);
     o_.VarintField(kPacketTimestamp, ts);
-    o_.VarintField(kPacketSequenceId, kSequenceId);
+    o_.VarintField(kPacketSequenceId, sequence);
     return pk;
   }
 
@@ -409,40 +554,27 @@ class Encoder {
     // Names once, up front (one generation for the whole file, as a writer
     // that never loses data may keep): no event needs to check whether its
     // names were sent, so slices of events are independent.
-    size_t in_packet = 0, pk_names = 0, id = 0;
-    auto entry = [&](uint32_t table, uint64_t iid, std::string_view name) {
-      if (in_packet == 0) {
-        pk_names = BeginPacket(doc_.start_ns);
-        id = o_.Open(kPacketInternedData);
+    {
+      InternedPackets names(o_, doc_.start_ns, kSequenceId);
+      for (const Doc::PlaneInfo& info : doc_.planes) {
+        const model::Plane& p = *info.plane;
+        for (size_t i = 1; i < p.event_metadata().size(); ++i) {
+          const model::EventMetadata& md = p.event_metadata()[i];
+          names.Name(kInternedEventNames, info.name_base + i, md.display_name.empty() ? md.name : md.display_name);
+        }
+        for (size_t i = 1; i < p.stat_metadata().size(); ++i)
+          if (!info.internal[i]) names.Name(kInternedDebugAnnotationNames, info.stat_base + i, p.stat_metadata()[i].name);
       }
-      size_t en = o_.Open(table);
-      o_.VarintField(kEntryIid, iid);
-      o_.BytesField(kEntryName, name);
-      o_.Close(en);
-      if (++in_packet == kNamesPerPacket) {
-        o_.Close(id);
-        o_.Close(pk_names);
-        in_packet = 0;
-      }
-    };
-    for (const Doc::PlaneInfo& info : doc_.planes) {
-      const model::Plane& p = *info.plane;
-      for (size_t i = 1; i < p.event_metadata().size(); ++i) {
-        const model::EventMetadata& md = p.event_metadata()[i];
-        entry(kInternedEventNames, info.name_base + i, md.display_name.empty() ? md.name : md.display_name);
-      }
-      for (size_t i = 1; i < p.stat_metadata().size(); ++i)
-        if (!info.internal[i]) entry(kInternedDebugAnnotationNames, info.stat_base + i, p.stat_metadata()[i].name);
-    }
-    if (in_packet != 0) {
-      o_.Close(id);
-      o_.Close(pk_names);
     }
     for (const Doc::PlaneInfo& info : doc_.planes) {
       Process(info);
       for (const Doc::LineInfo& li : info.lines) {
         if (li.counters) continue;
         const model::Line& l = *li.line;
+        if (li.samples) {
+          if (!li.lane_uuids.empty()) Track(Kind::kThread, li.lane_uuids[0], 0, &l, info.pid, SampledThreadName(l));
+          continue;
+        }
         const std::string& name = l.display_name.empty() ? l.name : l.display_name;
         Track(Kind::kThread, li.lane_uuids[0], 0, &l, info.pid, name);
         for (size_t k = 1; k < li.lane_uuids.size(); ++k)
@@ -460,6 +592,79 @@ class Encoder {
         Track(bytes ? Kind::kBytesCounter : Kind::kCounter, uuid, info.uuid, nullptr, 0, track);
       }
     }
+    SampleHead();
+  }
+
+  // The samples' sequence: its state, then every function, source file,
+  // frame (one per stack node: iid = the node's name iid) and callstack (one
+  // per innermost node of a sample: its frames outermost first, as Callstack
+  // wants).
+  void SampleHead() {
+    if (!doc_.any_samples) return;
+    size_t pk = BeginPacket(doc_.start_ns, kSampleSequenceId);
+    o_.VarintField(kPacketSequenceFlags, kSeqIncrementalStateCleared);
+    o_.VarintField(kPacketFirstOnSequence, 1);
+    o_.Close(pk);
+    InternedPackets in(o_, doc_.start_ns, kSampleSequenceId);
+    for (auto [iid, path] : {std::pair{kNativeMappingIid, "[native]"}, std::pair{kPythonMappingIid, "[python]"}}) {
+      in.Name(kInternedMappingPaths, iid, path);
+      const size_t m = in.Begin(kInternedMappings);
+      o_.VarintField(kEntryIid, iid);
+      o_.VarintField(kMappingPathIds, iid);
+      in.End(m);
+    }
+    std::vector<uint32_t> stack;
+    for (const Doc::PlaneInfo& info : doc_.planes) {
+      if (info.nodes.empty()) continue;
+      const model::Plane& p = *info.plane;
+      std::vector<bool> file_sent(p.stat_metadata().size());
+      for (size_t i = 1; i < info.nodes.size(); ++i) {
+        const Doc::StackNode& node = info.nodes[i];
+        if (!node.used) continue;
+        const model::EventMetadata& md = p.event_metadata()[i];
+        in.Name(kInternedFunctionNames, info.name_base + i, md.display_name.empty() ? md.name : md.display_name);
+        if (node.file != 0 && !file_sent[node.file]) {
+          file_sent[node.file] = true;
+          in.Name(kInternedSourcePaths, info.stat_base + node.file, p.stat_metadata()[node.file].name);
+        }
+        const size_t f = in.Begin(kInternedFrames);
+        o_.VarintField(kEntryIid, info.name_base + i);
+        o_.VarintField(kFrameFunctionNameId, info.name_base + i);
+        o_.VarintField(kFrameMappingId, node.python ? kPythonMappingIid : kNativeMappingIid);
+        if (node.address != 0) o_.VarintField(kFrameRelPc, node.address);
+        if (node.file != 0) o_.VarintField(kFrameSourcePathIid, info.stat_base + node.file);
+        if (node.line > 0 && node.line <= UINT32_MAX) o_.VarintField(kFrameLineNumber, static_cast<uint64_t>(node.line));
+        o_.VarintField(kFrameKind, node.python ? kFrameKindInterpreted : kFrameKindNative);
+        in.End(f);
+      }
+      for (size_t i = 1; i < info.nodes.size(); ++i) {
+        if (!info.nodes[i].leaf) continue;
+        stack.clear();
+        for (uint32_t id = static_cast<uint32_t>(i); id != 0 && stack.size() < kMaxStackDepth;
+             id = info.nodes[id].parent)
+          stack.push_back(id);
+        const size_t c = in.Begin(kInternedCallstacks);
+        o_.VarintField(kEntryIid, info.name_base + i);
+        // Not packed: the field is proto2 without [packed=true], and
+        // trace_processor's decoder reads it so.
+        for (size_t k = stack.size(); k-- > 0;) o_.VarintField(kCallstackFrameIds, info.name_base + stack[k]);
+        in.End(c);
+      }
+    }
+  }
+
+  // "<name> <tid> CPU samples" -> "<name>".
+  static std::string_view SampledThreadName(const model::Line& l) {
+    std::string_view name = l.display_name.empty() ? std::string_view(l.name) : std::string_view(l.display_name);
+    constexpr std::string_view kSuffix = " CPU samples";
+    if (name.size() >= kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix) {
+      name.remove_suffix(kSuffix.size());
+      const size_t space = name.rfind(' ');
+      if (space != std::string_view::npos &&
+          name.find_first_not_of("0123456789", space + 1) == std::string_view::npos && space + 1 < name.size())
+        name = name.substr(0, space);
+    }
+    return name;
   }
 
   void Process(const Doc::PlaneInfo& info) {
@@ -572,6 +777,25 @@ class Encoder {
     o_.Close(pk);
   }
 
+  // One PerfSample per sample, on the samples' sequence, on its thread;
+  // its stack the callstack of its innermost node.
+  void Samples(const Doc::PlaneInfo& info, const Doc::LineInfo& li, size_t begin, size_t end) {
+    const model::Line& l = *li.line;
+    for (size_t i = begin; i < end; ++i) {
+      const model::Event& e = l.events[i];
+      size_t pk = BeginPacket(NsAt(l.timestamp_ns, e.offset_ps), kSampleSequenceId);
+      o_.VarintField(kPacketSequenceFlags, kSeqNeedsIncrementalState);
+      size_t ps = o_.Open(kPacketPerfSample);
+      o_.VarintField(kSamplePid, static_cast<uint64_t>(info.pid));
+      o_.VarintField(kSampleTid, li.tid);
+      if (e.metadata_id != 0 && e.metadata_id < info.nodes.size())
+        o_.VarintField(kSampleCallstackIid, info.name_base + e.metadata_id);
+      o_.VarintField(kSampleCpuMode, kCpuModeUser);
+      o_.Close(ps);
+      o_.Close(pk);
+    }
+  }
+
   // The common packets, written in one go: every length is known before.
   // (No SEQ_NEEDS_INCREMENTAL_STATE flag: the names are defined in the head,
   // after the one clear, so the state is always valid; 2 bytes saved a packet.)
@@ -652,13 +876,7 @@ class Encoder {
   }
 
   // What the recorder dropped or overwrote: TraceStats' packet loss, which
-  // the UI flags as data loss. Then where CPU samples (the sampler) would
-  // go, on a sequence of their own: InternedData.function_names, frames,
-  // callstacks (with mappings and build ids) and one StreamingProfilePacket
-  // (callstack_iid + timestamp_delta_us per sample, the thread named by a
-  // ThreadDescriptor packet on that sequence) or PerfSample packet per
-  // sample; or, for samples taken inside slices, TrackEvent.callstack_iid on
-  // an instant of the thread's track. Nothing above needs to change for it.
+  // the UI flags as data loss.
   void Tail() {
     if (doc_.lost == 0) return;
     size_t pk = o_.Open(kTracePacket);
@@ -709,20 +927,7 @@ int WriteSlices(const Doc& doc, int fd, int threads) {
     }
   };
   std::vector<std::thread> pool;
-  struct Join {  // also when encoding throws (bad_alloc)
-    std::vector<std::thread>& pool;
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& stop;
-    ~Join() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stop = true;
-      }
-      cv.notify_all();
-      for (std::thread& t : pool) t.join();
-    }
-  } join{pool, mu, work_cv, stop};
+  JoinWorkers join(pool, mu, work_cv, stop);
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
   int err = 0;

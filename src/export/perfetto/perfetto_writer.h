@@ -17,6 +17,12 @@
 //     process), producer/consumer pairs (_pt/_p with _ct/_c);
 //   - the counter line ("_counters_") as counter tracks under the process,
 //     with units (live_bytes: bytes);
+//   - the CPU sampler's samples (the "CPU samples" lines, sampling/cpu_model.h)
+//     as PerfSample packets on their process and thread, on a sequence of
+//     their own whose head interns every function, source file, frame (one
+//     per stack node, Python frames KIND_INTERPRETED) and callstack: the UI
+//     shows them on their threads and a flame graph of a selected range
+//     (trace_processor's perf_sample table), not as slices;
 //   - the recorder's drops as TraceStats (the UI's data-loss flag).
 // Timestamps are the model's nanoseconds as they are, in the trace's own
 // clock (no ClockSnapshot: no packet names a clock), so they line up with

@@ -2,6 +2,7 @@
 
 #include "common/gzip.h"
 #include "common/utf8.h"
+#include "export/join_workers.h"
 #include "export/output_file.h"
 
 #include <isa-l/crc.h>
@@ -647,20 +648,7 @@ int WriteGzipSlices(const Doc& doc, int fd, int threads) {
     }
   };
   std::vector<std::thread> pool;
-  struct Join {  // also when formatting throws (bad_alloc)
-    std::vector<std::thread>& pool;
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& stop;
-    ~Join() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stop = true;
-      }
-      cv.notify_all();
-      for (std::thread& t : pool) t.join();
-    }
-  } join{pool, mu, work_cv, stop};
+  JoinWorkers join(pool, mu, work_cv, stop);
   for (int i = 0; i < threads; ++i) pool.emplace_back(work);
 
   int err = WriteAll(fd, kGzipHeader, sizeof kGzipHeader);

@@ -350,10 +350,16 @@
       let d = cache.get(key);
       if (d) return d;
       const [th, n, off, len] = tracks[ti].lanes[li][k];
+      d = spans(off, len, n, tracks[ti].at_ns, th);
+      cache.set(key, d);
+      return d;
+    }
+    // `n` spans of a level from byte `from` (`len` bytes), the first one's
+    // gap from `prev` (ns); a level above 0 (threshold `th`) has counts.
+    function spans(from, len, n, prev, th) {
       const start = new Float64Array(n), end = new Float64Array(n), name = new Uint32Array(n), detail = new Uint32Array(n),
         count = new Uint32Array(n);
-      const { varint, zigzag } = reader(off, len);
-      let prev = tracks[ti].at_ns;
+      const { varint, zigzag } = reader(from, len);
       for (let i = 0; i < n; i++) {
         start[i] = prev + zigzag();
         end[i] = start[i] + varint();
@@ -362,9 +368,7 @@
         count[i] = th > 0 ? varint() : 1;
         prev = end[i];
       }
-      d = { start, end, name, detail, count, threshold: th };
-      cache.set(key, d);
-      return d;
+      return { start, end, name, detail, count, threshold: th };
     }
     // A big level decodes by chunks of chunk_spans spans, from its marks:
     // a view of a few events decodes a chunk, not the lane.
@@ -376,20 +380,7 @@
       const [th, n, off, len, marks] = tracks[ti].lanes[li][k];
       const chunks = Math.ceil(n / K);
       const from = off + marks[2 * c], to = c + 1 < chunks ? off + marks[2 * c + 2] : off + len;
-      const m = Math.min(K, n - c * K);
-      const start = new Float64Array(m), end = new Float64Array(m), name = new Uint32Array(m), detail = new Uint32Array(m),
-        count = new Uint32Array(m);
-      const { varint, zigzag } = reader(from, to - from);
-      let prev = tracks[ti].at_ns + marks[2 * c + 1];
-      for (let i = 0; i < m; i++) {
-        start[i] = prev + zigzag();
-        end[i] = start[i] + varint();
-        name[i] = varint();
-        detail[i] = varint();
-        count[i] = th > 0 ? varint() : 1;
-        prev = end[i];
-      }
-      d = { start, end, name, detail, count, threshold: th };
+      d = spans(from, to - from, Math.min(K, n - c * K), tracks[ti].at_ns + marks[2 * c + 1], th);
       cache.set(key, d);
       return d;
     }
@@ -934,8 +925,14 @@
           return { plane: c.plane, counter: c.name, at_start: f(c.at_start), at_end: f(c.at_end), change: (c.change > 0 ? '+' : '') + f(c.change), highest: f(c.highest) };
         }), 'range-counters'));
       }
+      let cpu = [];
+      if (cpuSamples.length) {
+        panel.appendChild(el('h4', {}, 'CPU samples that start in the range'));
+        cpu = cpuFlamesInRange(panel, a, b);
+        if (!cpu.some((c) => c.samples)) panel.appendChild(el('div', { class: 'more' }, 'none'));
+      }
       if (!(opts && opts.quiet)) redraw();
-      return { rows: agg.rows, coarse: agg.coarse, counters: cr, ms };
+      return { rows: agg.rows, coarse: agg.coarse, counters: cr, cpu, ms };
     }
 
     // Search by name: the count is exact (every event of the run), the
@@ -1394,6 +1391,52 @@
   }
 
 
+  // ---- CPU samples of a time range ---------------------------------------------
+  // The CPU sampler's samples with their times (data.cpu_samples, per
+  // process), decoded once: a range selected on the timeline draws the flame
+  // graph of the samples that start in it.
+  let cpuSamples = [];
+  function decodeCpuSamples(s, bytes) {
+    const n = s.samples, t = new Float64Array(n), node = new Uint32Array(n), thread = new Uint32Array(n), cpu = new Float64Array(n);
+    let p = 0;
+    const varint = () => { let v = 0, mul = 1, b; do { b = bytes[p++]; v += (b & 127) * mul; mul *= 128; } while (b & 128); return v; };
+    for (let i = 0, at = s.first_ns; i < n; i++) {
+      const z = varint();
+      at += z % 2 ? -(z + 1) / 2 : z / 2;
+      t[i] = at; node[i] = varint(); thread[i] = varint(); cpu[i] = varint();
+    }
+    return { ...s, t, node, thread, cpu };
+  }
+  // Per process with samples in [a, b): its flame graph (renderFlame's data,
+  // the nodes as frames) under `box`; what each shows, for tests.
+  function cpuFlamesInRange(box, a, b) {
+    return cpuSamples.map((s) => {
+      let i = 0, hi = s.t.length;
+      while (i < hi) { const mid = (i + hi) >> 1; if (s.t[mid] < a) i = mid + 1; else hi = mid; }
+      const by = new Map();  // (leaf, thread) -> stack index
+      const g = { title: `${s.title}: CPU in the range`, unit: 'nanoseconds', total: 0, strings: s.strings, frame_fn: s.node_fn,
+        frame_file: s.node_file, frame_line: s.node_line, frame_kind: s.node_kind, stack_frames: [], stack_sizes: [], stack_values: [],
+        stack_counts: [], sites: [], fold: true, cpu: true, threads: s.threads, annotations: [''], stack_thread: [], stack_annotation: [] };
+      let count = 0;
+      for (; i < s.t.length && s.t[i] < b; i++) {
+        const key = s.node[i] * s.threads.length + s.thread[i];
+        let k = by.get(key);
+        if (k === undefined) {
+          const frames = [];
+          for (let f = s.node[i]; frames.length < 4096; f = s.node_parent[f] - 1) { frames.push(f); if (!s.node_parent[f]) break; }
+          frames.reverse();
+          k = g.stack_sizes.length;
+          by.set(key, k);
+          g.stack_frames.push(...frames); g.stack_sizes.push(frames.length); g.stack_values.push(0); g.stack_counts.push(0);
+          g.stack_thread.push(s.thread[i]); g.stack_annotation.push(0);
+        }
+        g.stack_values[k] += s.cpu[i]; g.stack_counts[k]++; g.total += s.cpu[i]; count++;
+      }
+      if (!count) return { title: s.title, samples: 0, total_ns: 0, flame: null };
+      return { title: s.title, samples: count, total_ns: g.total, flame: renderFlame(box, g, -1, 'range-cpu') };
+    });
+  }
+
   // ---- memory over time ---------------------------------------------------------
   // A memory.*.timeline.tsv: live bytes per device over time; a range
   // dragged on it shows, per call site, what was live at its ends, what
@@ -1579,6 +1622,10 @@
       const hc = data.timeline.hidden_counters;
       $('sg-notes').appendChild(el('li', {}, `timeline: ${data.timeline.hidden_counter_samples} counter samples are not shown ` +
         (hc ? `(${hc} counters past the first ${data.timeline.counters.length}, and any value that is not a finite number)` : '(values that are not finite numbers)')));
+    }
+    cpuSamples = await Promise.all((data.cpu_samples || []).map(async (s) => decodeCpuSamples(s, await inflate(s.encoded))));
+    for (const s of cpuSamples) {
+      if (s.hidden_samples) $('sg-notes').appendChild(el('li', {}, `${s.title}: the last ${s.hidden_samples} CPU samples are not in the range flame graphs`));
     }
     if (data.timeline.tracks.length || (data.timeline.counters || []).length) report.timeline = Timeline(data.timeline, blob);
     else $('tl-info').textContent = 'No events in this run.';
