@@ -37,8 +37,11 @@ perf report -i perf.data --no-children --sort sym -F overhead,sym --stdio -g non
   awk '$2 == "[.]" { n = $1; sub("%", "", n); name = $3; for (i = 4; i <= NF; i++) name = name " " $i; print name "\t" n }' > perf.tsv
 echo "top functions (spyglass | perf):"
 paste <(sort -t$'\t' -k2 -gr ours.tsv | head -8) <(sort -t$'\t' -k2 -gr perf.tsv | head -8)
-top_ours=$(sort -t$'\t' -k2 -gr ours.tsv | head -1 | cut -f1)
-top_perf=$(sort -t$'\t' -k2 -gr perf.tsv | head -1 | cut -f1)
+# (The largest share by awk: `sort | head -1` could end sort by SIGPIPE,
+# which pipefail turned into a silent exit.)
+top() { awk -F'\t' 'NR == 1 || $2 + 0 > best { best = $2 + 0; name = $1 } END { print name }' "$1"; }
+top_ours=$(top ours.tsv)
+top_perf=$(top perf.tsv)
 [ "$top_ours" = "$top_perf" ] || fail "top function: ours $top_ours, perf's $top_perf"
 # Symbol tables of sqlite3 and the libraries it runs, with their separate
 # debug files (libc6-dbg): "file address name" for every function symbol.
