@@ -43,7 +43,7 @@ VENV=${SPYGLASS_VENV:-.venv-test}
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
 # absl-py and portpicker: what JAX's own profiler tests import (test_jax_own_tests.py).
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check jax xprof memray absl-py portpicker
-install_and_test "$VENV" python3 .
+install_and_test "$VENV" python3 "${@:-.}"  # pytest arguments, if given: the files or tests to run
 
 pythons=${SPYGLASS_PYTHONS-3.10 3.13}
 newest=${pythons##* }

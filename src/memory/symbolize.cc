@@ -84,7 +84,7 @@ SymLocation ViaDladdr(uintptr_t pc) {
   X(dwfl_module_addrdie) X(dwfl_module_getsrc) X(dwfl_lineinfo) X(dwarf_getscopes) X(dwarf_getsrcfiles) \
   X(dwarf_filesrc) X(dwarf_tag) X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_formstring)                \
   X(dwarf_formudata) X(dwarf_diename) X(dwfl_linux_proc_maps_report) X(dwfl_module_addrname) X(dwarf_child)  \
-  X(dwarf_siblingof) X(dwarf_ranges) X(dwarf_haspc)
+  X(dwarf_siblingof) X(dwarf_ranges) X(dwarf_haspc) X(dwfl_module_getsymtab) X(dwfl_module_getsym_info)
 
 struct Libdw {
 #define SPYGLASS_LIBDW_POINTER(f) decltype(&::f) f = nullptr;
@@ -194,7 +194,7 @@ class DwarfSymbolizer {
     // libdw inflates whole, ~200M instructions (~45 ms at every process's
     // exit) for lines no one reads. Only in libc: a symbol lookup scans the
     // module's whole symbol table (libpython's: 5 % of a Python program's run).
-    if (const char* sym = IsLibc(mod_name) ? dw.dwfl_module_addrname(mod, addr) : nullptr; sym && IsEntryCode(sym)) {
+    if (const char* sym = IsLibc(mod_name) ? SymbolName(mod, addr) : nullptr; sym && IsEntryCode(sym)) {
       SymFrame f;
       f.function = f.system_name = sym;
       loc->frames.push_back(std::move(f));
@@ -204,7 +204,7 @@ class DwarfSymbolizer {
     // the symbol table's name, which has the static functions that dladdr's
     // dynamic table lacks.
     auto by_symbol = [&] {
-      const char* sym = dw.dwfl_module_addrname(mod, addr);
+      const char* sym = SymbolName(mod, addr);
       if (!sym) return false;
       SymFrame f;
       f.system_name = sym;
@@ -317,10 +317,74 @@ class DwarfSymbolizer {
     return static_cast<int>(chain.size());
   }
 
+  // The symbol table's name for `addr`, as dwfl_module_addrname gives it
+  // (the sized symbol holding it, the global one of aliases; else the
+  // nearest sizeless one before it). dwfl_module_addrname scans the whole
+  // table at every call: jaxlib's libjax_common.so has 740k symbols and no
+  // DWARF, so each of its frames cost milliseconds, and the exit snapshot of
+  // a JAX program (thousands of XLA frames, more with XLA's profiler session
+  // running) took minutes. Here each module's table is read once, sorted by
+  // address, and searched.
+  struct SymbolEntry {
+    Dwarf_Addr lo;
+    GElf_Xword size;
+    const char* name;  // in the module's string table: lives as long as dwfl_
+    int rank;          // of its binding: global over weak over local
+  };
+  static int BindingRank(unsigned char info) {
+    switch (GELF_ST_BIND(info)) {
+      case STB_GLOBAL: return 3;
+      case STB_GNU_UNIQUE: return 2;
+      case STB_WEAK: return 1;
+      default: return 0;
+    }
+  }
+  const char* SymbolName(Dwfl_Module* mod, Dwarf_Addr addr) {
+    const Libdw& dw = *dw_;
+    auto [it, fresh] = symbols_.try_emplace(mod);
+    std::vector<SymbolEntry>& syms = it->second;
+    if (fresh) {
+      const int n = dw.dwfl_module_getsymtab(mod);
+      for (int i = 1; i < n; ++i) {
+        GElf_Sym sym;
+        GElf_Addr value = 0;
+        const char* name = dw.dwfl_module_getsym_info(mod, i, &sym, &value, nullptr, nullptr, nullptr);
+        if (name == nullptr || name[0] == '\0' || sym.st_shndx == SHN_UNDEF) continue;
+        // Code addresses only: data objects and what names no address are left out.
+        const int type = GELF_ST_TYPE(sym.st_info);
+        if (type == STT_SECTION || type == STT_FILE || type == STT_TLS || type == STT_OBJECT || type == STT_COMMON)
+          continue;
+        syms.push_back({value, sym.st_size, name, BindingRank(sym.st_info)});
+      }
+      // By address, and at one address the preferred binding last.
+      std::sort(syms.begin(), syms.end(), [](const SymbolEntry& a, const SymbolEntry& b) {
+        return a.lo != b.lo ? a.lo < b.lo : a.rank < b.rank;
+      });
+    }
+    auto i = std::upper_bound(syms.begin(), syms.end(), addr,
+                              [](Dwarf_Addr a, const SymbolEntry& e) { return a < e.lo; });
+    const SymbolEntry* sizeless = nullptr;
+    for (int steps = 0; i != syms.begin() && steps < 4096; ++steps) {
+      --i;
+      if (i->size == 0) {
+        if (sizeless == nullptr) sizeless = &*i;
+        continue;
+      }
+      if (addr - i->lo < i->size) return i->name;  // the nearest start, the preferred binding
+      // A sized symbol that ends before addr (or another at its address
+      // that may be larger): sizeless ones count only past its end.
+      if (i != syms.begin() && std::prev(i)->lo == i->lo) continue;
+      if (sizeless != nullptr && sizeless->lo < i->lo + i->size) sizeless = nullptr;
+      break;
+    }
+    return sizeless != nullptr ? sizeless->name : nullptr;
+  }
+
   const Libdw* dw_;
   Dwfl_Callbacks callbacks_{};
   Dwfl* dwfl_ = nullptr;
   std::unordered_map<const void*, std::vector<FunctionRange>> functions_;  // by compilation unit
+  std::unordered_map<Dwfl_Module*, std::vector<SymbolEntry>> symbols_;  // by module, sorted by address
 };
 #endif
 
