@@ -10,14 +10,18 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <ucontext.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <asm/perf_regs.h>
 #endif
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -47,6 +51,72 @@ std::string ThreadName(uint32_t tid) {
   std::string name;
   std::getline(f, name);
   return name;
+}
+
+// The timer fallback's slots: written by the sampled threads' signal handler
+// (claimed with a compare-and-swap: no lock, no allocation), read and freed
+// by the reader. Allocated once and never freed: a signal that arrives late
+// still finds them.
+struct TimerSlot {
+  std::atomic<uint32_t> state{0};  // 0 free, 1 being written, 2 ready
+  uint32_t tid = 0;
+  uint64_t time_ns = 0, ip = 0, sp = 0, bp = 0, size = 0;
+  uint32_t periods = 1;  // 1 + the timer's overrun
+  uint8_t stack[kStackCopyBytes];
+};
+constexpr size_t kTimerSlots = 512;  // 0.5 s of one thread at 999 Hz; the reader drains every kTimerDrainMs
+constexpr int kTimerDrainMs = 10;
+TimerSlot* g_slots = nullptr;
+std::atomic<uint64_t> g_next_slot{0}, g_timer_lost{0};
+std::atomic<bool> g_timer_on{false};
+
+void OnTimerSample(int, siginfo_t* si, void* uc_void) {
+  if (si->si_code != SI_TIMER || !g_timer_on.load(std::memory_order_acquire)) return;
+#if defined(__x86_64__)
+  const int saved_errno = errno;
+  TimerSlot& s = g_slots[g_next_slot.fetch_add(1, std::memory_order_relaxed) % kTimerSlots];
+  uint32_t expect = 0;
+  if (!s.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) {
+    g_timer_lost.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto* uc = static_cast<const ucontext_t*>(uc_void);
+  s.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  s.periods = 1 + static_cast<uint32_t>(si->si_overrun > 0 ? si->si_overrun : 0);
+  s.ip = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  s.sp = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RSP]);
+  s.bp = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RBP]);
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  s.time_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  // The stack top, copied by the kernel: a read past the stack's end stops
+  // short instead of faulting (the copy is partial, the unwind truncated).
+  iovec local{s.stack, kStackCopyBytes}, remote{reinterpret_cast<void*>(s.sp), kStackCopyBytes};
+  const ssize_t n = syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul);
+  s.size = n > 0 ? static_cast<uint64_t>(n) : 0;
+  s.state.store(2, std::memory_order_release);
+  errno = saved_errno;
+#else
+  (void)uc_void;
+#endif
+}
+
+// A realtime signal nobody handles, ours from then on (as python_stacks.cc's); 0 if none is free.
+int ChooseTimerSignal() {
+  static int chosen = 0;
+  if (chosen != 0) return chosen;
+  for (int sig = SIGRTMAX - 5; sig >= SIGRTMIN + 4; --sig) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;
+    struct sigaction sa {};
+    sa.sa_sigaction = OnTimerSample;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(sig, &sa, nullptr) != 0) continue;
+    chosen = sig;
+    break;
+  }
+  return chosen;
 }
 
 }  // namespace
@@ -134,6 +204,63 @@ bool CpuSampler::OpenThread(uint32_t tid, int* err) {
 #endif
 }
 
+bool CpuSampler::OpenTimer(uint32_t tid, int* err) {
+  sigevent ev{};
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = ChooseTimerSignal();
+  ev._sigev_un._tid = static_cast<pid_t>(tid);
+  // The thread's CPU clock (the kernel's encoding of a thread clock id, as
+  // pthread_getcpuclockid's): its timer runs only while the thread runs.
+  const clockid_t clock = static_cast<clockid_t>((~static_cast<clockid_t>(tid) << 3) | 6);
+  timer_t t;
+  if (ev.sigev_signo == 0) {
+    *err = EAGAIN;
+    return false;
+  }
+  if (timer_create(clock, &ev, &t) != 0) {
+    *err = errno;
+    return false;
+  }
+  itimerspec its{};
+  its.it_interval.tv_sec = static_cast<time_t>(period_ns_ / 1000000000ull);
+  its.it_interval.tv_nsec = static_cast<long>(period_ns_ % 1000000000ull);
+  its.it_value = its.it_interval;
+  if (timer_settime(t, 0, &its, nullptr) != 0) {
+    *err = errno;
+    timer_delete(t);
+    return false;
+  }
+  cap_.thread_names.emplace(tid, ThreadName(tid));
+  timers_.emplace_back(tid, t);
+  return true;
+}
+
+void CpuSampler::DrainTimerSlots() {
+  if (g_slots == nullptr) return;
+  for (size_t i = 0; i < kTimerSlots; ++i) {
+    TimerSlot& s = g_slots[i];
+    if (s.state.load(std::memory_order_acquire) != 2) continue;
+    if (cap_.samples.size() >= kMaxSamples) {
+      ++cap_.dropped;
+    } else {
+      const uint64_t t0 = MonotonicNs();
+      uintptr_t frames[kMaxDepth];
+      int why = 0;
+      int n = memory::internal::UnwindCopiedStack(s.ip, s.sp, s.bp, s.stack, s.size, frames, kMaxDepth, &why);
+      const bool truncated = why != memory::internal::kCfiOutermost;
+      if (truncated) ++cap_.truncated_samples;
+      // A thread CPU-clock timer expires at the scheduler tick (250 Hz
+      // here): at a higher rate one signal stands for several periods (the
+      // overrun), each kept as a sample of the same stack.
+      const uint32_t stack = Intern(frames, n, truncated);
+      for (uint32_t k = 0; k < std::min<uint32_t>(s.periods, 1000) && cap_.samples.size() < kMaxSamples; ++k)
+        cap_.samples.push_back({s.time_ns, period_ns_, s.tid, stack});
+      cap_.unwind_ns += MonotonicNs() - t0;
+    }
+    s.state.store(0, std::memory_order_release);
+  }
+}
+
 Status CpuSampler::Start() {
   if (started_) return Status::Ok();
 #if !defined(__x86_64__)
@@ -143,37 +270,70 @@ Status CpuSampler::Start() {
   cap_.period_ns = period_ns_;
   scratch_.resize(64 * 1024);
   std::string python_why;
-  python_on_ = python_.Enable(&python_why);
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return UnavailableError("CPU sampling: cannot list /proc/self/task");
+  // For tests: SPYGLASS_SAMPLER_FORCE_TIMER=1 takes the timer fallback as if perf events were refused.
+  const char* force = getenv("SPYGLASS_SAMPLER_FORCE_TIMER");
+  const bool force_timer = force != nullptr && force[0] == '1';
+  std::string perf_refused = "SPYGLASS_SAMPLER_FORCE_TIMER=1 (testing)";
+  auto open_all = [&](int* first_err) {
+    size_t opened = 0;
+    DIR* d = opendir("/proc/self/task");
+    if (d == nullptr) return opened;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      uint32_t tid = static_cast<uint32_t>(strtoul(e->d_name, nullptr, 10));
+      known_tids_[tid] = true;
+      int err = 0;
+      if (OpenAny(tid, &err)) ++opened;
+      else {
+        ++cap_.threads_unsampled;
+        if (*first_err == 0) *first_err = err;
+      }
+    }
+    closedir(d);
+    return opened;
+  };
   int first_err = 0;
   size_t opened = 0;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    uint32_t tid = static_cast<uint32_t>(strtoul(e->d_name, nullptr, 10));
-    known_tids_[tid] = true;
-    int err = 0;
-    if (OpenThread(tid, &err)) ++opened;
-    else {
-      ++cap_.threads_unsampled;
-      if (first_err == 0) first_err = err;
+  if (!force_timer) {
+    python_on_ = python_.Enable(&python_why);
+    opened = open_all(&first_err);
+    if (opened == 0) {
+      python_.Disable();
+      python_on_ = false;
+      for (auto& r : rings_) munmap(r->base, r->map_bytes), close(r->fd);
+      rings_.clear();
+      perf_refused = std::string("perf_event_open refused (") + std::strerror(first_err) +
+                     "; seccomp or perf_event_paranoid=3 forbid it)";
     }
   }
-  closedir(d);
   if (opened == 0) {
-    python_.Disable();
-    for (auto& r : rings_) munmap(r->base, r->map_bytes), close(r->fd);
-    rings_.clear();
-    return UnavailableError(std::string("CPU sampling is off: perf_event_open refused (") + std::strerror(first_err) +
-                            "; seccomp or perf_event_paranoid=3 forbid it)");
+    use_timer_ = true;
+    known_tids_.clear();
+    cap_.threads_unsampled = 0;
+    cap_.thread_names.clear();
+    if (g_slots == nullptr) g_slots = new TimerSlot[kTimerSlots];
+    g_timer_on.store(true, std::memory_order_release);
+    first_err = 0;
+    opened = open_all(&first_err);
+    if (opened == 0) {
+      g_timer_on.store(false, std::memory_order_release);
+      return UnavailableError("CPU sampling is off: " + perf_refused + ", and timer_create refused too (" +
+                              std::strerror(first_err) + ")");
+    }
+    cap_.mechanism = "timer_create on each thread's CPU clock, signal " + std::to_string(ChooseTimerSignal()) +
+                     " (SIGRTMIN+" + std::to_string(ChooseTimerSignal() - SIGRTMIN) +
+                     ", taken for the process) whose handler copies the thread's registers and stack top, unwound "
+                     "with .eh_frame CFI by the reader; because " + perf_refused +
+                     (mode_ == SampleMode::kWall ? "; wall mode: on-CPU time only" : "") + "; no Python frames";
   }
-  cap_.mechanism = std::string("perf_event_open task-clock per thread, user stacks copied by the kernel") +
+  if (!use_timer_) cap_.mechanism = std::string("perf_event_open task-clock per thread, user stacks copied by the kernel") +
                    (python_on_ ? "" : " (no signal in the program)") +
                    ", unwound with .eh_frame CFI off the sampled threads";
-  if (mode_ == SampleMode::kWall)
+  if (!use_timer_ && mode_ == SampleMode::kWall)
     cap_.mechanism += "; wall mode: on-CPU time only (a sleeping thread's user stack needs kernel-level profiling "
                       "or a signal that would interrupt its system calls)";
-  if (python_on_)
+  if (use_timer_) {
+  } else if (python_on_)
     cap_.mechanism += "; Python frames read at each sample by a handler of signal " + std::to_string(python_.signal_number()) +
                       " (SIGRTMIN+" + std::to_string(python_.signal_number() - SIGRTMIN) +
                       ", taken for the process) that each thread's event sends it";
@@ -205,7 +365,7 @@ void CpuSampler::Rescan() {
     uint32_t tid = static_cast<uint32_t>(strtoul(e->d_name, nullptr, 10));
     if (tid == reader_tid_ || !known_tids_.emplace(tid, true).second) continue;
     int err = 0;
-    if (!OpenThread(tid, &err) && err != ESRCH) ++cap_.threads_unsampled;
+    if (!OpenAny(tid, &err) && err != ESRCH && err != EINVAL) ++cap_.threads_unsampled;
   }
   closedir(d);
 }
@@ -219,7 +379,7 @@ void CpuSampler::ReaderLoop() {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
     for (auto& r : rings_) fds.push_back({r->fd, POLLIN, 0});
-    int n = poll(fds.data(), fds.size(), kRescanIntervalMs);
+    int n = poll(fds.data(), fds.size(), use_timer_ ? kTimerDrainMs : kRescanIntervalMs);
     if (n > 0)
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents & (POLLHUP | POLLERR)) rings_[i - 1]->hung_up = true;
@@ -258,6 +418,7 @@ void CpuSampler::ReaderLoop() {
 
 void CpuSampler::DrainAll() {
   for (auto& r : rings_) Drain(*r);
+  if (use_timer_) DrainTimerSlots();
   if (python_on_) python_.Drain();
 }
 
@@ -350,6 +511,12 @@ void CpuSampler::Stop() {
   (void)!write(wake_fd_, &one, sizeof one);
   reader_.join();
   for (auto& r : rings_) ioctl(r->fd, PERF_EVENT_IOC_DISABLE, 0);
+  for (auto& [tid, t] : timers_) timer_delete(static_cast<timer_t>(t));
+  timers_.clear();
+  if (use_timer_) {
+    g_timer_on.store(false, std::memory_order_release);
+    cap_.lost += g_timer_lost.exchange(0);
+  }
   DrainAll();
   if (python_on_) {
     python_.Disable();

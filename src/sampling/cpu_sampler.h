@@ -78,6 +78,12 @@ class CpuSampler {
  private:
   struct Ring;
   bool OpenThread(uint32_t tid, int* err);
+  // The fallback where perf events are refused: a POSIX timer per thread on
+  // its CPU clock, whose signal's handler copies the thread's registers and
+  // stack top into a bounded slot table that the reader drains.
+  bool OpenTimer(uint32_t tid, int* err);
+  bool OpenAny(uint32_t tid, int* err) { return use_timer_ ? OpenTimer(tid, err) : OpenThread(tid, err); }
+  void DrainTimerSlots();
   void ReaderLoop();
   void Rescan();
   void DrainAll();
@@ -100,6 +106,8 @@ class CpuSampler {
   std::vector<uint8_t> scratch_;
   PythonStacks python_;  // Python frames at sample time (python_stacks.h)
   bool python_on_ = false;
+  bool use_timer_ = false;
+  std::vector<std::pair<uint32_t, void*>> timers_;  // tid, timer_t
 };
 
 // Reads /proc/sys/kernel/perf_event_max_sample_rate (100000 when unreadable).

@@ -134,6 +134,36 @@ def case_blocking(spyglass, workload, blocking):
         assert glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof")), sampled.stderr
 
 
+def case_timer(spyglass, workload, blocking):
+    """The timer fallback (SPYGLASS_SAMPLER_FORCE_TIMER=1, for testing): the
+    mechanism line names it; the sample count is the rate x the CPU time."""
+    hz = 999
+    env = dict(os.environ, SPYGLASS_SAMPLER_FORCE_TIMER="1")
+    with tempfile.TemporaryDirectory() as d:
+        r = run([spyglass, "run", "--sample", str(hz), "-o", d, "--", workload, "2"], env=env)
+        assert r.returncode == 0, r.stderr
+        profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.cpu_workload.prof"))
+        assert len(profs) == 1, (profs, r.stderr)
+        truth = truth_of(r.stdout)
+        total = go_pprof(["-top", "-sample_index=samples", "-nodecount=1"], profs[0])
+        n = int(re.search(r"Total samples = (\d+)", total).group(1))
+        want = hz * truth["user_seconds"]
+        assert "cpu_sample_mechanism timer_create" in total, total  # the profile's comments
+        print(f"timer: samples {n}, rate x user CPU seconds {want:.0f}")
+        assert abs(n - want) <= 0.05 * want, f"{n} samples, expected {want:.0f} +- 5%"
+        worker = flat_shares(go_pprof(["-top", "-sample_index=cpu", "-tagfocus=thread=worker", "-nodecount=100"],
+                                      profs[0]))
+        assert worker.get("burn_c", 0) > 15, worker
+    # The blocking program under the timer: same output and exit.
+    plain = run([blocking])
+    with tempfile.TemporaryDirectory() as d:
+        sampled = run([spyglass, "run", "--sample", "4000", "-o", d, "--", blocking], env=env)
+        assert sampled.returncode == plain.returncode, (sampled.returncode, sampled.stderr)
+        assert sampled.stdout == plain.stdout, (sampled.stdout, plain.stdout)
+        profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))
+        assert profs and "timer_create" in go_pprof(["-top", "-nodecount=1"], profs[0]), sampled.stderr
+
+
 def case_options(spyglass, workload, blocking):
     for bad in ("0", "100000000"):
         r = run([spyglass, "run", "--sample", bad, "--", "true"])
