@@ -40,6 +40,7 @@ namespace {
 // perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: when
 // that is used up, later threads get smaller rings (16, then 4 pages).
 constexpr size_t kRingPages[] = {64, 16, 4};
+constexpr uint64_t kOffCpuLookHz = 1000;  // wall mode: the reader's looks at blocked threads, at most
 constexpr size_t kWakeBytes = 32 * 1024;
 
 uint64_t MonotonicNs() {
@@ -559,14 +560,28 @@ Status CpuSampler::Start() {
 void CpuSampler::Rescan() {
   DIR* d = opendir("/proc/self/task");
   if (d == nullptr) return;
+  std::vector<uint32_t> live;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     uint32_t tid = static_cast<uint32_t>(strtoul(e->d_name, nullptr, 10));
+    live.push_back(tid);
     if (tid == reader_tid_ || !known_tids_.emplace(tid, true).second) continue;
     int err = 0;
     if (!OpenAny(tid, &err) && err != ESRCH && err != EINVAL) ++cap_.threads_unsampled;
   }
   closedir(d);
+  // The timers of threads that ended: each holds a queued-signal slot
+  // (RLIMIT_SIGPENDING) the program may need; deleted.
+  std::sort(live.begin(), live.end());
+  for (size_t i = 0; i < timers_.size();) {
+    if (!std::binary_search(live.begin(), live.end(), timers_[i].first)) {
+      timer_delete(static_cast<timer_t>(timers_[i].second));
+      timers_[i] = timers_.back();
+      timers_.pop_back();
+    } else {
+      ++i;
+    }
+  }
 }
 
 void CpuSampler::ReaderLoop() {
@@ -599,7 +614,11 @@ void CpuSampler::ReaderLoop() {
         jitter_state_ ^= jitter_state_ << 13;
         jitter_state_ ^= jitter_state_ >> 7;
         jitter_state_ ^= jitter_state_ << 17;
-        next_off_ns_ = now + period_ns_ / 2 + jitter_state_ % std::max<uint64_t>(period_ns_, 1);
+        // At most kOffCpuLookHz looks a second: the weights are exact
+        // whatever the looks' rate, which only sets how short a block gets
+        // its own stack.
+        const uint64_t look_ns = std::max<uint64_t>(period_ns_, 1000000000ull / kOffCpuLookHz);
+        next_off_ns_ = now + look_ns / 2 + jitter_state_ % look_ns;
       }
     }
     // A thread that ended: its ring is drained, then let go.
