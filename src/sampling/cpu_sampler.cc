@@ -73,6 +73,39 @@ TimerSlot* g_slots = nullptr;
 std::atomic<uint64_t> g_next_slot{0}, g_timer_lost{0};
 std::atomic<bool> g_timer_on{false};
 
+// Where seccomp refuses process_vm_readv (Docker's default profile without
+// CAP_SYS_PTRACE, as it refuses perf_event_open): /proc/self/mem, opened once
+// and kept for the process's life (a handler may still run after Stop, and a
+// closed number could be the program's next file).
+std::atomic<int> g_mem_fd{-1};
+
+// Copies up to n bytes of this process's memory at `src`: a short count at
+// an unmapped page, never a fault. Async-signal-safe (system calls only).
+ssize_t CopyOwnMemory(void* dst, uint64_t src, size_t n) {
+  iovec local{dst, n}, remote{reinterpret_cast<void*>(src), n};
+  const ssize_t got = syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul);
+  const int fd = g_mem_fd.load(std::memory_order_relaxed);
+  if (got >= 0 || fd < 0 || src > static_cast<uint64_t>(INT64_MAX)) return got;
+  return pread(fd, dst, n, static_cast<off_t>(src));
+}
+
+// Opens /proc/self/mem when process_vm_readv on this process is refused.
+void PrepareOwnMemoryCopy() {
+  if (g_mem_fd.load() >= 0) return;
+  uint64_t probe = 0, word = 1;
+  iovec local{&probe, sizeof probe}, remote{&word, sizeof word};
+  if (syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul) == sizeof probe) return;
+  int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, kept_fd::HighFloor());
+  if (high >= 0) {
+    close(fd);
+    fd = high;
+  }
+  int expect = -1;
+  if (!g_mem_fd.compare_exchange_strong(expect, fd)) close(fd);
+}
+
 void OnTimerSample(int, siginfo_t* si, void* uc_void) {
   if (si->si_code != SI_TIMER || !g_timer_on.load(std::memory_order_acquire)) return;
 #if defined(__x86_64__)
@@ -94,8 +127,7 @@ void OnTimerSample(int, siginfo_t* si, void* uc_void) {
   s.time_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
   // The stack top, copied by the kernel: a read past the stack's end stops
   // short instead of faulting (the copy is partial, the unwind truncated).
-  iovec local{s.stack, kStackCopyBytes}, remote{reinterpret_cast<void*>(s.sp), kStackCopyBytes};
-  const ssize_t n = syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul);
+  const ssize_t n = CopyOwnMemory(s.stack, s.sp, kStackCopyBytes);
   s.size = n > 0 ? static_cast<uint64_t>(n) : 0;
   s.state.store(2, std::memory_order_release);
   errno = saved_errno;
@@ -402,8 +434,7 @@ void CpuSampler::SampleOffCpu(uint64_t now) {
       if (nwords < 2) continue;
       const uint64_t sp = words[nwords - 2], pc = words[nwords - 1];
       const uint64_t t0 = MonotonicNs();
-      iovec local{scratch_.data(), kStackCopyBytes}, remote{reinterpret_cast<void*>(sp), kStackCopyBytes};
-      const ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+      const ssize_t got = CopyOwnMemory(scratch_.data(), sp, kStackCopyBytes);
       // The copy is the blocked stack's only if the thread did not move
       // meanwhile (else: counted at the next look).
       if (read_at_0(t.fd, again, sizeof again) <= 0 || strcmp(text, again) != 0) continue;
@@ -479,7 +510,10 @@ Status CpuSampler::Start() {
     const std::string probe = "/proc/self/task/" + std::to_string(syscall(SYS_gettid)) + "/syscall";
     const int fd = open(probe.c_str(), O_RDONLY | O_CLOEXEC);
     char buf[256];
-    if (fd >= 0 && pread(fd, buf, sizeof buf, 0) > 0) wall_on_ = true;
+    if (fd >= 0 && pread(fd, buf, sizeof buf, 0) > 0) {
+      wall_on_ = true;
+      PrepareOwnMemoryCopy();
+    }
     else
       wall_why_ = "wall mode samples threads while they run only: " + probe + " cannot be read (" +
                   std::strerror(errno) + "), and a sleeping thread's user stack is out of reach otherwise without "
@@ -506,6 +540,7 @@ Status CpuSampler::Start() {
     cap_.threads_unsampled = 0;
     cap_.thread_names.clear();
     if (g_slots == nullptr) g_slots = new TimerSlot[kTimerSlots];
+    PrepareOwnMemoryCopy();
     g_timer_on.store(true, std::memory_order_release);
     first_err = 0;
     opened = open_all(&first_err);

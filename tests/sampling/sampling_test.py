@@ -14,6 +14,7 @@ blocking      blocking read, futex wait, nanosleep, poll, the program's own
 options       bad rates fail naming the option; SPYGLASS_OPTIONS's rate is used.
 timer         the timer_create fallback (forced): count, shares, wall mode, blocking program.
 wall          --sample-mode wall: the sleeping worker's wall share; cpu mode's CPU share.
+seccomp       perf_event_open and process_vm_readv refused by seccomp: the timer fallback, whole stacks.
 capture       `spyglass collect PORT MS --spyglass_cpu_sample_hz=999` against a
               program under `spyglass run --server 0`: the option passes in
               the capture request like the others; the profile comes back.
@@ -241,6 +242,50 @@ def case_wall(spyglass, workload, blocking):
         profs = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))
         top = go_pprof(["-top", "-nodecount=200"], profs[0])
         assert "[off CPU: read]" in top and "[off CPU: futex]" in top, top
+
+
+def cum_shares(top_text):
+    """function -> cum % from `pprof -top` text."""
+    out = {}
+    for line in top_text.splitlines():
+        m = re.match(r"\s*\S+\s+[\d.]+%\s+[\d.]+%\s+\S+\s+([\d.]+)%\s+(.+)$", line)
+        if m:
+            out[m.group(2).strip()] = float(m.group(1))
+    return out
+
+
+def case_seccomp(spyglass, workload, blocking):
+    """Under a seccomp filter refusing perf_event_open and process_vm_readv
+    (Docker's default profile without CAP_SYS_PTRACE): the timer fallback
+    starts by itself and says why; stacks are still copied whole (through
+    /proc/self/mem): main and Worker hold their shares, few stacks cut; wall
+    mode works; the blocking program keeps its output and exit status."""
+    deny = os.path.join(os.path.dirname(blocking), "seccomp_deny")
+    hz = 999
+    with tempfile.TemporaryDirectory() as d:
+        r = run([deny, spyglass, "run", "--sample", str(hz), "--sample-mode", "wall", "-o", d, "--", workload, "3"])
+        assert r.returncode == 0, r.stderr
+        prof = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.cpu_workload.prof"))[0]
+        truth = truth_of(r.stdout)
+        top = go_pprof(["-top", "-sample_index=samples", "-nodecount=200"], prof)
+        assert "cpu_sample_mechanism timer_create" in top and "perf_event_open refused (Operation not permitted" in top, top
+        truncated = int(re.search(r"cpu_stacks_truncated (\d+)", top).group(1))
+        n = int(re.search(r"Total samples = (\d+)", top).group(1))
+        print(f"seccomp: {n} samples, {truncated} truncated")
+        assert truncated <= 0.05 * n, top
+        cum = cum_shares(go_pprof(["-top", "-sample_index=cpu", "-nodecount=200", "-hide=off CPU"], prof))
+        want_worker = 100 * truth["worker_cpu_share"]
+        print(f"seccomp: on-CPU under Worker {cum.get('Worker', 0):.1f}% truth {want_worker:.1f}%")
+        assert abs(cum.get("Worker", 0) - want_worker) <= 3, cum
+        assert abs(cum.get("main", 0) - (100 - want_worker)) <= 3, cum
+        share, tags = thread_shares(prof, pid_of(prof))
+        print(f"seccomp, wall mode: worker's share {share:.1f}% truth {100 * truth['worker_wall_share']:.1f}%")
+        assert abs(share - 100 * truth["worker_wall_share"]) <= 3, tags
+    plain = run([blocking])
+    with tempfile.TemporaryDirectory() as d:
+        sampled = run([deny, spyglass, "run", "--sample", "4000", "-o", d, "--", blocking])
+        assert sampled.returncode == plain.returncode, (sampled.returncode, sampled.stderr)
+        assert sampled.stdout == plain.stdout, (sampled.stdout, plain.stdout)
 
 
 def case_options(spyglass, workload, blocking):
