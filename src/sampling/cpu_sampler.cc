@@ -40,7 +40,9 @@ namespace {
 // perf_event_mlock_kb (516 KiB) per CPU plus RLIMIT_MEMLOCK of rings: when
 // that is used up, later threads get smaller rings (16, then 4 pages).
 constexpr size_t kRingPages[] = {64, 16, 4};
-constexpr uint64_t kOffCpuLookHz = 1000;  // wall mode: the reader's looks at blocked threads, at most
+// Wall mode: the reader's looks at blocked threads, at most. Each costs CPU
+// time that the process's CPU clocks count (a program's own ITIMER_PROF too).
+constexpr uint64_t kOffCpuLookHz = 250;
 constexpr size_t kWakeBytes = 32 * 1024;
 
 uint64_t MonotonicNs() {
