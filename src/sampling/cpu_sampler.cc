@@ -69,10 +69,16 @@ struct TimerSlot {
   uint32_t periods = 1;  // 1 + the timer's overrun
   uint8_t stack[kStackCopyBytes];
 };
-constexpr size_t kTimerSlots = 512;  // 0.5 s of one thread at 999 Hz; the reader drains every kTimerDrainMs
-constexpr int kTimerDrainMs = 10;
+// 2 s of one thread observed at every tick (250 Hz); the reader drains every
+// kTimerDrainMs, every kTimerBusyDrainMs when the last drain found the table
+// an eighth full. (Its wake-ups are CPU time the program's own ITIMER_PROF
+// counts: few when idle.)
+constexpr size_t kTimerSlots = 512;
+constexpr int kTimerDrainMs = 50;
+constexpr int kTimerBusyDrainMs = 10;
 TimerSlot* g_slots = nullptr;
 std::atomic<uint64_t> g_next_slot{0}, g_timer_lost{0};
+std::atomic<uint64_t> g_timer_ready{0};  // slots made ready, ever: the reader scans when it moved
 std::atomic<bool> g_timer_on{false};
 
 // Where seccomp refuses process_vm_readv (Docker's default profile without
@@ -132,6 +138,7 @@ void OnTimerSample(int, siginfo_t* si, void* uc_void) {
   const ssize_t n = CopyOwnMemory(s.stack, s.sp, kStackCopyBytes);
   s.size = n > 0 ? static_cast<uint64_t>(n) : 0;
   s.state.store(2, std::memory_order_release);
+  g_timer_ready.fetch_add(1, std::memory_order_release);
   errno = saved_errno;
 #else
   (void)uc_void;
@@ -272,8 +279,12 @@ bool CpuSampler::OpenTimer(uint32_t tid, int* err) {
   return true;
 }
 
-void CpuSampler::DrainTimerSlots() {
-  if (g_slots == nullptr) return;
+size_t CpuSampler::DrainTimerSlots(bool all) {
+  if (g_slots == nullptr) return 0;
+  const uint64_t ready = g_timer_ready.load(std::memory_order_acquire);
+  if (!all && ready == timer_ready_seen_) return 0;  // nothing new: the 512 slots are not walked
+  timer_ready_seen_ = ready;
+  size_t drained = 0;
   for (size_t i = 0; i < kTimerSlots; ++i) {
     TimerSlot& s = g_slots[i];
     if (s.state.load(std::memory_order_acquire) != 2) continue;
@@ -293,7 +304,9 @@ void CpuSampler::DrainTimerSlots() {
       cap_.unwind_ns += MonotonicNs() - t0;
     }
     s.state.store(0, std::memory_order_release);
+    ++drained;
   }
+  return drained;
 }
 
 // A thread CPU-clock timer is checked at the scheduler tick only (250 Hz
@@ -630,7 +643,7 @@ void CpuSampler::ReaderLoop() {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
     for (auto& r : rings_) fds.push_back({r->fd, POLLIN, 0});
-    uint64_t wait_ns = (use_timer_ ? kTimerDrainMs : kRescanIntervalMs) * 1000000ull;
+    uint64_t wait_ns = (use_timer_ ? (timer_busy_ ? kTimerBusyDrainMs : kTimerDrainMs) : kRescanIntervalMs) * 1000000ull;
     if (wall_on_) {
       const uint64_t now = MonotonicNs();
       wait_ns = std::min(wait_ns, next_off_ns_ > now ? next_off_ns_ - now : 0);
@@ -692,7 +705,7 @@ void CpuSampler::ReaderLoop() {
 
 void CpuSampler::DrainAll() {
   for (auto& r : rings_) Drain(*r);
-  if (use_timer_) DrainTimerSlots();
+  if (use_timer_) timer_busy_ = DrainTimerSlots(stop_.load(std::memory_order_acquire)) > kTimerSlots / 8;
   if (python_on_) python_.Drain();
 }
 

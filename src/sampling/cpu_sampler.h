@@ -90,7 +90,10 @@ class CpuSampler {
     if (mode_ == SampleMode::kWall) TrackOffCpu(tid);
     return use_timer_ ? OpenTimer(tid, err) : OpenThread(tid, err);
   }
-  void DrainTimerSlots();
+  // Returns the slots drained; `all`: walk the table even if nothing new was counted (at Stop).
+  size_t DrainTimerSlots(bool all);
+  uint64_t timer_ready_seen_ = 0;
+  bool timer_busy_ = false;
   // The timer fallback arms its CPU-clock timers at this period or below (see ExpandTimerObservations).
   static constexpr uint64_t kTimerArmNs = 500000;
   uint64_t timer_period_ns() const { return std::min(period_ns_, kTimerArmNs); }
