@@ -14,6 +14,9 @@ wall time moves with its load. For each rate (99, 999, 4000 Hz):
                      workload has none, the stacks are short; the cheapest)
   perf dwarf         perf record --all-user -F HZ --call-graph dwarf (8 KiB
                      stack copies, as ours; unwound by perf report later)
+  spyglass timer     the timer_create fallback (SPYGLASS_SAMPLER_FORCE_TIMER=1):
+                     its signal handler copies registers and stack in the
+                     thread, at most once per scheduler tick
 Cost per sample: capture = (thread CPU with sampling - without) / samples;
 unwind = the sampler's reader time unwinding and interning / samples (its
 pprof comment cpu_sampler_unwind_ns); reader = the reader thread's whole CPU
@@ -28,8 +31,8 @@ import sys
 import tempfile
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     if r.returncode != 0:
         raise SystemExit(f"{cmd}: {r.returncode}\n{r.stderr}")
     return r
@@ -49,23 +52,25 @@ def main():
     go = shutil.which("go") or "/usr/local/go/bin/go"
     base = statistics.median(thread_cpu(run([workload, "work", rounds]).stdout) for _ in range(repeats))
     print(f"workload: {rounds} rounds, no profiler: {base * 1e3:.1f} ms of thread CPU (median of {repeats})")
-    print(f"{'rate':>6} {'profiler':<12} {'thread CPU ms':>14} {'slowdown':>9} {'samples':>8} "
+    print(f"{'rate':>6} {'profiler':<14} {'thread CPU ms':>14} {'slowdown':>9} {'samples':>8} "
           f"{'capture us':>10} {'unwind us':>9} {'reader us':>9}")
     for hz in (99, 999, 4000):
         rows = []
-        times, samples, unwind, reader = [], [], [], []
-        for _ in range(repeats):
-            with tempfile.TemporaryDirectory() as d:
-                r = run([spyglass, "run", "--sample", str(hz), "-o", d, "--", workload, "work", rounds])
-                times.append(thread_cpu(r.stdout))
-                prof = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))[0]
-                raw = run([go, "tool", "pprof", "-raw", prof]).stdout
-                samples.append(sum(int(m) for m in re.findall(r"^\s+(\d+)\s+\d+: ", raw, re.M)))
-                unwind.append(int(re.search(r"cpu_sampler_unwind_ns (\d+)", raw).group(1)))
-                reader.append(int(re.search(r"cpu_sampler_reader_cpu_ns (\d+)", raw).group(1)))
-        t, n = statistics.median(times), statistics.median(samples)
-        rows.append(("spyglass", t, n, (t - base) * 1e6 / n if n else 0, statistics.median(unwind) / 1e3 / n,
-                     statistics.median(reader) / 1e3 / n))
+        # The timer_create fallback (as where perf events are refused), forced.
+        for name, env in (("spyglass", None), ("spyglass timer", dict(os.environ, SPYGLASS_SAMPLER_FORCE_TIMER="1"))):
+            times, samples, unwind, reader = [], [], [], []
+            for _ in range(repeats):
+                with tempfile.TemporaryDirectory() as d:
+                    r = run([spyglass, "run", "--sample", str(hz), "-o", d, "--", workload, "work", rounds], env=env)
+                    times.append(thread_cpu(r.stdout))
+                    prof = glob.glob(os.path.join(d, "plugins", "profile", "*", "cpu.*.prof"))[0]
+                    raw = run([go, "tool", "pprof", "-raw", prof]).stdout
+                    samples.append(sum(int(m) for m in re.findall(r"^\s+(\d+)\s+\d+: ", raw, re.M)))
+                    unwind.append(int(re.search(r"cpu_sampler_unwind_ns (\d+)", raw).group(1)))
+                    reader.append(int(re.search(r"cpu_sampler_reader_cpu_ns (\d+)", raw).group(1)))
+            t, n = statistics.median(times), statistics.median(samples)
+            rows.append((name, t, n, (t - base) * 1e6 / n if n else 0, statistics.median(unwind) / 1e3 / n,
+                         statistics.median(reader) / 1e3 / n))
         if perf:
             for name, args in (("perf -g fp", ["-g"]), ("perf dwarf", ["--call-graph", "dwarf"])):
                 times = []
@@ -79,7 +84,7 @@ def main():
                 t = statistics.median(times)
                 rows.append((name, t, n, (t - base) * 1e6 / n if n else 0, None, None))
         for name, t, n, capture, uw, rd in rows:
-            print(f"{hz:>6} {name:<12} {t * 1e3:>14.1f} {100 * (t / base - 1):>8.2f}% {n:>8} {capture:>10.2f} "
+            print(f"{hz:>6} {name:<14} {t * 1e3:>14.1f} {100 * (t / base - 1):>8.2f}% {n:>8} {capture:>10.2f} "
                   f"{'' if uw is None else f'{uw:.2f}':>9} {'' if rd is None else f'{rd:.2f}':>9}")
 
 

@@ -70,7 +70,8 @@ _HELP = """
   --options KEY=VALUE,...    ProfileOptions fields and advanced keys, as SPYGLASS_OPTIONS
   --sample [HZ]              sample every thread's CPU time at HZ per second (default 99;
                              spyglass_cpu_sample_hz); a trace goes into -o's folder unless --trace says
-  --sample-mode MODE         cpu (default) or wall (spyglass_cpu_sample_mode); needs --sample
+  --sample-mode MODE         cpu (default) or wall: also the time a thread is blocked in the kernel
+                             (sleep, I/O, locks, the GIL) (spyglass_cpu_sample_mode); needs --sample
   -m MODULE                  run a module, as `python -m MODULE`
 The flags end at the script (or -m MODULE); what follows is the program's."""
 

@@ -121,7 +121,8 @@ void AddSamplesToPlane(CpuCapture cap, uint64_t start_mono_ns, SampleMode mode, 
       if (memory::internal::IsSymbolicFrame(st[k])) {  // a Python frame (python_stacks.h)
         std::string_view fn = "<unknown>", file;
         memory::internal::FunctionNames(memory::internal::SymbolicFunction(st[k]), &fn, &file);
-        parent = node(parent, std::string(fn), std::string(file), memory::internal::SymbolicLine(st[k]), 0, true);
+        // (The sampler's own markers, "[off CPU: ...]", have no file: native kind.)
+        parent = node(parent, std::string(fn), std::string(file), memory::internal::SymbolicLine(st[k]), 0, !file.empty());
         continue;
       }
       auto it = syms.find(st[k]);

@@ -14,6 +14,7 @@
 // may be missed).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -57,6 +58,7 @@ struct CpuCapture {
   uint64_t dropped = 0;          // over kMaxSamples
   uint64_t truncated_samples = 0;
   uint64_t threads_unsampled = 0;  // threads whose event or ring could not be set up
+  uint64_t off_cpu_samples = 0;    // wall mode: samples of threads blocked in the kernel (a part of samples)
   uint64_t period_ns = 0;
   uint64_t unwind_ns = 0;      // the reader's time unwinding and interning (all samples)
   uint64_t reader_cpu_ns = 0;  // the reader thread's CPU time in all (draining, unwinding, rescans)
@@ -74,10 +76,39 @@ class CpuSampler {
   void Stop();
   // After Stop: what was captured (moved out).
   CpuCapture Take();
+  // After Start in wall mode: why threads off the CPU are not sampled (empty when they are).
+  const std::string& wall_mode_problem() const { return wall_why_; }
 
  private:
   struct Ring;
   bool OpenThread(uint32_t tid, int* err);
+  // The fallback where perf events are refused: a POSIX timer per thread on
+  // its CPU clock, whose signal's handler copies the thread's registers and
+  // stack top into a bounded slot table that the reader drains.
+  bool OpenTimer(uint32_t tid, int* err);
+  bool OpenAny(uint32_t tid, int* err) {
+    if (mode_ == SampleMode::kWall) TrackOffCpu(tid);
+    return use_timer_ ? OpenTimer(tid, err) : OpenThread(tid, err);
+  }
+  // Returns the slots drained; `all`: walk the table even if nothing new was counted (at Stop).
+  size_t DrainTimerSlots(bool all);
+  uint64_t timer_ready_seen_ = 0;
+  bool timer_busy_ = false;
+  // The timer fallback arms its CPU-clock timers at this period or below (see ExpandTimerObservations).
+  static constexpr uint64_t kTimerArmNs = 500000;
+  uint64_t timer_period_ns() const { return std::min(period_ns_, kTimerArmNs); }
+  // The timer's observations become samples at Stop, each weighing its
+  // thread's mean number of periods per observation (see DrainTimerSlots).
+  void ExpandTimerObservations();
+  // Wall mode: the reader, about every period of wall time, reads each
+  // thread's /proc/self/task/<tid>/syscall and schedstat; a thread blocked in
+  // the kernel shows its user sp and pc there, its stack is copied with
+  // process_vm_readv and unwound. No signal: the blocked system call is left
+  // alone. At a look that finds it blocked, its time blocked since the last
+  // such look (wall - on a CPU - waiting for one: schedstat's figures are
+  // exact for a thread that is not running) becomes samples of that stack.
+  void TrackOffCpu(uint32_t tid);
+  void SampleOffCpu(uint64_t now_ns);
   void ReaderLoop();
   void Rescan();
   void DrainAll();
@@ -100,6 +131,31 @@ class CpuSampler {
   std::vector<uint8_t> scratch_;
   PythonStacks python_;  // Python frames at sample time (python_stacks.h)
   bool python_on_ = false;
+  bool use_timer_ = false;
+  std::vector<std::pair<uint32_t, void*>> timers_;  // tid, timer_t
+  struct TimerObservation {
+    uint64_t time_ns;
+    uint32_t tid, stack, periods;
+  };
+  std::vector<TimerObservation> timer_obs_;
+  uint64_t timer_obs_periods_ = 0;  // the samples they will become (bounded with cap_.samples)
+  struct OffCpuThread {
+    uint32_t tid;
+    int fd;                // /proc/self/task/<tid>/syscall, kept open (re-read from offset 0)
+    int sched_fd;          // /proc/self/task/<tid>/schedstat: ns on a CPU, ns waiting for one
+    std::string last;      // the syscall text of the last blocked look
+    uint32_t last_stack;   // that look's stack: a thread still blocked in the same call keeps it
+    bool blocked = false;  // at the last look
+    bool have_base = false;
+    uint64_t wall_ns = 0, run_ns = 0, wait_ns = 0;  // at the first look
+    uint64_t counted_ns = 0;  // blocked time since then already turned into samples (or owed)
+    uint64_t owed_ns = 0;     // blocked time not yet a whole sample
+  };
+  std::vector<OffCpuThread> off_threads_;
+  std::vector<CpuSample> off_samples_;  // appended to cap_.samples at Stop, after Python frames are merged
+  uint64_t next_off_ns_ = 0, jitter_state_ = 0x9e3779b97f4a7c15ull;
+  bool wall_on_ = false;
+  std::string wall_why_;  // why off-CPU samples are not taken, when they are not
 };
 
 // Reads /proc/sys/kernel/perf_event_max_sample_rate (100000 when unreadable).

@@ -21,12 +21,6 @@ namespace {
 
 constexpr int kRankCpuSampler = 250;
 
-// Why wall mode samples on-CPU time only (measured: a context-switch event
-// with exclude_kernel never samples, without it perf_event_paranoid=2 refuses).
-constexpr const char* kWallModeLine =
-    "wall mode samples threads while they run only: the kernel takes a sleeping thread's user stack only for "
-    "kernel-level profiling (perf_event_paranoid < 2), and a timer signal would interrupt its system calls";
-
 uint64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,8 +33,8 @@ class CpuSamplerTracer : public session::Tracer {
   Status Start() override {
     start_mono_ns_ = MonotonicNs();
     Status s = sampler_.Start();
-    if (s.ok() && options_.mode == SampleMode::kWall)
-      std::fprintf(stderr, "spyglass: %s\n", kWallModeLine);
+    if (s.ok() && !sampler_.wall_mode_problem().empty())
+      std::fprintf(stderr, "spyglass: %s\n", sampler_.wall_mode_problem().c_str());
     if (!s.ok()) {
       std::fprintf(stderr, "spyglass: %s\n", s.message().c_str());
       failure_ = s.message();

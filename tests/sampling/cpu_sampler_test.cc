@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -138,6 +140,81 @@ TEST(CpuSampler, SamplesSitOnTheirThreadsWithStacksAndAnnotations) {
         s.frames[0].function == "SamplerTestBurn")
       annotated_in_pprof += s.values[0];
   EXPECT_EQ(annotated_in_pprof, annotated);
+}
+
+extern "C" __attribute__((noinline)) ssize_t SamplerTestBlockedRead(int fd, char* buf, size_t n) {
+  ssize_t r = read(fd, buf, n);
+  asm volatile("" ::: "memory");  // no tail call: this frame stays on the stack
+  return r;
+}
+
+uint64_t MonoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Wall mode: a thread blocked in read() is sampled off the CPU, under an
+// "[off CPU: read]" frame above its own; as many samples as its time blocked
+// at the rate (no more: a thread waiting for a CPU is not blocked); the read
+// returns what was written (no signal interrupted it). A thread that ends
+// during the session is let go.
+TEST(CpuSampler, WallModeSamplesABlockedThreadWithItsStack) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::atomic<int64_t> reader_tid{0};
+  std::atomic<bool> go{false};
+  ssize_t got = 0;
+  char buf[16] = {0};
+  uint64_t read_ns = 0;
+  std::thread blocked([&] {
+    reader_tid = syscall(SYS_gettid);
+    while (!go) std::this_thread::yield();
+    const uint64_t t0 = MonoNs();
+    got = SamplerTestBlockedRead(fds[0], buf, sizeof buf - 1);
+    read_ns = MonoNs() - t0;
+  });
+  while (reader_tid == 0) std::this_thread::yield();
+  prof::TraceOptions o = Sampling(999);
+  o.profiler_options.advanced_configuration.emplace("spyglass_cpu_sample_mode", "wall");
+  ASSERT_TRUE(prof::start_trace(MakeTempDir(), o).ok());
+  go = true;
+  std::thread short_lived([] { usleep(20000); });
+  short_lived.join();
+  usleep(300000);
+  ASSERT_EQ(write(fds[1], "hello", 5), 5);
+  blocked.join();
+  ASSERT_TRUE(prof::stop_trace().ok());
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(got, 5);
+  EXPECT_STREQ(buf, "hello");
+
+  auto space = ReadXSpace(prof::last_trace_files().xplane_path);
+  const auto* host = FindPlane(space, "/host:CPU");
+  ASSERT_NE(host, nullptr);
+  std::map<std::string, std::string> plane_stats;
+  for (const auto& st : host->stats()) plane_stats[host->stat_metadata().at(st.metadata_id()).name()] = StatText(*host, st);
+  EXPECT_EQ(plane_stats["cpu_sample_mode"], "wall");
+  EXPECT_NE(plane_stats["cpu_sample_mechanism"].find("wall mode: threads blocked in the kernel"), std::string::npos)
+      << plane_stats["cpu_sample_mechanism"];
+  int64_t off_read = 0, with_caller = 0;
+  for (const auto& l : host->lines()) {
+    if (l.name() != "CPU samples" || l.id() - (int64_t{1} << 32) != reader_tid) continue;
+    for (const auto& e : l.events()) {
+      std::vector<std::string> stack = StackOf(*host, e.metadata_id());
+      if (stack.empty() || stack[0] != "[off CPU: read]") continue;
+      ++off_read;
+      for (const std::string& f : stack) with_caller += f == "SamplerTestBlockedRead";
+    }
+  }
+  // read_ns: its time blocked, plus the wait for a CPU once woken (not sampled).
+  const double at_rate = static_cast<double>(read_ns) * 999 / 1e9;
+  std::printf("off-CPU samples in read: %lld; read took %.1f ms (%.0f samples at the rate)\n",
+              static_cast<long long>(off_read), read_ns / 1e6, at_rate);
+  EXPECT_GE(off_read, static_cast<int64_t>(at_rate * 0.8)) << "read took " << read_ns / 1000000 << " ms";
+  EXPECT_LE(off_read, static_cast<int64_t>(at_rate * 1.02) + 2) << "read took " << read_ns / 1000000 << " ms";
+  EXPECT_EQ(with_caller, off_read);
 }
 
 TEST(CpuSampler, OptionsAreCheckedNamingTheKey) {

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -36,11 +37,33 @@ volatile uint64_t g_sink;
 
 std::atomic<uint64_t> g_ns[3];
 std::atomic<uint64_t> g_user_us;  // the threads' own user time (not the profiler's threads')
+// Per thread (0 main, 1 worker): user time and time blocked in the kernel,
+// what wall mode samples (it cannot see a thread waiting for a CPU).
+double g_thread_user_s[2], g_thread_blocked_s[2];
 
-void AddThreadUserTime() {
+uint64_t MonoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// At the end of a thread that began at `start_ns`: its user time, and its
+// time blocked = its life - its time on a CPU - its time waiting for one
+// (/proc/thread-self/schedstat: run ns, run-queue wait ns).
+void AddThreadUserTime(int which, uint64_t start_ns) {
   rusage ru{};
   getrusage(RUSAGE_THREAD, &ru);
-  g_user_us += static_cast<uint64_t>(ru.ru_utime.tv_sec) * 1000000 + static_cast<uint64_t>(ru.ru_utime.tv_usec);
+  const uint64_t user_us =
+      static_cast<uint64_t>(ru.ru_utime.tv_sec) * 1000000 + static_cast<uint64_t>(ru.ru_utime.tv_usec);
+  g_user_us += user_us;
+  g_thread_user_s[which] = user_us / 1e6;
+  unsigned long long run_ns = 0, wait_ns = 0;
+  if (FILE* f = std::fopen("/proc/thread-self/schedstat", "r")) {
+    if (std::fscanf(f, "%llu %llu", &run_ns, &wait_ns) != 2) run_ns = wait_ns = 0;
+    std::fclose(f);
+  }
+  const double life_ns = static_cast<double>(MonoNs() - start_ns);
+  g_thread_blocked_s[which] = std::max(0.0, (life_ns - static_cast<double>(run_ns + wait_ns)) / 1e9);
 }
 
 // Each burns `ns` of its thread's CPU time in its own frame.
@@ -60,6 +83,7 @@ SPYGLASS_BURN(burn_c, 2)
 // Per round (ms of CPU): worker 2 a + 1 b + 2 c, then 2 ms asleep; main 3 a +
 // 2 b. In all: a 50%, b 30%, c 20%.
 void Worker(int rounds) {
+  const uint64_t start = MonoNs();
   pthread_setname_np(pthread_self(), "worker");
   for (int r = 0; r < rounds; ++r) {
     burn_a(2000000);
@@ -68,7 +92,7 @@ void Worker(int rounds) {
     timespec ts{0, 2000000};
     nanosleep(&ts, nullptr);
   }
-  AddThreadUserTime();
+  AddThreadUserTime(1, start);
 }
 
 }  // namespace
@@ -104,6 +128,7 @@ int FixedWork(int rounds) {
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "work") return FixedWork(std::atoi(argv[2]));
+  const uint64_t start = MonoNs();
   const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
   const int rounds = static_cast<int>(seconds * 1e9 / 10e6);  // 10 ms of CPU per round, both threads
   std::thread worker(Worker, rounds);
@@ -111,11 +136,17 @@ int main(int argc, char** argv) {
     burn_a(3000000);
     burn_b(2000000);
   }
-  AddThreadUserTime();
-  worker.join();
+  worker.join();  // (main blocks here until the worker is done: wall time, not CPU)
+  AddThreadUserTime(0, start);
   const double total = static_cast<double>(g_ns[0] + g_ns[1] + g_ns[2]);
   // User time: what user-space sampling sees (the clock reads are system calls).
   std::printf("burn_a %.4f\nburn_b %.4f\nburn_c %.4f\ncpu_seconds %.6f\nuser_seconds %.6f\n", g_ns[0] / total,
               g_ns[1] / total, g_ns[2] / total, total / 1e9, g_user_us / 1e6);
+  // Wall mode's truth: the worker's share of the two threads' user + blocked time.
+  const double main_wall = g_thread_user_s[0] + g_thread_blocked_s[0];
+  const double worker_wall = g_thread_user_s[1] + g_thread_blocked_s[1];
+  std::printf("worker_blocked_seconds %.6f\nmain_blocked_seconds %.6f\nworker_wall_share %.4f\nworker_cpu_share %.4f\n",
+              g_thread_blocked_s[1], g_thread_blocked_s[0], worker_wall / (main_wall + worker_wall),
+              g_thread_user_s[1] / (g_thread_user_s[0] + g_thread_user_s[1]));
   return 0;
 }

@@ -504,7 +504,10 @@ void AddRunCommand(CLI::App& app) {
                       "a trace is recorded into -o's folder unless --trace says where; SPYGLASS_OPTIONS="
                       "spyglass_cpu_sample_hz=HZ")
       ->expected(0, 1);
-  run->add_option("--sample-mode", sample_mode, "cpu (default) or wall (spyglass_cpu_sample_mode)")
+  run->add_option("--sample-mode", sample_mode,
+                  "cpu (default): each thread's CPU time; wall: also the time it is blocked in the kernel (sleep, "
+                  "I/O, locks, the GIL), as '[off CPU: <call>]' frames, read from /proc without a signal "
+                  "(spyglass_cpu_sample_mode); needs --sample")
       ->check(CLI::IsMember({"cpu", "wall"}));
   static std::string python_allocator = "pymalloc";
   run->add_option("--python-allocator", python_allocator,
