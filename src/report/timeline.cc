@@ -279,6 +279,7 @@ void TimelineBuilder::Feed(StreamLane& lane, size_t stage, const Span& s) {
     Stage& st = lane.stages.emplace_back();
     st.threshold_ns = int64_t{16} << (2 * (stage - 1));
     st.prev_end_ns = line_base_ns_;
+    st.lazy = sink_->Readable();
   }
   Stage& st = lane.stages[stage];
   const int64_t t = st.threshold_ns * 1000;
@@ -297,20 +298,76 @@ void TimelineBuilder::Feed(StreamLane& lane, size_t stage, const Span& s) {
       m.longest = s.longest;
       m.name = s.name;
     }
+    if (st.lazy) Materialize(lane, stage);
     return;
   }
   const Span done = m;
   m = s;
-  EncodeStaged(st, done);
+  Emit(st, done);
   Feed(lane, stage + 1, done);
 }
 
+void TimelineBuilder::Emit(Stage& st, const Span& s) {
+  if (st.lazy) {
+    ++st.spans;  // the level below's span, encoded there
+    return;
+  }
+  EncodeStaged(st, s);
+}
+
+void TimelineBuilder::Materialize(StreamLane& lane, size_t stage) {
+  Stage& st = lane.stages[stage];
+  // Its spans so far are the first ones of the nearest level below that is
+  // encoded (the events' level is): decoded from there and encoded again
+  // with this level's fields, as EncodeStaged would have.
+  size_t b = stage - 1;
+  while (lane.stages[b].lazy) --b;
+  const Stage& base = lane.stages[b];
+  const uint64_t n = st.spans;
+  st.lazy = false;
+  st.spans = 0;
+  st.prev_end_ns = line_base_ns_;
+  int64_t prev = line_base_ns_;
+  auto decode = [&](std::string_view bytes) {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+    const uint8_t* end = p + bytes.size();
+    auto get = [&]() {
+      uint64_t v = 0;
+      for (int shift = 0; p < end && shift < 64; shift += 7) {
+        const uint8_t c = *p++;
+        v |= uint64_t{c & 127u} << shift;
+        if (!(c & 128)) break;
+      }
+      return v;
+    };
+    while (p < end && st.spans < n) {
+      const uint64_t z = get();
+      const int64_t start = prev + (static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+      const int64_t stop = start + static_cast<int64_t>(get());
+      const uint64_t name = get(), detail = get(), count = base.threshold_ns > 0 ? get() : 1;
+      EncodeNs(st, start, stop, name, detail, count);
+      prev = stop;
+    }
+  };
+  std::string chunk;
+  for (const TimelineChunk& c : base.chunks) {
+    if (st.spans >= n) break;
+    if (!sink_->Read(c.offset, c.bytes, &chunk)) return;  // the sink keeps its error
+    decode(chunk);
+  }
+  if (st.spans < n) decode(base.buf);
+}
+
 void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
+  EncodeNs(st, Ns(s.start), Ns(s.end), s.name, s.detail, s.count);
+}
+
+void TimelineBuilder::EncodeNs(Stage& st, int64_t start, int64_t end, uint64_t name, uint64_t detail,
+                               uint64_t count) {
   if (st.buf.empty()) {
     st.buf_first_span = st.spans;
     st.buf_prev_ns = st.prev_end_ns - line_base_ns_;
   }
-  int64_t start = Ns(s.start), end = Ns(s.end);
   // Every span of every level passes here: its varints go in one append.
   char bytes[5 * 10];
   char* p = bytes;
@@ -321,9 +378,9 @@ void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
   const int64_t gap = start - st.prev_end_ns;  // may round to -1
   put((static_cast<uint64_t>(gap) << 1) ^ static_cast<uint64_t>(gap >> 63));
   put(static_cast<uint64_t>(end - start));
-  put(s.name);
-  put(s.detail);
-  if (st.threshold_ns > 0) put(s.count);
+  put(name);
+  put(detail);
+  if (st.threshold_ns > 0) put(count);
   st.buf.append(bytes, static_cast<size_t>(p - bytes));
   st.prev_end_ns = end;
   ++st.spans;
@@ -349,7 +406,7 @@ void TimelineBuilder::EndStreamedLine() {
       if (!st.has_pending) continue;
       st.has_pending = false;
       const Span last = st.pending;
-      EncodeStaged(st, last);
+      Emit(st, last);
       Feed(lane, k + 1, last);
     }
     // The levels kept, as AddLevels: each at most half the last one kept.
@@ -360,7 +417,7 @@ void TimelineBuilder::EndStreamedLine() {
       uint64_t last_kept = events;
       for (size_t k = 1; k < lane.stages.size() && lane.stages[k].threshold_ns / 4 <= extent_ns; ++k) {
         const uint64_t n = lane.stages[k].spans;
-        if (n * 2 > last_kept) continue;
+        if (n * 2 > last_kept || lane.stages[k].lazy) continue;  // (a lazy level is the one below: never halves it)
         kept.push_back(k);
         if (n <= 1) break;
         last_kept = n;
