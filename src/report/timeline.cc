@@ -149,16 +149,7 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   return detail_ids_.emplace(std::string(detail), static_cast<uint32_t>(tl_.details.size())).first->second;
 }
 
-void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
-                               uint64_t flow, uint64_t consumes, uint64_t produces) {
-  // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
-  // more it had: a megabyte name on every event is neither hashed per event
-  // nor drawn whole.
-  std::string capped;
-  if (name.size() > kMaxNameLength) {
-    capped = Utf8Capped(name, kMaxNameLength);
-    name = capped;
-  }
+uint32_t TimelineBuilder::NameId(std::string_view name) {
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
     // Past the names' budget, every new name is one (counted): a run of
@@ -175,11 +166,36 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
       tl_.names.emplace_back(name);
       tl_.name_events.push_back(0);
     }
+    if (name == kOther) return it->second;  // each such event is counted: not remembered
   }
-  ++tl_.name_events[it->second];
+  RecentName& r = recent_names_[next_recent_++ % recent_names_.size()];
+  r.name.assign(name);
+  r.id = it->second;
+  return it->second;
+}
+
+void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
+                               uint64_t flow, uint64_t consumes, uint64_t produces) {
+  // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
+  // more it had: a megabyte name on every event is neither hashed per event
+  // nor drawn whole.
+  std::string capped;
+  if (name.size() > kMaxNameLength) {
+    capped = Utf8Capped(name, kMaxNameLength);
+    name = capped;
+  }
+  // Most lines repeat a few names: the last ones found are checked before the hash.
+  uint32_t name_id = UINT32_MAX;
+  for (const RecentName& r : recent_names_)
+    if (r.id != UINT32_MAX && r.name == name) {
+      name_id = r.id;
+      break;
+    }
+  if (name_id == UINT32_MAX) name_id = NameId(name);
+  ++tl_.name_events[name_id];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), 0};
+  Span span{start_ps, start_ps + duration_ps, name_id, 1, duration_ps, DetailId(detail), 0};
   const Links links{flow, consumes, produces};
   const bool linked = (flow | consumes | produces) != 0;
   if (!streaming_line_) {

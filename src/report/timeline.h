@@ -11,6 +11,7 @@
 // levels together are at most twice the events.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -236,6 +237,13 @@ class TimelineBuilder {
   int64_t line_id_ = 0;
   std::vector<Span> spans_;
   size_t name_bytes_ = 0;
+  uint32_t NameId(std::string_view name);
+  struct RecentName {
+    std::string name;
+    uint32_t id = UINT32_MAX;
+  };
+  std::array<RecentName, 4> recent_names_;  // found last (AddEvent's first look)
+  size_t next_recent_ = 0;
   struct FlowEnd {
     uint32_t track, lane;
     int64_t ns;  // absolute
