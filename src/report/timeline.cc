@@ -149,16 +149,7 @@ uint32_t TimelineBuilder::DetailId(std::string_view detail) {
   return detail_ids_.emplace(std::string(detail), static_cast<uint32_t>(tl_.details.size())).first->second;
 }
 
-void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
-                               uint64_t flow, uint64_t consumes, uint64_t produces) {
-  // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
-  // more it had: a megabyte name on every event is neither hashed per event
-  // nor drawn whole.
-  std::string capped;
-  if (name.size() > kMaxNameLength) {
-    capped = Utf8Capped(name, kMaxNameLength);
-    name = capped;
-  }
+uint32_t TimelineBuilder::NameId(std::string_view name) {
   auto it = name_ids_.find(name);
   if (it == name_ids_.end()) {
     // Past the names' budget, every new name is one (counted): a run of
@@ -175,11 +166,36 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
       tl_.names.emplace_back(name);
       tl_.name_events.push_back(0);
     }
+    if (name == kOther) return it->second;  // each such event is counted: not remembered
   }
-  ++tl_.name_events[it->second];
+  RecentName& r = recent_names_[next_recent_++ % recent_names_.size()];
+  r.name.assign(name);
+  r.id = it->second;
+  return it->second;
+}
+
+void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t duration_ps, std::string_view detail,
+                               uint64_t flow, uint64_t consumes, uint64_t produces) {
+  // A name is kept (and hashed) up to kMaxNameLength bytes, with how many
+  // more it had: a megabyte name on every event is neither hashed per event
+  // nor drawn whole.
+  std::string capped;
+  if (name.size() > kMaxNameLength) {
+    capped = Utf8Capped(name, kMaxNameLength);
+    name = capped;
+  }
+  // Most lines repeat a few names: the last ones found are checked before the hash.
+  uint32_t name_id = UINT32_MAX;
+  for (const RecentName& r : recent_names_)
+    if (r.id != UINT32_MAX && r.name == name) {
+      name_id = r.id;
+      break;
+    }
+  if (name_id == UINT32_MAX) name_id = NameId(name);
+  ++tl_.name_events[name_id];
   // Hostile times: no overflow past the end of int64.
   duration_ps = std::clamp<int64_t>(duration_ps, 0, INT64_MAX - std::max<int64_t>(start_ps, 0));
-  Span span{start_ps, start_ps + duration_ps, it->second, 1, duration_ps, DetailId(detail), 0};
+  Span span{start_ps, start_ps + duration_ps, name_id, 1, duration_ps, DetailId(detail), 0};
   const Links links{flow, consumes, produces};
   const bool linked = (flow | consumes | produces) != 0;
   if (!streaming_line_) {
@@ -279,6 +295,7 @@ void TimelineBuilder::Feed(StreamLane& lane, size_t stage, const Span& s) {
     Stage& st = lane.stages.emplace_back();
     st.threshold_ns = int64_t{16} << (2 * (stage - 1));
     st.prev_end_ns = line_base_ns_;
+    st.lazy = sink_->Readable();
   }
   Stage& st = lane.stages[stage];
   const int64_t t = st.threshold_ns * 1000;
@@ -297,20 +314,76 @@ void TimelineBuilder::Feed(StreamLane& lane, size_t stage, const Span& s) {
       m.longest = s.longest;
       m.name = s.name;
     }
+    if (st.lazy) Materialize(lane, stage);
     return;
   }
   const Span done = m;
   m = s;
-  EncodeStaged(st, done);
+  Emit(st, done);
   Feed(lane, stage + 1, done);
 }
 
+void TimelineBuilder::Emit(Stage& st, const Span& s) {
+  if (st.lazy) {
+    ++st.spans;  // the level below's span, encoded there
+    return;
+  }
+  EncodeStaged(st, s);
+}
+
+void TimelineBuilder::Materialize(StreamLane& lane, size_t stage) {
+  Stage& st = lane.stages[stage];
+  // Its spans so far are the first ones of the nearest level below that is
+  // encoded (the events' level is): decoded from there and encoded again
+  // with this level's fields, as EncodeStaged would have.
+  size_t b = stage - 1;
+  while (lane.stages[b].lazy) --b;
+  const Stage& base = lane.stages[b];
+  const uint64_t n = st.spans;
+  st.lazy = false;
+  st.spans = 0;
+  st.prev_end_ns = line_base_ns_;
+  int64_t prev = line_base_ns_;
+  auto decode = [&](std::string_view bytes) {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+    const uint8_t* end = p + bytes.size();
+    auto get = [&]() {
+      uint64_t v = 0;
+      for (int shift = 0; p < end && shift < 64; shift += 7) {
+        const uint8_t c = *p++;
+        v |= uint64_t{c & 127u} << shift;
+        if (!(c & 128)) break;
+      }
+      return v;
+    };
+    while (p < end && st.spans < n) {
+      const uint64_t z = get();
+      const int64_t start = prev + (static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1));
+      const int64_t stop = start + static_cast<int64_t>(get());
+      const uint64_t name = get(), detail = get(), count = base.threshold_ns > 0 ? get() : 1;
+      EncodeNs(st, start, stop, name, detail, count);
+      prev = stop;
+    }
+  };
+  std::string chunk;
+  for (const TimelineChunk& c : base.chunks) {
+    if (st.spans >= n) break;
+    if (!sink_->Read(c.offset, c.bytes, &chunk)) return;  // the sink keeps its error
+    decode(chunk);
+  }
+  if (st.spans < n) decode(base.buf);
+}
+
 void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
+  EncodeNs(st, Ns(s.start), Ns(s.end), s.name, s.detail, s.count);
+}
+
+void TimelineBuilder::EncodeNs(Stage& st, int64_t start, int64_t end, uint64_t name, uint64_t detail,
+                               uint64_t count) {
   if (st.buf.empty()) {
     st.buf_first_span = st.spans;
     st.buf_prev_ns = st.prev_end_ns - line_base_ns_;
   }
-  int64_t start = Ns(s.start), end = Ns(s.end);
   // Every span of every level passes here: its varints go in one append.
   char bytes[5 * 10];
   char* p = bytes;
@@ -321,9 +394,9 @@ void TimelineBuilder::EncodeStaged(Stage& st, const Span& s) {
   const int64_t gap = start - st.prev_end_ns;  // may round to -1
   put((static_cast<uint64_t>(gap) << 1) ^ static_cast<uint64_t>(gap >> 63));
   put(static_cast<uint64_t>(end - start));
-  put(s.name);
-  put(s.detail);
-  if (st.threshold_ns > 0) put(s.count);
+  put(name);
+  put(detail);
+  if (st.threshold_ns > 0) put(count);
   st.buf.append(bytes, static_cast<size_t>(p - bytes));
   st.prev_end_ns = end;
   ++st.spans;
@@ -349,7 +422,7 @@ void TimelineBuilder::EndStreamedLine() {
       if (!st.has_pending) continue;
       st.has_pending = false;
       const Span last = st.pending;
-      EncodeStaged(st, last);
+      Emit(st, last);
       Feed(lane, k + 1, last);
     }
     // The levels kept, as AddLevels: each at most half the last one kept.
@@ -360,7 +433,7 @@ void TimelineBuilder::EndStreamedLine() {
       uint64_t last_kept = events;
       for (size_t k = 1; k < lane.stages.size() && lane.stages[k].threshold_ns / 4 <= extent_ns; ++k) {
         const uint64_t n = lane.stages[k].spans;
-        if (n * 2 > last_kept) continue;
+        if (n * 2 > last_kept || lane.stages[k].lazy) continue;  // (a lazy level is the one below: never halves it)
         kept.push_back(k);
         if (n <= 1) break;
         last_kept = n;

@@ -11,6 +11,7 @@
 // levels together are at most twice the events.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -53,6 +54,14 @@ class TimelineSink {
   virtual ~TimelineSink() = default;
   // Keeps `bytes`; returns the offset of their first byte.
   virtual uint64_t Append(std::string_view bytes) = 0;
+  // A sink that can give back what one Append kept (Read: `bytes` at
+  // `offset` into `out`, false on failure) lets the builder make a level
+  // only once it first differs from the one below (most are never kept).
+  virtual bool Readable() const { return false; }
+  virtual bool Read(uint64_t offset, uint64_t bytes, std::string* out) {
+    (void)offset, (void)bytes, (void)out;
+    return false;
+  }
 };
 
 struct TimelineTrack {
@@ -182,6 +191,9 @@ class TimelineBuilder {
   // when the line ends.
   struct Stage {
     int64_t threshold_ns = 0;  // 0: the events
+    // Nothing merged yet: its spans are the level below's (counted, not
+    // encoded); encoded from that level's bytes at its first merge.
+    bool lazy = false;
     bool has_pending = false;
     Span pending{};  // being merged
     uint64_t spans = 0;
@@ -198,6 +210,9 @@ class TimelineBuilder {
   void StreamSpan(const Span& s, const Links* links);
   void Feed(StreamLane& lane, size_t stage, const Span& s);
   void EncodeStaged(Stage& st, const Span& s);
+  void EncodeNs(Stage& st, int64_t start, int64_t end, uint64_t name, uint64_t detail, uint64_t count);
+  void Emit(Stage& st, const Span& s);
+  void Materialize(StreamLane& lane, size_t stage);
   void FlushStage(Stage& st);
   void EndStreamedLine();
   TimelineSink* sink_ = nullptr;
@@ -222,6 +237,13 @@ class TimelineBuilder {
   int64_t line_id_ = 0;
   std::vector<Span> spans_;
   size_t name_bytes_ = 0;
+  uint32_t NameId(std::string_view name);
+  struct RecentName {
+    std::string name;
+    uint32_t id = UINT32_MAX;
+  };
+  std::array<RecentName, 4> recent_names_;  // found last (AddEvent's first look)
+  size_t next_recent_ = 0;
   struct FlowEnd {
     uint32_t track, lane;
     int64_t ns;  // absolute

@@ -87,7 +87,32 @@ Reader ReaderAt(const std::string& blob, const report::TimelineLevel& l, const V
 // Writes what the builder streams to the index file, in large writes.
 class FileSink : public report::TimelineSink {
  public:
-  explicit FileSink(int fd) : fd_(fd) {}
+  // The file is written through a write-only descriptor: read back (a level
+  // made from the one below) through one of its own, opened from that one.
+  explicit FileSink(int fd)
+      : fd_(fd), read_fd_(open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC)) {}
+  ~FileSink() override {
+    if (read_fd_ >= 0) close(read_fd_);
+  }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+  bool Readable() const override { return read_fd_ >= 0; }
+  // One Append's bytes: all in the buffer, or all written.
+  bool Read(uint64_t offset, uint64_t bytes, std::string* out) override {
+    out->resize(bytes);
+    if (offset >= written_) {
+      if (offset - written_ + bytes > buf_.size()) return Fail(EINVAL);
+      std::memcpy(out->data(), buf_.data() + (offset - written_), bytes);
+      return true;
+    }
+    for (uint64_t done = 0; done < bytes;) {
+      ssize_t r = pread(read_fd_, out->data() + done, bytes - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return Fail(r < 0 ? errno : EIO);
+      done += static_cast<uint64_t>(r);
+    }
+    return true;
+  }
   uint64_t Append(std::string_view bytes) override {
     uint64_t at = written_ + buf_.size();
     buf_.append(bytes);
@@ -103,7 +128,12 @@ class FileSink : public report::TimelineSink {
   uint64_t size() const { return written_ + buf_.size(); }
 
  private:
+  bool Fail(int error) {
+    if (error_ == 0) error_ = error;
+    return false;
+  }
   int fd_;
+  int read_fd_;
   std::string buf_;
   uint64_t written_ = 0;
   int error_ = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,8 +35,12 @@ class ViewIndex {
   // the file's stem), one line at a time.
   Status Build(const std::vector<std::string>& files);
   const report::Timeline& timeline() const { return tl_; }
-  // Bytes of the lanes' levels in the index file (all levels made, kept or not).
+  // Bytes of the lanes' levels in the index file (those kept, and those made past their first merge and dropped).
   uint64_t index_bytes() const { return map_bytes_; }
+  // One chunk of a lane's level, as the index file holds it.
+  std::string_view ChunkBytes(const report::TimelineChunk& c) const {
+    return {reinterpret_cast<const char*>(map_) + c.offset, c.bytes};
+  }
 
   // The run between t0_ns and t1_ns (from timeline().start_ns) as drawn on
   // `pixels` columns: a Timeline with the same tracks, lanes and counters

@@ -228,6 +228,62 @@ TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
   EXPECT_GE(compared, 8u);
 }
 
+// A level is made only once it first differs from the one below: a lane of
+// 300k events 1.5 us apart (no level up to 256 ns merges them), then 700k
+// of 5 ns 10 ns apart (the 16 ns level merges them into one span, past the
+// first megabyte of the events' level, so that level is read back from the
+// index file to make it). The levels kept are the report builder's, byte
+// for byte, and the index file holds nothing else (before, every level
+// made was written, kept or not).
+TEST(ViewIndexTest, LevelsAreMadeOnlyOnceTheyDifferFromTheOneBelow) {
+  namespace model = spyglass::model;
+  model::Space space;
+  space.plane(model::kHostPlaneName);
+  model::Plane& host = space.planes[0];
+  model::Line& line = host.line_with_id(1);
+  line.name = "late";
+  const uint32_t e = host.intern_event("e");
+  int64_t at = 0;  // ps
+  for (int i = 0; i < 300'000; i++, at += 1'500'000) line.events.push_back({at, 1'000'000, e});
+  for (int i = 0; i < 700'000; i++, at += 10'000) line.events.push_back({at, 5'000, e});
+  const std::string dir = testing::TempDir() + "/view_late_level";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
+  const report::Timeline want = builder.Finish();
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  const report::Timeline& got = index.timeline();
+  ASSERT_EQ(want.tracks.size(), 1u);
+  ASSERT_EQ(got.tracks.size(), 1u);
+  ASSERT_EQ(want.tracks[0].lanes.size(), 1u);
+  const std::vector<report::TimelineLevel>& wl = want.tracks[0].lanes[0];
+  const std::vector<report::TimelineLevel>& gl = got.tracks[0].lanes[0];
+  ASSERT_EQ(gl.size(), wl.size());
+  ASSERT_GE(wl.size(), 3u);
+  EXPECT_EQ(wl[1].threshold_ns, 16);
+  EXPECT_EQ(wl[1].spans, 300'001u);  // the late merge: kept
+  uint64_t kept_bytes = 0;
+  for (size_t k = 0; k < wl.size(); k++) {
+    SCOPED_TRACE(k);
+    ASSERT_EQ(gl[k].threshold_ns, wl[k].threshold_ns);
+    ASSERT_EQ(gl[k].spans, wl[k].spans);
+    ASSERT_EQ(gl[k].bytes, wl[k].bytes);
+    kept_bytes += gl[k].bytes;
+    std::string bytes;
+    for (const report::TimelineChunk& c : gl[k].chunks) {
+      ASSERT_LE(c.offset + c.bytes, index.index_bytes());
+      bytes += index.ChunkBytes(c);
+    }
+    EXPECT_EQ(bytes, want.blob.substr(wl[k].offset, wl[k].bytes));
+  }
+  EXPECT_GT(wl[0].bytes, uint64_t{1} << 20);
+  EXPECT_EQ(index.index_bytes(), kept_bytes);
+}
+
 // An async pair (XProf's producer "_p"/"_pt" and consumer "_c"/"_ct", as
 // tf.data's prefetch) across two threads is an arrow on the timeline, in the
 // report's builder and in view's index; one event both consumes and
