@@ -282,7 +282,8 @@ bool FindThreadList(const Api& a, unsigned minor) {
   const void* self = g.this_thread_state();
   if (t.interp == nullptr || self == nullptr) return false;
   void* first = a.thread_head(const_cast<void*>(t.interp));
-  t.head = FindValue<const void*>(t.interp, first, 0, 1024);
+  // threads.head: at 8 (3.10), 16 (3.11), 72 (3.12), 7344 (3.13, after the eval state's arrays).
+  t.head = FindValue<const void*>(t.interp, first, 0, 16384);
   t.next = 8;  // after prev, in 3.10-3.13
   for (void* ts = first; ts != nullptr; ts = a.thread_next(ts))
     if (At<const void*>(ts, t.next) != a.thread_next(ts)) return false;
