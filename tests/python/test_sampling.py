@@ -475,17 +475,20 @@ sys.exit(3)
 '''
 
 
-def test_off_cpu_samples_carry_the_blocked_threads_python_frames(tmp_path):
+@pytest.mark.parametrize("mechanism", ["perf", "timer"])
+def test_off_cpu_samples_carry_the_blocked_threads_python_frames(tmp_path, mechanism):
   """Wall mode reads a blocked thread's Python frames without a signal: the
   sleeping thread's and the waiting thread's samples name their functions
-  (file:line) above the off-CPU leaf; the program's output and exit stay its own."""
+  (file:line) above the off-CPU leaf; the program's output and exit stay its
+  own. Both on-CPU mechanisms (perf events, the timer fallback) take them."""
+  env = clean_env(**({"SPYGLASS_SAMPLER_FORCE_TIMER": "1"} if mechanism == "timer" else {}))
   prog = tmp_path / "blocked.py"
   prog.write_text(BLOCKED_PROGRAM)
   lines = BLOCKED_PROGRAM.splitlines()
   sleep_line = next(i + 1 for i, l in enumerate(lines) if "SLEEP_LINE" in l)
   wait_line = next(i + 1 for i, l in enumerate(lines) if "WAIT_LINE" in l)
   r = sh(sys.executable, "-m", "spyglass", "run", "--sample", "499", "--sample-mode", "wall", str(prog),
-         cwd=str(tmp_path))
+         cwd=str(tmp_path), env=env)
   assert r.returncode == 3, r.stderr
   assert r.stdout == "slept and waited\n", r.stdout
   xplane = one(str(tmp_path / "plugins" / "profile" / "*" / "*.xplane.pb"))
