@@ -9,6 +9,7 @@
 // may run in a signal handler on the thread whose frames it reads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -51,37 +52,69 @@ inline const RawLayout* LayoutOf(unsigned minor) {
 // public API would show, innermost first, until it returns false or `max`
 // frames were given. `lasti`: the byte offset of the frame's instruction, -1
 // before the first (PyFrame_GetLasti's value; PyCode_Addr2Line takes it).
-// `code_type`: &PyCode_Type. Returns the number of frames given.
-template <typename OnFrame>
-int WalkRaw(const void* ts, const RawLayout& L, const void* code_type, int max, const OnFrame& on_frame) {
+// `code_type`: &PyCode_Type. Each read goes through `load(dst, src, size)`,
+// which returns false when it could not copy (a fault-tolerant copy, where
+// the frames are another thread's: the walk ends there). Returns the number
+// of frames given.
+template <typename Load, typename OnFrame>
+int WalkRawWith(const Load& load, const void* ts, const RawLayout& L, const void* code_type, int max,
+                const OnFrame& on_frame) {
+  auto rd = [&]<typename T>(const void* base, int offset, T* v) {
+    return load(static_cast<void*>(v), static_cast<const char*>(base) + offset, sizeof *v);
+  };
   int n = 0;
+  const void* f = nullptr;
+  const void* code = nullptr;
+  const void* type = nullptr;
   if (L.ts_cframe == -2) {  // 3.10: frame objects
-    const void* f = At<const void*>(ts, L.current_frame);
-    for (int hops = 0; f != nullptr && n < max && hops < kMaxHops; ++hops, f = At<const void*>(f, L.previous)) {
-      const void* code = At<const void*>(f, L.code);
-      if (code == nullptr || At<const void*>(code, sizeof(intptr_t)) != code_type) continue;
-      const int units = At<int32_t>(f, L.instr);  // f_lasti, in code units
-      ++n;
-      if (!on_frame(code, units < 0 ? -1 : units * 2)) break;
+    if (!rd(ts, L.current_frame, &f)) return 0;
+    for (int hops = 0; f != nullptr && n < max && hops < kMaxHops; ++hops) {
+      int32_t units = 0;  // f_lasti, in code units
+      if (!rd(f, L.code, &code) || !rd(f, L.instr, &units)) break;
+      if (code != nullptr && rd(code, sizeof(intptr_t), &type) && type == code_type) {
+        ++n;
+        if (!on_frame(code, units < 0 ? -1 : units * 2)) break;
+      }
+      if (!rd(f, L.previous, &f)) break;
     }
     return n;
   }
-  const void* f = L.ts_cframe >= 0 ? At<const void*>(At<const void*>(ts, L.ts_cframe), L.current_frame)
-                                   : At<const void*>(ts, L.current_frame);
-  for (int hops = 0; f != nullptr && n < max && hops < kMaxHops; ++hops, f = At<const void*>(f, L.previous)) {
+  if (L.ts_cframe >= 0) {
+    const void* cframe = nullptr;
+    if (!rd(ts, L.ts_cframe, &cframe) || cframe == nullptr || !rd(cframe, L.current_frame, &f)) return 0;
+  } else if (!rd(ts, L.current_frame, &f)) {
+    return 0;
+  }
+  for (int hops = 0; f != nullptr && n < max && hops < kMaxHops; ++hops) {
     // _PyFrame_IsIncomplete: the C stack's shim frames, and frames still in
     // their prologue (before _co_firsttraceable), are not shown by the API.
-    const char owner = At<char>(f, L.owner);
-    if (owner == kOwnedByCStack) continue;
-    const void* code = At<const void*>(f, L.code);
-    if (code == nullptr || At<const void*>(code, sizeof(intptr_t)) != code_type) continue;
-    const intptr_t units =
-        (At<intptr_t>(f, L.instr) - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
-    if (owner != kOwnedByGenerator && units < At<int32_t>(code, L.first_traceable)) continue;
-    ++n;
-    if (!on_frame(code, units < 0 ? -1 : static_cast<int>(units * 2))) break;
+    char owner = 0;
+    intptr_t instr = 0;
+    int32_t first_traceable = 0;
+    if (!rd(f, L.owner, &owner) || !rd(f, L.code, &code) || !rd(f, L.instr, &instr)) break;
+    if (owner != kOwnedByCStack && code != nullptr && rd(code, sizeof(intptr_t), &type) && type == code_type &&
+        rd(code, L.first_traceable, &first_traceable)) {
+      const intptr_t units = (instr - reinterpret_cast<intptr_t>(code) - L.code_units) / 2;  // _PyInterpreterFrame_LASTI
+      if (owner == kOwnedByGenerator || units >= first_traceable) {
+        ++n;
+        if (!on_frame(code, units < 0 ? -1 : static_cast<int>(units * 2))) break;
+      }
+    }
+    if (!rd(f, L.previous, &f)) break;
   }
   return n;
+}
+
+// WalkRaw's walk reading in place: the frames are the calling thread's own,
+// or their thread holds still (the GIL).
+template <typename OnFrame>
+int WalkRaw(const void* ts, const RawLayout& L, const void* code_type, int max, const OnFrame& on_frame) {
+  return WalkRawWith(
+      [](void* dst, const void* src, size_t size) {
+        std::memcpy(dst, src, size);
+        return true;
+      },
+      ts, L, code_type, max, on_frame);
 }
 
 // Puts the Python frames `py` (innermost first) among the native stack

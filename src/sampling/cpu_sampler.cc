@@ -450,7 +450,13 @@ void CpuSampler::SampleOffCpu(uint64_t now) {
       const uint64_t sp = words[nwords - 2], pc = words[nwords - 1];
       const uint64_t t0 = MonotonicNs();
       const ssize_t got = CopyOwnMemory(scratch_.data(), sp, kStackCopyBytes);
-      // The copy is the blocked stack's only if the thread did not move
+      // Its Python frames, read in place without a signal: they hold still while it blocks.
+      const void* py_code[PythonStacks::kMaxBlockedFrames];
+      int py_lasti[PythonStacks::kMaxBlockedFrames];
+      const int np = python_blocked_ ? python_.ReadBlocked(t.tid, CopyOwnMemory, py_code, py_lasti,
+                                                           PythonStacks::kMaxBlockedFrames)
+                                     : 0;
+      // The copies are the blocked thread's only if it did not move
       // meanwhile (else: counted at the next look).
       if (read_at_0(t.fd, again, sizeof again) <= 0 || strcmp(text, again) != 0) continue;
       uintptr_t frames[kMaxDepth];
@@ -460,7 +466,15 @@ void CpuSampler::SampleOffCpu(uint64_t now) {
       const int n = memory::internal::UnwindCopiedStack(pc, sp, 0, scratch_.data(),
                                                         got > 0 ? static_cast<size_t>(got) : 0, frames + 1,
                                                         kMaxDepth - 1, &why);
-      stack = Intern(frames, n + 1, why != memory::internal::kCfiOutermost);
+      const bool truncated = why != memory::internal::kCfiOutermost;
+      if (np > 0) {
+        uintptr_t spliced[kMaxDepth + PythonStacks::kMaxBlockedFrames];
+        const int depth = python_.SpliceBlocked(py_code, py_lasti, np, frames, n + 1, spliced,
+                                                kMaxDepth + PythonStacks::kMaxBlockedFrames);
+        stack = Intern(spliced, depth, truncated);
+      } else {
+        stack = Intern(frames, n + 1, truncated);
+      }
       cap_.unwind_ns += MonotonicNs() - t0;
     }
     t.blocked = true;
@@ -588,6 +602,14 @@ Status CpuSampler::Start() {
                       ", taken for the process) that each thread's event sends it";
   else if (!python_why.empty())
     cap_.mechanism += "; " + python_why;
+  // Off-CPU samples' Python frames: read by the reader, no signal needed (the timer path too).
+  if (wall_on_ && use_timer_ && !python_.blocked_ready()) {
+    std::string why;
+    python_.Enable(&why, /*with_signal=*/false);
+  }
+  python_blocked_ = wall_on_ && python_.blocked_ready();
+  if (wall_on_ && python_blocked_)
+    cap_.mechanism += "; off-CPU samples' Python frames read from the blocked thread's state by copies, no signal";
   if (wall_on_) next_off_ns_ = MonotonicNs();
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // The reader takes none of the program's signals.

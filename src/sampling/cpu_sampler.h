@@ -131,6 +131,7 @@ class CpuSampler {
   std::vector<uint8_t> scratch_;
   PythonStacks python_;  // Python frames at sample time (python_stacks.h)
   bool python_on_ = false;
+  bool python_blocked_ = false;  // wall mode: off-CPU samples get Python frames (python_.ReadBlocked)
   bool use_timer_ = false;
   std::vector<std::pair<uint32_t, void*>> timers_;  // tid, timer_t
   struct TimerObservation {

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -56,6 +57,17 @@ struct Handler {
   int (*addr2line)(const void*, int) = nullptr;
 };
 Handler g;
+
+// Where the reader finds a blocked thread's state (set by Enable, GIL held).
+struct ThreadList {
+  const void* interp = nullptr;  // the main interpreter
+  int head = -1;                 // offset of its first thread state (threads.head, 3.10's tstate_head)
+  int next = -1;                 // PyThreadState.next
+  int native_tid = -1;           // PyThreadState.native_thread_id (3.11+), or -1
+  int thread_id = -1;            // PyThreadState.thread_id: the pthread_t
+  int pthread_tid = -1;          // 3.10: glibc's struct pthread's tid, at pthread_t
+};
+ThreadList g_threads;
 uintptr_t g_eval_lo = 0, g_eval_hi = 0;
 
 uint64_t MonotonicNs() {
@@ -252,9 +264,47 @@ int ChooseSignal() {
   return chosen;
 }
 
+
+// The offset of `value` among the first `bytes` of `obj`, in steps of
+// sizeof(T), from `from`; or -1.
+template <typename T>
+int FindValue(const void* obj, T value, int from, int bytes) {
+  for (int off = from; off + static_cast<int>(sizeof(T)) <= bytes; off += sizeof(T))
+    if (At<T>(obj, off) == value) return off;
+  return -1;
+}
+
+// With the GIL: the offsets the reader walks the thread list by, checked on
+// this thread's own state and on the list as the API walks it.
+bool FindThreadList(const Api& a, unsigned minor) {
+  ThreadList t;
+  t.interp = a.interp_head();
+  const void* self = g.this_thread_state();
+  if (t.interp == nullptr || self == nullptr) return false;
+  void* first = a.thread_head(const_cast<void*>(t.interp));
+  // threads.head: at 8 (3.10), 16 (3.11), 72 (3.12), 7344 (3.13, after the eval state's arrays).
+  t.head = FindValue<const void*>(t.interp, first, 0, 16384);
+  t.next = 8;  // after prev, in 3.10-3.13
+  for (void* ts = first; ts != nullptr; ts = a.thread_next(ts))
+    if (At<const void*>(ts, t.next) != a.thread_next(ts)) return false;
+  const uint64_t me = static_cast<uint64_t>(syscall(SYS_gettid));
+  t.thread_id = FindValue<uint64_t>(self, static_cast<uint64_t>(pthread_self()), 16, 1024);
+  if (t.head < 0 || t.thread_id < 0) return false;
+  if (minor >= 11) {  // native_thread_id follows thread_id
+    if (At<uint64_t>(self, t.thread_id + 8) != me) return false;
+    t.native_tid = t.thread_id + 8;
+  } else {  // glibc keeps the thread's tid in its struct pthread, at pthread_t
+    t.pthread_tid = FindValue<int32_t>(reinterpret_cast<const void*>(pthread_self()), static_cast<int32_t>(me), 0, 2048);
+    if (t.pthread_tid < 0) return false;
+  }
+  g_threads = t;
+  return true;
+}
+
 }  // namespace
 
-bool PythonStacks::Enable(std::string* why) {
+bool PythonStacks::Enable(std::string* why, bool with_signal) {
+  blocked_ready_ = false;
   Api a{};
   const unsigned long* version = nullptr;
   if (!Find(&a.is_initialized, "Py_IsInitialized")) return false;  // not a Python program
@@ -283,11 +333,15 @@ bool PythonStacks::Enable(std::string* why) {
   g.co_name = g.co_filename = g.ascii_data = -1;
   const int gil = a.gil_ensure();
   const int compared = CheckLayout(a, why);
+  const bool list_found = compared > 0 && FindThreadList(a, minor);
   a.gil_release(gil);
   if (compared <= 0) {
     if (compared == 0) *why = "Python frames are off: no Python frame to check this CPython's layout on";
     return false;
   }
+  blocked_ready_ = list_found;
+  FindEvalLoop();
+  if (!with_signal) return true;
   if (g.slots == nullptr) {
     void* m = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
@@ -306,7 +360,6 @@ bool PythonStacks::Enable(std::string* why) {
   stacks_.clear();
   stack_ids_.clear();
   lost_ = 0;
-  FindEvalLoop();
   signo_ = ChooseSignal();
   if (signo_ == 0) {
     *why = "Python frames are off: every realtime signal is the program's";
@@ -359,6 +412,52 @@ void PythonStacks::Drain() {
       records_.push_back({copy.time_ns, tid, it->second});
     }
   }
+}
+
+int PythonStacks::ReadBlocked(uint32_t tid, CopyFn copy, const void** code, int* lasti, int max) const {
+  if (!blocked_ready_) return 0;
+  const ThreadList& t = g_threads;
+  auto load = [copy](void* dst, const void* src, size_t n) {
+    return copy(dst, reinterpret_cast<uint64_t>(src), n) == static_cast<long>(n);
+  };
+  auto word = [&](const void* base, int offset, auto* v) {
+    return load(static_cast<void*>(v), static_cast<const char*>(base) + offset, sizeof *v);
+  };
+  // The list may change meanwhile (a thread starts or ends): every read is a
+  // copy, and the hops are bounded.
+  const void* ts = nullptr;
+  if (!word(t.interp, t.head, &ts)) return 0;
+  for (int hops = 0; ts != nullptr; ++hops) {
+    if (hops >= 4096) return 0;
+    uint64_t id = 0;
+    if (t.native_tid >= 0) {
+      if (word(ts, t.native_tid, &id) && id == tid) break;
+    } else {
+      const void* pthread = nullptr;
+      int32_t its_tid = 0;
+      if (word(ts, t.thread_id, &pthread) && pthread != nullptr && word(pthread, t.pthread_tid, &its_tid) &&
+          static_cast<uint32_t>(its_tid) == tid)
+        break;
+    }
+    if (!word(ts, t.next, &ts)) return 0;
+  }
+  if (ts == nullptr) return 0;
+  int n = 0;
+  pf::WalkRawWith(load, ts, g.layout, g.code_type, max, [&](const void* c, int l) {
+    code[n] = c;
+    lasti[n++] = l;
+    return true;
+  });
+  return n;
+}
+
+int PythonStacks::SpliceBlocked(const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
+                                uintptr_t* out, int max) const {
+  uintptr_t py[kMaxBlockedFrames];
+  np = std::min(np, kMaxBlockedFrames);
+  for (int i = 0; i < np; ++i) py[i] = FrameOf(code[i], lasti[i]);
+  auto is_eval = [](uintptr_t ret) { return ret - 1 >= g_eval_lo && ret - 1 < g_eval_hi; };
+  return pf::SpliceAtEvalFrames(native, n, py, np, out, max, is_eval);
 }
 
 void PythonStacks::Disable() { g.on.store(false, std::memory_order_release); }

@@ -22,6 +22,15 @@
 // GIL taken. A thread without a thread state (not Python's) records nothing.
 // The handler stays installed after the session (a no-op then): a signal
 // still queued for a thread must not meet the default action (termination).
+//
+// Off-CPU (wall mode) samples get their Python frames without a signal (it
+// would make the blocked call return EINTR): the reader finds the blocked
+// thread's PyThreadState in the interpreter's thread list (native_thread_id
+// on 3.11+; on 3.10 thread_id, a pthread_t, whose tid glibc keeps in it) and
+// walks its frames with fault-tolerant copies of the process's own memory,
+// taking no lock and not the GIL: a thread blocked in the kernel runs no
+// Python, so its frame chain holds still (one waiting for the GIL is in
+// take_gil, blocked on a futex).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +46,24 @@ class PythonStacks {
  public:
   // Whether this process runs a CPython whose frames can be read; false
   // without a line when it runs none, else `why` says what is missing.
-  bool Enable(std::string* why);
+  // `with_signal` false: only blocked threads' frames will be read (no
+  // signal taken, no rings; Arm then fails).
+  bool Enable(std::string* why, bool with_signal = true);
+  // The reader (wall mode): whether blocked threads' frames can be read.
+  bool blocked_ready() const { return blocked_ready_; }
+  // The reader: the Python frames of thread `tid`, blocked in the kernel, as
+  // (code object, lasti) pairs into `code`/`lasti` (innermost first, room for
+  // `max`), every read through `copy` (a fault-tolerant copy of this
+  // process's memory: a short count, never a fault). 0: not a Python thread,
+  // or nothing could be read.
+  using CopyFn = long (*)(void* dst, uint64_t src, size_t n);
+  int ReadBlocked(uint32_t tid, CopyFn copy, const void** code, int* lasti, int max) const;
+  // Their frames (symbolic, interned: call only while the thread still
+  // blocks, so its code objects live) spliced among the native ones (return
+  // addresses, innermost first) into `out` (room for `max`); returns its depth.
+  int SpliceBlocked(const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
+                    uintptr_t* out, int max) const;
+  static constexpr int kMaxBlockedFrames = 64;
   // Thread `tid`'s perf event `fd` signals it at each sample from now on.
   bool Arm(int fd, uint32_t tid);
   // The reader: moves what the threads recorded out of their rings.
@@ -57,6 +83,7 @@ class PythonStacks {
     uint32_t stack;  // into stacks_
   };
   int signo_ = 0;
+  bool blocked_ready_ = false;
   std::vector<uint64_t> tails_;  // per slot: the next entry to read
   std::vector<Record> records_;
   std::vector<std::vector<uintptr_t>> stacks_;

@@ -444,3 +444,79 @@ def test_speedscope_reads_the_python_cpu_profile(tmp_path):
                       "main_thread_work"], capture_output=True, text=True, timeout=240,
                      env=dict(os.environ, SORT_BY_TOTAL="1"))
   assert c.returncode == 0, c.stdout + c.stderr
+
+
+# ---- Python frames in off-CPU (wall mode) samples ----------------------------
+BLOCKED_PROGRAM = '''\
+import sys
+import threading
+import time
+
+released = threading.Event()
+
+
+def sleeper_sleeps():
+  time.sleep(1.2)  # SLEEP_LINE
+
+
+def waiter_waits():
+  released.wait()  # WAIT_LINE
+
+
+sleeper = threading.Thread(target=sleeper_sleeps, name="sleeper")
+waiter = threading.Thread(target=waiter_waits, name="waiter")
+sleeper.start()
+waiter.start()
+sleeper.join()
+released.set()
+waiter.join()
+print("slept and waited")
+sys.exit(3)
+'''
+
+
+@pytest.mark.parametrize("mechanism", ["perf", "timer"])
+def test_off_cpu_samples_carry_the_blocked_threads_python_frames(tmp_path, mechanism):
+  """Wall mode reads a blocked thread's Python frames without a signal: the
+  sleeping thread's and the waiting thread's samples name their functions
+  (file:line) above the off-CPU leaf; the program's output and exit stay its
+  own. Both on-CPU mechanisms (perf events, the timer fallback) take them."""
+  env = clean_env(**({"SPYGLASS_SAMPLER_FORCE_TIMER": "1"} if mechanism == "timer" else {}))
+  prog = tmp_path / "blocked.py"
+  prog.write_text(BLOCKED_PROGRAM)
+  lines = BLOCKED_PROGRAM.splitlines()
+  sleep_line = next(i + 1 for i, l in enumerate(lines) if "SLEEP_LINE" in l)
+  wait_line = next(i + 1 for i, l in enumerate(lines) if "WAIT_LINE" in l)
+  r = sh(sys.executable, "-m", "spyglass", "run", "--sample", "499", "--sample-mode", "wall", str(prog),
+         cwd=str(tmp_path), env=env)
+  assert r.returncode == 3, r.stderr
+  assert r.stdout == "slept and waited\n", r.stdout
+  xplane = one(str(tmp_path / "plugins" / "profile" / "*" / "*.xplane.pb"))
+  with open(one(os.path.join(os.path.dirname(xplane), "cpu.*.prof")), "rb") as f:
+    profile = parse_profile(f.read())
+
+  def blocked_under(function, line):
+    """Samples whose stack has `function` at prog:line above an off-CPU leaf frame."""
+    found = 0
+    for s in profile:
+      names = [f[0] for f in s["frames"]]
+      if function not in names:
+        continue
+      at = names.index(function)
+      frame = s["frames"][at]
+      off = [i for i, n in enumerate(names) if n.startswith("[off CPU")]
+      if off and off[0] < at and frame[1] == str(prog) and frame[2] == line:
+        found += s["count"]
+    return found
+
+  sleeping = blocked_under("sleeper_sleeps", sleep_line)
+  waiting = blocked_under("waiter_waits", wait_line)
+  off_names = sorted({n for s in profile for n, _, _ in s["frames"] if n.startswith("[off CPU")})
+  # 1.2 s blocked at 499 Hz: hundreds of samples each.
+  assert sleeping >= 100, (sleeping, off_names)
+  assert waiting >= 100, (waiting, off_names)
+  # The Python frames sit among the native ones: the thread's bootstrap frames outside the function.
+  for s in profile:
+    names = [f[0] for f in s["frames"]]
+    if "sleeper_sleeps" in names and names[0].startswith("[off CPU"):
+      assert names.index("sleeper_sleeps") < names.index("_bootstrap_inner"), names
