@@ -13,9 +13,9 @@ jobs=${JOBS:-2}
 stage build
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
-# Fuzzers: 30 s each here (6 of them; SPYGLASS_FUZZ_SECONDS, default 60 when run alone).
+# Fuzzers: 15 s each here (6 of them; SPYGLASS_FUZZ_SECONDS, default 60 when run alone).
 stage ctest
-SPYGLASS_FUZZ_SECONDS=${SPYGLASS_FUZZ_SECONDS:-30} ctest --test-dir build --output-on-failure -j "$jobs"
+SPYGLASS_FUZZ_SECONDS=${SPYGLASS_FUZZ_SECONDS:-15} ctest --test-dir build --output-on-failure -j "$jobs"
 # What users build: the start-from-outside tests and the real programs again on
 # a Release build (only the targets they run), so that no behaviour depends on
 # the build type.
