@@ -52,24 +52,20 @@ static void on_prof(int sig) {
 }
 
 int main(int argc, char** argv) {
-  /* "no-prof": without the program's own SIGPROF timer. ITIMER_PROF counts
-     the whole process's CPU time, the profiler's threads' too: a sampler
-     whose reader works while the program sleeps makes it fire during the
-     nanosleep below (EINTR), a signal of the program's own. */
+  /* "no-prof": without the program's own SIGPROF timer. */
   const int own_prof = !(argc > 1 && strcmp(argv[1], "no-prof") == 0);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_prof;
   sigaction(SIGPROF, &sa, NULL);
   struct itimerval it = {{0, 10000}, {0, 10000}};
-  if (own_prof) setitimer(ITIMER_PROF, &it, NULL);
 
   if (pipe(g_pipe) != 0) return 1;
   pthread_t t;
   pthread_create(&t, NULL, helper, NULL);
   char buf[16] = {0};
   ssize_t n;
-  do n = read(g_pipe[0], buf, sizeof buf - 1);  /* SIGPROF may interrupt it: the program's own */
+  do n = read(g_pipe[0], buf, sizeof buf - 1);
   while (n < 0 && errno == EINTR);
   printf("read %zd '%s'\n", n, buf);
   int r;
@@ -78,7 +74,7 @@ int main(int argc, char** argv) {
   printf("futex woken, value %d\n", atomic_load(&g_futex));
   pthread_join(t, NULL);
 
-  /* Without CPU use ITIMER_PROF does not fire: these see no signal of the program's. */
+  /* No timer of the program's is armed yet: these see no signal of the program's. */
   double t0 = now_s();
   struct timespec ts = {0, 100000000};
   int s = nanosleep(&ts, &ts);
@@ -88,8 +84,12 @@ int main(int argc, char** argv) {
   int pr = poll(&p, 1, 100);
   printf("poll %d errno %d waited_enough %d\n", pr, pr < 0 ? errno : 0, now_s() - t0 >= 0.1);
 
-  /* Until the program's own timer fired a few times (CPU time: on a busy
+  /* The program's own timer is armed only now, after its sleeps: ITIMER_PROF
+     counts the whole process's CPU time, the sampler's reader's too, so
+     armed during a sleep it may fire there (the program's own signal, EINTR;
+     docs/sampling.md). Until it fired a few times (CPU time: on a busy
      machine wall time says little), at most 10 s. */
+  if (own_prof) setitimer(ITIMER_PROF, &it, NULL);
   double until = now_s() + 10;
   while (own_prof && g_prof_ticks <= 5 && now_s() < until) burn(0.01);
   struct itimerval off = {{0, 0}, {0, 0}};
