@@ -7,9 +7,9 @@
 #
 # Every Python: the full suite runs on the default python3 (3.11); then the
 # package is built, installed and tested on the oldest and newest CPython we
-# support (3.10, 3.13; from pyenv or PATH) in venvs of their own: on the
-# newest, the suite less the real-peer tests (jax, xprof, memray: installed for
-# python3 only); on the oldest, the version-dependent files of it.
+# support (3.10, 3.13; from pyenv or PATH) in venvs of their own: the
+# version-dependent files of the suite, less the real-peer tests (jax, xprof,
+# memray: installed for python3 only), and on the newest the real programs.
 # With ccache (scripts/setup.sh installs it for the tests) and CCACHE_BASEDIR
 # at the repository, those builds reuse the C++ core compiled for the first
 # one: only the extension's Python-dependent files compile again.
@@ -57,15 +57,12 @@ for v in $pythons; do
   # Its own site-packages only: the system's are python3's.
   venv=.venv-test-py${v/./}
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-  # The newest runs the suite less the real-peer tests; the oldest, only the
-  # files whose code differs by version (frames, the tracer, the heap hook,
-  # the sampler's Python stacks), to keep CI within its time.
-  if [ "$v" = "$newest" ]; then
-    files=(.)
-  else
-    files=(test_python_heap.py test_python_tracer.py test_sampling.py test_api.py test_closed_streams.py
-           test_numpy_memory.py test_profile_data.py test_tracer_under_heap_hook.py)
-  fi
+  # The files whose code differs by version (frames, the tracer, the heap
+  # hook, the sampler's Python stacks; the rest is the same C++ on every
+  # version), and on the newest the real programs too: CI keeps its time.
+  files=(test_python_heap.py test_python_tracer.py test_sampling.py test_api.py test_closed_streams.py
+         test_numpy_memory.py test_profile_data.py test_tracer_under_heap_hook.py)
+  [ "$v" = "$newest" ] && files+=(test_real_programs.py test_run_args.py test_env_start.py)
   install_and_test "$venv" "$py" -k "not jax and not xprof and not memray" --ignore=test_jax_compat.py \
     --ignore=test_xprof_and_processes.py "${files[@]}"
   if [ "$v" = "$newest" ]; then
