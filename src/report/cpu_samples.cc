@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "model/schema.h"
+#include "model/wire.h"
 #include "model/xspace.h"
 #include "model/xspace_read.h"
 #include "sampling/cpu_model.h"
@@ -11,13 +12,8 @@
 namespace spyglass::report {
 namespace {
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+// The page's varints: the model's writer (model/wire.h).
+void PutVarint(std::string* out, uint64_t v) { model::wire::PutVarint(v, out); }
 
 std::string ProcessTitle(const model::Plane& plane) {
   std::string comm, pid;

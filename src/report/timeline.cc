@@ -9,17 +9,13 @@
 #include "common/saturate.h"
 #include "common/utf8.h"
 #include "model/schema.h"
+#include "model/wire.h"
 
 namespace spyglass::report {
 namespace {
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+// The page's varints: the model's writer (model/wire.h).
+void PutVarint(std::string* out, uint64_t v) { model::wire::PutVarint(v, out); }
 
 static_assert(std::endian::native == std::endian::little, "the page reads counter values as little-endian float64");
 void PutF64(std::string* out, double v) {
