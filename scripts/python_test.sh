@@ -17,10 +17,13 @@
 # ProfileData/ProfileSession names and outputs against jax's own classes,
 # FDO/PGLE and device memory against jax's, and JAX's own profiler tests on
 # spyglass.profiler where their files are found (test_jax_own_tests.py).
+# Each pytest runs its tests on JOBS workers (pytest-xdist, default 2): most
+# tests wait on the programs they run, so two at once use both cores.
 #   SPYGLASS_PYTHONS="3.10 3.13"   the extra versions (empty: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+workers=${JOBS:-2}
 export CCACHE_BASEDIR=$ROOT
 build_args=()
 if command -v ccache >/dev/null; then
@@ -34,10 +37,10 @@ install_and_test() {
   shift 2
   [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "scikit-build-core>=0.10" "nanobind>=2.0" pytest numpy protobuf
+    "scikit-build-core>=0.10" "nanobind>=2.0" pytest pytest-xdist numpy protobuf
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "${build_args[@]}" .
   # Run from outside the source tree so that `import spyglass` is the installed package.
-  (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@")
+  (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" --durations=15 "$@")
 }
 
 VENV=${SPYGLASS_VENV:-.venv-test}
@@ -68,7 +71,7 @@ for v in $pythons; do
   if [ "$v" = "$newest" ]; then
     echo "== CPython $v with the newest jax: names, ProfileData, FDO/PGLE, device memory, JAX's own tests"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check jax absl-py portpicker
-    (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_profile_data.py \
+    (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" test_api.py test_profile_data.py \
       test_jax_fdo.py test_jax_device_memory.py test_jax_own_tests.py test_jax_plugin.py)
   fi
 done
