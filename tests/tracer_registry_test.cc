@@ -4,10 +4,14 @@
 // nullptr leaves its tracer out.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "session/options_text.h"
 #include "session/session.h"
 #include "session/tracer.h"
@@ -20,12 +24,15 @@ namespace {
 // so that they stay out of sessions they are not about.
 bool g_on = false;
 std::string g_fail;  // the tracer whose Start fails
+int g_slow_start_ms = 0;  // how long "before_host" takes to start
 std::vector<std::string> g_log;
 
 class TestTracer : public Tracer {
  public:
   TestTracer(std::string name, uint64_t events) : name_(std::move(name)), events_(events) {}
   Status Start() override {
+    if (name_ == "before_host" && g_slow_start_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(g_slow_start_ms));
     // Whether the host recorder runs now: begin_static records only then.
     uint64_t w = internal::begin_static("registry_test_probe", 1);
     internal::end(w);
@@ -81,6 +88,7 @@ class TracerRegistry : public ::testing::Test {
   void TearDown() override {
     g_on = false;
     g_fail.clear();
+    g_slow_start_ms = 0;
   }
 };
 
@@ -130,6 +138,38 @@ TEST_F(TracerRegistry, StartsInRankOrderStopsInReverse) {
   EXPECT_GE(host_threads, 1u);
   EXPECT_EQ(summary.events, 7u + 3u + 5u + host_events);
   EXPECT_EQ(summary.threads, 3u + host_threads);
+}
+
+// One time base: an event's time is its wall time, however long the tracers
+// started before the host tracer took (the session's zero is taken once,
+// before the first starts; each tracer counted from its own start before).
+TEST_F(TracerRegistry, EveryTracerCountsFromTheSessionsZero) {
+  g_slow_start_ms = 200;
+  profiler::ProfileOptions options;
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::Create(options, "busy", &session).ok());
+  const uint64_t wall = internal::wall_ns();
+  internal::end(internal::begin_static("zero_probe", 1));
+  model::Space space;
+  SessionSummary summary;
+  ASSERT_TRUE(session->Stop(&space, &summary).ok());
+  model::Plane* env = space.find_plane(model::kTaskEnvPlaneName);
+  ASSERT_NE(env, nullptr);
+  uint64_t start = 0;
+  for (const model::Stat& s : env->stats)
+    if (env->stat_name(s) == model::kProfileStartTimeStat) start = s.u64;
+  ASSERT_GT(start, 0u);
+  model::Plane* host = space.find_plane(model::kHostPlaneName);
+  ASSERT_NE(host, nullptr);
+  int64_t at = -1;
+  for (const model::Line& l : host->lines)
+    for (const model::Event& e : l.events)
+      if (host->event_metadata()[e.metadata_id].name == "zero_probe")
+        at = static_cast<int64_t>(start) + l.timestamp_ns + e.offset_ps / 1000;
+  ASSERT_GE(at, 0);
+  // Within 20 ms (the probe follows its wall reading at once); 200 ms off before.
+  EXPECT_LT(std::llabs(at - static_cast<int64_t>(wall)), 20'000'000) << (at - static_cast<int64_t>(wall)) / 1000000
+                                                                      << " ms";
 }
 
 TEST_F(TracerRegistry, HostTracerOffIsLeftOut) {

@@ -68,7 +68,7 @@ class JaxMemoryTracer : public session::Tracer {
     p.devices.clear();
     p.samples.clear();
     p.dropped = 0;
-    start_ticks_ = spyglass::internal::now_ticks();
+    start_ticks_ = zero().ticks;
     p.opened.notify_all();
     return Status::Ok();
   }

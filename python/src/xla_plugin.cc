@@ -437,21 +437,6 @@ XlaDriver& driver() {
 
 // After the memory timeline: the host plane has our lines when XLA's join them.
 constexpr int kRankXlaSession = 900;
-// First of a session's tracers (the subprocesses' own rank is 50): its start
-// is our session's zero, within a microsecond (Session::Create takes its
-// start time, then starts the tracers in rank order).
-constexpr int kRankZeroStamp = 51;
-std::atomic<uint64_t> g_session_zero_wall_ns{0};
-
-class ZeroStampTracer : public session::Tracer {
- public:
-  Status Start() override {
-    g_session_zero_wall_ns.store(internal::wall_ns());
-    return Status::Ok();
-  }
-  Status Stop() override { return Status::Ok(); }
-  Status CollectData(model::Space*) override { return Status::Ok(); }
-};
 
 class XlaSessionTracer : public session::Tracer {
  public:
@@ -465,7 +450,6 @@ class XlaSessionTracer : public session::Tracer {
     }
   }
   Status Start() override {
-    start_wall_ns_ = g_session_zero_wall_ns.load();
     if (!Py_IsInitialized()) return Status::Ok();
     LearnPythonThreads();
     nb::gil_scoped_acquire gil;
@@ -516,7 +500,7 @@ class XlaSessionTracer : public session::Tracer {
     // ours from ours.
     uint64_t xla_start = server::ProfileStartTime(xla);
     if (xla_start == 0) xla_start = xla_created_wall_ns_;
-    const int64_t shift = static_cast<int64_t>(xla_start) - static_cast<int64_t>(start_wall_ns_);
+    const int64_t shift = static_cast<int64_t>(xla_start) - static_cast<int64_t>(zero().wall_ns);
     for (model::Plane& plane : xla.planes)
       for (model::Line& l : plane.lines) l.timestamp_ns += shift;
     MergeXlaSpace(std::move(xla), space);
@@ -527,7 +511,6 @@ class XlaSessionTracer : public session::Tracer {
   profiler::ProfileOptions options_;
   nb::object handle_;
   std::string xla_bytes_;
-  uint64_t start_wall_ns_ = 0;        // our session's zero (about: this tracer's start)
   uint64_t xla_created_wall_ns_ = 0;  // XLA's session's zero (about: its creation)
 };
 
@@ -598,9 +581,6 @@ void BindXlaPlugin(nb::module_& m) {
     }
     gpu::SetDeviceOwnerProbe(&XlaTracesTheDevice);
     session::RegisterTracer("xla_session", kRankXlaSession, MakeXlaSessionTracer);
-    session::RegisterTracer("xla_session_zero", kRankZeroStamp, [](const profiler::ProfileOptions&) {
-      return g_plugin_starting.load() ? nullptr : std::unique_ptr<session::Tracer>(new ZeroStampTracer);
-    });
   });
 }
 

@@ -372,7 +372,7 @@ class GpuTracer : public session::Tracer {
       g_active = active.get();
     }
     active_ = std::move(active);
-    start_ticks_ = internal::now_ticks();
+    start_ticks_ = zero().ticks;
     TakeSample(active_.get());
     if (CUptiResult r = c.Subscribe(&subscriber_, &ApiCallback, &sink_); r != abi::kSuccess) {
       subscriber_ = nullptr;

@@ -32,7 +32,7 @@ class MemoryTracer : public session::Tracer {
     ScopedUntracked untracked;
     base_ = LiveBytesByClass();
     start_mono_ns_ = MonotonicNs();
-    start_ticks_ = spyglass::internal::now_ticks();
+    start_ticks_ = zero().ticks;
     started_ = CounterStart(capacity_);
     return Status::Ok();
   }

@@ -21,17 +21,11 @@ namespace {
 
 constexpr int kRankCpuSampler = 250;
 
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 class CpuSamplerTracer : public session::Tracer {
  public:
   explicit CpuSamplerTracer(SamplerOptions o) : options_(o), sampler_(o.hz, o.mode) {}
   Status Start() override {
-    start_mono_ns_ = MonotonicNs();
+    start_mono_ns_ = zero().mono_ns;
     Status s = sampler_.Start();
     if (s.ok() && !sampler_.wall_mode_problem().empty())
       std::fprintf(stderr, "spyglass: %s\n", sampler_.wall_mode_problem().c_str());

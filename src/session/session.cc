@@ -129,6 +129,8 @@ Status Session::Create(const profiler::ProfileOptions& options, const std::strin
   session->tracers_ = CreateTracers(options);  // in start order
   session->start_wall_ns_ = internal::wall_ns();
   session->start_ticks_ = internal::now_ticks();
+  const uint64_t mono_ns = internal::monotonic_ns();
+  for (auto& t : session->tracers_) t->zero_ = {session->start_wall_ns_, session->start_ticks_, mono_ns};
   for (size_t i = 0; i < session->tracers_.size(); ++i) {
     Status s = session->tracers_[i]->Start();
     if (!s.ok() && options.raise_error_on_start_failure) {

@@ -59,9 +59,23 @@ struct SessionSummary {
   uint64_t cpu_samples = 0;
 };
 
+// The session's zero, read back to back just before the first tracer starts:
+// every tracer counts its times from it, so that all of them (and a merged
+// XLA trace) share one time base, however long the tracers before them take
+// to start.
+struct SessionZero {
+  uint64_t wall_ns = 0;  // the Task Environment's profile_start_time
+  uint64_t ticks = 0;    // spyglass::internal::now_ticks() at the same moment
+  uint64_t mono_ns = 0;  // CLOCK_MONOTONIC then (the CPU sampler's clock)
+};
+
+class Session;
+
 class Tracer {
  public:
   virtual ~Tracer() = default;
+  // Set by the session before Start.
+  const SessionZero& zero() const { return zero_; }
   // An error fails Session::Create only with raise_error_on_start_failure;
   // otherwise the session runs on and Stop/CollectData are still called.
   virtual Status Start() = 0;
@@ -79,6 +93,10 @@ class Tracer {
   }
   // Called after CollectData: adds this tracer's counts to the summary.
   virtual void AddStats(SessionSummary* /*summary*/) const {}
+
+ private:
+  friend class Session;
+  SessionZero zero_;
 };
 
 // Start order (lower first). Gaps leave room for new tracers.

@@ -50,7 +50,7 @@ class HostTracer : public session::Tracer {
   HostTracer(int level, RecorderLimits limits, uint64_t ring_seconds)
       : level_(level), limits_(limits), ring_seconds_(ring_seconds) {}
   Status Start() override {
-    start_ticks_ = now_ticks();
+    start_ticks_ = zero().ticks;
     word_ = recorder_start(level_, limits_);
     started_ = true;
     return Status::Ok();
