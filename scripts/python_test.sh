@@ -37,7 +37,7 @@ install_and_test() {
   shift 2
   [ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "scikit-build-core>=0.10" "nanobind>=2.0" pytest pytest-xdist numpy protobuf
+    "scikit-build-core>=0.10" "nanobind>=2.0" pytest pytest-xdist numpy protobuf py-spy
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation "${build_args[@]}" .
   # Run from outside the source tree so that `import spyglass` is the installed package.
   (cd tests/python && "$ROOT/$venv/bin/python" -m pytest -q -p no:cacheprovider -n "$workers" --durations=15 "$@")
