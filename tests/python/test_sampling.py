@@ -209,6 +209,7 @@ def sampled_workload(tmp_path, hz=999, seconds="3"):
     return truth_of(r.stdout), parse_profile(f.read()), xplane
 
 
+@pytest.mark.serial
 def test_python_frames_among_the_native_ones(tmp_path, xplane_pb2):
   truth, profile, xplane = sampled_workload(tmp_path)
   shares = python_shares(profile)
@@ -244,6 +245,7 @@ def test_python_frames_among_the_native_ones(tmp_path, xplane_pb2):
   assert kinds == {"python", "native"}, kinds
 
 
+@pytest.mark.serial
 def test_python_shares_agree_with_py_spy(tmp_path):
   """py-spy records the same run (the interpreter running `python -m spyglass
   run --sample`): one truth for both."""
@@ -390,6 +392,7 @@ def cpu_rows(text, scope):
   return rows
 
 
+@pytest.mark.serial
 def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
   steps_dir, work_dir = tmp_path / "steps", tmp_path / "work"
   steps_dir.mkdir()
