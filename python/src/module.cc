@@ -321,7 +321,7 @@ NB_MODULE(_spyglass, m) {
       nb::gil_scoped_release release;
       st = analysis::Summarize(run, o, &s);
       // The CPU tables, as `spyglass summary --json` has them ("cpu", with samples).
-      has_cpu = st.ok() && analysis::SummarizeCpu(run, top, &cpu).ok();
+      has_cpu = st.ok() && s.cpu_samples && analysis::SummarizeCpu(run, top, &cpu).ok();
     }
     Check(st);
     return analysis::SummaryToJson(s, has_cpu ? &cpu : nullptr);

@@ -171,8 +171,8 @@ Status DiffRuns(const std::string& base, const std::string& next, const DiffOpti
   }
   // CPU time by function, where a run was sampled (a run whose samples
   // cannot be read has none, as in `summary`).
-  if (!SummarizeCpu(base, 0, &out->cpu_base).ok()) out->cpu_base = CpuSummary{};
-  if (!SummarizeCpu(next, 0, &out->cpu_next).ok()) out->cpu_next = CpuSummary{};
+  if (!out->base.cpu_samples || !SummarizeCpu(base, 0, &out->cpu_base).ok()) out->cpu_base = CpuSummary{};
+  if (!out->next.cpu_samples || !SummarizeCpu(next, 0, &out->cpu_next).ok()) out->cpu_next = CpuSummary{};
   out->cpu = CompareCpu(out->cpu_base, out->cpu_next, options.top);
   for (CpuSummary* c : {&out->cpu_base, &out->cpu_next}) {
     std::vector<CpuScope*> scopes{&c->all};
