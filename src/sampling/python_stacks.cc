@@ -412,8 +412,9 @@ bool FindThreadList(const Api& a, unsigned minor) {
   return true;
 }
 
-// With the GIL: the copied reads of this thread's own frames must give what
-// the in-place ones give (names, files, lines); sets g_code's other offsets.
+// With the GIL (every thread's frames hold still): the copied reads of the
+// threads' frames must give what the in-place ones give (names, files,
+// lines); sets g_code's other offsets.
 bool CheckCopiedReads(const Api& a, unsigned minor) {
   CodeLayout L;
   L.code_type = g.code_type;
@@ -423,16 +424,16 @@ bool CheckCopiedReads(const Api& a, unsigned minor) {
   L.ascii_data = g.ascii_data;
   L.co_firstlineno = FirstLineOffset(minor);
   L.table_310 = minor == 10;
-  const void* self = g.this_thread_state();
   int checked = 0;
-  bool same = self != nullptr && L.co_firstlineno >= 0;
+  bool same = L.co_firstlineno >= 0;
   auto in_place = [](void* dst, uint64_t src, size_t n) -> long {
     std::memcpy(dst, reinterpret_cast<const void*>(src), n);
     return static_cast<long>(n);
   };
   auto text = std::make_unique<CodeText>();
-  if (same)
-    pf::WalkRaw(self, g.layout, g.code_type, kMaxPythonFrames, [&](const void* code, int lasti) {
+  void* interp = a.interp_head();
+  for (void* ts = interp != nullptr ? a.thread_head(interp) : nullptr; ts != nullptr && same; ts = a.thread_next(ts))
+    pf::WalkRaw(ts, g.layout, g.code_type, kMaxPythonFrames, [&](const void* code, int lasti) {
       if (L.co_linetable < 0) {
         void* table = a.getattr(const_cast<void*>(code), "co_linetable");
         if (table == nullptr) {
@@ -450,7 +451,7 @@ bool CheckCopiedReads(const Api& a, unsigned minor) {
       if (!L.ready() || !ReadCodeCopied(L, in_place, code, lasti, text.get()) ||
           std::string_view(text->name, text->name_len) != name.substr(0, CodeText::kMaxName) ||
           std::string_view(text->file, text->file_len) != file.substr(0, CodeText::kMaxFile) ||
-          text->line != g.addr2line(code, lasti))
+          (text->line != g.addr2line(code, lasti) && !text->table_cut))
         same = false;
       ++checked;
       return same;
@@ -466,6 +467,7 @@ bool ReadCodeCopied(const CodeLayout& L, long (*copy)(void*, uint64_t, size_t), 
                     CodeText* out) {
   out->name_len = out->file_len = 0;
   out->line = -1;
+  out->table_cut = false;
   unsigned char head[256];
   const int need = std::max({L.co_name, L.co_filename, L.co_linetable}) + static_cast<int>(sizeof(void*));
   if (!L.ready() || need > static_cast<int>(sizeof head) || L.co_firstlineno + 4 > need ||
@@ -490,6 +492,7 @@ bool ReadCodeCopied(const CodeLayout& L, long (*copy)(void*, uint64_t, size_t), 
   const int64_t size = At<int64_t>(bytes_head, kBytesSize);
   if (size <= 0) return true;
   const size_t n = std::min(static_cast<size_t>(size), CodeText::kMaxLineTable);
+  out->table_cut = n < static_cast<size_t>(size);
   if (!CopyExact(copy, out->table, static_cast<const char*>(table) + kBytesData, n)) return true;
   out->line = L.table_310 ? LineOf310(out->table, n, first, lasti) : LineOf311(out->table, n, first, lasti);
   return true;

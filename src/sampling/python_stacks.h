@@ -65,7 +65,8 @@ struct CodeText {
   char name[kMaxName];
   char file[kMaxFile];
   size_t name_len = 0, file_len = 0;
-  int line = -1;  // -1: not found (a line table longer than kMaxLineTable, or unreadable)
+  int line = -1;  // -1: not found (past a line table cut at kMaxLineTable, or unreadable)
+  bool table_cut = false;  // the line table was longer than kMaxLineTable
   uint8_t table[kMaxLineTable];
 };
 

@@ -496,6 +496,10 @@ TEST(BlockedPythonFrames, FreedCodeObjectsReadAsUnknownNeverAFault) {
   ASSERT_TRUE(ReadCodeCopied(L, Copy, h.b, 4, text.get()));
   EXPECT_EQ(std::string(text->name, text->name_len), "forward");
   EXPECT_EQ(text->line, -1);
+  // A huge line table (garbage, or a huge function) is cut: the lines in what was copied, else none.
+  FakeCode t(302, kTable311);
+  Put<int64_t>(t.table, 16, int64_t{1} << 40);
+  if (ReadCodeCopied(L, Copy, t.b, 4, text.get())) EXPECT_TRUE(text->table_cut);
   // A huge length (garbage) is cut, not followed.
   FakeCode k(302, kTable311);
   Put<int64_t>(k.name.b, 16, int64_t{1} << 40);
