@@ -168,12 +168,12 @@ def xplane_stack(plane, leaf):
 
 def annotation_frames(plane, text):
   """A sample's annotation stack ("outer::inner") as frames, outermost first; parts that join into the name of
-  an event of the plane (a C++ name) are one annotation, the longest such run."""
+  an event of the plane (a C++ name) are one annotation, the longest such run (of 8 parts at most)."""
   known = {n for md in plane.event_metadata.values() if not md.name.startswith("cpu_stack#")
            for n in (md.name, md.display_name) if "::" in n}
   parts, out, k = text.split("::"), [], 0
   while k < len(parts):
-    take = next((m - k for m in range(len(parts), k + 1, -1) if "::".join(parts[k:m]) in known), 1)
+    take = next((m - k for m in range(min(len(parts), k + 8), k + 1, -1) if "::".join(parts[k:m]) in known), 1)
     out.append(("::".join(parts[k:k + take]), "", 0, "annotation"))
     k += take
   return tuple(out)

@@ -79,6 +79,7 @@ constexpr uint64_t kNativeMappingIid = 1, kPythonMappingIid = 2;
 // A sample's open annotations are the outermost frames of its callstack, in
 // a mapping of their own, so that a flame graph of a range groups by them.
 constexpr uint64_t kAnnotationMappingIid = 3;
+constexpr size_t kMaxNameParts = 8;  // "a::b::..." parts an annotation's own name may hold
 // A stack longer than this (a cycle of callers in a hostile model) is cut.
 constexpr size_t kMaxStackDepth = 4096;
 constexpr int64_t kDevicePidBase = 0x40000000;
@@ -463,7 +464,8 @@ struct Doc {
   // The annotation stacks of the samples ("outer::inner", the model's
   // annotation_stack stat), cut into annotations. An annotation's own name
   // may hold "::" (a C++ name): runs of parts that join into the name of an
-  // event of the plane are one annotation (the longest such run).
+  // event of the plane are one annotation (the longest such run, of at most
+  // kMaxNameParts parts).
   void AnnotatedStacks(PlaneInfo& info) {
     const model::Plane& p = *info.plane;
     for (size_t i = 1; i < p.stat_metadata().size(); ++i)
@@ -499,8 +501,8 @@ struct Doc {
           stack.leaf = e.metadata_id;
           for (size_t k = 0; k < parts.size() && stack.annotations.size() < kMaxStackDepth;) {
             size_t take = 1;
-            if (!known.empty())
-              for (size_t m = parts.size(); m > k + 1; --m) {
+            if (!known.empty())  // a name of at most kMaxNameParts parts (bounded work on a hostile stack)
+              for (size_t m = std::min(parts.size(), k + kMaxNameParts); m > k + 1; --m) {
                 const char* b = parts[k].data();
                 const std::string_view joined(b, static_cast<size_t>(parts[m - 1].data() + parts[m - 1].size() - b));
                 if (known.count(joined)) {
