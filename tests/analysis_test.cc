@@ -636,7 +636,8 @@ TEST(Diff, GatedAnnotationGoneFromTheNewRunFails) {
 // A sampled run built as the sampler writes one (sampling/cpu_model.h): two
 // steps on "main" (tid 7), samples on main and on "worker" (tid 8), stacks
 // main > work > burn_a | burn_b, and a Python frame between main and work.
-std::string WriteSampledRun(const std::string& dir) {
+// `shifted`: main's first two samples in burn_b, not burn_a (a second run).
+std::string WriteSampledRun(const std::string& dir, bool shifted = false) {
   spyglass::model::Space space;
   namespace m = spyglass::model;
   namespace smp = spyglass::sampling;
@@ -682,9 +683,10 @@ std::string WriteSampledRun(const std::string& dir) {
       l.events.push_back(e);
     }
   };
-  samples(7, "main", {{1, a}, {2, a}, {3, a}, {12, b}, {13, a}});
+  samples(7, "main", {{1, shifted ? b : a}, {2, shifted ? b : a}, {3, a}, {12, b}, {13, a}});
   samples(8, "worker", {{5, b}});
-  return WriteFile(dir, "sampled.xplane.pb", spyglass::exporter::SerializeXSpace(space));
+  return WriteFile(dir, shifted ? "shifted.xplane.pb" : "sampled.xplane.pb",
+                   spyglass::exporter::SerializeXSpace(space));
 }
 
 TEST(Cli, SummaryJsonHasTheCpuTables) {
@@ -725,6 +727,49 @@ for s in [c["all"]] + c["threads"] + c["steps"]:
       << r.out;
   // A run without samples has no "cpu".
   r = Cli("summary --json " + WriteKnown(dir, "plain.xplane.pb"));
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.find("\"cpu\""), std::string::npos) << r.out.substr(0, 300);
+}
+
+TEST(Cli, DiffJsonHasTheCpuTablesOfBothRuns) {
+  std::string dir = testing::MakeTempDir();
+  std::string base = WriteSampledRun(dir), next = WriteSampledRun(dir, /*shifted=*/true);
+  // Read back by json.load, one line per function:
+  // function|base self|new self|delta self (ns)|the same as shares, then total shares.
+  WriteFile(dir, "cpu_diff.py", R"PY(import json, sys
+d = json.load(sys.stdin)
+if "cpu" not in d:
+  sys.exit("no cpu key: " + ",".join(d))
+c = d["cpu"]
+print("runs", c["base_samples"], c["new_samples"], "%d" % c["base_cpu_ns"], "%d" % c["new_cpu_ns"])
+for r in c["functions"]:
+  print("|".join([r["function"], "%d" % r["base_self_ns"], "%d" % r["new_self_ns"], "%d" % r["delta_self_ns"],
+                  "%.3f" % r["base_self_share"], "%.3f" % r["new_self_share"], "%.3f" % r["delta_self_share"],
+                  "%.3f" % r["base_total_share"], "%.3f" % r["new_total_share"], "%.3f" % r["delta_total_share"],
+                  "%d/%d" % (r["base_samples"], r["new_samples"])]))
+# Each run's own tables, as `summary --json` has them.
+print("base cpu", d["base"]["cpu"]["samples"], d["base"]["cpu"]["all"]["top_self"][0]["function"])
+print("new cpu", d["new"]["cpu"]["samples"], d["new"]["cpu"]["all"]["top_self"][0]["function"])
+)PY");
+  CliResult r = Cli("diff --json " + base + " " + next + " | python3 " + dir + "/cpu_diff.py");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("runs 6 6 6000000 6000000\n"), std::string::npos) << r.out;
+  // burn_a 4 -> 2 samples, burn_b 2 -> 4: the biggest changes first; the callers' unchanged.
+  EXPECT_NE(r.out.find("burn_a|4000000|2000000|-2000000|0.667|0.333|-0.333|0.667|0.333|-0.333|4/2\n"
+                       "burn_b|2000000|4000000|2000000|0.333|0.667|0.333|0.333|0.667|0.333|2/4\n"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("work|0|0|0|0.000|0.000|0.000|1.000|1.000|0.000|6/6\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("base cpu 6 burn_a\nnew cpu 6 burn_b\n"), std::string::npos) << r.out;
+  // --top cuts the function rows.
+  r = Cli("diff --json --top 1 " + base + " " + next + " | python3 " + dir + "/cpu_diff.py");
+  EXPECT_NE(r.out.find("burn_a|"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("burn_b|"), std::string::npos) << r.out;
+  // The text diff names the same functions.
+  r = Cli("diff " + base + " " + next);
+  EXPECT_NE(r.out.find("CPU time by function"), std::string::npos) << r.out;
+  // Runs without samples: no "cpu".
+  std::string plain = WriteKnown(dir, "plain.xplane.pb");
+  r = Cli("diff --json " + plain + " " + plain);
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out.find("\"cpu\""), std::string::npos) << r.out.substr(0, 300);
 }

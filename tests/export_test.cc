@@ -483,8 +483,9 @@ TEST(PerfettoTrace, ThreadsWriteTheSameBytesAsOne) {
 }
 
 // CPU samples of a hostile model: callers in a cycle, a node its own
-// caller, callers and innermost nodes that are not in the plane. The trace
-// is written, bounded (a stack stops at 4096 frames), the same with threads.
+// caller, callers and innermost nodes that are not in the plane, an
+// annotation stack of 200k parts. The trace is written, bounded (a stack
+// stops at 4096 frames, and 4096 annotations), the same with threads.
 TEST(PerfettoTrace, HostileSampleStacksAreBounded) {
   model::Space space;
   model::Plane& host = space.plane(model::kHostPlaneName);
@@ -505,9 +506,18 @@ TEST(PerfettoTrace, HostileSampleStacksAreBounded) {
   line.display_name = "t 7 CPU samples";
   for (uint32_t leaf : {a, b, self, lost, 0u, 999999u})
     line.events.push_back({static_cast<int64_t>(line.events.size()) * 1000000, 1000000, leaf});
+  // An annotation stack of 200k parts, some runs of them an event's name:
+  // bounded work and at most 4096 annotation frames.
+  host.intern_event("x::x::x");
+  std::string deep = "x";
+  for (int i = 0; i < 200000; ++i) deep += "::x";
+  model::Event annotated{static_cast<int64_t>(line.events.size()) * 1000000, 1000000, a};
+  model::Stat st = host.ref_stat(model::kAnnotationStackStat, deep);
+  line.add_stats(annotated, std::span<const model::Stat>(&st, 1));
+  line.events.push_back(annotated);
   const std::string one = exporter::PerfettoTraceString(space);
-  EXPECT_LT(one.size(), 64u * 1024);
-  for (const char* fn : {"cycle_a", "cycle_b", "own_caller", "caller_not_there"})
+  EXPECT_LT(one.size(), deep.size() + 64u * 1024);  // (the stack's text is interned once, as every ref)
+  for (const char* fn : {"cycle_a", "cycle_b", "own_caller", "caller_not_there", "[annotation]", "x::x::x"})
     EXPECT_NE(one.find(fn), std::string::npos) << fn;
   const std::string dir = MakeTempDir();
   exporter::PerfettoTraceOptions four;

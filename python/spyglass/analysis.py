@@ -28,7 +28,8 @@ def _steps(steps):
 
 
 def summary(run, *, top=10, thread=None, steps=None):
-    """The summary of a run as a dict.
+    """The summary of a run as a dict (with CPU samples, their tables under
+    "cpu", as `spyglass summary --json` has them).
 
     run: a .xplane.pb, a run folder (<log_dir>/plugins/profile/<run>), or a
     log dir (its newest run). top: rows per table (0: all). thread: only
@@ -42,7 +43,9 @@ def summary(run, *, top=10, thread=None, steps=None):
 def diff(base, new, *, top=20, fail_above=None, annotations=(), thread=None, steps=None):
     """Two runs compared, as a dict: "steps", "annotations", "self",
     "kernels", "copies" (rows with base_ns, new_ns, delta_ns, delta_pct;
-    per step when both runs have steps), "noise_pct", and with fail_above
+    per step when both runs have steps), "noise_pct", with CPU samples
+    "cpu" (each function's self and total CPU time in both runs and their
+    difference, as `spyglass diff --json` has it), and with fail_above
     (percent) the gate's "failures" and "passed".
     """
     first, last = _steps(steps)

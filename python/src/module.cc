@@ -314,13 +314,17 @@ NB_MODULE(_spyglass, m) {
     analysis::SummaryOptions o;
     o.top = top, o.thread = thread, o.step_first = first, o.step_last = last;
     analysis::Summary s;
+    analysis::CpuSummary cpu;
     Status st;
+    bool has_cpu = false;
     {
       nb::gil_scoped_release release;
       st = analysis::Summarize(run, o, &s);
+      // The CPU tables, as `spyglass summary --json` has them ("cpu", with samples).
+      has_cpu = st.ok() && s.cpu_samples && analysis::SummarizeCpu(run, top, &cpu).ok();
     }
     Check(st);
-    return analysis::SummaryToJson(s);
+    return analysis::SummaryToJson(s, has_cpu ? &cpu : nullptr);
   }, "run"_a, "top"_a, "thread"_a, "step_first"_a.none(), "step_last"_a.none());
   m.def("_diff_json", [](const std::string& base, const std::string& next, size_t top, double fail_above,
                          const std::vector<std::string>& annotations, const std::string& thread,

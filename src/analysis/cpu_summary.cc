@@ -281,18 +281,77 @@ std::string CpuSummaryToText(const CpuSummary& s) {
   return out;
 }
 
-std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t top) {
-  if (base.samples == 0 && next.samples == 0) return "";
-  // Shares of each run's CPU time, by function: self (base, new), total (base, new).
-  std::map<std::string, std::array<double, 4>> rows;
-  for (const auto& r : base.all.top_total) rows[FunctionLabel(r)][0] += r.self_share, rows[FunctionLabel(r)][2] += r.total_share;
-  for (const auto& r : next.all.top_total) rows[FunctionLabel(r)][1] += r.self_share, rows[FunctionLabel(r)][3] += r.total_share;
-  std::vector<std::pair<std::string, std::array<double, 4>>> v(rows.begin(), rows.end());
-  auto change = [](const std::array<double, 4>& a) {
-    return std::max(std::fabs(a[1] - a[0]), std::fabs(a[3] - a[2]));
-  };
-  std::stable_sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return change(a.second) > change(b.second); });
+std::vector<CpuDiffRow> CompareCpu(const CpuSummary& base, const CpuSummary& next, size_t top) {
+  std::map<Key, CpuDiffRow> by_function;
+  for (const auto& r : base.all.top_total) {
+    CpuDiffRow& d = by_function[Key{r.function, r.file, r.python}];
+    d.base_samples += r.samples;
+    d.base_self_ns += r.self_ns, d.base_total_ns += r.total_ns;
+    d.base_self_share += r.self_share, d.base_total_share += r.total_share;
+  }
+  for (const auto& r : next.all.top_total) {
+    CpuDiffRow& d = by_function[Key{r.function, r.file, r.python}];
+    d.new_samples += r.samples;
+    d.new_self_ns += r.self_ns, d.new_total_ns += r.total_ns;
+    d.new_self_share += r.self_share, d.new_total_share += r.total_share;
+  }
+  std::vector<CpuDiffRow> v;
+  v.reserve(by_function.size());
+  for (auto& [key, d] : by_function) {
+    std::tie(d.function, d.file, d.python) = key;
+    d.delta_self_ns = d.new_self_ns - d.base_self_ns;
+    d.delta_total_ns = d.new_total_ns - d.base_total_ns;
+    d.delta_self_share = d.new_self_share - d.base_self_share;
+    d.delta_total_share = d.new_total_share - d.base_total_share;
+    v.push_back(std::move(d));
+  }
+  // Shares, not times: the runs may be of different lengths.
+  auto change = [](const CpuDiffRow& d) { return std::max(std::fabs(d.delta_self_share), std::fabs(d.delta_total_share)); };
+  std::stable_sort(v.begin(), v.end(), [&](const CpuDiffRow& a, const CpuDiffRow& b) { return change(a) > change(b); });
   if (top && v.size() > top) v.resize(top);
+  return v;
+}
+
+void WriteCpuDiffJson(JsonWriter& j, const CpuSummary& base, const CpuSummary& next,
+                      const std::vector<CpuDiffRow>& rows) {
+  j.begin_object();
+  j.field("base_samples", base.samples);
+  j.field("new_samples", next.samples);
+  j.field("base_cpu_ns", base.cpu_ns);
+  j.field("new_cpu_ns", next.cpu_ns);
+  j.key("functions");
+  j.begin_array();
+  for (const CpuDiffRow& r : rows) {
+    j.begin_object();
+    j.field("function", r.function);
+    j.field("file", r.file);
+    j.field("python", r.python);
+    j.field("base_samples", r.base_samples);
+    j.field("new_samples", r.new_samples);
+    j.field("base_self_ns", r.base_self_ns);
+    j.field("new_self_ns", r.new_self_ns);
+    j.field("delta_self_ns", r.delta_self_ns);
+    j.field("base_total_ns", r.base_total_ns);
+    j.field("new_total_ns", r.new_total_ns);
+    j.field("delta_total_ns", r.delta_total_ns);
+    j.field("base_self_share", r.base_self_share);
+    j.field("new_self_share", r.new_self_share);
+    j.field("delta_self_share", r.delta_self_share);
+    j.field("base_total_share", r.base_total_share);
+    j.field("new_total_share", r.new_total_share);
+    j.field("delta_total_share", r.delta_total_share);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+}
+
+std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t top) {
+  return CpuDiffRowsToText(base, next, CompareCpu(base, next, top));
+}
+
+std::string CpuDiffRowsToText(const CpuSummary& base, const CpuSummary& next, const std::vector<CpuDiffRow>& v) {
+  if (base.samples == 0 && next.samples == 0) return "";
   std::string out = "\nCPU time by function (share of each run's CPU time), biggest change first\n";
   char line[256];
   std::snprintf(line, sizeof line, "  base: %s in %llu samples; new: %s in %llu samples\n", Ms(base.cpu_ns).c_str(),
@@ -303,9 +362,11 @@ std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t
   out += line;
   std::snprintf(line, sizeof line, "  %-60s %8s %8s %8s %8s\n", "", "base %", "new %", "base %", "new %");
   out += line;
-  for (const auto& [name, a] : v) {
-    std::snprintf(line, sizeof line, "  %-60s %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n", name.c_str(), 100 * a[0], 100 * a[1],
-                  100 * a[2], 100 * a[3]);
+  for (const CpuDiffRow& r : v) {
+    CpuFunctionRow label;
+    label.function = r.function, label.file = r.file, label.python = r.python;
+    std::snprintf(line, sizeof line, "  %-60s %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n", FunctionLabel(label).c_str(),
+                  100 * r.base_self_share, 100 * r.new_self_share, 100 * r.base_total_share, 100 * r.new_total_share);
     out += line;
   }
   return out;

@@ -49,6 +49,26 @@ std::string CpuSummaryToText(const CpuSummary& s);
 // CpuFunctionRow (`spyglass summary --json`'s "cpu").
 class JsonWriter;
 void WriteCpuSummaryJson(JsonWriter& json, const CpuSummary& s);
+// A function's CPU time in two runs (`spyglass diff`): self and total, in
+// ns and as shares of each run's CPU time, and their differences (new - base).
+struct CpuDiffRow {
+  std::string function;
+  std::string file;
+  bool python = false;
+  uint64_t base_samples = 0, new_samples = 0;  // samples with it on the stack
+  double base_self_ns = 0, new_self_ns = 0, base_total_ns = 0, new_total_ns = 0;
+  double base_self_share = 0, new_self_share = 0, base_total_share = 0, new_total_share = 0;
+  double delta_self_ns = 0, delta_total_ns = 0, delta_self_share = 0, delta_total_share = 0;
+};
+// Every function of either run's "all threads" scope (summaries made with
+// top 0), biggest change of share (self or total) first, `top` rows (0: all).
+std::vector<CpuDiffRow> CompareCpu(const CpuSummary& base, const CpuSummary& next, size_t top);
+// As one JSON value (`spyglass diff --json`'s "cpu"): {base_samples,
+// new_samples, base_cpu_ns, new_cpu_ns, functions: [the CpuDiffRow fields]}.
+void WriteCpuDiffJson(JsonWriter& json, const CpuSummary& base, const CpuSummary& next,
+                      const std::vector<CpuDiffRow>& rows);
+// Those rows as text; "" when neither run has samples.
+std::string CpuDiffRowsToText(const CpuSummary& base, const CpuSummary& next, const std::vector<CpuDiffRow>& rows);
 // Functions by self CPU time in both runs, biggest change first; "" when neither has samples.
 std::string CpuDiffToText(const CpuSummary& base, const CpuSummary& next, size_t top);
 

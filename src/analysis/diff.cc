@@ -169,6 +169,19 @@ Status DiffRuns(const std::string& base, const std::string& next, const DiffOpti
     for (auto* v : {&s->kernels, &s->copies})
       if (v->size() > top) v->resize(top);
   }
+  // CPU time by function, where a run was sampled (a run whose samples
+  // cannot be read has none, as in `summary`).
+  if (!out->base.cpu_samples || !SummarizeCpu(base, 0, &out->cpu_base).ok()) out->cpu_base = CpuSummary{};
+  if (!out->next.cpu_samples || !SummarizeCpu(next, 0, &out->cpu_next).ok()) out->cpu_next = CpuSummary{};
+  out->cpu = CompareCpu(out->cpu_base, out->cpu_next, options.top);
+  for (CpuSummary* c : {&out->cpu_base, &out->cpu_next}) {
+    std::vector<CpuScope*> scopes{&c->all};
+    for (CpuScope& sc : c->threads) scopes.push_back(&sc);
+    for (CpuScope& sc : c->steps) scopes.push_back(&sc);
+    for (CpuScope* sc : scopes)
+      for (auto* v : {&sc->top_self, &sc->top_total})
+        if (v->size() > top) v->resize(top);
+  }
   return Status::Ok();
 }
 
@@ -192,10 +205,14 @@ std::string DiffToJson(const Diff& d) {
   j.key("failures");
   j.array(d.failures);
   j.field("passed", d.failures.empty());
+  if (d.cpu_base.samples > 0 || d.cpu_next.samples > 0) {
+    j.key("cpu");
+    WriteCpuDiffJson(j, d.cpu_base, d.cpu_next, d.cpu);
+  }
   j.key("base");
-  WriteSummaryJson(j, d.base);
+  WriteSummaryJson(j, d.base, &d.cpu_base);  // "cpu" as `summary --json` has it, with samples
   j.key("new");
-  WriteSummaryJson(j, d.next);
+  WriteSummaryJson(j, d.next, &d.cpu_next);
   j.end_object();
   return j.str() + "\n";
 }

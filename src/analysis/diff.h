@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/cpu_summary.h"
 #include "analysis/summary.h"
 
 namespace spyglass::analysis {
@@ -41,6 +42,11 @@ struct Diff {
   std::vector<DiffRow> counters;
   std::vector<std::string> failures;  // the gate's findings; empty: passed
   bool gate_error = false;            // nothing to gate on (no steps, no annotation)
+  // CPU time by function (the CPU sampler's samples, over the whole runs:
+  // the thread and step filters do not apply), both runs' tables (their
+  // scopes cut to `top` rows) and the functions compared (CompareCpu).
+  CpuSummary cpu_base, cpu_next;
+  std::vector<CpuDiffRow> cpu;
 };
 
 // Summarizes both runs and compares them.

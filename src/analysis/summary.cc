@@ -147,7 +147,10 @@ class SummaryVisitor : public profile::ProfileVisitor {
   bool OnLine(const LineHeader& l) override {
     line_index_ = l.index;
     // CPU samples are not annotations: cpu_summary.h has their tables.
-    if (l.name == sampling::kCpuSamplesLineName) return false;
+    if (l.name == sampling::kCpuSamplesLineName) {
+      cpu_samples = true;
+      return false;
+    }
     if (buffered_pass) {
       bool want = std::find(unsorted.begin(), unsorted.end(), std::pair{plane_index_, l.index}) != unsorted.end();
       if (!want) return false;
@@ -331,6 +334,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
     for (auto& [key, c] : counters_map_) out->counters.push_back(c);
     for (auto& d : dropped) out->dropped.push_back(d);
     out->hostnames = hostnames, out->errors = errors, out->warnings = warnings;
+    out->cpu_samples = cpu_samples;
     if (incomplete) out->dropped.push_back({"", "incomplete events (still open at stop)", incomplete});
     // Values no run can have: left out of the tables, and counted here.
     if (negative_steps) out->dropped.push_back({"", "steps with a negative duration (left out)", negative_steps});
@@ -345,6 +349,7 @@ class SummaryVisitor : public profile::ProfileVisitor {
   double profile_start_ns = 0, profile_stop_ns = 0;
   uint64_t planes = 0, lines = 0, events = 0, incomplete = 0;
   uint64_t negative_steps = 0, bad_step_numbers = 0, bad_counter_values = 0;
+  bool cpu_samples = false;
   std::vector<Summary::Dropped> dropped;
   std::vector<std::string> hostnames, errors, warnings;
 
@@ -648,6 +653,7 @@ Status Summarize(const std::string& run, const SummaryOptions& options, Summary*
   merged.planes = merged.lines = merged.events = 0;
   for (Summary& p : parts) {
     merged.planes += p.planes, merged.lines += p.lines, merged.events += p.events;
+    merged.cpu_samples = merged.cpu_samples || p.cpu_samples;
     for (auto pair : {std::pair{&p.hostnames, &merged.hostnames}, std::pair{&p.errors, &merged.errors},
                        std::pair{&p.warnings, &merged.warnings}})
       pair.second->insert(pair.second->end(), pair.first->begin(), pair.first->end());

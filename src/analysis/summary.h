@@ -106,6 +106,9 @@ struct Summary {
   };
   std::vector<Dropped> dropped;
   std::vector<std::string> errors, warnings;
+  // A line holds the CPU sampler's samples (their tables: cpu_summary.h,
+  // which reads the file again; without samples, no need).
+  bool cpu_samples = false;
 };
 
 // Summarizes RUN: one .xplane.pb, a run folder (its files together: threads

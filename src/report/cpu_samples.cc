@@ -62,7 +62,7 @@ Status AddCpuSamples(const std::string& path, const std::string& host, TimelineB
       }
       timeline->EndLine();
     }
-    if (samples.empty()) continue;
+    if (samples.empty() || out == nullptr) continue;  // the timeline's lines only
     std::stable_sort(samples.begin(), samples.end(), [](const Sample& a, const Sample& b) { return a.ns < b.ns; });
     if (samples.size() > kMaxReportSamples) {
       set.hidden_samples = samples.size() - kMaxReportSamples;

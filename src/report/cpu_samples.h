@@ -41,7 +41,7 @@ inline constexpr size_t kMaxReportStackDepth = 4096;  // frames of a stack (the 
 // Appends one set per host plane of `path` (a .xplane.pb) that has samples,
 // and gives `timeline` each "CPU samples" line, each sample a span named
 // after its function (AddProfileFile with `sample_lines` leaves them out);
-// `host` as AddProfileFile's.
+// `host` as AddProfileFile's. `out` null: the timeline's lines only.
 Status AddCpuSamples(const std::string& path, const std::string& host, TimelineBuilder* timeline,
                      std::vector<CpuSampleSet>* out);
 

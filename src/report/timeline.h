@@ -273,10 +273,11 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
 
 // Adds the events and counters of one .xplane.pb (ours or JAX's) to
 // `builder`; with `host`, its planes are named "<host> <plane>" (several
-// hosts in one run). With `sample_lines`, the CPU sampler's lines ("CPU
-// samples") are left out and counted there: AddCpuSamples (cpu_samples.h)
-// adds them, named after each sample's function (the streaming reader knows
-// only their stack nodes' names, "cpu_stack#<n>").
+// hosts in one run). The CPU sampler's lines ("CPU samples") are added
+// after the file's other lines, each sample named after its function
+// (AddCpuSamples, cpu_samples.h: the streaming reader knows only their stack
+// nodes' names, "cpu_stack#<n>"), or with `sample_lines` left out and counted
+// there (the caller adds them with AddCpuSamples, with their stacks).
 // `unsorted` (optional): the lines (plane index in the file, line index in
 // its plane) whose events are out of order (FindUnsortedLines); the others
 // are begun sorted, so that a streaming builder holds none of their spans.

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "model/schema.h"
+#include "report/cpu_samples.h"
 #include "report/timeline.h"
 #include "spyglass/profile_reader.h"
 
@@ -172,9 +173,14 @@ Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, siz
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
                       uint64_t* sample_lines, const std::set<std::pair<size_t, size_t>>* unsorted) {
   profile::ProfileReader reader;
-  TimelineVisitor visitor(builder, host, sample_lines, unsorted);
+  uint64_t own_sample_lines = 0;
+  TimelineVisitor visitor(builder, host, sample_lines != nullptr ? sample_lines : &own_sample_lines, unsorted);
   Status s = reader.Open(path);
   if (s.ok()) s = reader.Scan(visitor);
+  // The stream knows a sample only by its stack node's name (cpu_stack#<n>):
+  // the samples named after their functions, as the report names them, from
+  // the file's model (read whole, only where it has samples).
+  if (s.ok() && sample_lines == nullptr && own_sample_lines > 0) s = AddCpuSamples(path, host, builder, nullptr);
   return s;
 }
 

@@ -87,8 +87,8 @@ std::atomic<bool> g_timer_on{false};
 // closed number could be the program's next file).
 std::atomic<int> g_mem_fd{-1};
 
-// Copies up to n bytes of this process's memory at `src`: a short count at
-// an unmapped page, never a fault. Async-signal-safe (system calls only).
+}  // namespace
+
 ssize_t CopyOwnMemory(void* dst, uint64_t src, size_t n) {
   iovec local{dst, n}, remote{reinterpret_cast<void*>(src), n};
   const ssize_t got = syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul);
@@ -96,6 +96,8 @@ ssize_t CopyOwnMemory(void* dst, uint64_t src, size_t n) {
   if (got >= 0 || fd < 0 || src > static_cast<uint64_t>(INT64_MAX)) return got;
   return pread(fd, dst, n, static_cast<off_t>(src));
 }
+
+namespace {
 
 // Opens /proc/self/mem when process_vm_readv on this process is refused.
 void PrepareOwnMemoryCopy() {
@@ -450,7 +452,8 @@ void CpuSampler::SampleOffCpu(uint64_t now) {
       const uint64_t sp = words[nwords - 2], pc = words[nwords - 1];
       const uint64_t t0 = MonotonicNs();
       const ssize_t got = CopyOwnMemory(scratch_.data(), sp, kStackCopyBytes);
-      // Its Python frames, read in place without a signal: they hold still while it blocks.
+      // Its Python frames, read without a signal (they hold still while it
+      // blocks), every read a copy: it may wake and free them meanwhile.
       const void* py_code[PythonStacks::kMaxBlockedFrames];
       int py_lasti[PythonStacks::kMaxBlockedFrames];
       const int np = python_blocked_ ? python_.ReadBlocked(t.tid, CopyOwnMemory, py_code, py_lasti,
@@ -469,7 +472,7 @@ void CpuSampler::SampleOffCpu(uint64_t now) {
       const bool truncated = why != memory::internal::kCfiOutermost;
       if (np > 0) {
         uintptr_t spliced[kMaxDepth + PythonStacks::kMaxBlockedFrames];
-        const int depth = python_.SpliceBlocked(py_code, py_lasti, np, frames, n + 1, spliced,
+        const int depth = python_.SpliceBlocked(CopyOwnMemory, py_code, py_lasti, np, frames, n + 1, spliced,
                                                 kMaxDepth + PythonStacks::kMaxBlockedFrames);
         stack = Intern(spliced, depth, truncated);
       } else {

@@ -14,6 +14,8 @@
 // may be missed).
 #pragma once
 
+#include <sys/types.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -37,6 +39,11 @@ inline constexpr int kRescanIntervalMs = 50;   // how often the thread count is 
 inline constexpr int kFullRescanMs = 500;       // how often /proc/self/task is listed regardless
 
 enum class SampleMode { kCpu, kWall };
+
+// Copies up to n bytes of this process's memory at `src` (process_vm_readv,
+// or /proc/self/mem where seccomp refuses it): a short count at an unmapped
+// page, never a fault. Async-signal-safe (system calls only).
+ssize_t CopyOwnMemory(void* dst, uint64_t src, size_t n);
 
 struct CpuSample {
   uint64_t time_ns;    // CLOCK_MONOTONIC

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string_view>
 
 #include "memory/python_frames.h"
@@ -69,6 +70,107 @@ struct ThreadList {
 };
 ThreadList g_threads;
 uintptr_t g_eval_lo = 0, g_eval_hi = 0;
+CodeLayout g_code;  // blocked threads' code objects, read through copies
+
+// PyCodeObject.co_firstlineno (checked at Enable against PyCode_Addr2Line(code, -1)).
+int FirstLineOffset(unsigned minor) {
+  switch (minor) {
+    case 10: return 40;
+    case 11: return 72;
+    case 12:
+    case 13: return 68;
+    default: return -1;
+  }
+}
+constexpr int kBytesSize = 16, kBytesData = 32;  // PyBytesObject: ob_size, ob_sval (3.10-3.13)
+
+using CopyFn = PythonStacks::CopyFn;
+
+bool CopyExact(CopyFn copy, void* dst, const void* src, size_t n) {
+  return src != nullptr && copy(dst, reinterpret_cast<uint64_t>(src), n) == static_cast<long>(n);
+}
+
+// A str's characters through copies, cut at `cap`; its length, or -1.
+long CopyStr(const CodeLayout& L, CopyFn copy, const void* s, char* out, size_t cap) {
+  unsigned char head[40];  // ob_refcnt, ob_type, length, hash, state
+  if (!CopyExact(copy, head, s, sizeof head) || At<const void*>(head, sizeof(intptr_t)) != L.str_type) return -1;
+  const int64_t len = At<int64_t>(head, 2 * sizeof(intptr_t));
+  const uint32_t state = At<uint32_t>(head, 4 * sizeof(intptr_t));
+  const bool compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+  const char* chars = nullptr;
+  int64_t n = -1;
+  if (compact && ascii) {
+    chars = static_cast<const char*>(s) + L.ascii_data;
+    n = len;
+  } else if (compact) {  // PyCompactUnicodeObject: utf8_length, utf8 right after the ASCII header
+    unsigned char utf8[16];
+    if (!CopyExact(copy, utf8, static_cast<const char*>(s) + L.ascii_data, sizeof utf8)) return -1;
+    n = At<int64_t>(utf8, 0);
+    chars = At<const char*>(utf8, 8);
+  }
+  if (chars == nullptr || n < 0) {
+    static constexpr char kNonAscii[] = "<non-ascii>";
+    std::memcpy(out, kNonAscii, std::min(cap, sizeof kNonAscii - 1));
+    return static_cast<long>(std::min(cap, sizeof kNonAscii - 1));
+  }
+  const size_t take = std::min(cap, static_cast<size_t>(n));
+  if (take > 0 && !CopyExact(copy, out, chars, take)) return -1;
+  return static_cast<long>(take);
+}
+
+// 3.10: (byte delta, line delta) pairs, -128: no line (Objects/lnotab_notes.txt).
+int LineOf310(const uint8_t* t, size_t n, int line, int lasti) {
+  int ar_line = -1;
+  int64_t start = 0, end = 0;
+  size_t i = 0;
+  while (end <= lasti) {
+    do {  // ranges of no bytes are skipped
+      if (i + 2 > n) return -1;
+      start = end;
+      end += t[i];
+      const int delta = static_cast<int8_t>(t[i + 1]);
+      i += 2;
+      if (delta == -128) {
+        ar_line = -1;
+      } else {
+        line += delta;
+        ar_line = line;
+      }
+    } while (start == end);
+  }
+  return ar_line;
+}
+
+// 3.11+: the location table (Objects/locations.md): entries of one byte
+// (bit 7 set; code in bits 3-6; code units - 1 in bits 0-2) and their data.
+int LineOf311(const uint8_t* t, size_t n, int line, int lasti) {
+  int ar_line = -1;
+  int64_t end = 0;
+  size_t i = 0;
+  while (end <= lasti) {
+    if (i >= n) return -1;
+    const uint8_t b = t[i];
+    const int code = (b >> 3) & 15;
+    int delta = 0;
+    if (code == 13 || code == 14) {  // no columns, long form: a signed varint of the line delta
+      uint32_t v = 0;
+      int shift = 0;
+      for (size_t j = i + 1; j < n && shift < 32; ++j, shift += 6) {
+        v |= static_cast<uint32_t>(t[j] & 63) << shift;
+        if (!(t[j] & 64)) break;
+      }
+      delta = (v & 1) ? -static_cast<int>(v >> 1) : static_cast<int>(v >> 1);
+    } else if (code >= 10 && code <= 12) {  // one line form: the delta is in the code
+      delta = code - 10;
+    }
+    line += delta;
+    ar_line = code == 15 ? -1 : line;
+    end += ((b & 7) + 1) * 2;
+    do ++i;
+    while (i < n && (t[i] & 128) == 0);
+  }
+  return ar_line;
+}
 
 uint64_t MonotonicNs() {
   timespec ts;
@@ -107,6 +209,15 @@ uintptr_t FrameOf(const void* code, int lasti) {
   const uint32_t fn = memory::internal::InternFunction(StrOf(At<const void*>(code, g.co_name)),
                                                       StrOf(At<const void*>(code, g.co_filename)));
   return memory::internal::SymbolicFrame(fn, g.addr2line(code, lasti));
+}
+
+// A frame of a blocked thread, its code object read through copies.
+uintptr_t FrameOfCopied(CopyFn copy, const void* code, int lasti, CodeText* text) {
+  if (!ReadCodeCopied(g_code, copy, code, lasti, text))
+    return memory::internal::SymbolicFrame(memory::internal::InternFunction("<unknown>", ""), 0);
+  const uint32_t fn = memory::internal::InternFunction(std::string_view(text->name, text->name_len),
+                                                      std::string_view(text->file, text->file_len));
+  return memory::internal::SymbolicFrame(fn, text->line);
 }
 
 void OnSample(int, siginfo_t*, void*) {
@@ -301,7 +412,91 @@ bool FindThreadList(const Api& a, unsigned minor) {
   return true;
 }
 
+// With the GIL (every thread's frames hold still): the copied reads of the
+// threads' frames must give what the in-place ones give (names, files,
+// lines); sets g_code's other offsets.
+bool CheckCopiedReads(const Api& a, unsigned minor) {
+  CodeLayout L;
+  L.code_type = g.code_type;
+  L.str_type = g.str_type;
+  L.co_name = g.co_name;
+  L.co_filename = g.co_filename;
+  L.ascii_data = g.ascii_data;
+  L.co_firstlineno = FirstLineOffset(minor);
+  L.table_310 = minor == 10;
+  int checked = 0;
+  bool same = L.co_firstlineno >= 0;
+  auto in_place = [](void* dst, uint64_t src, size_t n) -> long {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+    return static_cast<long>(n);
+  };
+  auto text = std::make_unique<CodeText>();
+  void* interp = a.interp_head();
+  for (void* ts = interp != nullptr ? a.thread_head(interp) : nullptr; ts != nullptr && same; ts = a.thread_next(ts))
+    pf::WalkRaw(ts, g.layout, g.code_type, kMaxPythonFrames, [&](const void* code, int lasti) {
+      if (L.co_linetable < 0) {
+        void* table = a.getattr(const_cast<void*>(code), "co_linetable");
+        if (table == nullptr) {
+          a.err_clear();
+          same = false;
+          return false;
+        }
+        L.co_linetable = OffsetOf(code, table);
+        L.bytes_type = At<const void*>(table, sizeof(intptr_t));
+        a.decref(table);
+      }
+      if (At<int32_t>(code, L.co_firstlineno) != g.addr2line(code, -1)) same = false;
+      const std::string_view name = StrOf(At<const void*>(code, g.co_name));
+      const std::string_view file = StrOf(At<const void*>(code, g.co_filename));
+      if (!L.ready() || !ReadCodeCopied(L, in_place, code, lasti, text.get()) ||
+          std::string_view(text->name, text->name_len) != name.substr(0, CodeText::kMaxName) ||
+          std::string_view(text->file, text->file_len) != file.substr(0, CodeText::kMaxFile) ||
+          (text->line != g.addr2line(code, lasti) && !text->table_cut))
+        same = false;
+      ++checked;
+      return same;
+    });
+  if (!same || checked == 0) return false;
+  g_code = L;
+  return true;
+}
+
 }  // namespace
+
+bool ReadCodeCopied(const CodeLayout& L, long (*copy)(void*, uint64_t, size_t), const void* code, int lasti,
+                    CodeText* out) {
+  out->name_len = out->file_len = 0;
+  out->line = -1;
+  out->table_cut = false;
+  unsigned char head[256];
+  const int need = std::max({L.co_name, L.co_filename, L.co_linetable}) + static_cast<int>(sizeof(void*));
+  if (!L.ready() || need > static_cast<int>(sizeof head) || L.co_firstlineno + 4 > need ||
+      !CopyExact(copy, head, code, static_cast<size_t>(need)) || At<const void*>(head, sizeof(intptr_t)) != L.code_type)
+    return false;
+  const long name = CopyStr(L, copy, At<const void*>(head, L.co_name), out->name, CodeText::kMaxName);
+  const long file = CopyStr(L, copy, At<const void*>(head, L.co_filename), out->file, CodeText::kMaxFile);
+  if (name < 0 || file < 0) return false;
+  out->name_len = static_cast<size_t>(name);
+  out->file_len = static_cast<size_t>(file);
+  const int first = At<int32_t>(head, L.co_firstlineno);
+  if (lasti < 0) {
+    out->line = first;
+    return true;
+  }
+  // The line table: a bytes object; a longer one than the buffer is cut (its later lines: -1).
+  const void* table = At<const void*>(head, L.co_linetable);
+  unsigned char bytes_head[kBytesData];
+  if (!CopyExact(copy, bytes_head, table, sizeof bytes_head) ||
+      At<const void*>(bytes_head, sizeof(intptr_t)) != L.bytes_type)
+    return true;
+  const int64_t size = At<int64_t>(bytes_head, kBytesSize);
+  if (size <= 0) return true;
+  const size_t n = std::min(static_cast<size_t>(size), CodeText::kMaxLineTable);
+  out->table_cut = n < static_cast<size_t>(size);
+  if (!CopyExact(copy, out->table, static_cast<const char*>(table) + kBytesData, n)) return true;
+  out->line = L.table_310 ? LineOf310(out->table, n, first, lasti) : LineOf311(out->table, n, first, lasti);
+  return true;
+}
 
 bool PythonStacks::Enable(std::string* why, bool with_signal) {
   blocked_ready_ = false;
@@ -333,13 +528,15 @@ bool PythonStacks::Enable(std::string* why, bool with_signal) {
   g.co_name = g.co_filename = g.ascii_data = -1;
   const int gil = a.gil_ensure();
   const int compared = CheckLayout(a, why);
-  const bool list_found = compared > 0 && FindThreadList(a, minor);
+  // Off-CPU frames need both the thread list and the copied reads of code objects.
+  const bool list_found = compared > 0 && FindThreadList(a, minor) && CheckCopiedReads(a, minor);
   a.gil_release(gil);
   if (compared <= 0) {
     if (compared == 0) *why = "Python frames are off: no Python frame to check this CPython's layout on";
     return false;
   }
   blocked_ready_ = list_found;
+  if (list_found && code_text_ == nullptr) code_text_ = std::make_unique<CodeText>();
   FindEvalLoop();
   if (!with_signal) return true;
   if (g.slots == nullptr) {
@@ -451,11 +648,11 @@ int PythonStacks::ReadBlocked(uint32_t tid, CopyFn copy, const void** code, int*
   return n;
 }
 
-int PythonStacks::SpliceBlocked(const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
+int PythonStacks::SpliceBlocked(CopyFn copy, const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
                                 uintptr_t* out, int max) const {
   uintptr_t py[kMaxBlockedFrames];
   np = std::min(np, kMaxBlockedFrames);
-  for (int i = 0; i < np; ++i) py[i] = FrameOf(code[i], lasti[i]);
+  for (int i = 0; i < np; ++i) py[i] = FrameOfCopied(copy, code[i], lasti[i], code_text_.get());
   auto is_eval = [](uintptr_t ret) { return ret - 1 >= g_eval_lo && ret - 1 < g_eval_hi; };
   return pf::SpliceAtEvalFrames(native, n, py, np, out, max, is_eval);
 }

@@ -30,17 +30,54 @@
 // walks its frames with fault-tolerant copies of the process's own memory,
 // taking no lock and not the GIL: a thread blocked in the kernel runs no
 // Python, so its frame chain holds still (one waiting for the GIL is in
-// take_gil, blocked on a futex).
+// take_gil, blocked on a futex). Their code objects too are read through
+// copies (ReadCodeCopied): the thread may wake and free them meanwhile.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace spyglass::sampling {
 
 struct CpuCapture;
+
+// Where a code object keeps what a frame shows (CPython 3.10-3.13, found and
+// checked at Enable), for reads through copies.
+struct CodeLayout {
+  const void* code_type = nullptr;   // &PyCode_Type
+  const void* str_type = nullptr;    // &PyUnicode_Type
+  const void* bytes_type = nullptr;  // &PyBytes_Type
+  int co_name = -1, co_filename = -1, co_linetable = -1, co_firstlineno = -1;  // offsets in PyCodeObject
+  int ascii_data = -1;  // offset of a compact ASCII string's characters
+  bool table_310 = false;  // co_linetable: 3.10's (byte delta, line delta) pairs; else 3.11+'s location table
+  bool ready() const {
+    return code_type && str_type && bytes_type && co_name >= 0 && co_filename >= 0 && co_linetable >= 0 &&
+           co_firstlineno >= 0 && ascii_data >= 0;
+  }
+};
+
+// A code object's function, file and line, copied out of it.
+struct CodeText {
+  static constexpr size_t kMaxName = 256, kMaxFile = 1024, kMaxLineTable = 16384;  // longer: cut
+  char name[kMaxName];
+  char file[kMaxFile];
+  size_t name_len = 0, file_len = 0;
+  int line = -1;  // -1: not found (past a line table cut at kMaxLineTable, or unreadable)
+  bool table_cut = false;  // the line table was longer than kMaxLineTable
+  uint8_t table[kMaxLineTable];
+};
+
+// Reads code object `code`'s name, file and the line of byte offset `lasti`
+// (-1: the first line) through `copy` only (a fault-tolerant copy of this
+// process's memory: a short count, never a fault), each read bounded. False
+// when the code object or its name or file cannot be read or are not what
+// they should be (freed, unmapped): no read in place, so a code object freed
+// meanwhile gives garbage or false, never a fault.
+bool ReadCodeCopied(const CodeLayout& layout, long (*copy)(void* dst, uint64_t src, size_t n), const void* code,
+                    int lasti, CodeText* out);
 
 class PythonStacks {
  public:
@@ -58,10 +95,11 @@ class PythonStacks {
   // or nothing could be read.
   using CopyFn = long (*)(void* dst, uint64_t src, size_t n);
   int ReadBlocked(uint32_t tid, CopyFn copy, const void** code, int* lasti, int max) const;
-  // Their frames (symbolic, interned: call only while the thread still
-  // blocks, so its code objects live) spliced among the native ones (return
-  // addresses, innermost first) into `out` (room for `max`); returns its depth.
-  int SpliceBlocked(const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
+  // Their frames (symbolic, interned; each code object read through `copy`,
+  // as the thread may have woken and freed them: an unreadable one is
+  // `<unknown>`) spliced among the native ones (return addresses, innermost
+  // first) into `out` (room for `max`); returns its depth.
+  int SpliceBlocked(CopyFn copy, const void* const* code, const int* lasti, int np, const uintptr_t* native, int n,
                     uintptr_t* out, int max) const;
   static constexpr int kMaxBlockedFrames = 64;
   // Thread `tid`'s perf event `fd` signals it at each sample from now on.
@@ -84,6 +122,7 @@ class PythonStacks {
   };
   int signo_ = 0;
   bool blocked_ready_ = false;
+  std::unique_ptr<CodeText> code_text_;  // the reader's buffer for a blocked frame's code object
   std::vector<uint64_t> tails_;  // per slot: the next entry to read
   std::vector<Record> records_;
   std::vector<std::vector<uintptr_t>> stacks_;

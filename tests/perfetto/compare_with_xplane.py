@@ -115,7 +115,10 @@ def expected_from_xplane(path):
           threads.add((plane.name, tid, line_name[:-len(" CPU samples")].rsplit(" ", 1)[0]))
         for e in line.events:
           ts = max(0, line.timestamp_ns + e.offset_ps // 1000)
-          samples[(plane.name, tid, ts, xplane_stack(plane, e.metadata_id))] += 1
+          # Under the annotations open on the thread then, outermost first (docs/sampling.md).
+          open_annotations = next((annotation_frames(plane, stat_value(plane, s)) for s in e.stats
+                                   if plane.stat_metadata[s.metadata_id].name == "annotation_stack"), ())
+          samples[(plane.name, tid, ts, open_annotations + xplane_stack(plane, e.metadata_id))] += 1
         continue
       if line.name != COUNTERS and len(line.events):
         threads.add((plane.name, tid, line_name))
@@ -161,6 +164,19 @@ def xplane_stack(plane, leaf):
                    f.get("cpu_frame_kind", "native")))
     leaf = f.get("cpu_stack_parent", 0)
   return tuple(reversed(frames))
+
+
+def annotation_frames(plane, text):
+  """A sample's annotation stack ("outer::inner") as frames, outermost first; parts that join into the name of
+  an event of the plane (a C++ name) are one annotation, the longest such run (of 8 parts at most)."""
+  known = {n for md in plane.event_metadata.values() if not md.name.startswith("cpu_stack#")
+           for n in (md.name, md.display_name) if "::" in n}
+  parts, out, k = text.split("::"), [], 0
+  while k < len(parts):
+    take = next((m - k for m in range(min(len(parts), k + 8), k + 1, -1) if "::".join(parts[k:m]) in known), 1)
+    out.append(("::".join(parts[k:k + take]), "", 0, "annotation"))
+    k += take
+  return tuple(out)
 
 
 def check_no_unknown_fields(msg, where):
@@ -341,7 +357,13 @@ def sample_of(p, where, seq_valid, interned, processes):
     for path in m.path_string_ids:
       string("mapping_paths", path)
     kind = {pb.Frame.KIND_NATIVE: "native", pb.Frame.KIND_INTERPRETED: "python"}.get(fr.kind)
-    if kind is None or (kind == "python") != (string("mapping_paths", m.path_string_ids[0]) == "[python]"):
+    if string("mapping_paths", m.path_string_ids[0]) == "[annotation]":
+      if fr.kind != pb.Frame.KIND_UNKNOWN or fr.source_path_iid or fr.line_number or fr.rel_pc:
+        fail(f"{where}: annotation frame {fid} carries a kind, file, line or pc")
+      kind = "annotation"
+      if stack and stack[-1][3] != "annotation":
+        fail(f"{where}: annotation frame {fid} inside a code frame (annotations are the outermost frames)")
+    elif kind is None or (kind == "python") != (string("mapping_paths", m.path_string_ids[0]) == "[python]"):
       fail(f"{where}: frame {fid}: kind {fr.kind} in mapping {fr.mapping_id}")
     stack.append((string("function_names", fr.function_name_id),
                   string("source_paths", fr.source_path_iid) if fr.source_path_iid else "", fr.line_number, kind))
@@ -391,6 +413,8 @@ def main():
   ap.add_argument("--expect-counter-unit", default=None, help="a counter track with this unit must be there")
   ap.add_argument("--expect-overflow-lane", action="store_true")
   ap.add_argument("--min-samples", type=int, default=0, help="at least this many distinct CPU samples")
+  ap.add_argument("--expect-annotation-stack", action="append", default=[],
+                  help="some sample's outermost frames are these annotations (outer|inner)")
   ap.add_argument("--pprof", help="the run's cpu.<pid>.<comm>.prof: its counts by thread and stack must match")
   a = ap.parse_args()
   exp = expected_from_xplane(a.xplane)
@@ -403,8 +427,13 @@ def main():
   if a.pprof:  # the same samples, as the pprof profile counts them
     by_stack = collections.Counter()
     for (proc, tid, ts, stack), n in act["samples"].items():
-      by_stack[(tid, tuple(f[0] for f in stack))] += n
+      by_stack[(tid, tuple(f[0] for f in stack if f[3] != "annotation"))] += n
     diff("CPU samples by thread and stack (pprof)", pprof_samples(a.pprof), by_stack)
+  for want in a.expect_annotation_stack:
+    want = tuple(want.split("|"))
+    seen = {tuple(f[0] for f in stack if f[3] == "annotation") for (_, _, _, stack) in act["samples"]}
+    if want not in seen:
+      fail(f"no sample under the annotations {want}; annotation stacks seen: {sorted(seen)}")
   if len(exp["samples"]) < a.min_samples:
     fail(f"only {sum(exp['samples'].values())} CPU samples, expected at least {a.min_samples}")
   for plane, os_pid in exp["pids"].items():

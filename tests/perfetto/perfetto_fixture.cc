@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
     add(Ev(host, "backward", 400, 500 * kNs));
     // Starts inside "backward" and ends after "step": nests in neither.
     add(Ev(host, "straddle", 800, 400 * kNs));
+    add(Ev(host, "ns::layer", 1500, 100 * kNs));  // an annotation whose name holds "::"
     add(Ev(host, "same start", 2000, 10 * kNs));
     add(Ev(host, "same start inner", 2000, 5 * kNs));
     add(Ev(host, "produce", 3000, 10 * kNs), {host.int_stat("_pt", 1), host.uint_stat("_p", 99)});
@@ -140,8 +141,9 @@ int main(int argc, char** argv) {
         e.offset_ps = ns * kNs;
         e.duration_ps = 1'001'001 * kNs;
         e.metadata_id = leaf;
-        if (leaf == matmul) {
-          model::Stat s = host.ref_stat(model::kAnnotationStackStat, "step::forward");
+        if (leaf == matmul || (leaf == relu && tid == 4242)) {
+          // Open annotations, outer::inner; one of them a C++ name (an annotation of its own, not two).
+          model::Stat s = host.ref_stat(model::kAnnotationStackStat, leaf == matmul ? "step::forward" : "step::ns::layer");
           l.add_stats(e, std::span<const model::Stat>(&s, 1));
         }
         l.events.push_back(e);

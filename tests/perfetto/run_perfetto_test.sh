@@ -6,7 +6,8 @@
 # threads) through stop_trace with create_perfetto_trace, then a sampled run
 # (`spyglass run --sample` of the known workload, its .xplane.pb converted by
 # the fixture): every CPU sample a PerfSample with its whole stack, and the
-# same counts by thread and stack as its pprof profile.
+# same counts by thread and stack as its pprof profile, under the annotations
+# open on its thread (outermost frames, mapping "[annotation]").
 set -euo pipefail
 fixture=$1
 demo=$2
@@ -22,7 +23,8 @@ mkdir "$out/fixture"
 "$fixture" "$out/fixture" > /dev/null
 python3 "$here/compare_with_xplane.py" "$out/fixture/fixture.xplane.pb" "$out/fixture/perfetto_trace.pb" \
   --min-slices 15 --expect-flows 3 --expect-counter-unit bytes --expect-overflow-lane \
-  --min-samples 8 --pprof "$out"/fixture/cpu.4242.fixture.prof
+  --min-samples 8 --pprof "$out"/fixture/cpu.4242.fixture.prof \
+  --expect-annotation-stack "step|forward" --expect-annotation-stack "step|ns::layer"
 
 "$demo" "$out/demo" --steps 3 > "$out/demo.log"
 run=$(ls -d "$out"/demo/plugins/profile/*/)

@@ -433,6 +433,31 @@ def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
   shares = [float(x.rstrip("%")) for x in row.split(")", 1)[1].split()]
   assert shares[2:] == [steps_all["burn_a (sample_workload.py)"], work_all["burn_a (sample_workload.py)"]], (row, shares)
 
+  # The same CPU tables from code (spyglass.analysis) and in `diff --json`.
+  import json
+  from spyglass import analysis
+  cli_summary = json.loads(sh(SPYGLASS, "summary", "--json", "-n", "50", str(steps_dir)).stdout)
+  py_summary = analysis.summary(steps_dir, top=50)
+  assert "cpu" in py_summary, sorted(py_summary)
+  assert py_summary["cpu"] == cli_summary["cpu"]
+  assert py_summary["cpu"]["samples"] > 0 and py_summary["cpu"]["steps"], py_summary["cpu"]["samples"]
+  dj = sh(SPYGLASS, "diff", "--json", "-n", "50", str(steps_dir), str(work_dir))
+  assert dj.returncode == 0, dj.stderr
+  cli_diff = json.loads(dj.stdout)
+  py_diff = analysis.diff(steps_dir, work_dir, top=50)
+  assert py_diff["cpu"] == cli_diff["cpu"]
+  c = py_diff["cpu"]
+  assert c["base_samples"] == py_summary["cpu"]["samples"], (c["base_samples"], py_summary["cpu"]["samples"])
+  burn_a = next(r for r in c["functions"] if r["function"] == "burn_a" and r["python"])
+  # As the text diff shows them (total shares, percent to one decimal), and new - base.
+  assert [float("%.1f" % (100 * burn_a[k])) for k in ("base_total_share", "new_total_share")] == shares[2:], burn_a
+  for what in ("self_ns", "total_ns", "self_share", "total_share"):
+    assert burn_a["delta_" + what] == pytest.approx(burn_a["new_" + what] - burn_a["base_" + what]), (what, burn_a)
+  assert burn_a["base_samples"] > 0 and burn_a["new_samples"] > 0, burn_a
+  # Each run's own tables, as `summary --json` has them.
+  assert py_diff["base"]["cpu"]["samples"] == py_summary["cpu"]["samples"]
+  assert py_diff["new"]["cpu"]["samples"] == c["new_samples"]
+
 
 def test_speedscope_reads_the_python_cpu_profile(tmp_path):
   """speedscope's web app in headless chromium (tests/browser) opens the

@@ -3,6 +3,7 @@
 // threads started during the session, the pprof profile beside the trace,
 // and the sampler's options (registered with its tracer).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +18,8 @@
 #include "memory/pprof.h"
 #include "model/xspace.h"
 #include "sampling/cpu_model.h"
+#include "sampling/cpu_sampler.h"
+#include "sampling/python_stacks.h"
 #include "spyglass/profiler.h"
 #include "model/schema.h"
 #include "model/xspace.h"
@@ -355,4 +358,150 @@ TEST(CpuModelMerge, MergedPlanesKeepTheirStacksAndTimes) {
   EXPECT_EQ(stacks["/host:CPU [2]"], "main>b>c>leaf_c");
   EXPECT_EQ(times["/host:CPU [1]"], 1'000'000 + 5'000'000);  // ps from the parent's start
   EXPECT_EQ(times["/host:CPU [2]"], 3'000'000 + 5'000'000);
+}
+
+// Off-CPU Python frames: a blocked thread may wake and free its code objects
+// between the reader's "still blocked" check and its reads, so the reader
+// reads them through copies only. Fake objects in CPython's layouts (the
+// offsets are found at Enable; any will do here).
+namespace copied {
+
+using spyglass::sampling::CodeLayout;
+using spyglass::sampling::CodeText;
+using spyglass::sampling::CopyOwnMemory;
+using spyglass::sampling::ReadCodeCopied;
+
+const char kCodeType = 0, kStrType = 0, kBytesType = 0;  // only their addresses matter
+
+long Copy(void* dst, uint64_t src, size_t n) { return CopyOwnMemory(dst, src, n); }
+
+CodeLayout Layout(bool table_310) {
+  CodeLayout L;
+  L.code_type = &kCodeType;
+  L.str_type = &kStrType;
+  L.bytes_type = &kBytesType;
+  L.co_name = 48;
+  L.co_filename = 56;
+  L.co_linetable = 136;
+  L.co_firstlineno = 72;
+  L.ascii_data = 48;
+  L.table_310 = table_310;
+  return L;
+}
+
+template <typename T>
+void Put(void* base, int offset, T v) {
+  std::memcpy(static_cast<char*>(base) + offset, &v, sizeof v);
+}
+
+struct FakeStr {
+  alignas(8) unsigned char b[128] = {};
+  explicit FakeStr(const char* text) {
+    Put<const void*>(b, 8, &kStrType);
+    Put<int64_t>(b, 16, static_cast<int64_t>(strlen(text)));
+    Put<uint32_t>(b, 32, (1u << 5) | (1u << 6));  // compact, ASCII
+    std::memcpy(b + 48, text, strlen(text));
+  }
+};
+
+struct FakeCode {
+  alignas(8) unsigned char b[256] = {};
+  alignas(8) unsigned char table[32 + 256] = {};
+  FakeStr name{"forward"}, file{"model.py"};
+  FakeCode(int first, const std::vector<uint8_t>& lines) {
+    Put<const void*>(b, 8, &kCodeType);
+    Put<const void*>(b, 48, name.b);
+    Put<const void*>(b, 56, file.b);
+    Put<int32_t>(b, 72, first);
+    Put<const void*>(b, 136, table);
+    Put<const void*>(table, 8, &kBytesType);
+    Put<int64_t>(table, 16, static_cast<int64_t>(lines.size()));
+    std::memcpy(table + 32, lines.data(), lines.size());
+  }
+};
+
+// A page that was mapped and is no more.
+void* UnmappedPage() {
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT_NE(p, MAP_FAILED);
+  munmap(p, 4096);
+  return p;
+}
+
+// CPython 3.11's co_linetable and its lines (co_lines()) for a function
+// starting at line 302: one-line, short, long forms and a negative delta.
+const std::vector<uint8_t> kTable311 = {128, 0,   216, 8,   9,   136, 65,  137, 5,   128, 65,  224, 7,   8,   136, 49,
+                                        130, 117, 128, 117, 216, 12,  33,  208, 12,  33,  157, 5,   152, 97,  153, 8,
+                                        156, 8,   208, 12,  33,  209, 12,  33,  212, 12,  33,  136, 1,   240, 8,   0,
+                                        13,  14,  216, 12,  13,  241, 3,   1,   13,  14,  240, 0,   1,   5,   15};
+const std::vector<uint8_t> kTable310 = {8, 1, 8, 2, 18, 1, 2, 4, 2, 1, 4, 255};
+
+}  // namespace copied
+
+TEST(BlockedPythonFrames, CodeObjectsAreReadThroughCopiesWithTheirLines) {
+  using namespace copied;
+  auto text = std::make_unique<CodeText>();
+  FakeCode c311(302, kTable311);
+  const CodeLayout L311 = Layout(false);
+  const std::map<int, int> lines311 = {{0, 302}, {2, 303}, {10, 303}, {12, 305}, {24, 306},
+                                       {72, 306}, {74, 310}, {76, 311}, {78, 310}, {82, 310}};
+  for (auto [lasti, line] : lines311) {
+    ASSERT_TRUE(ReadCodeCopied(L311, Copy, c311.b, lasti, text.get()));
+    EXPECT_EQ(std::string(text->name, text->name_len), "forward");
+    EXPECT_EQ(std::string(text->file, text->file_len), "model.py");
+    EXPECT_EQ(text->line, line) << "3.11 lasti " << lasti;
+  }
+  ASSERT_TRUE(ReadCodeCopied(L311, Copy, c311.b, -1, text.get()));
+  EXPECT_EQ(text->line, 302);  // before the first instruction: the first line
+  FakeCode c310(302, kTable310);
+  const std::map<int, int> lines310 = {{0, 303}, {6, 303}, {8, 305}, {16, 306}, {32, 306},
+                                       {34, 310}, {36, 311}, {40, 310}};
+  for (auto [lasti, line] : lines310) {
+    ASSERT_TRUE(ReadCodeCopied(Layout(true), Copy, c310.b, lasti, text.get()));
+    EXPECT_EQ(text->line, line) << "3.10 lasti " << lasti;
+  }
+}
+
+TEST(BlockedPythonFrames, FreedCodeObjectsReadAsUnknownNeverAFault) {
+  using namespace copied;
+  auto text = std::make_unique<CodeText>();
+  const CodeLayout L = Layout(false);
+  void* gone = UnmappedPage();
+  // The code object itself freed and unmapped.
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, gone, 4, text.get()));
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, static_cast<char*>(gone) + 4000, 4, text.get()));  // and across the end
+  // Its name, its file freed.
+  FakeCode c(302, kTable311);
+  Put<const void*>(c.b, 48, gone);
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, c.b, 4, text.get()));
+  FakeCode d(302, kTable311);
+  Put<const void*>(d.b, 56, static_cast<char*>(gone) + 64);
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, d.b, 4, text.get()));
+  // A name whose characters are freed (a compact non-ASCII str's utf8 pointer).
+  FakeCode e(302, kTable311);
+  Put<uint32_t>(e.name.b, 32, 1u << 5);
+  Put<int64_t>(e.name.b, 48, 12);
+  Put<const void*>(e.name.b, 56, gone);
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, e.b, 4, text.get()));
+  // Memory reused for something else: not a code object, not a str.
+  FakeCode f(302, kTable311);
+  Put<const void*>(f.b, 8, &kStrType);
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, f.b, 4, text.get()));
+  FakeCode g(302, kTable311);
+  Put<const void*>(g.file.b, 8, &kCodeType);
+  EXPECT_FALSE(ReadCodeCopied(L, Copy, g.b, 4, text.get()));
+  // Its line table freed: the name and file, no line.
+  FakeCode h(302, kTable311);
+  Put<const void*>(h.b, 136, gone);
+  ASSERT_TRUE(ReadCodeCopied(L, Copy, h.b, 4, text.get()));
+  EXPECT_EQ(std::string(text->name, text->name_len), "forward");
+  EXPECT_EQ(text->line, -1);
+  // A huge line table (garbage, or a huge function) is cut: the lines in what was copied, else none.
+  FakeCode t(302, kTable311);
+  Put<int64_t>(t.table, 16, int64_t{1} << 40);
+  if (ReadCodeCopied(L, Copy, t.b, 4, text.get())) EXPECT_TRUE(text->table_cut);
+  // A huge length (garbage) is cut, not followed.
+  FakeCode k(302, kTable311);
+  Put<int64_t>(k.name.b, 16, int64_t{1} << 40);
+  if (ReadCodeCopied(L, Copy, k.b, 4, text.get())) EXPECT_LE(text->name_len, CodeText::kMaxName);
 }

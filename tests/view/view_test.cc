@@ -20,7 +20,9 @@
 #include "export/xplane/xplane_writer.h"
 #include "model/schema.h"
 #include "model/xspace.h"
+#include "report/cpu_samples.h"
 #include "report/timeline.h"
+#include "sampling/cpu_model.h"
 #include "spyglass/profile_reader.h"
 #include "view/http_server.h"
 #include "view/view_app.h"
@@ -288,6 +290,68 @@ TEST(ViewIndexTest, LevelsAreMadeOnlyOnceTheyDifferFromTheOneBelow) {
 // tf.data's prefetch) across two threads is an arrow on the timeline, in the
 // report's builder and in view's index; one event both consumes and
 // produces (a chain); a consumer of another type is not linked.
+// The CPU sampler's samples (sampling/cpu_model.h: each sample an event
+// whose metadata is its innermost stack node, "cpu_stack#<n>", its function
+// the node's display name) are named after their functions, as the report
+// names them, not after their stack nodes.
+TEST(ViewIndexTest, CpuSamplesAreNamedAfterTheirFunctionsAsInTheReport) {
+  namespace model = spyglass::model;
+  namespace smp = spyglass::sampling;
+  model::Space space;
+  model::Plane& host = space.plane(model::kHostPlaneName);
+  host.stats.push_back(host.uint_stat(smp::kCpuSamplePeriodStat, 1'000'000));
+  int next = 0;
+  auto node = [&](uint32_t parent, const char* fn) {
+    uint32_t id = host.intern_event(std::string(smp::kCpuStackNodePrefix) + std::to_string(next++));
+    std::vector<model::Stat> st{host.ref_stat(smp::kCpuFrameStat, fn)};
+    if (parent) st.push_back(host.uint_stat(smp::kCpuParentStat, parent));
+    st.push_back(host.ref_stat(smp::kCpuFrameKindStat, "native"));
+    host.event_metadata_at(id).display_name = fn;
+    host.event_metadata_at(id).stats = std::move(st);
+    return id;
+  };
+  const uint32_t main_fn = node(0, "main"), a = node(main_fn, "burn_a"), b = node(main_fn, "burn_b");
+  constexpr int64_t kMsPs = 1'000'000'000;
+  model::Line& thread = host.line_with_id(7);
+  thread.name = "main";
+  thread.events.push_back({0, 10 * kMsPs, host.intern_event("train")});
+  model::Line& samples = host.line_with_id(smp::kCpuSampleLineIdBase + 7);
+  samples.name = std::string(smp::kCpuSamplesLineName);
+  samples.display_name = "main 7 CPU samples";
+  for (auto [ms, leaf] : std::vector<std::pair<int64_t, uint32_t>>{{1, a}, {2, a}, {3, b}, {5, main_fn}})
+    samples.events.push_back({ms * kMsPs, kMsPs, leaf});
+  const std::string dir = testing::TempDir() + "/view_cpu_samples";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}).ok());
+  const report::Timeline& tl = index.timeline();
+  for (const std::string& name : tl.names) EXPECT_FALSE(name.starts_with(smp::kCpuStackNodePrefix)) << name;
+  const size_t track = TrackNamed(tl, "main 7 CPU samples");
+  report::Timeline w = index.Window(0, 10 * kMsNs, 10000);
+  std::vector<Span> got = Decode(w, tl, track, 0);
+  ASSERT_EQ(got.size(), 4u);
+  const char* want[] = {"burn_a", "burn_a", "burn_b", "main"};
+  for (size_t i = 0; i < got.size(); i++) EXPECT_EQ(got[i].name, want[i]) << i;
+  EXPECT_EQ(got[2].start, 3 * kMsNs);
+  EXPECT_EQ(got[2].end, 4 * kMsNs);
+  // The report's timeline (the samples counted, then added with their stacks) has the same names.
+  report::TimelineBuilder builder;
+  uint64_t sample_lines = 0;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder, &sample_lines).ok());
+  EXPECT_EQ(sample_lines, 1u);
+  std::vector<report::CpuSampleSet> sets;
+  ASSERT_TRUE(report::AddCpuSamples(file, "", &builder, &sets).ok());
+  report::Timeline report_tl = builder.Finish();
+  std::vector<std::string> report_names(report_tl.names), view_names(tl.names);
+  std::sort(report_names.begin(), report_names.end());
+  std::sort(view_names.begin(), view_names.end());
+  EXPECT_EQ(view_names, report_names);
+}
+
 TEST(ViewIndexTest, AsyncPairsAreFlows) {
   namespace model = spyglass::model;
   model::Space space;

@@ -217,9 +217,7 @@ void AddSummaryCommands(CLI::App& app) {
       }
     }
     std::cout << (df.json ? analysis::DiffToJson(d) : analysis::DiffToText(d));
-    analysis::CpuSummary cpu_base, cpu_next;
-    if (!df.json && analysis::SummarizeCpu(base, 0, &cpu_base).ok() && analysis::SummarizeCpu(next, 0, &cpu_next).ok())
-      std::cout << analysis::CpuDiffToText(cpu_base, cpu_next, df.top);
+    if (!df.json) std::cout << analysis::CpuDiffRowsToText(d.cpu_base, d.cpu_next, d.cpu);  // DiffRuns compared them
     std::cout.flush();
     if (!d.failures.empty()) {
       // The text report lists them already; with --json, say so on stderr too.

@@ -76,6 +76,10 @@ constexpr uint32_t kSampleSequenceId = 2;
 // The two mappings frames point to (the model keeps no module per frame):
 // trace_processor drops a frame whose mapping is not interned.
 constexpr uint64_t kNativeMappingIid = 1, kPythonMappingIid = 2;
+// A sample's open annotations are the outermost frames of its callstack, in
+// a mapping of their own, so that a flame graph of a range groups by them.
+constexpr uint64_t kAnnotationMappingIid = 3;
+constexpr size_t kMaxNameParts = 8;  // "a::b::..." parts an annotation's own name may hold
 // A stack longer than this (a cycle of callers in a hostile model) is cut.
 constexpr size_t kMaxStackDepth = 4096;
 constexpr int64_t kDevicePidBase = 0x40000000;
@@ -269,11 +273,29 @@ struct Doc {
     std::unordered_map<uint64_t, uint64_t> counter_uuid;
     // By event metadata id; empty without CPU samples.
     std::vector<StackNode> nodes;
+    // Samples with an annotation stack (stat annotation_stack, a ref): their
+    // callstack, by (innermost node << 32 | the ref); the callstack's iid is
+    // Doc::extra_iid_base + its index in annotated.
+    struct AnnotatedStack {
+      uint32_t leaf = 0;
+      std::vector<uint32_t> annotations;  // indices into Doc::annotation_names, outermost first
+    };
+    uint32_t annotation_key = 0;  // the annotation_stack stat's metadata id; 0: none
+    std::unordered_map<uint64_t, uint64_t> annotated_index;
+    std::vector<AnnotatedStack> annotated;
   };
   std::vector<PlaneInfo> planes;
   uint64_t start_ns = 0;  // the earliest event: the descriptors' time
   uint64_t lost = 0;      // events the recorder dropped or overwrote
   bool any_samples = false;
+  // Annotation frames (one per distinct annotation name, its function name
+  // and frame iid extra_iid_base + index) and annotated callstacks (iid
+  // extra_iid_base + their index over all planes): past every event
+  // metadata's iid.
+  std::vector<std::string> annotation_names;
+  std::unordered_map<std::string, uint32_t> annotation_ids;
+  uint64_t annotated_count = 0;
+  uint64_t extra_iid_base = 0;
 
   explicit Doc(const model::Space& space) {
     uint64_t names = 1, stats = 1;  // iids start at 1: 0 never resolves
@@ -340,9 +362,13 @@ struct Doc {
         samples = true;
         if (thread_tids.insert(li.tid).second) li.lane_uuids.push_back(next_uuid++);
       }
-      if (samples) StackNodes(info);
+      if (samples) {
+        StackNodes(info);
+        AnnotatedStacks(info);
+      }
       any_samples = any_samples || samples;
     }
+    extra_iid_base = names;
     start_ns = first_ == UINT64_MAX ? 0 : first_;
     AssignPids();
   }
@@ -430,6 +456,69 @@ struct Doc {
             }
           }
           id = node.parent;
+        }
+      }
+    }
+  }
+
+  // The annotation stacks of the samples ("outer::inner", the model's
+  // annotation_stack stat), cut into annotations. An annotation's own name
+  // may hold "::" (a C++ name): runs of parts that join into the name of an
+  // event of the plane are one annotation (the longest such run, of at most
+  // kMaxNameParts parts).
+  void AnnotatedStacks(PlaneInfo& info) {
+    const model::Plane& p = *info.plane;
+    for (size_t i = 1; i < p.stat_metadata().size(); ++i)
+      if (p.stat_metadata()[i].name == model::kAnnotationStackStat) info.annotation_key = static_cast<uint32_t>(i);
+    if (info.annotation_key == 0) return;
+    std::unordered_set<std::string_view> known;
+    for (size_t i = 1; i < p.event_metadata().size(); ++i) {
+      const model::EventMetadata& md = p.event_metadata()[i];
+      if (md.name.starts_with(sampling::kCpuStackNodePrefix)) continue;  // stack frames are not annotations
+      if (md.name.find("::") != std::string::npos) known.insert(md.name);
+      if (md.display_name.find("::") != std::string::npos) known.insert(md.display_name);
+    }
+    std::vector<std::string_view> parts;
+    for (const LineInfo& li : info.lines) {
+      if (!li.samples) continue;
+      for (const model::Event& e : li.line->events) {
+        if (e.metadata_id == 0 || e.metadata_id >= info.nodes.size()) continue;
+        for (const model::Stat& s : li.line->stats_of(e)) {
+          if (s.metadata_id != info.annotation_key || s.kind != model::StatKind::kRef || s.ref == 0 ||
+              s.ref >= p.stat_metadata().size())
+            continue;
+          const uint64_t key = (uint64_t{e.metadata_id} << 32) | s.ref;
+          if (info.annotated_index.count(key)) continue;
+          const std::string_view text = p.stat_metadata()[s.ref].name;
+          parts.clear();
+          for (size_t at = 0;;) {
+            const size_t sep = text.find("::", at);
+            parts.push_back(text.substr(at, sep == std::string_view::npos ? std::string_view::npos : sep - at));
+            if (sep == std::string_view::npos) break;
+            at = sep + 2;
+          }
+          PlaneInfo::AnnotatedStack stack;
+          stack.leaf = e.metadata_id;
+          for (size_t k = 0; k < parts.size() && stack.annotations.size() < kMaxStackDepth;) {
+            size_t take = 1;
+            if (!known.empty())  // a name of at most kMaxNameParts parts (bounded work on a hostile stack)
+              for (size_t m = std::min(parts.size(), k + kMaxNameParts); m > k + 1; --m) {
+                const char* b = parts[k].data();
+                const std::string_view joined(b, static_cast<size_t>(parts[m - 1].data() + parts[m - 1].size() - b));
+                if (known.count(joined)) {
+                  take = m - k;
+                  break;
+                }
+              }
+            const char* b = parts[k].data();
+            const std::string name(b, static_cast<size_t>(parts[k + take - 1].data() + parts[k + take - 1].size() - b));
+            auto [it, fresh] = annotation_ids.emplace(name, static_cast<uint32_t>(annotation_names.size()));
+            if (fresh) annotation_names.push_back(name);
+            stack.annotations.push_back(it->second);
+            k += take;
+          }
+          info.annotated_index.emplace(key, annotated_count++);
+          info.annotated.push_back(std::move(stack));
         }
       }
     }
@@ -606,7 +695,8 @@ class Encoder {
     o_.VarintField(kPacketFirstOnSequence, 1);
     o_.Close(pk);
     InternedPackets in(o_, doc_.start_ns, kSampleSequenceId);
-    for (auto [iid, path] : {std::pair{kNativeMappingIid, "[native]"}, std::pair{kPythonMappingIid, "[python]"}}) {
+    for (auto [iid, path] : {std::pair{kNativeMappingIid, "[native]"}, std::pair{kPythonMappingIid, "[python]"},
+                             std::pair{kAnnotationMappingIid, "[annotation]"}}) {
       in.Name(kInternedMappingPaths, iid, path);
       const size_t m = in.Begin(kInternedMappings);
       o_.VarintField(kEntryIid, iid);
@@ -647,6 +737,30 @@ class Encoder {
         o_.VarintField(kEntryIid, info.name_base + i);
         // Not packed: the field is proto2 without [packed=true], and
         // trace_processor's decoder reads it so.
+        for (size_t k = stack.size(); k-- > 0;) o_.VarintField(kCallstackFrameIds, info.name_base + stack[k]);
+        in.End(c);
+      }
+    }
+    // The annotations' frames, then the annotated callstacks: the sample's
+    // annotations outermost first, then its stack.
+    for (size_t k = 0; k < doc_.annotation_names.size(); ++k) {
+      const uint64_t iid = doc_.extra_iid_base + k;
+      in.Name(kInternedFunctionNames, iid, doc_.annotation_names[k]);
+      const size_t f = in.Begin(kInternedFrames);
+      o_.VarintField(kEntryIid, iid);
+      o_.VarintField(kFrameFunctionNameId, iid);
+      o_.VarintField(kFrameMappingId, kAnnotationMappingIid);
+      in.End(f);
+    }
+    uint64_t index = 0;
+    for (const Doc::PlaneInfo& info : doc_.planes) {
+      for (const Doc::PlaneInfo::AnnotatedStack& a : info.annotated) {
+        stack.clear();
+        for (uint32_t id = a.leaf; id != 0 && stack.size() < kMaxStackDepth; id = info.nodes[id].parent)
+          stack.push_back(id);
+        const size_t c = in.Begin(kInternedCallstacks);
+        o_.VarintField(kEntryIid, doc_.extra_iid_base + index++);
+        for (uint32_t k : a.annotations) o_.VarintField(kCallstackFrameIds, doc_.extra_iid_base + k);
         for (size_t k = stack.size(); k-- > 0;) o_.VarintField(kCallstackFrameIds, info.name_base + stack[k]);
         in.End(c);
       }
@@ -777,8 +891,20 @@ class Encoder {
     o_.Close(pk);
   }
 
+  // A sample's callstack: its innermost node's, or with an annotation stack
+  // the annotated one (AnnotatedStacks).
+  uint64_t CallstackOf(const Doc::PlaneInfo& info, const model::Line& l, const model::Event& e) const {
+    if (info.annotation_key != 0)
+      for (const model::Stat& s : l.stats_of(e))
+        if (s.metadata_id == info.annotation_key && s.kind == model::StatKind::kRef) {
+          auto it = info.annotated_index.find((uint64_t{e.metadata_id} << 32) | s.ref);
+          if (it != info.annotated_index.end()) return doc_.extra_iid_base + it->second;
+        }
+    return info.name_base + e.metadata_id;
+  }
+
   // One PerfSample per sample, on the samples' sequence, on its thread;
-  // its stack the callstack of its innermost node.
+  // its stack the callstack of its innermost node (under its annotations).
   void Samples(const Doc::PlaneInfo& info, const Doc::LineInfo& li, size_t begin, size_t end) {
     const model::Line& l = *li.line;
     for (size_t i = begin; i < end; ++i) {
@@ -789,7 +915,7 @@ class Encoder {
       o_.VarintField(kSamplePid, static_cast<uint64_t>(info.pid));
       o_.VarintField(kSampleTid, li.tid);
       if (e.metadata_id != 0 && e.metadata_id < info.nodes.size())
-        o_.VarintField(kSampleCallstackIid, info.name_base + e.metadata_id);
+        o_.VarintField(kSampleCallstackIid, CallstackOf(info, l, e));
       o_.VarintField(kSampleCpuMode, kCpuModeUser);
       o_.Close(ps);
       o_.Close(pk);
