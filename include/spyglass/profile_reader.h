@@ -154,6 +154,7 @@ struct LineHeader {
 struct EventRecord {
   uint64_t metadata_id = 0;  // the same for every event of one name in a plane
   std::string_view name;     // its metadata's name
+  std::string_view display_name;  // its metadata's display name; empty if none
   int64_t offset_ps = 0;
   int64_t duration_ps = 0;
   int64_t start_ps = 0;      // line timestamp_ns * 1000 + offset_ps

@@ -44,7 +44,7 @@ constexpr uint32_t kLineId = 1, kLineName = 2, kLineTimestamp = 3, kLineEvents =
 constexpr uint32_t kEventMd = 1, kEventOffset = 2, kEventDuration = 3, kEventStats = 4;
 constexpr uint32_t kStatMd = 1, kStatDouble = 2, kStatUint = 3, kStatInt = 4, kStatStr = 5, kStatBytes = 6,
                    kStatRef = 7;
-constexpr uint32_t kMdId = 1, kMdName = 2;
+constexpr uint32_t kMdId = 1, kMdName = 2, kMdDisplayName = 4;
 }  // namespace f
 
 bool IsXPlaneFile(const fs::path& p) {
@@ -72,8 +72,9 @@ Status WireError(Next n, const std::string& path, size_t at, uint64_t size) {
 }
 
 // Reads a map entry (key 1, value 2) of XPlane's metadata maps: the id and
-// name of its value.
-bool ReadMetadataEntry(std::string_view entry, int64_t* id, std::string_view* name) {
+// name of its value, and its display name where `display` is given.
+bool ReadMetadataEntry(std::string_view entry, int64_t* id, std::string_view* name,
+                       std::string_view* display = nullptr) {
   size_t pos = 0;
   uint32_t number, type;
   std::string_view payload, value;
@@ -87,10 +88,12 @@ bool ReadMetadataEntry(std::string_view entry, int64_t* id, std::string_view* na
   }
   if (n != Next::kEnd) return false;
   *name = {};
+  if (display != nullptr) *display = {};
   if (!have_value) return true;
   pos = 0;
   while ((n = NextField(value, &pos, &number, &type, &payload, &v)) == Next::kField) {
     if (number == f::kMdName && type == kLengthDelimited) *name = payload;
+    if (display != nullptr && number == f::kMdDisplayName && type == kLengthDelimited) *display = payload;
     if (number == f::kMdId && type == kVarint && *id == 0) *id = static_cast<int64_t>(v);
   }
   return n == Next::kEnd;
@@ -398,7 +401,7 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
     return WireError(n, path_, static_cast<size_t>(within.data() - data_), size_);
   };
   std::vector<std::string> hostnames, errors, warnings;
-  NameTable event_names, stat_names;
+  NameTable event_names, event_display_names, stat_names;
   std::vector<ProfileStat> plane_stats, event_stats;
   std::vector<std::string_view> lines;
   uint64_t next_progress = 0, released = 0;
@@ -415,6 +418,7 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
     // Pass 1: the plane's header, metadata and stats; where its lines are.
     PlaneHeader header;
     event_names.clear();
+    event_display_names.clear();
     stat_names.clear();
     lines.clear();
     std::vector<std::string_view> raw_stats;
@@ -425,14 +429,15 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
     Next r;
     while ((r = NextField(plane, &ppos, &pn, &pt, &pp, &v)) == Next::kField) {
       int64_t id;
-      std::string_view name;
+      std::string_view name, display;
       switch (pn) {
         case f::kPlaneId: header.id = static_cast<int64_t>(v); break;
         case f::kPlaneName: header.name = pp; break;
         case f::kPlaneLines: lines.push_back(pp); break;
         case f::kPlaneEventMd:
-          if (!ReadMetadataEntry(pp, &id, &name)) return error(Next::kBad, pp);
+          if (!ReadMetadataEntry(pp, &id, &name, &display)) return error(Next::kBad, pp);
           event_names.add(id, name);
+          if (!display.empty()) event_display_names.add(id, display);
           break;
         case f::kPlaneStatMd:
           if (!ReadMetadataEntry(pp, &id, &name)) return error(Next::kBad, pp);
@@ -518,6 +523,7 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
         }
         if (er != Next::kEnd) return error(er, pp.substr(epos));
         e.name = event_names.find(e.metadata_id);
+        e.display_name = event_display_names.find(e.metadata_id);
         e.start_ps = WrappedPs(lh.timestamp_ns, e.offset_ps);
         e.stats = event_stats;
         visitor.OnEvent(e);

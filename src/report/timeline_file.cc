@@ -6,7 +6,6 @@
 #include <functional>
 
 #include "model/schema.h"
-#include "report/cpu_samples.h"
 #include "report/timeline.h"
 #include "spyglass/profile_reader.h"
 
@@ -28,7 +27,8 @@ class TimelineVisitor : public profile::ProfileVisitor {
     return true;
   }
   bool OnLine(const profile::LineHeader& l) override {
-    if (sample_lines_ != nullptr && l.name == kCpuSamplesLine) {
+    samples_ = l.name == kCpuSamplesLine;
+    if (sample_lines_ != nullptr && samples_) {
       ++*sample_lines_;
       return false;
     }
@@ -41,8 +41,10 @@ class TimelineVisitor : public profile::ProfileVisitor {
   }
   void OnEvent(const profile::EventRecord& e) override {
     if (!counters_) {
-      b_->AddEvent(e.name, e.start_ps, e.duration_ps, Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"),
-                   AsyncFlow(e, "_p", "_pt"));
+      // A sample's node is named cpu_stack#<n>; its display name is its
+      // function, as the report names samples (report/cpu_samples.cc).
+      b_->AddEvent(samples_ && !e.display_name.empty() ? e.display_name : e.name, e.start_ps, e.duration_ps,
+                   Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"), AsyncFlow(e, "_p", "_pt"));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -120,6 +122,7 @@ class TimelineVisitor : public profile::ProfileVisitor {
   uint64_t host_hash_;
   uint64_t* sample_lines_;
   bool counters_ = false;
+  bool samples_ = false;  // the line is a thread's CPU samples
   static constexpr std::string_view kCpuSamplesLine = "CPU samples";  // sampling/cpu_model.h
   const std::set<std::pair<size_t, size_t>>* unsorted_;
   size_t plane_index_ = 0;
@@ -173,14 +176,9 @@ Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, siz
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
                       uint64_t* sample_lines, const std::set<std::pair<size_t, size_t>>* unsorted) {
   profile::ProfileReader reader;
-  uint64_t own_sample_lines = 0;
-  TimelineVisitor visitor(builder, host, sample_lines != nullptr ? sample_lines : &own_sample_lines, unsorted);
+  TimelineVisitor visitor(builder, host, sample_lines, unsorted);
   Status s = reader.Open(path);
   if (s.ok()) s = reader.Scan(visitor);
-  // The stream knows a sample only by its stack node's name (cpu_stack#<n>):
-  // the samples named after their functions, as the report names them, from
-  // the file's model (read whole, only where it has samples).
-  if (s.ok() && sample_lines == nullptr && own_sample_lines > 0) s = AddCpuSamples(path, host, builder, nullptr);
   return s;
 }
 
