@@ -143,34 +143,67 @@ ViewIndex::~ViewIndex() {
   if (map_ != nullptr) munmap(const_cast<uint8_t*>(map_), map_bytes_);
 }
 
-Status ViewIndex::Build(const std::vector<std::string>& files) {
-  // Lines out of order are the only ones held while they are placed.
+Status ViewIndex::Build(const std::vector<std::string>& files, BuildProgress* progress) {
+  BuildProgress unused;
+  if (progress == nullptr) progress = &unused;
+  uint64_t total = 0;
+  for (const std::string& f : files) {
+    struct stat st {};
+    if (stat(f.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
+  }
+  progress->size = total;
+  // Writers sort their lines (ours do): each is taken as sorted, which saves
+  // a pass over the files that would find the few that are not.
   std::vector<std::set<std::pair<size_t, size_t>>> unsorted(files.size());
+  uint64_t out_of_order = 0;
+  if (Status s = BuildPass(files, unsorted, progress, &out_of_order); !s.ok() || out_of_order == 0) return s;
+  progress->pass = 2;
+  progress->read = 0;
   for (size_t i = 0; i < files.size(); i++)
     if (Status s = report::FindUnsortedLines(files[i], &unsorted[i]); !s.ok()) return s;
+  return BuildPass(files, unsorted, progress, &out_of_order);
+}
+
+Status ViewIndex::BuildPass(const std::vector<std::string>& files,
+                            const std::vector<std::set<std::pair<size_t, size_t>>>& unsorted, BuildProgress* progress,
+                            uint64_t* out_of_order) {
   const char* tmp = std::getenv("TMPDIR");
   exporter::OutputDir dir;
   if (Status s = exporter::OutputDir::Open(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", &dir); !s.ok()) return s;
   const std::string name = "spyglass-view-" + std::to_string(getpid()) + "-" + RandomToken().substr(0, 16) + ".index";
   Status built = Status::Ok();
   uint64_t bytes = 0;
+  *out_of_order = 0;
   Status written = dir.Write(name, [&](int fd) {
     FileSink sink(fd);
     report::TimelineBuilder builder;
     builder.StreamTo(&sink);
+    uint64_t before = 0;  // bytes of the files read before this one
     for (size_t i = 0; i < files.size() && built.ok(); i++) {
       std::string host;
       if (files.size() > 1) {
         host = std::filesystem::path(files[i]).filename().string();
         host = host.substr(0, host.rfind(".xplane.pb"));
       }
-      built = report::AddProfileFile(files[i], host, &builder, nullptr, &unsorted[i]);
+      uint64_t file_bytes = 0;
+      built = report::AddProfileFile(files[i], host, &builder, nullptr, &unsorted[i],
+                                     [&](uint64_t done, uint64_t size) {
+                                       progress->read = before + done;
+                                       file_bytes = size;
+                                     });
+      before += file_bytes;
     }
     if (!built.ok()) return EINVAL;
+    *out_of_order = builder.out_of_order();
+    if (*out_of_order > 0) return 0;
     tl_ = builder.Finish();
     bytes = sink.size();
     return sink.Flush();
   });
+  if (*out_of_order > 0 && written.ok()) {
+    unlinkat(dir.fd(), name.c_str(), 0);
+    return Status::Ok();
+  }
   if (!built.ok()) {
     unlinkat(dir.fd(), name.c_str(), 0);
     return built;

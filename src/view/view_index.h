@@ -8,8 +8,10 @@
 // the names, the seek points and what one answer holds.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +26,13 @@ namespace spyglass::view {
 inline constexpr uint32_t kSeekStride = 256;
 inline constexpr int kMaxWindowPixels = 20000;
 
+// How far Build is, for the page shown meanwhile (read from other threads).
+struct BuildProgress {
+  std::atomic<uint64_t> read{0};   // bytes of the run's files placed so far
+  std::atomic<uint64_t> size{0};   // the files' bytes in all
+  std::atomic<uint32_t> pass{1};   // 2: a line came out of order, the files are read again
+};
+
 class ViewIndex {
  public:
   ViewIndex() = default;
@@ -32,8 +41,10 @@ class ViewIndex {
   ViewIndex& operator=(const ViewIndex&) = delete;
 
   // Reads every file (several: hosts of one run, their planes prefixed by
-  // the file's stem), one line at a time.
-  Status Build(const std::vector<std::string>& files);
+  // the file's stem), one line at a time. Lines are taken as sorted (placed
+  // as they come, one pass); if any event came out of order, the lines that
+  // are not are found and the files read again.
+  Status Build(const std::vector<std::string>& files, BuildProgress* progress = nullptr);
   const report::Timeline& timeline() const { return tl_; }
   // Bytes of the lanes' levels in the index file (those kept, and those made past their first merge and dropped).
   uint64_t index_bytes() const { return map_bytes_; }
@@ -57,6 +68,10 @@ class ViewIndex {
   };
 
  private:
+  // One pass over the files into a new index file; `out_of_order`: events
+  // of lines taken as sorted that were not (the index is then unusable).
+  Status BuildPass(const std::vector<std::string>& files, const std::vector<std::set<std::pair<size_t, size_t>>>& unsorted,
+                   BuildProgress* progress, uint64_t* out_of_order);
   void IndexCounterLevel(const report::TimelineLevel& level, int64_t at_ns);
   struct Touched {
     uint64_t from, to;  // bytes of the index file read

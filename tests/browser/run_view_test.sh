@@ -19,6 +19,11 @@ pid=$!
 for _ in $(seq 1 600); do [ -s "$T/url" ] && break; sleep 0.1; done
 url=$(head -1 "$T/url")
 [ -n "$url" ] || { cat "$T/err"; echo "FAIL: no URL"; exit 1; }
+# The URL comes at once; the timeline once /progress says ready.
+for _ in $(seq 1 600); do
+  curl -s "${url%%/\?*}/progress?token=${url#*token=}" | grep -q '"ready": *true' && break
+  sleep 0.1
+done
 # outer #20000 starts at 90 ms (every 4.5 us); the view starts 0.5 us before its end... at its start.
 node "$here/view_check.mjs" "$url" --track busy --track main --track "Stream #7" --zoom-ms 90,90.01 --expect-name outer \
   --same-panels-as "$T/report.html"

@@ -88,7 +88,12 @@ TEST(ViewIndexTest, WindowGivesTheEventsOfAKnownRun) {
   std::string file = KnownRun(testing::TempDir() + "/view_known");
   if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
   ViewIndex index;
-  ASSERT_TRUE(index.Build({file}).ok());
+  BuildProgress progress;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  // Its lines are sorted: one pass, to the end of the file.
+  EXPECT_EQ(progress.pass.load(), 1u);
+  EXPECT_EQ(progress.read.load(), fs::file_size(file));
+  EXPECT_EQ(progress.size.load(), fs::file_size(file));
   const report::Timeline& tl = index.timeline();
   size_t main = TrackNamed(tl, "main");
   // Step 3 runs from 32 ms for 30 ms; steps 2 and 4 end 1 ms before and start 1 ms after.
@@ -172,7 +177,11 @@ TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
   ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
   report::Timeline want = builder.Finish();
   ViewIndex index;
-  ASSERT_TRUE(index.Build({file}).ok());
+  BuildProgress progress;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  // t2 is out of order: taken as sorted at first, the file is read again.
+  EXPECT_EQ(progress.pass.load(), 2u);
+  EXPECT_EQ(progress.size.load(), fs::file_size(file));
   const report::Timeline& got = index.timeline();
   EXPECT_EQ(got.events, want.events);
   EXPECT_EQ(got.start_ns, want.start_ns);
@@ -562,6 +571,30 @@ TEST_F(ServerTest, SlowAndTooManyClientsAreBounded) {
   ::usleep(2000000);
   EXPECT_EQ(StatusOf(Get("/?" + token_)), 200);
   EXPECT_GE(server_.refused(), 1u);
+}
+
+// Before the index is ready: a page that shows the build's progress (asked
+// from the same server, with the token of its URL), /progress as JSON, and
+// 503 for windows; once ready, /progress says so (the page then reloads).
+TEST(ViewAppTest, ProgressIsServedWhileIndexing) {
+  BuildProgress progress;
+  progress.size = 3 << 20;
+  progress.read = 1 << 20;
+  HttpResponse page = IndexingResponse({"/", {}}, progress);
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("fetch('progress' + q"), std::string::npos);
+  EXPECT_NE(page.body.find("connect-src 'self'"), std::string::npos);
+  HttpResponse p = IndexingResponse({"/progress", {}}, progress);
+  EXPECT_EQ(p.status, 200);
+  EXPECT_EQ(p.body, R"({"pass":1,"read":1048576,"ready":false,"size":3145728})");
+  EXPECT_EQ(IndexingResponse({"/window", {{"t0", "0"}, {"t1", "1"}, {"px", "1"}}}, progress).status, 503);
+  std::string file = KnownRun(testing::TempDir() + "/view_progress");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  EXPECT_EQ(progress.read.load(), progress.size.load());
+  ViewApp app(&index, "known");
+  EXPECT_EQ(app.Handle({"/progress", {}}).body, R"({"ready": true})");
 }
 
 TEST(ViewAppTest, PageAndWindowRoutes) {

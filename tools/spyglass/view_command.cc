@@ -1,10 +1,12 @@
 // `spyglass view RUN`: the report page of a run of any size, served from
 // 127.0.0.1 (src/view/): the run is indexed once, streamed, and the page
 // asks for what it shows as it is zoomed.
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <future>
 #include <iostream>
+#include <pthread.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -30,6 +32,16 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
     return 1;
   }
   std::cerr << "spyglass view: indexing " << files.size() << " file" << (files.size() == 1 ? "" : "s") << " of " << run << "\n";
+  // SIGINT and SIGTERM wait, blocked (in the threads started after too:
+  // they inherit the mask), until the index is built and its files are
+  // gone; sigsuspend takes them then: none is lost between a check and a wait.
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  sigset_t stop_signals, unblocked;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &unblocked);
   // The summary and the flame graphs, as spyglass report shows them: read
   // while the index is built (each reads the file once, in bounded memory).
   report::ReportInput page;
@@ -40,38 +52,52 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
     return AddRunPanels("spyglass view", run, files.front(), memory_files, flame_options, &page,
                         [](const std::string& what) { std::cerr << "spyglass view: " << what << "\n"; });
   });
+  // The server starts first: the URL is printed at once, and the page shows
+  // the index's progress until the timeline is ready.
   view::ViewIndex index;
-  Status built = index.Build(files);
+  view::BuildProgress progress;
+  std::atomic<const view::ViewApp*> ready{nullptr};
+  view::HttpServer server;
+  view::HttpOptions options;
+  options.port = port;
+  options.token = view::RandomToken();
+  options.max_connections = max_connections;
+  Status started = server.Start(options, [&ready, &progress](const view::HttpRequest& r) {
+    const view::ViewApp* app = ready.load(std::memory_order_acquire);
+    return app != nullptr ? app->Handle(r) : view::IndexingResponse(r, progress);
+  });
+  if (!started.ok()) {
+    std::cerr << "spyglass view: " << started.message() << "\n";
+    panels.wait();
+    return 1;
+  }
+  std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
+  std::cout << url << std::endl;
+  if (open_browser) {
+    // The URL holds the token: given as an argument, never through a shell.
+    pid_t child = 0;
+    char* argv[] = {const_cast<char*>("xdg-open"), url.data(), nullptr};
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigmask(&attr, &unblocked);  // not this process's blocked signals
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    int spawned = posix_spawnp(&child, "xdg-open", nullptr, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+    if (spawned != 0)
+      std::cerr << "spyglass view: could not start xdg-open; open the URL above\n";
+  }
+  Status built = index.Build(files, &progress);
   if (!panels.get()) return 1;
   if (!built.ok()) {
     std::cerr << "spyglass view: " << built.message() << "\n";
     return 1;
   }
   view::ViewApp app(&index, std::move(page));
-  view::HttpServer server;
-  view::HttpOptions options;
-  options.port = port;
-  options.token = view::RandomToken();
-  options.max_connections = max_connections;
-  if (Status s = server.Start(options, [&app](const view::HttpRequest& r) { return app.Handle(r); }); !s.ok()) {
-    std::cerr << "spyglass view: " << s.message() << "\n";
-    return 1;
-  }
-  std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/?token=" + options.token;
-  std::cout << url << std::endl;
+  ready.store(&app, std::memory_order_release);
   std::cerr << "spyglass view: " << index.timeline().events << " events on " << index.timeline().tracks.size()
             << " threads, an index of " << (index.index_bytes() >> 20)
-            << " MiB; serving until interrupted (Ctrl-C)\n";
-  if (open_browser) {
-    // The URL holds the token: given as an argument, never through a shell.
-    pid_t child = 0;
-    char* argv[] = {const_cast<char*>("xdg-open"), url.data(), nullptr};
-    if (posix_spawnp(&child, "xdg-open", nullptr, nullptr, argv, environ) != 0)
-      std::cerr << "spyglass view: could not start xdg-open; open the URL above\n";
-  }
-  std::signal(SIGINT, OnStop);
-  std::signal(SIGTERM, OnStop);
-  while (!stop_requested) ::pause();
+            << " MiB; ready at the URL above, serving until interrupted (Ctrl-C)\n";
+  while (!stop_requested) sigsuspend(&unblocked);
   server.Stop();
   return 0;
 }
