@@ -10,6 +10,7 @@ cli=$1 known=$2
 here=$(cd "$(dirname "$0")" && pwd)
 [ -d "$here/node_modules/playwright-core" ] || { echo "FAIL: run scripts/setup.sh --browser (npm ci in tests/browser)"; exit 1; }
 T=$(mktemp -d /tmp/spyglass-viewb-XXXXXX)
+export XDG_CACHE_HOME="$T/cache"  # the index cache: this test's own
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$T"' EXIT
 "$known" "$T/log" --busy 300000 --python 1 > /dev/null

@@ -24,8 +24,17 @@ namespace {
 volatile std::sig_atomic_t stop_requested = 0;
 void OnStop(int) { stop_requested = 1; }
 
+// $XDG_CACHE_HOME/spyglass/view, or ~/.cache/spyglass/view; empty if neither is known.
+std::string CacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/spyglass/view";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/spyglass/view";
+  return "";
+}
+
 int RunView(const std::string& run, int port, bool open_browser, int max_connections,
-            const std::vector<std::string>& memory_files, bool all_frames) {
+            const std::vector<std::string>& memory_files, bool all_frames, bool use_cache, uint64_t cache_max_mib) {
   std::vector<std::string> files;
   if (Status s = profile::FindProfileFiles(run, &files); !s.ok()) {
     std::cerr << "spyglass view: " << s.message() << "\n";
@@ -48,6 +57,14 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
   page.title = run;
   report::FlameOptions flame_options;
   flame_options.fold_interpreter = !all_frames;
+  // The summary of unchanged files comes from the cache, beside their index.
+  view::CacheOptions cache;
+  cache.dir = use_cache ? CacheDir() : "";
+  cache.max_bytes = cache_max_mib << 20;
+  const std::string cache_key = cache.dir.empty() ? "" : view::CacheKey(files);
+  const view::CacheOptions quiet = cache;  // (a refused directory is said once, by Build)
+  const bool summary_cached = view::ReadCachedText(quiet, cache_key, "summary", &page.summary_json);
+  cache.say = [](const std::string& what) { std::cerr << "spyglass view: " << what << "\n"; };
   std::future<bool> panels = std::async(std::launch::async, [&] {
     return AddRunPanels("spyglass view", run, files.front(), memory_files, flame_options, &page,
                         [](const std::string& what) { std::cerr << "spyglass view: " << what << "\n"; });
@@ -86,8 +103,10 @@ int RunView(const std::string& run, int port, bool open_browser, int max_connect
     if (spawned != 0)
       std::cerr << "spyglass view: could not start xdg-open; open the URL above\n";
   }
-  Status built = index.Build(files, &progress);
+  Status built = index.Build(files, &progress, &cache);
   if (!panels.get()) return 1;
+  if (built.ok() && !summary_cached && !cache_key.empty() && view::CacheKey(files) == cache_key)
+    view::WriteCachedText(quiet, cache_key, "summary", page.summary_json);
   if (!built.ok()) {
     std::cerr << "spyglass view: " << built.message() << "\n";
     return 1;
@@ -110,7 +129,8 @@ void AddViewCommand(CLI::App& app) {
       "Serve a run's report page from this machine (127.0.0.1, a token in the URL): traces of any size, read on demand");
   static std::string run;
   static int port = 0, max_connections = 8;
-  static bool open_browser = false, all_frames = false;
+  static bool open_browser = false, all_frames = false, no_cache = false;
+  static uint64_t cache_max_mib = 4096;
   static std::vector<std::string> memory_files;
   cmd->add_option("run", run, "a run folder, a log dir (its newest run) or one .xplane.pb (Spyglass's or JAX's)")
       ->required();
@@ -124,10 +144,19 @@ void AddViewCommand(CLI::App& app) {
   cmd->add_flag("--all-frames", all_frames,
                 "keep the interpreter's and the import system's frames in a Python program's flame graphs "
                 "(folded away by default)");
+  cmd->add_flag("--no-cache", no_cache,
+                "index the run again, in a temporary file, instead of reusing (and keeping) its index in "
+                "$XDG_CACHE_HOME/spyglass/view (default ~/.cache/spyglass/view)");
+  cmd->add_option("--cache-max", cache_max_mib, "MiB that the cached indexes may take together (the least recently "
+                                                "used go first; default 4096)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   cmd->footer(
       "Prints the page's URL (http://127.0.0.1:PORT/?token=...) on stdout and serves until interrupted.\n"
-      "Only this machine can connect, and only with the token: other local users cannot read the trace.");
-  cmd->callback([] { std::exit(RunView(run, port, open_browser, max_connections, memory_files, all_frames)); });
+      "Only this machine can connect, and only with the token: other local users cannot read the trace.\n"
+      "The URL comes at once; the page shows the index's progress until the timeline is ready. The index is\n"
+      "kept in a private cache (0700, refused if another user's or writable by others), keyed by the files'\n"
+      "device, inode, size and mtime: a second view of an unchanged run opens at once.");
+  cmd->callback([] { std::exit(RunView(run, port, open_browser, max_connections, memory_files, all_frames, !no_cache, cache_max_mib)); });
 }
 
 }  // namespace spyglass::cli
