@@ -4,6 +4,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -576,8 +577,14 @@ Status ViewIndex::Build(const std::vector<std::string>& files, BuildProgress* pr
       say("the cached index " + cache_dir.PathOf(name) + " " + why + ": rebuilding it");
       unlinkat(cache_dir.fd(), name.c_str(), 0);  // (a link planted there goes, never its target)
     }
+    write_failed_ = false;
     Status s = BuildInto(files, progress, cache_dir, name, &key);
-    if (!s.ok()) return s;
+    if (!s.ok() && !write_failed_) return s;
+    if (!s.ok()) {  // (a full disk under the cache, say): the temporary index instead
+      say("the index could not be cached (" + s.message() + "): indexing into a temporary file");
+      progress->read = 0;
+      return BuildTemporary(files, progress);
+    }
     // A file that changed while it was read is not kept under its old key.
     if (CacheKey(files) != key) {
       unlinkat(cache_dir.fd(), name.c_str(), 0);
@@ -588,6 +595,10 @@ Status ViewIndex::Build(const std::vector<std::string>& files, BuildProgress* pr
     EvictCache(cache_dir.fd(), cache_dir.path(), name, cache->max_bytes, say);
     return s;
   }
+  return BuildTemporary(files, progress);
+}
+
+Status ViewIndex::BuildTemporary(const std::vector<std::string>& files, BuildProgress* progress) {
   const char* tmp = std::getenv("TMPDIR");
   exporter::OutputDir dir;
   if (Status s = exporter::OutputDir::Open(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", &dir); !s.ok()) return s;
@@ -656,7 +667,6 @@ bool ViewIndex::LoadCached(int dir_fd, const std::string& name, const std::strin
     h.Update(buf.data(), n);
   }
   if (h.Final() != levels_hash) return fail("is damaged (its levels' checksum)");
-  posix_fadvise(fd, 0, static_cast<off_t>(levels_bytes), POSIX_FADV_DONTNEED);
   MetaReader r{reinterpret_cast<const uint8_t*>(meta.data()) + key_bytes,
                reinterpret_cast<const uint8_t*>(meta.data()) + meta.size()};
   if (!ReadMeta(r, levels_bytes, &tl_)) return fail("is damaged (its timeline does not read)");
@@ -692,7 +702,14 @@ void ViewIndex::EvictCache(int dir_fd, const std::string& dir_path, const std::s
   rewinddir(d);
   while (dirent* e = readdir(d)) {
     std::string_view n = e->d_name;
-    if (!n.starts_with("index-v") && !n.starts_with("summary-v")) continue;  // not another writer's temporary file
+    // A temporary file of a writer that is gone (killed while it wrote) goes;
+    // another's, still writing, stays.
+    if (n.starts_with(".spyglass-") && n.ends_with(".tmp")) {
+      const long writer = std::atol(std::string(n.substr(10)).c_str());
+      if (writer > 0 && kill(static_cast<pid_t>(writer), 0) != 0 && errno == ESRCH) unlinkat(dir_fd, e->d_name, 0);
+      continue;
+    }
+    if (!n.starts_with("index-v") && !n.starts_with("summary-v")) continue;
     struct stat st {};
     if (fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     const uint64_t bytes = static_cast<uint64_t>(st.st_blocks) * 512;
@@ -769,7 +786,10 @@ Status ViewIndex::BuildPass(const std::vector<std::string>& files,
     unlinkat(dir.fd(), name.c_str(), 0);
     return built;
   }
-  if (!written.ok()) return written;
+  if (!written.ok()) {
+    write_failed_ = true;
+    return written;
+  }
   // Mapped, then (a temporary index) unlinked: the file goes when the server
   // ends, however it ends.
   int fd = openat(dir.fd(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

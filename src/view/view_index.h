@@ -114,6 +114,8 @@ class ViewIndex {
   // BuildPass, again with the unsorted lines found if one was not sorted.
   Status BuildInto(const std::vector<std::string>& files, BuildProgress* progress, const exporter::OutputDir& dir,
                    const std::string& name, const std::string* key);
+  // BuildInto a file in $TMPDIR (default /tmp), unlinked once mapped.
+  Status BuildTemporary(const std::vector<std::string>& files, BuildProgress* progress);
   // Maps the cached index `name`; false (with why, empty if there is none)
   // if it is not a whole one for `key`.
   bool LoadCached(int dir_fd, const std::string& name, const std::string& key, std::string* why);
@@ -136,6 +138,7 @@ class ViewIndex {
   const uint8_t* map_ = nullptr;  // the index file
   size_t map_bytes_ = 0;
   bool reused_ = false;
+  bool write_failed_ = false;  // the last BuildPass could not write its index file
 };
 
 }  // namespace spyglass::view

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -844,12 +845,25 @@ TEST(ViewCacheTest, BoundedLeastRecentlyUsedFirst) {
     ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
   }
   const std::string first = CacheFiles(dir)[0];
+  // Temporary files: one of a writer that is gone (removed), one of a
+  // writer still running (this one: kept).
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string dead = ".spyglass-" + std::to_string(gone) + "-0.tmp";
+  const std::string live = ".spyglass-" + std::to_string(getpid()) + "-999.tmp";
+  std::ofstream(dir + "/" + dead) << "partial";
+  std::ofstream(dir + "/" + live) << "partial";
   {
     ViewIndex index;
     CacheRun run(dir);
     run.options.max_bytes = room;
     ASSERT_TRUE(index.Build({b}, nullptr, &run.options).ok());
     EXPECT_TRUE(run.Said("evicted " + dir + "/" + first)) << run.All();
+    EXPECT_FALSE(fs::exists(dir + "/" + dead));
+    EXPECT_TRUE(fs::exists(dir + "/" + live));
+    fs::remove(dir + "/" + live);
     ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
     EXPECT_NE(CacheFiles(dir)[0], first);
   }
