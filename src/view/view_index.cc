@@ -84,10 +84,6 @@ Reader ReaderAt(const std::string& blob, const report::TimelineLevel& l, const V
   return Reader{base + seek.offset, base + l.offset + l.bytes};
 }
 
-}  // namespace
-
-namespace {
-
 // A cached index: [the levels][the meta: key, then the timeline][trailer].
 // A new format (or a change of what the timeline holds) takes a new version.
 constexpr char kCacheMagic[8] = {'S', 'P', 'Y', 'V', 'I', 'D', 'X', '\n'};
@@ -110,7 +106,7 @@ class StreamHash {
     for (; n > 0; --n) Byte(*p++);
   }
   uint64_t Final() const {
-    uint64_t h = h_ ^ (len_ * 0x9e3779b97f4a7c15ull) ^ pending_;
+    uint64_t h = h_ ^ ((len_ + static_cast<uint64_t>(held_)) * 0x9e3779b97f4a7c15ull) ^ pending_;
     h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
     return h ^ (h >> 33);
   }
