@@ -588,13 +588,14 @@ TEST(ViewAppTest, ProgressIsServedWhileIndexing) {
   EXPECT_NE(page.body.find("connect-src 'self'"), std::string::npos);
   HttpResponse p = IndexingResponse({"/progress", {}}, progress);
   EXPECT_EQ(p.status, 200);
-  EXPECT_EQ(p.body, R"({"pass":1,"read":1048576,"ready":false,"size":3145728})");
+  EXPECT_EQ(p.body, R"({"events":0,"pass":1,"read":1048576,"ready":false,"size":3145728})");
   EXPECT_EQ(IndexingResponse({"/window", {{"t0", "0"}, {"t1", "1"}, {"px", "1"}}}, progress).status, 503);
   std::string file = KnownRun(testing::TempDir() + "/view_progress");
   if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
   ViewIndex index;
   ASSERT_TRUE(index.Build({file}, &progress).ok());
   EXPECT_EQ(progress.read.load(), progress.size.load());
+  EXPECT_EQ(progress.events.load(), index.timeline().events);
   ViewApp app(&index, "known");
   EXPECT_EQ(app.Handle({"/progress", {}}).body, R"({"ready": true})");
 }
@@ -867,6 +868,43 @@ TEST(ViewCacheTest, BoundedLeastRecentlyUsedFirst) {
     ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
     EXPECT_NE(CacheFiles(dir)[0], first);
   }
+}
+
+// The build's progress moves within a line: a trace of one busy thread is
+// one line of most of the file (before, progress came only at line starts:
+// nothing between the start and the end of such a file).
+TEST(ViewAppTest, ProgressMovesWithinALine) {
+  namespace model = spyglass::model;
+  const std::string dir = testing::TempDir() + "/view_progress_line";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  {
+    model::Space space;
+    space.plane(model::kHostPlaneName);
+    model::Plane& host = space.planes[0];
+    host.line_with_id(1).name = "busy";
+    model::Line& line = host.lines[0];
+    const uint32_t name = host.intern_event("op");
+    line.events.reserve(2'000'000);
+    for (int64_t i = 0; i < 2'000'000; i++) line.events.push_back({i * 3'000'000, 2'000'000, name});
+    ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  }
+  const uint64_t size = fs::file_size(file);
+  ASSERT_GT(size, uint64_t{20} << 20);
+  std::vector<uint64_t> done;
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder, nullptr, nullptr,
+                                     [&](uint64_t at, uint64_t all) {
+                                       EXPECT_EQ(all, size);
+                                       done.push_back(at);
+                                     })
+                  .ok());
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back(), size);
+  EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+  EXPECT_TRUE(std::any_of(done.begin(), done.end(), [&](uint64_t at) { return at >= (uint64_t{16} << 20) && at < size; }))
+      << done.size() << " calls";
 }
 
 TEST(ViewAppTest, PageAndWindowRoutes) {
