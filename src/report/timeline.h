@@ -163,6 +163,8 @@ class TimelineBuilder {
   // Events of lines begun `sorted` that came out of order (counted as
   // hidden): a builder fed lines assumed sorted is rebuilt when any did.
   uint64_t out_of_order() const { return out_of_order_; }
+  // Events added so far, the line being read included (a build's progress).
+  uint64_t events_added() const { return tl_.events + (streaming_line_ ? track_.events : spans_.size()); }
 
  private:
   uint64_t out_of_order_ = 0;

@@ -71,7 +71,7 @@ async function poll() {
     if (p.ready) { location.reload(); return; }
     const f = p.size > 0 ? Math.min(1, p.read / p.size) : 0;
     document.getElementById('bar').value = f;
-    document.getElementById('pct').textContent = mib(p.read) + ' of ' + mib(p.size) + ' read' +
+    document.getElementById('pct').textContent = p.events.toLocaleString('en-US') + ' events, ' + mib(p.read) + ' of ' + mib(p.size) + ' read' +
         (p.pass > 1 ? ' (a thread out of order: reading again)' : '');
   } catch (e) {}
   setTimeout(poll, 250);
@@ -89,6 +89,7 @@ HttpResponse IndexingResponse(const HttpRequest& req, const BuildProgress& progr
   if (req.path == "/progress")
     return {200, "application/json",
             nlohmann::json{{"ready", false},
+                           {"events", progress.events.load()},
                            {"read", progress.read.load()},
                            {"size", progress.size.load()},
                            {"pass", progress.pass.load()}}

@@ -19,7 +19,7 @@ inline constexpr std::string_view kViewPolicy =
 
 // What the server answers while the index is built: "/" a page that shows
 // the build's progress (from /progress) and loads the report page once it is
-// ready; /progress {"ready": false, "read": BYTES, "size": BYTES, "pass": N};
+// ready; /progress {"ready": false, "events": N, "read": BYTES, "size": BYTES, "pass": N};
 // anything else 503.
 HttpResponse IndexingResponse(const HttpRequest& req, const BuildProgress& progress);
 

@@ -566,6 +566,7 @@ Status ViewIndex::Build(const std::vector<std::string>& files, BuildProgress* pr
     if (LoadCached(cache_dir.fd(), name, key, &why)) {
       reused_ = true;
       progress->read = total;
+      progress->events = tl_.events;
       say("reusing the index cached in " + cache_dir.PathOf(name));
       return Status::Ok();
     }
@@ -751,6 +752,7 @@ Status ViewIndex::BuildPass(const std::vector<std::string>& files,
       built = report::AddProfileFile(files[i], host, &builder, nullptr, &unsorted[i],
                                      [&](uint64_t done, uint64_t size) {
                                        progress->read = before + done;
+                                       progress->events = builder.events_added();
                                        file_bytes = size;
                                      });
       before += file_bytes;
@@ -759,6 +761,7 @@ Status ViewIndex::BuildPass(const std::vector<std::string>& files,
     *out_of_order = builder.out_of_order();
     if (*out_of_order > 0) return 0;
     tl_ = builder.Finish();
+    progress->events = tl_.events;
     bytes = sink.size();
     if (int e = sink.Flush(); e != 0 || key == nullptr) return e;
     // Cached: the key and the timeline, then the trailer.

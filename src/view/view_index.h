@@ -35,6 +35,7 @@ inline constexpr int kMaxWindowPixels = 20000;
 struct BuildProgress {
   std::atomic<uint64_t> read{0};   // bytes of the run's files placed so far
   std::atomic<uint64_t> size{0};   // the files' bytes in all
+  std::atomic<uint64_t> events{0}; // events placed so far
   std::atomic<uint32_t> pass{1};   // 2: a line came out of order, the files are read again
 };
 

@@ -48,8 +48,14 @@ await page.route('**/*', (route) => {
 const errors = [];
 page.on('pageerror', (e) => errors.push(String(e)));
 await page.goto(url);
-// (A view page may first show the index's progress, then load the timeline.)
-await page.waitForFunction(() => document.body && (document.body.dataset.ready || document.body.dataset.error), null, { timeout: 60000 });
+// (A view page may first show the index's progress, then load the timeline;
+// polled from here: the pages' policy allows no eval, which waitForFunction's polling needs.)
+for (const until = Date.now() + 60000; ;) {
+  const state = await page.evaluate(() => document.body && (document.body.dataset.ready || document.body.dataset.error)).catch(() => null);
+  if (state) break;
+  if (Date.now() > until) { console.error('FAIL: not ready in 60 s'); process.exit(1); }
+  await new Promise((r) => setTimeout(r, 20));
+}
 const T = (fn, arg) => page.evaluate(fn, arg);
 check(!(await T(() => window.spyglassReport.error)), 'page error');
 const served = await T(() => !!window.spyglassReport.view);
