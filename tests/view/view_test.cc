@@ -760,6 +760,8 @@ TEST(ViewCacheTest, UnchangedRunReusedChangedOrDamagedRebuilt) {
     EXPECT_EQ(theirs, "theirs");
     EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir + "/" + newest)));
   }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_run");
 }
 
 TEST(ViewCacheTest, UnsafeDirectoriesRefused) {
@@ -802,6 +804,8 @@ TEST(ViewCacheTest, UnsafeDirectoriesRefused) {
     refused(root + "/e/spyglass/view", "another user's");
     EXPECT_TRUE(fs::is_empty(root + "/e/spyglass/view"));
   }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_refused");
 }
 
 TEST(ViewCacheTest, BoundedLeastRecentlyUsedFirst) {
@@ -868,6 +872,9 @@ TEST(ViewCacheTest, BoundedLeastRecentlyUsedFirst) {
     ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
     EXPECT_NE(CacheFiles(dir)[0], first);
   }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_a");
+  fs::remove_all(testing::TempDir() + "/view_cache_b");
 }
 
 // The build's progress moves within a line: a trace of one busy thread is
@@ -905,6 +912,7 @@ TEST(ViewAppTest, ProgressMovesWithinALine) {
   EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
   EXPECT_TRUE(std::any_of(done.begin(), done.end(), [&](uint64_t at) { return at >= (uint64_t{16} << 20) && at < size; }))
       << done.size() << " calls";
+  fs::remove_all(dir);
 }
 
 TEST(ViewAppTest, PageAndWindowRoutes) {
