@@ -472,11 +472,15 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
         if (end > released) madvise(const_cast<char*>(data_) + released, end - released, MADV_DONTNEED);
         released = std::max(released, end);
       };
+      // Progress every kProgressStep bytes, within a line too (a trace of one busy thread is one line).
+      auto report_progress = [&](const char* p) {
+        uint64_t here = static_cast<uint64_t>(p - data_);
+        if (!options_.progress || here < next_progress) return;
+        options_.progress(here, size_);
+        next_progress = here + kProgressStep;
+      };
       release(line.data());
-      if (options_.progress && at >= next_progress) {
-        options_.progress(at, size_);
-        next_progress = at + kProgressStep;
-      }
+      report_progress(line.data());
       LineHeader lh;
       lh.index = li;
       size_t lpos = 0;
@@ -500,6 +504,7 @@ Status ScanBytes(const char* data_, uint64_t size_, const std::string& path_, co
       while ((r = NextField(line, &lpos, &pn, &pt, &pp, &v)) == Next::kField) {
         if (pn != f::kLineEvents || pt != kLengthDelimited) continue;
         release(pp.data());
+        report_progress(pp.data());
         EventRecord e;
         event_stats.clear();
         size_t epos = 0;

@@ -206,6 +206,7 @@ void TimelineBuilder::AddEvent(std::string_view name, int64_t start_ps, int64_t 
       (span.start < last_.start || (span.start == last_.start && span.end > last_.end))) {
     ++track_.events;  // out of order after all: counted, not drawn
     ++track_.hidden;
+    ++out_of_order_;
     return;
   }
   last_ = span;

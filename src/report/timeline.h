@@ -160,8 +160,14 @@ class TimelineBuilder {
   // Host planes first, then devices (each plane's threads together, planes
   // in the order given), the busiest threads of a plane first.
   Timeline Finish();
+  // Events of lines begun `sorted` that came out of order (counted as
+  // hidden): a builder fed lines assumed sorted is rebuilt when any did.
+  uint64_t out_of_order() const { return out_of_order_; }
+  // Events added so far, the line being read included (a build's progress).
+  uint64_t events_added() const { return tl_.events + (streaming_line_ ? track_.events : spans_.size()); }
 
  private:
+  uint64_t out_of_order_ = 0;
   struct Span {
     int64_t start, end;  // ps
     uint32_t name;
@@ -281,9 +287,11 @@ void CoarsenTimeline(Timeline* tl, uint64_t max_blob_bytes,
 // `unsorted` (optional): the lines (plane index in the file, line index in
 // its plane) whose events are out of order (FindUnsortedLines); the others
 // are begun sorted, so that a streaming builder holds none of their spans.
+// `progress`: called now and then with (bytes read, file size).
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
                       uint64_t* sample_lines = nullptr,
-                      const std::set<std::pair<size_t, size_t>>* unsorted = nullptr);
+                      const std::set<std::pair<size_t, size_t>>* unsorted = nullptr,
+                      const std::function<void(uint64_t, uint64_t)>& progress = {});
 // One pass over the file: the lines whose events do not come by start (the
 // longest first at one start), as TimelineBuilder places them.
 Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, size_t>>* unsorted);

@@ -43,8 +43,17 @@ class TimelineVisitor : public profile::ProfileVisitor {
     if (!counters_) {
       // A sample's node is named cpu_stack#<n>; its display name is its
       // function, as the report names samples (report/cpu_samples.cc).
-      b_->AddEvent(samples_ && !e.display_name.empty() ? e.display_name : e.name, e.start_ps, e.duration_ps,
-                   Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"), AsyncFlow(e, "_p", "_pt"));
+      std::string_view name = samples_ && !e.display_name.empty() ? e.display_name : e.name;
+      // Most events carry no id: one look at their stats' names skips the three searches.
+      bool ids = false;
+      for (const profile::ProfileStat& s : e.stats)
+        if (!s.name.empty() && (s.name[0] == '_' || s.name == model::kCorrelationIdStat)) ids = true;
+      if (!ids) {
+        b_->AddEvent(name, e.start_ps, e.duration_ps, Detail(e));
+        return;
+      }
+      b_->AddEvent(name, e.start_ps, e.duration_ps, Detail(e), Flow(e), AsyncFlow(e, "_c", "_ct"),
+                   AsyncFlow(e, "_p", "_pt"));
       return;
     }
     const profile::ProfileStat* chosen = nullptr;
@@ -174,10 +183,13 @@ Status FindUnsortedLines(const std::string& path, std::set<std::pair<size_t, siz
 }
 
 Status AddProfileFile(const std::string& path, const std::string& host, TimelineBuilder* builder,
-                      uint64_t* sample_lines, const std::set<std::pair<size_t, size_t>>* unsorted) {
+                      uint64_t* sample_lines, const std::set<std::pair<size_t, size_t>>* unsorted,
+                      const std::function<void(uint64_t, uint64_t)>& progress) {
   profile::ProfileReader reader;
   TimelineVisitor visitor(builder, host, sample_lines, unsorted);
-  Status s = reader.Open(path);
+  profile::ReadOptions options;
+  options.progress = progress;
+  Status s = reader.Open(path, options);
   if (s.ok()) s = reader.Scan(visitor);
   return s;
 }

@@ -49,8 +49,57 @@ ViewApp::ViewApp(const ViewIndex* index, report::ReportInput in) : index_(index)
   page_ = std::move(page);
 }
 
+namespace {
+
+// The token is in the page's own URL: /progress is asked with it.
+constexpr std::string_view kIndexingPage = R"(<!doctype html>
+<html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; connect-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'">
+<title>spyglass view: indexing</title>
+<style>body{font:14px system-ui,sans-serif;margin:3em;color:#222}progress{width:30em;height:1.2em}</style>
+</head><body>
+<h1>spyglass view</h1>
+<p id="what">Indexing the run: the timeline opens when it is ready.</p>
+<progress id="bar" max="1" value="0"></progress> <span id="pct"></span>
+<script>
+const q = location.search;
+const mib = b => (b / 1048576).toFixed(b < 10485760 ? 1 : 0) + ' MiB';
+async function poll() {
+  try {
+    const r = await fetch('progress' + q, {cache: 'no-store'});
+    const p = await r.json();
+    if (p.ready) { location.reload(); return; }
+    const f = p.size > 0 ? Math.min(1, p.read / p.size) : 0;
+    document.getElementById('bar').value = f;
+    document.getElementById('pct').textContent = p.events.toLocaleString('en-US') + ' events, ' + mib(p.read) + ' of ' + mib(p.size) + ' read' +
+        (p.pass > 1 ? ' (a thread out of order: reading again)' : '');
+  } catch (e) {}
+  setTimeout(poll, 250);
+}
+poll();
+</script>
+</body></html>
+)";
+
+}  // namespace
+
+HttpResponse IndexingResponse(const HttpRequest& req, const BuildProgress& progress) {
+  if (req.path == "/" || req.path == "/index.html")
+    return {200, "text/html; charset=utf-8", std::string(kIndexingPage)};
+  if (req.path == "/progress")
+    return {200, "application/json",
+            nlohmann::json{{"ready", false},
+                           {"events", progress.events.load()},
+                           {"read", progress.read.load()},
+                           {"size", progress.size.load()},
+                           {"pass", progress.pass.load()}}
+                .dump()};
+  return {503, "text/plain; charset=utf-8", "the run is still being indexed: see /progress\n"};
+}
+
 HttpResponse ViewApp::Handle(const HttpRequest& req) const {
   if (req.path == "/" || req.path == "/index.html") return {200, "text/html; charset=utf-8", page_};
+  if (req.path == "/progress") return {200, "application/json", R"({"ready": true})"};
   if (req.path == "/window") {
     int64_t t0 = 0, t1 = 0, px = 0;
     if (!ParseInt(req.query, "t0", &t0) || !ParseInt(req.query, "t1", &t1) || !ParseInt(req.query, "px", &px) || px < 1 ||

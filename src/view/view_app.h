@@ -17,6 +17,12 @@ inline constexpr int kFirstPaintPixels = 4000;
 inline constexpr std::string_view kViewPolicy =
     "default-src 'none'; connect-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
 
+// What the server answers while the index is built: "/" a page that shows
+// the build's progress (from /progress) and loads the report page once it is
+// ready; /progress {"ready": false, "events": N, "read": BYTES, "size": BYTES, "pass": N};
+// anything else 503.
+HttpResponse IndexingResponse(const HttpRequest& req, const BuildProgress& progress);
+
 class ViewApp {
  public:
   // `index` outlives the app. `page`: the title and what the report page
@@ -25,7 +31,7 @@ class ViewApp {
   // index's.
   ViewApp(const ViewIndex* index, report::ReportInput page);
   ViewApp(const ViewIndex* index, std::string title) : ViewApp(index, TitleOnly(std::move(title))) {}
-  // GET / (the page), /window?t0=NS&t1=NS&px=N (binary: a little-endian
+  // GET / (the page), /progress ({"ready": true}), /window?t0=NS&t1=NS&px=N (binary: a little-endian
   // uint32 length, that many bytes of JSON {"tracks": [[lane levels]...],
   // "counters": [levels...]} with levels as [threshold_ns, spans, offset,
   // bytes], then the window's blob).

@@ -10,6 +10,7 @@ cli=$1 known=$2
 here=$(cd "$(dirname "$0")" && pwd)
 [ -d "$here/node_modules/playwright-core" ] || { echo "FAIL: run scripts/setup.sh --browser (npm ci in tests/browser)"; exit 1; }
 T=$(mktemp -d /tmp/spyglass-viewb-XXXXXX)
+export XDG_CACHE_HOME="$T/cache"  # the index cache: this test's own
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$T"' EXIT
 "$known" "$T/log" --busy 300000 --python 1 > /dev/null
@@ -19,6 +20,11 @@ pid=$!
 for _ in $(seq 1 600); do [ -s "$T/url" ] && break; sleep 0.1; done
 url=$(head -1 "$T/url")
 [ -n "$url" ] || { cat "$T/err"; echo "FAIL: no URL"; exit 1; }
+# The URL comes at once; the timeline once /progress says ready.
+for _ in $(seq 1 600); do
+  curl -s "${url%%/\?*}/progress?token=${url#*token=}" | grep -q '"ready": *true' && break
+  sleep 0.1
+done
 # outer #20000 starts at 90 ms (every 4.5 us); the view starts 0.5 us before its end... at its start.
 node "$here/view_check.mjs" "$url" --track busy --track main --track "Stream #7" --zoom-ms 90,90.01 --expect-name outer \
   --same-panels-as "$T/report.html"

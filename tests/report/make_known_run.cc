@@ -30,6 +30,12 @@
 // little (bench/report_bench.sh, the page's size bound).
 // --counters N adds N samples of "sm__throughput.avg.pct" on /device:GPU:0,
 // one a microsecond from 0 (a sawtooth; for bench/report_bench.sh).
+// --async N adds N async producer/consumer pairs (XProf's "_p"/"_pt" and
+// "_c"/"_ct" stats): pair k (from 0) is "prefetch" of 1 ms on thread
+// "producer" at 2 + 10k ms (_p = 500 + k, _pt = 3), consumed by "consume" of
+// 2 ms on thread "consumer" at 6 + 10k ms (_c = 500 + k, _ct = 3); and one
+// "consume" of 0.5 ms at 9 + 10k ms of another type (_ct = 4), which pairs
+// with none.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -44,7 +50,7 @@
 namespace model = spyglass::model;
 
 int main(int argc, char** argv) {
-  long busy = 0, counters = 0, python = 0, random = 0;
+  long busy = 0, counters = 0, python = 0, random = 0, async_pairs = 0;
   bool ok = argc % 2 == 0;
   for (int i = 2; ok && i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -53,11 +59,12 @@ int main(int argc, char** argv) {
     else if (flag == "--counters") counters = n;
     else if (flag == "--python") python = n;
     else if (flag == "--random") random = n;
+    else if (flag == "--async") async_pairs = n;
     else ok = false;
     ok = ok && n >= 0;
   }
   if (!ok) {
-    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N] [--python 1] [--random N]\n");
+    std::fprintf(stderr, "usage: make_known_run LOG_DIR [--busy N] [--counters N] [--python 1] [--random N] [--async N]\n");
     return 2;
   }
   constexpr int64_t kMs = 1'000'000'000;  // ps
@@ -72,6 +79,7 @@ int main(int argc, char** argv) {
   host.line_with_id(2).name = "loader";
   if (busy) host.line_with_id(3).name = "busy";
   if (random) host.line_with_id(4).name = "random";
+  if (async_pairs) host.line_with_id(5).name = "producer", host.line_with_id(6).name = "consumer";
   gpu.line_with_id(7).name = "Stream #7";
   host.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
   gpu.line_with_id(INT64_MAX).name = std::string(model::kCounterLineName);
@@ -134,6 +142,22 @@ int main(int argc, char** argv) {
       int64_t d = 100'000 + static_cast<int64_t>(x % 50'000) * 1000;  // ps
       line->events.push_back({at, d, names[(x >> 24) % names.size()]});
       at += d + static_cast<int64_t>((x >> 40) % 20'000) * 1000;
+    }
+  }
+  if (async_pairs) {
+    model::Line *producer = nullptr, *consumer = nullptr;
+    for (model::Line& l : host.lines) {
+      if (l.name == "producer") producer = &l;
+      if (l.name == "consumer") consumer = &l;
+    }
+    for (long k = 0; k < async_pairs; ++k) {
+      model::Event& p = add(*producer, host, "prefetch", (2 + 10 * k) * kMs, kMs);
+      producer->add_stats(p, std::vector<model::Stat>{host.uint_stat("_p", 500 + k), host.int_stat("_pt", 3)});
+      model::Event& c = add(*consumer, host, "consume", (6 + 10 * k) * kMs, 2 * kMs);
+      consumer->add_stats(c, std::vector<model::Stat>{host.uint_stat("_c", 500 + k), host.int_stat("_ct", 3)});
+      // A second consumer of another type: no producer of that type, no arrow.
+      model::Event& o = add(*consumer, host, "consume", (9 + 10 * k) * kMs, kMs / 2);
+      consumer->add_stats(o, std::vector<model::Stat>{host.uint_stat("_c", 500 + k), host.int_stat("_ct", 4)});
     }
   }
   for (long i = 0; i < counters; ++i)

@@ -4,6 +4,8 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,7 +92,12 @@ TEST(ViewIndexTest, WindowGivesTheEventsOfAKnownRun) {
   std::string file = KnownRun(testing::TempDir() + "/view_known");
   if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
   ViewIndex index;
-  ASSERT_TRUE(index.Build({file}).ok());
+  BuildProgress progress;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  // Its lines are sorted: one pass, to the end of the file.
+  EXPECT_EQ(progress.pass.load(), 1u);
+  EXPECT_EQ(progress.read.load(), fs::file_size(file));
+  EXPECT_EQ(progress.size.load(), fs::file_size(file));
   const report::Timeline& tl = index.timeline();
   size_t main = TrackNamed(tl, "main");
   // Step 3 runs from 32 ms for 30 ms; steps 2 and 4 end 1 ms before and start 1 ms after.
@@ -174,7 +181,11 @@ TEST(ViewIndexTest, StreamedIndexEqualsTheReportsTimeline) {
   ASSERT_TRUE(report::AddProfileFile(file, "", &builder).ok());
   report::Timeline want = builder.Finish();
   ViewIndex index;
-  ASSERT_TRUE(index.Build({file}).ok());
+  BuildProgress progress;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  // t2 is out of order: taken as sorted at first, the file is read again.
+  EXPECT_EQ(progress.pass.load(), 2u);
+  EXPECT_EQ(progress.size.load(), fs::file_size(file));
   const report::Timeline& got = index.timeline();
   EXPECT_EQ(got.events, want.events);
   EXPECT_EQ(got.start_ns, want.start_ns);
@@ -626,6 +637,346 @@ TEST_F(ServerTest, SlowAndTooManyClientsAreBounded) {
   ::usleep(2000000);
   EXPECT_EQ(StatusOf(Get("/?" + token_)), 200);
   EXPECT_GE(server_.refused(), 1u);
+}
+
+// Before the index is ready: a page that shows the build's progress (asked
+// from the same server, with the token of its URL), /progress as JSON, and
+// 503 for windows; once ready, /progress says so (the page then reloads).
+TEST(ViewAppTest, ProgressIsServedWhileIndexing) {
+  BuildProgress progress;
+  progress.size = 3 << 20;
+  progress.read = 1 << 20;
+  HttpResponse page = IndexingResponse({"/", {}}, progress);
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("fetch('progress' + q"), std::string::npos);
+  EXPECT_NE(page.body.find("connect-src 'self'"), std::string::npos);
+  HttpResponse p = IndexingResponse({"/progress", {}}, progress);
+  EXPECT_EQ(p.status, 200);
+  EXPECT_EQ(p.body, R"({"events":0,"pass":1,"read":1048576,"ready":false,"size":3145728})");
+  EXPECT_EQ(IndexingResponse({"/window", {{"t0", "0"}, {"t1", "1"}, {"px", "1"}}}, progress).status, 503);
+  std::string file = KnownRun(testing::TempDir() + "/view_progress");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  ViewIndex index;
+  ASSERT_TRUE(index.Build({file}, &progress).ok());
+  EXPECT_EQ(progress.read.load(), progress.size.load());
+  EXPECT_EQ(progress.events.load(), index.timeline().events);
+  ViewApp app(&index, "known");
+  EXPECT_EQ(app.Handle({"/progress", {}}).body, R"({"ready": true})");
+}
+
+
+// The cache: an index kept in a private directory is mapped again (same
+// timeline, same windows) while the files are unchanged; a touched or
+// appended file, or a truncated or damaged cache file, is rebuilt (and said
+// so); the directory is refused when it is a link, another user's or
+// writable by others (the index is then temporary: nothing is written
+// there); the cache stays under its bound.
+struct CacheRun {
+  std::vector<std::string> said;
+  CacheOptions options;
+  explicit CacheRun(const std::string& dir) {
+    options.dir = dir;
+    options.say = [this](const std::string& what) { said.push_back(what); };
+  }
+  bool Said(const std::string& part) const {
+    for (const std::string& s : said)
+      if (s.find(part) != std::string::npos) return true;
+    return false;
+  }
+  std::string All() const {
+    std::string all;
+    for (const std::string& s : said) all += s + "\n";
+    return all;
+  }
+};
+
+std::string WindowBytes(const ViewIndex& index, int64_t t0, int64_t t1, int px) {
+  report::Timeline w = index.Window(t0, t1, px);
+  std::string out = w.blob;
+  for (const report::TimelineTrack& t : w.tracks)
+    for (const auto& levels : t.lanes)
+      for (const report::TimelineLevel& l : levels) out += "|" + std::to_string(l.spans) + "," + std::to_string(l.bytes);
+  for (const report::TimelineCounter& c : w.counters)
+    for (const report::TimelineLevel& l : c.levels) out += "|c" + std::to_string(l.spans);
+  return out;
+}
+
+std::vector<std::string> CacheFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  if (fs::exists(dir))
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ViewCacheTest, UnchangedRunReusedChangedOrDamagedRebuilt) {
+  std::string file = KnownRun(testing::TempDir() + "/view_cache_run", "--counters", "5000");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  const std::string root = testing::TempDir() + "/view_cache";
+  fs::remove_all(root);
+  const std::string dir = root + "/spyglass/view";
+  ViewIndex first;
+  CacheRun run1(dir);
+  ASSERT_TRUE(first.Build({file}, nullptr, &run1.options).ok());
+  EXPECT_FALSE(first.reused());
+  EXPECT_TRUE(run1.Said("index cached in " + dir + "/index-v")) << run1.All();
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(root + "/spyglass").permissions() & fs::perms::all, fs::perms::owner_all);
+  ASSERT_EQ(CacheFiles(dir).size(), 1u);
+  const std::string cached = dir + "/" + CacheFiles(dir)[0];
+  const report::Timeline& tl = first.timeline();
+  ASSERT_FALSE(tl.counters.empty());
+  auto same_as_first = [&](const ViewIndex& again) {
+    const report::Timeline& t = again.timeline();
+    EXPECT_EQ(t.events, tl.events);
+    EXPECT_EQ(t.names, tl.names);
+    EXPECT_EQ(t.name_events, tl.name_events);
+    EXPECT_EQ(t.details, tl.details);
+    EXPECT_EQ(t.flows.size(), tl.flows.size());
+    EXPECT_EQ(t.blob, tl.blob);
+    ASSERT_EQ(t.tracks.size(), tl.tracks.size());
+    for (size_t i = 0; i < t.tracks.size(); i++) {
+      EXPECT_EQ(t.tracks[i].name, tl.tracks[i].name);
+      EXPECT_EQ(t.tracks[i].lanes.size(), tl.tracks[i].lanes.size());
+    }
+    EXPECT_EQ(WindowBytes(again, 0, tl.duration_ns, 1000), WindowBytes(first, 0, tl.duration_ns, 1000));
+    EXPECT_EQ(WindowBytes(again, 32 * kMsNs, 62 * kMsNs, 10000), WindowBytes(first, 32 * kMsNs, 62 * kMsNs, 10000));
+    EXPECT_EQ(again.index_bytes(), first.index_bytes());
+  };
+  {
+    ViewIndex again;
+    CacheRun run2(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run2.options).ok());
+    EXPECT_TRUE(again.reused());
+    EXPECT_TRUE(run2.Said("reusing the index cached in " + cached)) << run2.All();
+    same_as_first(again);
+  }
+  // Truncated: rebuilt, said so.
+  fs::resize_file(cached, fs::file_size(cached) / 2);
+  {
+    ViewIndex again;
+    CacheRun run3(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run3.options).ok());
+    EXPECT_FALSE(again.reused());
+    EXPECT_TRUE(run3.Said("the cached index " + cached + " is truncated")) << run3.All();
+    same_as_first(again);
+  }
+  // One byte of the levels changed: its checksum finds it.
+  {
+    std::fstream f(cached, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x40);
+    f.write(&c, 1);
+  }
+  {
+    ViewIndex again;
+    CacheRun run4(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run4.options).ok());
+    EXPECT_FALSE(again.reused());
+    EXPECT_TRUE(run4.Said("is damaged (its levels' checksum)")) << run4.All();
+    same_as_first(again);
+  }
+  // Touched (a new mtime): another key, rebuilt.
+  {
+    ViewIndex again;
+    fs::last_write_time(file, fs::last_write_time(file) + std::chrono::seconds(5));
+    CacheRun run5(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run5.options).ok());
+    EXPECT_FALSE(again.reused());
+    EXPECT_TRUE(run5.Said("index cached in")) << run5.All();
+    same_as_first(again);
+  }
+  // Appended to (an unknown field: the file still reads): rebuilt.
+  {
+    std::ofstream(file, std::ios::app | std::ios::binary).write("\x22\x01h", 3);  // one more hostname
+    ViewIndex again;
+    CacheRun run6(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run6.options).ok());
+    EXPECT_FALSE(again.reused());
+    EXPECT_TRUE(run6.Said("index cached in")) << run6.All();
+    same_as_first(again);
+    ViewIndex third;
+    CacheRun run7(dir);
+    ASSERT_TRUE(third.Build({file}, nullptr, &run7.options).ok());
+    EXPECT_TRUE(third.reused()) << run7.All();
+  }
+  // A link planted at the index's name: removed, never written through.
+  {
+    std::vector<std::string> names = CacheFiles(dir);
+    std::string newest;
+    for (const std::string& n : names)
+      if (newest.empty() || fs::last_write_time(dir + "/" + n) > fs::last_write_time(dir + "/" + newest)) newest = n;
+    ASSERT_TRUE(newest.starts_with("index-v"));
+    const std::string target = root + "/target";
+    std::ofstream(target) << "theirs";
+    fs::remove(dir + "/" + newest);
+    fs::create_symlink(target, dir + "/" + newest);
+    ViewIndex again;
+    CacheRun run8(dir);
+    ASSERT_TRUE(again.Build({file}, nullptr, &run8.options).ok());
+    EXPECT_FALSE(again.reused());
+    EXPECT_TRUE(run8.Said("rebuilding it")) << run8.All();
+    std::ifstream in(target);
+    std::string theirs((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(theirs, "theirs");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir + "/" + newest)));
+  }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_run");
+}
+
+TEST(ViewCacheTest, UnsafeDirectoriesRefused) {
+  std::string file = KnownRun(testing::TempDir() + "/view_cache_refused");
+  if (file.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  const std::string root = testing::TempDir() + "/view_cache_refused_dirs";
+  fs::remove_all(root);
+  fs::create_directories(root + "/elsewhere");
+  auto refused = [&](const std::string& dir, const std::string& why) {
+    ViewIndex index;
+    CacheRun run(dir);
+    ASSERT_TRUE(index.Build({file}, nullptr, &run.options).ok());
+    EXPECT_FALSE(index.reused());
+    EXPECT_TRUE(run.Said("not using the index cache: ")) << run.All();
+    EXPECT_TRUE(run.Said(why)) << run.All();
+    EXPECT_GT(index.timeline().events, 0u);
+    EXPECT_TRUE(fs::is_empty(root + "/elsewhere"));
+  };
+  // A link at the cache directory, and at the one above it.
+  fs::create_directories(root + "/a/spyglass");
+  fs::create_directory_symlink(root + "/elsewhere", root + "/a/spyglass/view");
+  refused(root + "/a/spyglass/view", "symbolic link");
+  fs::create_directories(root + "/b");
+  fs::create_directory_symlink(root + "/elsewhere", root + "/b/spyglass");
+  refused(root + "/b/spyglass/view", "symbolic link");
+  // Writable by group or others.
+  fs::create_directories(root + "/c/spyglass/view");
+  fs::permissions(root + "/c/spyglass/view", fs::perms::all);
+  refused(root + "/c/spyglass/view", "writable by group or others");
+  fs::create_directories(root + "/d/spyglass/view");
+  fs::permissions(root + "/d/spyglass", fs::perms::owner_all | fs::perms::group_all);
+  refused(root + "/d/spyglass/view", "writable by group or others");
+  EXPECT_TRUE(fs::is_empty(root + "/c/spyglass/view"));
+  // Another user's (only root can make one).
+  if (geteuid() == 0) {
+    fs::create_directories(root + "/e/spyglass/view");
+    fs::permissions(root + "/e/spyglass", fs::perms::owner_all);
+    fs::permissions(root + "/e/spyglass/view", fs::perms::owner_all);
+    ASSERT_EQ(::chown((root + "/e/spyglass/view").c_str(), 65534, 65534), 0);
+    refused(root + "/e/spyglass/view", "another user's");
+    EXPECT_TRUE(fs::is_empty(root + "/e/spyglass/view"));
+  }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_refused");
+}
+
+TEST(ViewCacheTest, BoundedLeastRecentlyUsedFirst) {
+  std::string a = KnownRun(testing::TempDir() + "/view_cache_a", "--busy", "20000");
+  if (a.empty()) GTEST_SKIP() << "MAKE_KNOWN_RUN not set";
+  std::string b = KnownRun(testing::TempDir() + "/view_cache_b", "--busy", "30000");
+  const std::string root = testing::TempDir() + "/view_cache_bound";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  auto disk_bytes = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  // Each alone, for their sizes.
+  uint64_t size_a = 0, size_b = 0;
+  for (auto [file, size] : {std::pair{a, &size_a}, std::pair{b, &size_b}}) {
+    const std::string dir = root + "/alone" + std::to_string(size == &size_a) + "/spyglass/view";
+    ViewIndex index;
+    CacheRun run(dir);
+    ASSERT_TRUE(index.Build({file}, nullptr, &run.options).ok());
+    for (const std::string& n : CacheFiles(dir)) *size += disk_bytes(dir + "/" + n);
+  }
+  ASSERT_GT(std::min(size_a, size_b), 65536u);
+  const std::string dir = root + "/spyglass/view";
+  // Too small for any: not kept.
+  {
+    ViewIndex index;
+    CacheRun run(dir);
+    run.options.max_bytes = 1;
+    ASSERT_TRUE(index.Build({a}, nullptr, &run.options).ok());
+    EXPECT_TRUE(run.Said("larger than the cache's bound")) << run.All();
+    EXPECT_TRUE(CacheFiles(dir).empty());
+  }
+  // Room for one: the second evicts the first.
+  const uint64_t room = std::max(size_a, size_b) + std::min(size_a, size_b) / 2;
+  {
+    ViewIndex index;
+    CacheRun run(dir);
+    run.options.max_bytes = room;
+    ASSERT_TRUE(index.Build({a}, nullptr, &run.options).ok());
+    ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
+  }
+  const std::string first = CacheFiles(dir)[0];
+  // Temporary files: one of a writer that is gone (removed), one of a
+  // writer still running (this one: kept).
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string dead = ".spyglass-" + std::to_string(gone) + "-0.tmp";
+  const std::string live = ".spyglass-" + std::to_string(getpid()) + "-999.tmp";
+  std::ofstream(dir + "/" + dead) << "partial";
+  std::ofstream(dir + "/" + live) << "partial";
+  {
+    ViewIndex index;
+    CacheRun run(dir);
+    run.options.max_bytes = room;
+    ASSERT_TRUE(index.Build({b}, nullptr, &run.options).ok());
+    EXPECT_TRUE(run.Said("evicted " + dir + "/" + first)) << run.All();
+    EXPECT_FALSE(fs::exists(dir + "/" + dead));
+    EXPECT_TRUE(fs::exists(dir + "/" + live));
+    fs::remove(dir + "/" + live);
+    ASSERT_EQ(CacheFiles(dir).size(), 1u) << run.All();
+    EXPECT_NE(CacheFiles(dir)[0], first);
+  }
+  fs::remove_all(root);
+  fs::remove_all(testing::TempDir() + "/view_cache_a");
+  fs::remove_all(testing::TempDir() + "/view_cache_b");
+}
+
+// The build's progress moves within a line: a trace of one busy thread is
+// one line of most of the file (before, progress came only at line starts:
+// nothing between the start and the end of such a file).
+TEST(ViewAppTest, ProgressMovesWithinALine) {
+  namespace model = spyglass::model;
+  const std::string dir = testing::TempDir() + "/view_progress_line";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = dir + "/host.xplane.pb";
+  {
+    model::Space space;
+    space.plane(model::kHostPlaneName);
+    model::Plane& host = space.planes[0];
+    host.line_with_id(1).name = "busy";
+    model::Line& line = host.lines[0];
+    const uint32_t name = host.intern_event("op");
+    line.events.reserve(2'000'000);
+    for (int64_t i = 0; i < 2'000'000; i++) line.events.push_back({i * 3'000'000, 2'000'000, name});
+    ASSERT_TRUE(spyglass::exporter::WriteXSpaceFile(space, file).ok());
+  }
+  const uint64_t size = fs::file_size(file);
+  ASSERT_GT(size, uint64_t{20} << 20);
+  std::vector<uint64_t> done;
+  report::TimelineBuilder builder;
+  ASSERT_TRUE(report::AddProfileFile(file, "", &builder, nullptr, nullptr,
+                                     [&](uint64_t at, uint64_t all) {
+                                       EXPECT_EQ(all, size);
+                                       done.push_back(at);
+                                     })
+                  .ok());
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back(), size);
+  EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+  EXPECT_TRUE(std::any_of(done.begin(), done.end(), [&](uint64_t at) { return at >= (uint64_t{16} << 20) && at < size; }))
+      << done.size() << " calls";
+  fs::remove_all(dir);
 }
 
 TEST(ViewAppTest, PageAndWindowRoutes) {

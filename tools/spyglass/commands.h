@@ -37,6 +37,7 @@ void AddReportCommand(CLI::App& app);
 // near the run), the CPU profiles and memory timelines near it; `progress`
 // is told what is read. False, with a message on stderr after `command`, if
 // the summary or a named profile cannot be read. `spyglass view` shows them too.
+// A summary already in `in` is kept (not read again).
 bool AddRunPanels(const std::string& command, const std::string& run, const std::string& first_file,
                   const std::vector<std::string>& memory_files, const report::FlameOptions& options,
                   report::ReportInput* in, const std::function<void(const std::string&)>& progress);

@@ -92,15 +92,17 @@ constexpr size_t kMaxNearbyProfiles = 16;
 bool AddRunPanels(const std::string& command, const std::string& run, const std::string& first_file,
                   const std::vector<std::string>& memory_files, const report::FlameOptions& options,
                   report::ReportInput* in, const std::function<void(const std::string&)>& progress) {
-  progress("summarizing " + run);
-  analysis::SummaryOptions summary_options;
-  summary_options.top = 20;
-  analysis::Summary summary;
-  if (Status s = analysis::Summarize(run, summary_options, &summary); !s.ok()) {
-    std::cerr << command << ": " << s.message() << "\n";
-    return false;
+  if (in->summary_json.empty()) {  // (spyglass view may have it from its cache)
+    progress("summarizing " + run);
+    analysis::SummaryOptions summary_options;
+    summary_options.top = 20;
+    analysis::Summary summary;
+    if (Status s = analysis::Summarize(run, summary_options, &summary); !s.ok()) {
+      std::cerr << command << ": " << s.message() << "\n";
+      return false;
+    }
+    in->summary_json = analysis::SummaryToJson(summary);
   }
-  in->summary_json = analysis::SummaryToJson(summary);
 
   // Memory profiles: those named must read; those found nearby are shown if they do.
   std::vector<std::pair<std::string, bool>> profiles;

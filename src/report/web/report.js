@@ -637,7 +637,11 @@
     }
     // Arrows from a launch to its kernel: those whose ends are both shown
     // and which cross the view.
+    // The arrows drawn last, [x1, y1, x2, y2] on the canvas (for the tests: where each starts and ends).
+    let arrows = [];
     function drawFlows(top, nsPerPx) {
+      arrows = [];
+      stats.flowArrows = arrows;
       if (!nFlows) return 0;
       let n = 0;
       ctx.strokeStyle = 'rgba(120,40,160,0.75)';
@@ -656,6 +660,7 @@
         ctx.stroke();
         const dir = y2 >= y1 ? -1 : 1;
         ctx.beginPath(); ctx.moveTo(x2, y2); ctx.lineTo(x2 - 6, y2 + dir * 3); ctx.lineTo(x2 - 6, y2 - dir * 4); ctx.closePath(); ctx.fill();
+        arrows.push([x1, y1, x2, y2]);
         n++;
       }
       return n;
