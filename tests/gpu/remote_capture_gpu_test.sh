@@ -21,6 +21,9 @@ trap cleanup EXIT
 # One capture of a fresh server each time (the stand-in reports its records once per session).
 capture() {
   local how="$1" log="$tmp/$1"
+  # Emptied here, not by the server's redirection: that can come after the
+  # first look below, which then read the previous server's port.
+  : > "$tmp/server.out"
   LD_LIBRARY_PATH="$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SPYGLASS_CUPTI_PATH="$fake" \
     "$server" 0 --name gpu_capture_step --seconds 100 >"$tmp/server.out" 2>"$tmp/server.err" &
   pid=$!
