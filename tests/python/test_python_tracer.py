@@ -34,11 +34,16 @@ def events(xplane_pb2):
   return host_events(xplane_pb2, profiler.last_trace_files()["xplane_path"])
 
 
-def cut_here(ev):
-  """This thread's incomplete events: a test runner's own threads (pytest-xdist's
-  channel, blocked in a read across the session) are not the test's."""
+def here(ev):
+  """This thread's events: a test runner's own threads (pytest-xdist's
+  channel, reading and writing across the session) are not the test's."""
   line = f"{threading.get_native_id()}:"
-  return [e for e in ev if e[0].startswith(line) and "incomplete" in e[4]]
+  return [e for e in ev if e[0].startswith(line)]
+
+
+def cut_here(ev):
+  """This thread's incomplete events."""
+  return [e for e in here(ev) if "incomplete" in e[4]]
 
 
 def name_of(fn):
@@ -259,7 +264,7 @@ def test_the_stop_path_is_not_recorded_as_incomplete(tmp_path, xplane_pb2):
   ev = host_events(xplane_pb2, profiler.last_trace_files()["xplane_path"])
   assert [e[1] for e in ev if e[1] == name_of(middle)] == [name_of(middle)]
   assert not cut_here(ev), [e[1] for e in cut_here(ev)]
-  assert not [e for e in ev if "profiler.py" in e[1] or "contextlib" in e[1]], [e[1] for e in ev]
+  assert not [e for e in here(ev) if "profiler.py" in e[1] or "contextlib" in e[1]], [e[1] for e in here(ev)]
 
   def stops_inside():  # recorded, and still running at the stop: truly incomplete
     middle(1)
@@ -269,7 +274,7 @@ def test_the_stop_path_is_not_recorded_as_incomplete(tmp_path, xplane_pb2):
   ev = host_events(xplane_pb2, profiler.last_trace_files()["xplane_path"])
   cut = [e[1] for e in cut_here(ev)]
   assert cut == [name_of(stops_inside)], cut
-  assert not [e for e in ev if "stop_trace" in e[1]], [e[1] for e in ev]
+  assert not [e for e in here(ev) if "stop_trace" in e[1]], [e[1] for e in here(ev)]
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
