@@ -86,7 +86,8 @@ def no_trace_left():
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "real: programs nobody here wrote, unmodified (test_real_programs.py)")
-  # Shares of CPU time checked to 3 points against the truth and a peer:
-  # scripts/python_test.sh runs these alone, after the parallel run (two
-  # tests at once on two cores left them at 3.1 points).
+  # Shares of CPU time checked to 3 points against the truth and a peer, and
+  # speedscope's tables of a sampled run: scripts/python_test.sh runs these
+  # alone, after the parallel run (two tests at once on two cores left shares
+  # 3.1 points off, and a 10% function out of speedscope's sandwich table).
   config.addinivalue_line("markers", "serial: run alone, not beside other tests (scripts/python_test.sh)")

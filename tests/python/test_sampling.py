@@ -459,6 +459,7 @@ def test_summary_tables_per_thread_and_step_and_diff(tmp_path):
   assert py_diff["new"]["cpu"]["samples"] == c["new_samples"]
 
 
+@pytest.mark.serial
 def test_speedscope_reads_the_python_cpu_profile(tmp_path):
   """speedscope's web app in headless chromium (tests/browser) opens the
   pprof of a Python program and lists its Python and native functions."""
